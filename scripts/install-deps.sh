@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
   clang clang-format clang-tidy
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
-  libpcre2-dev libxxhash-dev libopenblas-dev
+  libpcre2-dev libxxhash-dev libopenblas-dev libicu-dev
   libboost-dev libboost-system-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip
