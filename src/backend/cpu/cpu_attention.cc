@@ -1,0 +1,157 @@
+// CpuBackend: sparse sink attention, compressor pooling, lightning indexer and top-k.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/check.h"
+#include "base/thread_pool.h"
+
+namespace deepinfer::backend::cpu {
+namespace {
+
+float Dot(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+}  // namespace
+
+void CpuBackend::SparseAttention(const model::SparseAttentionArgs& a) {
+  const int64_t d = a.head_dim;
+  base::ThreadPool::Default().ParallelFor(a.tokens, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<const float*> keys;
+    std::vector<float> scores;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t p = a.q_pos[t];
+      keys.clear();
+      for (int64_t i = 0; i < a.n_window; ++i) {
+        if (a.window_pos[i] <= p && a.window_pos[i] > p - a.window) {
+          keys.push_back(a.window_kv + i * d);
+        }
+      }
+      for (int64_t s = 0; s < a.n_select; ++s) {
+        const int32_t g = a.selection[t * a.n_select + s];
+        if (g < 0) continue;
+        CHECK(g < a.n_comp) << "selected compressed entry " << g << " of " << a.n_comp;
+        keys.push_back(a.comp_kv + static_cast<int64_t>(g) * d);
+      }
+      scores.resize(keys.size());
+      for (int64_t h = 0; h < a.heads; ++h) {
+        const float* q = a.q + (t * a.heads + h) * d;
+        float* o = a.out + (t * a.heads + h) * d;
+        const float sink = a.sinks[h];
+        float mx = sink;
+        for (size_t j = 0; j < keys.size(); ++j) {
+          scores[j] = Dot(q, keys[j], d) * a.scale;
+          mx = std::max(mx, scores[j]);
+        }
+        float denom = std::exp(sink - mx);
+        for (size_t j = 0; j < keys.size(); ++j) denom += (scores[j] = std::exp(scores[j] - mx));
+        std::fill(o, o + d, 0.0f);
+        for (size_t j = 0; j < keys.size(); ++j) {
+          const float wj = scores[j] / denom;
+          for (int64_t i = 0; i < d; ++i) o[i] += wj * keys[j][i];
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio,
+                           int64_t n, float* out) {
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t ch = 0; ch < n; ++ch) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < ratio; ++i) mx = std::max(mx, z[(g * ratio + i) * n + ch]);
+      float sum = 0.0f;
+      for (int64_t i = 0; i < ratio; ++i) sum += std::exp(z[(g * ratio + i) * n + ch] - mx);
+      float acc = 0.0f;
+      for (int64_t i = 0; i < ratio; ++i) {
+        const float wgt = std::exp(z[(g * ratio + i) * n + ch] - mx) / sum;
+        acc += wgt * c[(g * ratio + i) * n + ch];
+      }
+      out[g * n + ch] = acc;
+    }
+  }
+}
+
+void CpuBackend::IndexerScores(const float* q, const float* w, int64_t T, int64_t heads,
+                               int64_t dim, const float* keys, int64_t n_keys,
+                               const int32_t* q_pos, int64_t ratio, float scale, float* scores) {
+  base::ThreadPool::Default().ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t visible = (static_cast<int64_t>(q_pos[t]) + 1) / ratio;
+      for (int64_t g = 0; g < n_keys; ++g) {
+        float* s = scores + t * n_keys + g;
+        if (g >= visible) {
+          *s = model::kNegInf;
+          continue;
+        }
+        float acc = 0.0f;
+        for (int64_t h = 0; h < heads; ++h) {
+          const float dot = Dot(q + (t * heads + h) * dim, keys + g * dim, dim);
+          acc += std::max(dot, 0.0f) * scale * w[t * heads + h];
+        }
+        *s = acc;
+      }
+    }
+  });
+}
+
+void CpuBackend::CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
+                               int64_t ratio, int64_t block, int64_t keep_blocks,
+                               uint8_t* mask) {
+  const int64_t n_blocks = (n + block - 1) / block;
+  std::vector<float> block_score(n_blocks);
+  std::vector<int32_t> order(n_blocks);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* s = scores + t * n;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      float mx = model::kNegInf;
+      for (int64_t g = b * block; g < std::min(n, (b + 1) * block); ++g) mx = std::max(mx, s[g]);
+      block_score[b] = mx;
+    }
+    const int64_t newest = (static_cast<int64_t>(q_pos[t]) + 1) / ratio - 1;
+    if (newest >= 0 && newest < n) {
+      block_score[newest / block] = std::numeric_limits<float>::infinity();
+    }
+    std::iota(order.begin(), order.end(), 0);
+    const int64_t keep = std::min(keep_blocks, n_blocks);
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
+      return block_score[a] > block_score[b] || (block_score[a] == block_score[b] && a < b);
+    });
+    std::fill(mask + t * n, mask + (t + 1) * n, 0);
+    for (int64_t i = 0; i < keep; ++i) {
+      const int64_t b = order[i];
+      if (block_score[b] == model::kNegInf) continue;
+      for (int64_t g = b * block; g < std::min(n, (b + 1) * block); ++g) mask[t * n + g] = 1;
+    }
+  }
+}
+
+void CpuBackend::ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) {
+  for (int64_t i = 0; i < T * n; ++i) {
+    if (!mask[i]) scores[i] = model::kNegInf;
+  }
+}
+
+void CpuBackend::TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) {
+  std::vector<int32_t> order(n);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* s = scores + t * n;
+    std::iota(order.begin(), order.end(), 0);
+    const int64_t m = std::min(k, n);
+    std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t b) {
+      return s[a] > s[b] || (s[a] == s[b] && a < b);
+    });
+    for (int64_t i = 0; i < k; ++i) {
+      idx[t * k + i] = (i < m && s[order[i]] != model::kNegInf) ? order[i] : -1;
+    }
+  }
+}
+
+}  // namespace deepinfer::backend::cpu

@@ -1,0 +1,223 @@
+// CpuBackend: memory, dense algebra, normalisation, RoPE, fake-quant and mHC.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/numerics.h"
+#include "base/check.h"
+#include "base/thread_pool.h"
+
+namespace deepinfer::backend::cpu {
+
+using model::FakeQuantKind;
+using model::WeightRef;
+
+namespace {
+
+// Rows of a weight tile dequantised at once: bounded so the tile stays ~8 MiB.
+int64_t TileRows(int64_t cols) {
+  const int64_t max_floats = int64_t{2} << 20;
+  return std::max<int64_t>(32, (max_floats / std::max<int64_t>(cols, 1)) / 32 * 32);
+}
+
+}  // namespace
+
+float* CpuBackend::AllocFloats(int64_t n) {
+  return static_cast<float*>(std::calloc(std::max<int64_t>(n, 1), sizeof(float)));
+}
+int32_t* CpuBackend::AllocInts(int64_t n) {
+  return static_cast<int32_t*>(std::calloc(std::max<int64_t>(n, 1), sizeof(int32_t)));
+}
+void CpuBackend::Free(void* p) { std::free(p); }
+void CpuBackend::CopyToDevice(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+void CpuBackend::CopyToHost(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+void CpuBackend::CopyDevice(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+}
+void CpuBackend::Fill(float* x, int64_t n, float value) { std::fill(x, x + n, value); }
+
+void CpuBackend::Linear(const float* x, int64_t T, int64_t ldx, const WeightRef& w, int64_t row0,
+                        int64_t n_rows, float* y, int64_t ldy, bool accumulate) {
+  CHECK(w.valid()) << "missing weight " << w.name;
+  if (T == 0 || n_rows == 0) return;
+  const int64_t K = w.cols;
+  const int64_t tile = std::min(TileRows(K), n_rows);
+  std::vector<float> scratch(tile * K);
+  for (int64_t r = 0; r < n_rows; r += tile) {
+    const int64_t n = std::min(tile, n_rows - r);
+    base::ThreadPool::Default().ParallelFor(n, 16, [&](int64_t b, int64_t e) {
+      DequantRows(w, row0 + r + b, e - b, scratch.data() + b * K);
+    });
+    // y[:, r:r+n] = x [T, K] * tile^T [K, n]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
+                static_cast<int>(n), static_cast<int>(K), 1.0f, x, static_cast<int>(ldx),
+                scratch.data(), static_cast<int>(K), accumulate ? 1.0f : 0.0f, y + r,
+                static_cast<int>(ldy));
+  }
+}
+
+void CpuBackend::GatherRows(const WeightRef& w, const int64_t* host_ids, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    CHECK(host_ids[i] >= 0 && host_ids[i] < w.rows)
+        << w.name << ": row id " << host_ids[i] << " out of range " << w.rows;
+    DequantRows(w, host_ids[i], 1, out + i * w.cols);
+  }
+}
+
+void CpuBackend::Add(const float* a, const float* b, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void CpuBackend::Scale(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void CpuBackend::RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx,
+                         const float* weight, float eps, float* y, int64_t ldy) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    float* yr = y + r * ldy;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+    for (int64_t i = 0; i < n; ++i) yr[i] = weight ? weight[i] * (xr[i] * inv) : xr[i] * inv;
+  }
+}
+
+void CpuBackend::Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
+                      int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+                      bool inverse) {
+  std::vector<float> cosv(n_pairs), sinv(n_pairs);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float p = static_cast<float>(pos[r]);
+    for (int64_t i = 0; i < n_pairs; ++i) {
+      const float angle = p * inv_freq[i];
+      cosv[i] = std::cos(angle);
+      sinv[i] = inverse ? -std::sin(angle) : std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + r * ld + h * head_stride + offset;
+      for (int64_t i = 0; i < n_pairs; ++i) {
+        const float xe = v[2 * i], xo = v[2 * i + 1];
+        v[2 * i] = xe * cosv[i] - xo * sinv[i];
+        v[2 * i + 1] = xe * sinv[i] + xo * cosv[i];
+      }
+    }
+  }
+}
+
+void CpuBackend::FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKind kind) {
+  const int block = kind == FakeQuantKind::kFp4Block16E4m3 ? 16 : 32;
+  CHECK_EQ(n % block, 0) << "fake-quant length " << n << " not a multiple of " << block;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < n; b += block) {
+      float* v = x + r * ld + b;
+      switch (kind) {
+        case FakeQuantKind::kFp8Block32Pow2: FakeQuantFp8Pow2Block(v, block); break;
+        case FakeQuantKind::kFp4Block16E4m3: FakeQuantFp4E4m3Block(v, block); break;
+        case FakeQuantKind::kFp4Block32Pow2: FakeQuantFp4Pow2Block(v, block); break;
+      }
+    }
+  }
+}
+
+namespace {
+
+float Sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+// Sinkhorn-normalised comb from raw logits c [hc, hc] (row j, column k), in place.
+void SinkhornComb(float* c, int64_t hc, float eps, int iters) {
+  for (int64_t j = 0; j < hc; ++j) {  // softmax over k per row j, + eps
+    float* row = c + j * hc;
+    const float mx = *std::max_element(row, row + hc);
+    float sum = 0.0f;
+    for (int64_t k = 0; k < hc; ++k) sum += (row[k] = std::exp(row[k] - mx));
+    for (int64_t k = 0; k < hc; ++k) row[k] = row[k] / sum + eps;
+  }
+  auto normalise_columns = [&] {
+    for (int64_t k = 0; k < hc; ++k) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < hc; ++j) sum += c[j * hc + k];
+      for (int64_t j = 0; j < hc; ++j) c[j * hc + k] /= sum + eps;
+    }
+  };
+  auto normalise_rows = [&] {
+    for (int64_t j = 0; j < hc; ++j) {
+      float sum = 0.0f;
+      for (int64_t k = 0; k < hc; ++k) sum += c[j * hc + k];
+      for (int64_t k = 0; k < hc; ++k) c[j * hc + k] /= sum + eps;
+    }
+  };
+  normalise_columns();
+  for (int i = 1; i < iters; ++i) {
+    normalise_rows();
+    normalise_columns();
+  }
+}
+
+}  // namespace
+
+void CpuBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
+                       const model::HcSiteWeights& w, float norm_eps, float hc_eps,
+                       int sinkhorn_iters, float* pre, float* post, float* comb) {
+  const int64_t width = hc * D;
+  const int64_t n_mix = (2 + hc) * hc;
+  std::vector<float> normed(T * width), z(T * n_mix);
+  RmsNorm(x, T, width, width, nullptr, norm_eps, normed.data(), width);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
+              static_cast<int>(n_mix), static_cast<int>(width), 1.0f, normed.data(),
+              static_cast<int>(width), w.fn, static_cast<int>(width), 0.0f, z.data(),
+              static_cast<int>(n_mix));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* zt = z.data() + t * n_mix;
+    for (int64_t k = 0; k < hc; ++k) {
+      pre[t * hc + k] = Sigmoid(zt[k] * w.scale[0] + w.base[k]) + hc_eps;
+      post[t * hc + k] = 2.0f * Sigmoid(zt[hc + k] * w.scale[1] + w.base[hc + k]);
+    }
+    float* c = comb + t * hc * hc;
+    for (int64_t i = 0; i < hc * hc; ++i) c[i] = zt[2 * hc + i] * w.scale[2] + w.base[2 * hc + i];
+    SinkhornComb(c, hc, hc_eps, sinkhorn_iters);
+  }
+}
+
+void CpuBackend::HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                            float* y) {
+  for (int64_t t = 0; t < T; ++t) {
+    float* yt = y + t * D;
+    const float* xt = x + t * hc * D;
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < hc; ++k) acc += pre[t * hc + k] * xt[k * D + d];
+      yt[d] = acc;
+    }
+  }
+}
+
+void CpuBackend::HcExpand(const float* y, const float* post, const float* comb, int64_t T,
+                          int64_t hc, int64_t D, float* x) {
+  std::vector<float> old(hc * D);
+  for (int64_t t = 0; t < T; ++t) {
+    float* xt = x + t * hc * D;
+    std::copy(xt, xt + hc * D, old.begin());
+    const float* c = comb + t * hc * hc;
+    for (int64_t k = 0; k < hc; ++k) {
+      for (int64_t d = 0; d < D; ++d) {
+        float acc = post[t * hc + k] * y[t * D + d];
+        for (int64_t j = 0; j < hc; ++j) acc += c[j * hc + k] * old[j * D + d];
+        xt[k * D + d] = acc;
+      }
+    }
+  }
+}
+
+}  // namespace deepinfer::backend::cpu

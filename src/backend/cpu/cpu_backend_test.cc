@@ -1,0 +1,146 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace deepinfer::backend::cpu {
+namespace {
+
+using model::WeightFormat;
+using model::WeightRef;
+
+TEST(CpuBackendTest, LinearDequantisesFp8Blocks) {
+  // W [2, 32] e4m3 ones (0x38) with scale 2^1 for the only block -> every weight 2.
+  std::vector<uint8_t> w(64, 0x38);
+  uint8_t scale = 128;
+  WeightRef ref{"w", WeightFormat::kFp8Block32, 2, 32, w.data(), &scale};
+  std::vector<float> x(32, 0.5f), y(2, 0.0f);
+  CpuBackend b;
+  b.Linear(x.data(), 1, 32, ref, 0, 2, y.data(), 2, false);
+  EXPECT_FLOAT_EQ(y[0], 32.0f);
+  EXPECT_FLOAT_EQ(y[1], 32.0f);
+}
+
+TEST(CpuBackendTest, MxFp4UnpacksLowNibbleFirst) {
+  // Row of 32 values: byte 0 = 0x71 -> element 0 = 0.5, element 1 = 6.
+  std::vector<uint8_t> w(16, 0);
+  w[0] = 0x71;
+  uint8_t scale = 126;  // 0.5
+  WeightRef ref{"w", WeightFormat::kMxFp4, 1, 32, w.data(), &scale};
+  std::vector<float> row(32);
+  DequantRows(ref, 0, 1, row.data());
+  EXPECT_EQ(row[0], 0.25f);
+  EXPECT_EQ(row[1], 3.0f);
+  EXPECT_EQ(row[2], 0.0f);
+}
+
+TEST(CpuBackendTest, SinkhornCombIsDoublyStochastic) {
+  const int hc = 4, D = 8;
+  std::vector<float> x(hc * D);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * i);
+  std::vector<float> fn(24 * hc * D), base(24), scale = {0.5f, 0.7f, 1.3f};
+  for (size_t i = 0; i < fn.size(); ++i) fn[i] = std::cos(0.3f * i);
+  for (size_t i = 0; i < base.size(); ++i) base[i] = 0.1f * i;
+  std::vector<float> pre(hc), post(hc), comb(hc * hc);
+  CpuBackend b;
+  b.HcMix(x.data(), 1, hc, D, {fn.data(), scale.data(), base.data()}, 1e-20f, 1e-6f, 20,
+          pre.data(), post.data(), comb.data());
+  for (int k = 0; k < hc; ++k) {
+    float col = 0.0f, row = 0.0f;
+    for (int j = 0; j < hc; ++j) col += comb[j * hc + k], row += comb[k * hc + j];
+    EXPECT_NEAR(col, 1.0f, 1e-5f);
+    EXPECT_NEAR(row, 1.0f, 1e-3f);
+    EXPECT_GT(pre[k], 0.0f);
+    EXPECT_LT(pre[k], 1.0f + 1e-5f);
+    EXPECT_GT(post[k], 0.0f);
+    EXPECT_LT(post[k], 2.0f);
+  }
+}
+
+TEST(CpuBackendTest, TopKSkipsNegInfAndBreaksTiesByIndex) {
+  const float inf = model::kNegInf;
+  std::vector<float> s = {0.5f, inf, 2.0f, 0.5f, inf, inf};
+  std::vector<int32_t> idx(4 * 1);
+  CpuBackend b;
+  b.TopK(s.data(), 1, 6, 4, idx.data());
+  EXPECT_EQ(idx, (std::vector<int32_t>{2, 0, 3, -1}));
+}
+
+TEST(CpuBackendTest, IndexerScoresMaskInvisibleEntries) {
+  // 1 token at position 3, ratio 2 -> entries 0, 1 visible; entry 2 not.
+  std::vector<float> q = {1.0f, 2.0f, -1.0f, 1.0f};  // 2 heads x dim 2
+  std::vector<float> w = {0.5f, 2.0f};
+  std::vector<float> keys = {1.0f, 1.0f, 3.0f, -1.0f, 1.0f, 0.0f};
+  std::vector<int32_t> pos = {3};
+  std::vector<float> s(3);
+  CpuBackend b;
+  b.IndexerScores(q.data(), w.data(), 1, 2, 2, keys.data(), 3, pos.data(), 2, 0.5f, s.data());
+  EXPECT_FLOAT_EQ(s[0], 0.5f * 3.0f * 0.5f + 2.0f * 0.0f * 0.5f);
+  EXPECT_FLOAT_EQ(s[1], 0.5f * 1.0f * 0.5f + 2.0f * 0.0f * 0.5f);
+  EXPECT_EQ(s[2], model::kNegInf);
+}
+
+TEST(CpuBackendTest, CandidateMaskForcesNewestBlock) {
+  // 8 entries, blocks of 2, keep 2; newest visible entry = (5+1)/1-1 = 5 (block 2).
+  const float inf = model::kNegInf;
+  std::vector<float> s = {9.0f, 1.0f, 0.0f, 8.0f, 0.1f, 0.2f, inf, inf};
+  std::vector<int32_t> pos = {5};
+  std::vector<uint8_t> mask(8);
+  CpuBackend b;
+  b.CandidateMask(s.data(), 1, 8, pos.data(), 1, 2, 2, mask.data());
+  EXPECT_EQ(mask, (std::vector<uint8_t>{1, 1, 0, 0, 1, 1, 0, 0}));
+}
+
+TEST(CpuBackendTest, RouterRenormalisesUnbiasedScores) {
+  std::vector<float> logits = {0.0f, 1.0f, -1.0f};
+  std::vector<float> bias = {1.0f, 0.0f, 0.0f};
+  std::vector<int32_t> e(2);
+  std::vector<float> w(2);
+  CpuBackend b;
+  b.RouteSqrtSoftplus(logits.data(), bias.data(), 1, 3, 2, true, 1.5f, e.data(), w.data());
+  const float s0 = std::sqrt(std::log1p(1.0f)), s1 = std::sqrt(std::log1p(std::exp(1.0f)));
+  EXPECT_EQ(e[0], 0);  // biased score s0 + 1 beats s1
+  EXPECT_EQ(e[1], 1);
+  EXPECT_FLOAT_EQ(w[0], s0 / (s0 + s1) * 1.5f);
+  EXPECT_FLOAT_EQ(w[1], s1 / (s0 + s1) * 1.5f);
+}
+
+TEST(CpuBackendTest, AttentionWithSinkOnly) {
+  // One key equal to q; sink adds exp(sink) to the denominator.
+  std::vector<float> q = {1.0f, 0.0f}, kv = {1.0f, 0.0f}, sinks = {0.0f}, out(2);
+  std::vector<int32_t> qpos = {0}, kpos = {0};
+  model::SparseAttentionArgs a;
+  a.q = q.data();
+  a.q_pos = qpos.data();
+  a.tokens = 1;
+  a.heads = 1;
+  a.head_dim = 2;
+  a.window_kv = kv.data();
+  a.window_pos = kpos.data();
+  a.n_window = 1;
+  a.window = 4;
+  a.sinks = sinks.data();
+  a.scale = 1.0f;
+  a.out = out.data();
+  CpuBackend b;
+  b.SparseAttention(a);
+  const float e = std::exp(1.0f);
+  EXPECT_FLOAT_EQ(out[0], e / (e + 1.0f));
+  EXPECT_FLOAT_EQ(out[1], 0.0f);
+}
+
+TEST(CpuBackendTest, RopeInverseUndoesRotation) {
+  std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f}, inv = {1.0f, 0.1f};
+  std::vector<int32_t> pos = {7};
+  CpuBackend b;
+  b.Rope(x.data(), 1, 4, 1, 4, 0, 2, pos.data(), inv.data(), false);
+  EXPECT_NEAR(x[0], std::cos(7.0f) - 2.0f * std::sin(7.0f), 1e-6f);
+  b.Rope(x.data(), 1, 4, 1, 4, 0, 2, pos.data(), inv.data(), true);
+  EXPECT_NEAR(x[0], 1.0f, 1e-5f);
+  EXPECT_NEAR(x[3], 4.0f, 1e-5f);
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cpu

@@ -1,0 +1,187 @@
+// The compute interface the V4.1 model is written against.
+//
+// The model code (src/model) decides WHAT to compute (shapes, which tokens, which cache
+// entries); a Backend decides HOW (src/backend/cpu: fp32 + OpenBLAS; a CUDA backend later).
+// The model never loops over activation values itself.
+//
+// Conventions for every op:
+// * Activations are row-major fp32 arrays in backend memory (host memory for the CPU
+//   backend, device memory for a GPU backend). `ld*` arguments are row strides in elements.
+// * Weights are described by WeightRef (packed storage + scales, exactly as in the
+//   checkpoint); backends dequantise on the fly (a tile of rows at a time) so that a large
+//   model is never dequantised wholesale.
+// * Index arrays (positions, selections, expert ids) are int32 in backend memory.
+// * Shapes are in elements; "T" is the number of token rows of the call.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace deepinfer::model {
+
+// Storage formats of the release checkpoint (model.md §4.3).
+enum class WeightFormat {
+  kF32,         // fp32 [rows, cols]
+  kBF16,        // bf16 [rows, cols]
+  kFp8Block32,  // e4m3 [rows, cols] + e8m0 scale [ceil(rows/32), ceil(cols/32)]
+  kFp8Row32,    // e4m3 [rows, cols] + e8m0 scale [rows, ceil(cols/32)] (Engram tables)
+  kMxFp4,       // packed e2m1 [rows, cols/2] (low nibble = even column) + e8m0 [rows, cols/32]
+};
+
+std::string_view WeightFormatName(WeightFormat format);
+
+// A read-only view of one stored weight matrix (memory-mapped checkpoint bytes). The
+// logical matrix is W[rows, cols]; linear layers compute y = x W^T.
+struct WeightRef {
+  std::string name;  // checkpoint tensor name, for error messages
+  WeightFormat format = WeightFormat::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;
+  const uint8_t* scale = nullptr;  // e8m0 bytes, null for kF32/kBF16
+  bool valid() const { return data != nullptr; }
+};
+
+// QAT fake-quantisation points of the reference (goldens README "What the reference
+// computes" 1-3). Each rounds values in place to what the packed format can hold.
+enum class FakeQuantKind {
+  kFp8Block32Pow2,  // window KV: e4m3, blocks of 32, scale 2^ceil(log2(max(amax,1e-4)/448))
+  kFp4Block16E4m3,  // compressed KV: e2m1, blocks of 16, scale e4m3(max(amax,6*2^-9)/6)
+  kFp4Block32Pow2,  // indexer q/k: e2m1, blocks of 32, scale 2^ceil(log2(max(amax,6*2^-126)/6))
+};
+
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// mHC (manifold-constrained hyper-connections) parameters of one site.
+struct HcSiteWeights {
+  const float* fn = nullptr;     // [(2+hc)*hc, hc*D] fp32
+  const float* scale = nullptr;  // [3]
+  const float* base = nullptr;   // [(2+hc)*hc]
+};
+
+// Sparse attention over a window of per-layer keys plus selected compressed entries.
+// K = V (single shared latent head of dim `head_dim`).
+struct SparseAttentionArgs {
+  const float* q = nullptr;         // [T, heads, head_dim]
+  const int32_t* q_pos = nullptr;   // [T] absolute positions of the queries
+  int64_t tokens = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  const float* window_kv = nullptr;    // [n_window, head_dim] (keys = values)
+  const int32_t* window_pos = nullptr; // [n_window] positions of those rows
+  int64_t n_window = 0;
+  int64_t window = 0;                  // query p sees window keys p-window+1 .. p
+  const float* comp_kv = nullptr;      // [n_comp, head_dim] compressed entries
+  int64_t n_comp = 0;
+  const int32_t* selection = nullptr;  // [T, n_select] entry ids, -1 = empty slot
+  int64_t n_select = 0;
+  const float* sinks = nullptr;        // [heads] sink logits (denominator only)
+  float scale = 1.0f;                  // softmax scale applied to q.k
+  float* out = nullptr;                // [T, heads, head_dim]
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // --- memory -------------------------------------------------------------------------
+  // Backend-memory helpers so that the model can stage host data (ids, positions).
+  virtual float* AllocFloats(int64_t n) = 0;
+  virtual int32_t* AllocInts(int64_t n) = 0;
+  virtual void Free(void* p) = 0;
+  virtual void CopyToDevice(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void CopyDevice(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void Fill(float* x, int64_t n, float value) = 0;
+
+  // --- dense algebra ------------------------------------------------------------------
+  // y[t, i] = sum_k x[t, k] * W[row0 + i, k] for i < n_rows (W has cols == K).
+  // If accumulate, adds into y instead of overwriting.
+  virtual void Linear(const float* x, int64_t T, int64_t ldx, const WeightRef& w, int64_t row0,
+                      int64_t n_rows, float* y, int64_t ldy, bool accumulate = false) = 0;
+  // out[i, :] = W[ids[i], :] dequantised (ids in host memory: they drive addressing).
+  virtual void GatherRows(const WeightRef& w, const int64_t* host_ids, int64_t n,
+                          float* out) = 0;
+  // y = a + b (elementwise, n values); y may alias a or b.
+  virtual void Add(const float* a, const float* b, int64_t n, float* y) = 0;
+  // x *= s (n values).
+  virtual void Scale(float* x, int64_t n, float s) = 0;
+
+  // --- normalisation / positional ------------------------------------------------------
+  // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) (* weight if weight != null), rows of n.
+  virtual void RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx,
+                       const float* weight, float eps, float* y, int64_t ldy) = 0;
+  // Interleaved-pair RoPE on channels [offset, offset + 2*n_pairs) of each of `heads`
+  // vectors per row: x[r, h*head_stride + offset + 2i .. +1] rotated by pos[r]*inv_freq[i]
+  // (inverse = rotate by the negative angle). inv_freq in host memory [n_pairs].
+  virtual void Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
+                    int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+                    bool inverse) = 0;
+  // In-place fake quantisation of `rows` rows of n values (n a multiple of the block).
+  virtual void FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKind kind) = 0;
+
+  // --- mHC ----------------------------------------------------------------------------
+  // From streams x [T, hc, D]: pre [T, hc], post [T, hc], comb [T, hc, hc] (comb[j][k]).
+  virtual void HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const HcSiteWeights& w,
+                     float norm_eps, float hc_eps, int sinkhorn_iters, float* pre, float* post,
+                     float* comb) = 0;
+  // y[t] = sum_k pre[t, k] * x[t, k, :].
+  virtual void HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                          float* y) = 0;
+  // x[t, k] <- post[t, k] * y[t] + sum_j comb[t, j, k] * x[t, j]  (in place).
+  virtual void HcExpand(const float* y, const float* post, const float* comb, int64_t T,
+                        int64_t hc, int64_t D, float* x) = 0;
+
+  // --- attention pieces ---------------------------------------------------------------
+  virtual void SparseAttention(const SparseAttentionArgs& args) = 0;
+  // Gated pooling of ratio-r groups: c, z [groups*r, n] -> out [groups, n],
+  // out[g] = sum_i softmax_i(z[g*r+i]) * c[g*r+i] (softmax per channel over the r rows).
+  virtual void GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio, int64_t n,
+                         float* out) = 0;
+  // Lightning-indexer scores: s[t, g] = sum_h w[t,h] * relu(q[t,h] . k[g]) * scale, and
+  // kNegInf where g >= (q_pos[t]+1)/ratio (entry not yet visible).
+  virtual void IndexerScores(const float* q, const float* w, int64_t T, int64_t heads,
+                             int64_t dim, const float* keys, int64_t n_keys, const int32_t* q_pos,
+                             int64_t ratio, float scale, float* scores) = 0;
+  // Candidate blocks (two-level top-k): per row, block score = max over `block` entries,
+  // the block of the newest visible entry (q_pos+1)/ratio-1 forced to +inf; keep the best
+  // `keep_blocks` with a visible entry. mask[t, g] = 1 for entries in kept blocks.
+  virtual void CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
+                             int64_t ratio, int64_t block, int64_t keep_blocks,
+                             uint8_t* mask) = 0;
+  // scores[t, g] = kNegInf where mask[t, g] == 0.
+  virtual void ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) = 0;
+  // Per row, the ids of the k largest finite values (descending); -1 for slots whose
+  // value would be -inf. idx [T, k].
+  virtual void TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) = 0;
+
+  // --- MoE ----------------------------------------------------------------------------
+  // sqrtsoftplus router: s = sqrt(softplus(logits)); experts = top-k of s + bias;
+  // weights = s[picked] / (sum + 1e-20) * scale if renormalise, else s * scale.
+  virtual void RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
+                                 int64_t n_experts, int64_t k, bool renormalise, float scale,
+                                 int32_t* experts, float* weights) = 0;
+  // h = silu(min(gate, limit)) * clamp(up, -limit, limit) (no clamp if limit <= 0),
+  // times row_scale[t] when row_scale != null. gate, up, h [T, n].
+  virtual void SwiGlu(const float* gate, const float* up, int64_t T, int64_t n, float limit,
+                      const float* row_scale, float* h) = 0;
+  // Rows gather/scatter for expert dispatch: out[i] = x[rows[i]]; y[rows[i]] += v[i].
+  virtual void GatherTokenRows(const float* x, int64_t ld, const int32_t* host_rows, int64_t n,
+                               int64_t width, float* out) = 0;
+  virtual void ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* host_rows,
+                              float* y, int64_t ld) = 0;
+
+  // --- Engram -------------------------------------------------------------------------
+  // For each token t and stream k (x [T, hc, D], key [T, hc, D], value [T, D],
+  // q_weight/k_weight [hc, D]): q = x*rsqrt(mean x^2+eps)*q_weight,
+  // k = key*rsqrt(mean key^2+eps)*k_weight, dot = sum(q*k)/sqrt(D);
+  // gate = sigmoid(copysign(sqrt(max(|dot|,1e-6)), dot)); x[t,k] += gate * value[t].
+  virtual void EngramGate(float* x, const float* key, const float* value, const float* q_weight,
+                          const float* k_weight, int64_t T, int64_t hc, int64_t D,
+                          float eps) = 0;
+};
+
+}  // namespace deepinfer::model

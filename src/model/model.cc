@@ -1,0 +1,250 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include "base/check.h"
+#include "base/logging.h"
+#include "model/model_internal.h"
+
+namespace deepinfer::model {
+
+using base::Status;
+using base::StatusOr;
+
+std::vector<float> RopeInvFreq(int64_t rope_dim, double theta, const io::RopeScaling* yarn) {
+  const int64_t half = rope_dim / 2;
+  std::vector<float> pos_freq(half), inv(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rope_dim);
+    pos_freq[i] = std::pow(static_cast<float>(theta), exponent);
+    inv[i] = 1.0f / pos_freq[i];
+  }
+  if (yarn == nullptr || yarn->rope_type != "yarn") return inv;
+  const double L0 = static_cast<double>(yarn->original_max_position_embeddings);
+  auto correction_dim = [&](double beta) {
+    return static_cast<double>(rope_dim) * std::log(L0 / (beta * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(theta));
+  };
+  double low = std::max(std::floor(correction_dim(yarn->beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction_dim(yarn->beta_slow)),
+                         static_cast<double>(rope_dim - 1));
+  if (low == high) high += 0.001;
+  const float factor = static_cast<float>(yarn->factor);
+  for (int64_t i = 0; i < half; ++i) {
+    float ramp = (static_cast<float>(i) - static_cast<float>(low)) /
+                 (static_cast<float>(high) - static_cast<float>(low));
+    ramp = std::clamp(ramp, 0.0f, 1.0f);
+    const float extrapolation = 1.0f - ramp;
+    const float inv_interp = 1.0f / (factor * pos_freq[i]);
+    inv[i] = inv_interp * (1.0f - extrapolation) + inv[i] * extrapolation;
+  }
+  return inv;
+}
+
+Model::~Model() = default;
+
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& dir, Backend* backend,
+                                             std::optional<EngramHashConstants> engram) {
+  std::unique_ptr<Model> m(new Model());
+  m->backend_ = backend;
+  DI_ASSIGN_OR_RETURN(m->config_, io::LoadModelConfig(dir / "config.json"));
+  const io::TextConfig& t = m->config_.text();
+  if (t.scoring_func != "sqrtsoftplus") {
+    return base::UnimplementedError("scoring_func '" + t.scoring_func + "' is not supported");
+  }
+  DI_ASSIGN_OR_RETURN(m->checkpoint_, io::Checkpoint::Open(dir));
+  LOG_INFO("binding {} tensors of {}", m->checkpoint_->num_tensors(), dir.string());
+  DI_ASSIGN_OR_RETURN(m->weights_, BindWeights(*m->checkpoint_, m->config_, backend));
+  if (!t.engram_layer_ids.empty()) {
+    if (!engram.has_value()) {
+      return base::InvalidArgumentError("config has Engram layers but no hash constants given");
+    }
+    DI_RETURN_IF_ERROR(ValidateEngramHashConstants(
+        *engram, static_cast<int>(t.engram_layer_ids.size()), t.engram_max_ngram_size,
+        t.engram_n_heads, t.engram_num_embeddings));
+    if (static_cast<int64_t>(engram->token_map.size()) < t.vocab_size) {
+      return base::InvalidArgumentError("Engram token_map shorter than vocab_size");
+    }
+    m->engram_hash_ = std::move(engram);
+    std::vector<WeightRef> tables;
+    for (int l : t.engram_layer_ids) tables.push_back(m->weights_->layers[l].engram->table);
+    m->engram_table_ = std::make_unique<LocalEngramTable>(backend, std::move(tables));
+  }
+  m->dispatcher_ = std::make_unique<LocalExpertDispatcher>(backend);
+  MoeOptions moe;
+  moe.top_k = t.num_experts_per_tok;
+  moe.renormalise = t.norm_topk_prob;
+  moe.routed_scale = static_cast<float>(t.routed_scaling_factor);
+  moe.swiglu_limit = static_cast<float>(t.swiglu_limit);
+  m->moe_ = std::make_unique<MoeLayer>(backend, m->dispatcher_.get(), moe);
+  m->main_inv_freq_ = RopeInvFreq(t.qk_rope_head_dim, t.rope_theta, nullptr);
+  m->compress_inv_freq_ = RopeInvFreq(t.qk_rope_head_dim, t.compress_rope_theta, &t.rope_scaling);
+  return m;
+}
+
+SequenceState Model::NewSequence() const {
+  const io::TextConfig& t = config_.text();
+  SequenceState s;
+  s.windows.resize(t.num_hidden_layers);
+  for (WindowRing& w : s.windows) {
+    w.kv = DeviceFloats(backend_, t.sliding_window * t.head_dim);
+    w.pos.assign(t.sliding_window, -1);
+  }
+  for (int src : t.kv_source_layer_ids) {
+    KvGroupState g;
+    g.source_layer = src;
+    g.ratio = config_.CompressRatio(src);
+    g.entries = DeviceRows(backend_, t.head_dim);
+    g.index_keys = DeviceRows(backend_, t.index_head_dim);
+    g.pending_c = DeviceFloats(backend_, std::max(g.ratio - 1, 1) * t.head_dim);
+    g.pending_z = DeviceFloats(backend_, std::max(g.ratio - 1, 1) * t.head_dim);
+    s.groups.push_back(std::move(g));
+  }
+  return s;
+}
+
+StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
+  ForwardOutput out;
+  out.vocab = config_.text().vocab_size;
+  for (const ForwardChunk& chunk : batch.chunks) {
+    if (chunk.state == nullptr) return base::InvalidArgumentError("forward chunk without state");
+    if (chunk.start_pos != chunk.state->length) {
+      return base::InvalidArgumentError(
+          "forward chunk starts at position " + std::to_string(chunk.start_pos) +
+          " but the sequence has " + std::to_string(chunk.state->length) + " tokens");
+    }
+    if (chunk.tokens.empty()) return base::InvalidArgumentError("empty forward chunk");
+    for (int32_t id : chunk.tokens) {
+      if (id < 0 || id >= out.vocab) {
+        return base::InvalidArgumentError("token id " + std::to_string(id) +
+                                          " outside the vocabulary of " +
+                                          std::to_string(out.vocab));
+      }
+    }
+    DI_RETURN_IF_ERROR(ForwardOne(chunk, &out));
+  }
+  return out;
+}
+
+void Model::Emit(ChunkContext& ctx, const std::string& name, const float* data, int64_t rows,
+                 int64_t cols) {
+  if (!trace_) return;
+  (void)ctx;
+  std::vector<float> host(rows * cols);
+  backend_->CopyToHost(host.data(), data, rows * cols * sizeof(float));
+  trace_(name, host.data(), rows, cols);
+}
+
+void Model::EngramLayer(int layer, ChunkContext& ctx) {
+  const io::TextConfig& t = config_.text();
+  const EngramWeights& w = *weights_->layers[layer].engram;
+  const int idx = config_.EngramIndex(layer);
+  const int64_t T = ctx.T, D = t.hidden_size, hc = t.hc_mult;
+  const int64_t cols = engram_hash_->columns(), n_layers = engram_hash_->n_layers;
+  std::vector<int64_t> ids(T * cols);
+  for (int64_t i = 0; i < T; ++i) {
+    for (int64_t c = 0; c < cols; ++c) {
+      ids[i * cols + c] = ctx.engram_ids[(i * n_layers + idx) * cols + c];
+    }
+  }
+  DeviceFloats rows(backend_, T * cols * t.engram_head_dim);
+  engram_table_->Gather(idx, ids.data(), T * cols, rows.data());
+  const int64_t K = cols * t.engram_head_dim;
+  DeviceFloats key(backend_, T * hc * D), value(backend_, T * D);
+  backend_->Linear(rows.data(), T, K, w.wkv, 0, hc * D, key.data(), hc * D);
+  backend_->Linear(rows.data(), T, K, w.wkv, hc * D, D, value.data(), D);
+  backend_->EngramGate(ctx.x.data(), key.data(), value.data(), w.q_weight.data(),
+                       w.k_weight.data(), T, hc, D, static_cast<float>(t.rms_norm_eps));
+  Emit(ctx, "layers." + std::to_string(layer) + ".engram_out", ctx.x.data(), T, hc * D);
+}
+
+Status Model::ForwardOne(const ForwardChunk& chunk, ForwardOutput* out) {
+  const io::TextConfig& t = config_.text();
+  const int64_t T = static_cast<int64_t>(chunk.tokens.size());
+  const int64_t D = t.hidden_size, hc = t.hc_mult;
+  const float eps = static_cast<float>(t.rms_norm_eps);
+  const float hc_eps = static_cast<float>(t.hc_eps);
+  ChunkContext ctx;
+  ctx.state = chunk.state;
+  ctx.T = T;
+  ctx.host_pos.resize(T);
+  for (int64_t i = 0; i < T; ++i) ctx.host_pos[i] = static_cast<int32_t>(chunk.start_pos + i);
+  ctx.pos = DeviceInts(backend_, T);
+  backend_->CopyToDevice(ctx.pos.data(), ctx.host_pos.data(), T * sizeof(int32_t));
+
+  // Embedding, expanded to hc identical streams.
+  std::vector<int64_t> ids(chunk.tokens.begin(), chunk.tokens.end());
+  DeviceFloats e(backend_, T * D);
+  backend_->GatherRows(weights_->embed, ids.data(), T, e.data());
+  ctx.x = DeviceFloats(backend_, T * hc * D);
+  for (int64_t i = 0; i < T; ++i) {
+    for (int64_t k = 0; k < hc; ++k) {
+      backend_->CopyDevice(ctx.x.data() + (i * hc + k) * D, e.data() + i * D, D * sizeof(float));
+    }
+  }
+  if (engram_hash_) {
+    ComputeEngramRowIds(*engram_hash_, chunk.state->recent_tokens, chunk.tokens,
+                        &ctx.engram_ids);
+  }
+  // Incoming pre-mix: one-hot on stream 0.
+  DeviceFloats carry_pre(backend_, T * hc);
+  {
+    std::vector<float> one_hot(T * hc, 0.0f);
+    for (int64_t i = 0; i < T; ++i) one_hot[i * hc] = 1.0f;
+    backend_->CopyToDevice(carry_pre.data(), one_hot.data(), one_hot.size() * sizeof(float));
+  }
+  DeviceFloats a_pre(backend_, T * hc), a_post(backend_, T * hc), a_comb(backend_, T * hc * hc);
+  DeviceFloats f_post(backend_, T * hc), f_comb(backend_, T * hc * hc);
+  DeviceFloats u0(backend_, T * D), u(backend_, T * D), y(backend_, T * D);
+  for (int l = 0; l < t.num_hidden_layers; ++l) {
+    const LayerWeights& lw = weights_->layers[l];
+    const std::string name = "layers." + std::to_string(l) + ".";
+    if (lw.engram) EngramLayer(l, ctx);
+    backend_->HcMix(ctx.x.data(), T, hc, D, lw.hc_attn.view(), eps, hc_eps, t.hc_sinkhorn_iters,
+                    a_pre.data(), a_post.data(), a_comb.data());
+    backend_->HcCollapse(ctx.x.data(), carry_pre.data(), T, hc, D, u0.data());
+    Emit(ctx, name + "attn_in", u0.data(), T, D);
+    backend_->RmsNorm(u0.data(), T, D, D, lw.attn_norm.data(), eps, u.data(), D);
+    Attention(l, ctx, u.data(), y.data());
+    Emit(ctx, name + "attn_out", y.data(), T, D);
+    backend_->HcExpand(y.data(), a_post.data(), a_comb.data(), T, hc, D, ctx.x.data());
+    // carry_pre receives this layer's FFN-site pre (used by the next collapse after this).
+    backend_->HcMix(ctx.x.data(), T, hc, D, lw.hc_ffn.view(), eps, hc_eps, t.hc_sinkhorn_iters,
+                    carry_pre.data(), f_post.data(), f_comb.data());
+    backend_->HcCollapse(ctx.x.data(), a_pre.data(), T, hc, D, u0.data());
+    Emit(ctx, name + "ffn_in", u0.data(), T, D);
+    backend_->RmsNorm(u0.data(), T, D, D, lw.ffn_norm.data(), eps, u.data(), D);
+    moe_->Forward(lw.ffn, u.data(), T, D, y.data());
+    Emit(ctx, name + "ffn_out", y.data(), T, D);
+    backend_->HcExpand(y.data(), f_post.data(), f_comb.data(), T, hc, D, ctx.x.data());
+    Emit(ctx, name + "streams_out", ctx.x.data(), T, hc * D);
+  }
+  backend_->HcCollapse(ctx.x.data(), carry_pre.data(), T, hc, D, u0.data());
+  backend_->RmsNorm(u0.data(), T, D, D, weights_->norm.data(), eps, u.data(), D);
+  Emit(ctx, "final_norm_out", u.data(), T, D);
+
+  const int64_t rows = chunk.all_logits ? T : 1;
+  const float* h = u.data() + (T - rows) * D;
+  DeviceFloats logits(backend_, rows * t.vocab_size);
+  backend_->Linear(h, rows, D, weights_->head, 0, t.vocab_size, logits.data(), t.vocab_size);
+  const size_t old = out->logits.size();
+  out->logits.resize(old + rows * t.vocab_size);
+  backend_->CopyToHost(out->logits.data() + old, logits.data(),
+                       rows * t.vocab_size * sizeof(float));
+  out->rows += rows;
+
+  // Sequence bookkeeping (window rings and KV groups were updated by the layers).
+  SequenceState& s = *chunk.state;
+  s.length += T;
+  const size_t keep = static_cast<size_t>(std::max(t.engram_max_ngram_size - 1, 0));
+  s.recent_tokens.insert(s.recent_tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+  if (s.recent_tokens.size() > keep) {
+    s.recent_tokens.erase(s.recent_tokens.begin(), s.recent_tokens.end() - keep);
+  }
+  return Status::Ok();
+}
+
+}  // namespace deepinfer::model

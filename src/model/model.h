@@ -1,0 +1,99 @@
+// The DeepSeek-V4.1 text backbone (model.md §2): embedding, mHC streams, attention with
+// compressed KV + lightning indexer, Engram, MoE, final norm and head.
+//
+// Forward API (plain data, for the engine): each ForwardChunk feeds a contiguous run of
+// tokens of one sequence, starting at the sequence's current length, and updates its
+// SequenceState. Results do not depend on how a prompt is split into chunks (up to the
+// fake-quant rounding flips described in the goldens README).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "base/statusor.h"
+#include "io/checkpoint.h"
+#include "io/model_config.h"
+#include "model/backend.h"
+#include "model/engram.h"
+#include "model/moe.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace deepinfer::model {
+
+struct ForwardChunk {
+  SequenceState* state = nullptr;
+  std::span<const int32_t> tokens;
+  // Must equal state->length (positions are start_pos .. start_pos + tokens.size() - 1).
+  int64_t start_pos = 0;
+  // Logits for every token of the chunk (true) or only its last token (false).
+  bool all_logits = false;
+};
+
+struct ForwardBatch {
+  std::vector<ForwardChunk> chunks;
+};
+
+struct ForwardOutput {
+  // [rows, vocab] fp32; rows = sum over chunks of (all_logits ? tokens : 1), chunk order.
+  std::vector<float> logits;
+  int64_t rows = 0;
+  int64_t vocab = 0;
+};
+
+// Receives named activations of a forward (for layer-by-layer comparisons), e.g.
+// "layers.3.attn_out" [T, D] or "layers.3.streams_out" [T, 4*D]; data in host memory.
+using ActivationTrace =
+    std::function<void(std::string_view name, const float* data, int64_t rows, int64_t cols)>;
+
+class Model {
+ public:
+  // Opens `dir` (config.json + checkpoint), binding weights memory-mapped.
+  // `engram` must be given when the config has Engram layers.
+  static base::StatusOr<std::unique_ptr<Model>> Load(const std::filesystem::path& dir,
+                                                     Backend* backend,
+                                                     std::optional<EngramHashConstants> engram);
+  ~Model();
+
+  const io::ModelConfig& config() const { return config_; }
+  SequenceState NewSequence() const;
+  base::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch);
+  void SetTrace(ActivationTrace trace) { trace_ = std::move(trace); }
+
+  // The inverse frequencies in use (fp32, qk_rope_head_dim/2 values).
+  const std::vector<float>& main_inv_freq() const { return main_inv_freq_; }
+  const std::vector<float>& compress_inv_freq() const { return compress_inv_freq_; }
+
+ private:
+  struct ChunkContext;
+  Model() = default;
+
+  base::Status ForwardOne(const ForwardChunk& chunk, ForwardOutput* out);
+  void EngramLayer(int layer, ChunkContext& ctx);
+  void Attention(int layer, ChunkContext& ctx, const float* u, float* out);
+  void Compress(int layer, ChunkContext& ctx, const float* u, KvGroupState& group);
+  void Indexer(int layer, ChunkContext& ctx, const float* u, const float* q_r,
+               KvGroupState& group);
+  void Emit(ChunkContext& ctx, const std::string& name, const float* data, int64_t rows,
+            int64_t cols);
+
+  io::ModelConfig config_;
+  Backend* backend_ = nullptr;
+  std::unique_ptr<io::Checkpoint> checkpoint_;
+  std::unique_ptr<ModelWeights> weights_;
+  std::optional<EngramHashConstants> engram_hash_;
+  std::unique_ptr<EngramTable> engram_table_;
+  std::unique_ptr<ExpertDispatcher> dispatcher_;
+  std::unique_ptr<MoeLayer> moe_;
+  std::vector<float> main_inv_freq_, compress_inv_freq_;
+  ActivationTrace trace_;
+};
+
+// RoPE inverse frequencies (model.md §2.3): theta^(-2i/r) in fp32, optionally with YaRN.
+std::vector<float> RopeInvFreq(int64_t rope_dim, double theta, const io::RopeScaling* yarn);
+
+}  // namespace deepinfer::model

@@ -1,0 +1,88 @@
+#include "model/moe.h"
+
+#include <map>
+
+#include "base/check.h"
+
+namespace deepinfer::model {
+
+void LocalExpertDispatcher::Dispatch(const float* v, int64_t D, const Routing& routing,
+                                     std::vector<ExpertBatch>* batches) {
+  std::map<int, std::pair<std::vector<int32_t>, std::vector<float>>> by_expert;
+  for (int64_t t = 0; t < routing.tokens; ++t) {
+    for (int64_t i = 0; i < routing.k; ++i) {
+      auto& [rows, weights] = by_expert[routing.experts[t * routing.k + i]];
+      rows.push_back(static_cast<int32_t>(t));
+      weights.push_back(routing.weights[t * routing.k + i]);
+    }
+  }
+  batches->clear();
+  for (auto& [expert, rw] : by_expert) {
+    ExpertBatch b;
+    b.expert = expert;
+    b.token_rows = std::move(rw.first);
+    const int64_t n = static_cast<int64_t>(b.token_rows.size());
+    b.x = DeviceFloats(backend_, n * D);
+    b.weight = DeviceFloats(backend_, n);
+    b.out = DeviceFloats(backend_, n * D);
+    backend_->GatherTokenRows(v, D, b.token_rows.data(), n, D, b.x.data());
+    backend_->CopyToDevice(b.weight.data(), rw.second.data(), n * sizeof(float));
+    batches->push_back(std::move(b));
+  }
+}
+
+void LocalExpertDispatcher::Combine(std::vector<ExpertBatch>& batches, int64_t D, float* y) {
+  for (ExpertBatch& b : batches) {
+    backend_->ScatterAddRows(b.out.data(), static_cast<int64_t>(b.token_rows.size()), D,
+                             b.token_rows.data(), y, D);
+  }
+}
+
+Routing MoeLayer::Route(const MoeWeights& w, const float* v, int64_t T, int64_t D) {
+  const int64_t E = w.gate.rows;
+  CHECK_EQ(w.gate.cols, D);
+  DeviceFloats logits(backend_, T * E);
+  backend_->Linear(v, T, D, w.gate, 0, E, logits.data(), E, false);
+  DeviceInts experts(backend_, T * opt_.top_k);
+  DeviceFloats weights(backend_, T * opt_.top_k);
+  backend_->RouteSqrtSoftplus(logits.data(), w.bias.data(), T, E, opt_.top_k, opt_.renormalise,
+                              opt_.routed_scale, experts.data(), weights.data());
+  Routing r;
+  r.tokens = T;
+  r.k = opt_.top_k;
+  r.experts.resize(T * r.k);
+  r.weights.resize(T * r.k);
+  backend_->CopyToHost(r.experts.data(), experts.data(), T * r.k * sizeof(int32_t));
+  backend_->CopyToHost(r.weights.data(), weights.data(), T * r.k * sizeof(float));
+  return r;
+}
+
+void MoeLayer::Ffn(const ExpertWeights& e, const float* x, int64_t n, const float* row_scale,
+                   float* out, bool accumulate) {
+  const int64_t I = e.w1.rows, D = e.w1.cols;
+  DeviceFloats gate(backend_, n * I), up(backend_, n * I), h(backend_, n * I);
+  backend_->Linear(x, n, D, e.w1, 0, I, gate.data(), I, false);
+  backend_->Linear(x, n, D, e.w3, 0, I, up.data(), I, false);
+  backend_->SwiGlu(gate.data(), up.data(), n, I, opt_.swiglu_limit, row_scale, h.data());
+  backend_->Linear(h.data(), n, I, e.w2, 0, D, out, D, accumulate);
+}
+
+void MoeLayer::RunExperts(const MoeWeights& w, std::vector<ExpertBatch>& batches, int64_t /*D*/) {
+  for (ExpertBatch& b : batches) {
+    CHECK(b.expert >= 0 && b.expert < static_cast<int>(w.experts.size()));
+    Ffn(w.experts[b.expert], b.x.data(), static_cast<int64_t>(b.token_rows.size()),
+        b.weight.data(), b.out.data(), false);
+  }
+}
+
+void MoeLayer::Forward(const MoeWeights& w, const float* v, int64_t T, int64_t D, float* y) {
+  const Routing routing = Route(w, v, T, D);
+  std::vector<ExpertBatch> batches;
+  dispatcher_->Dispatch(v, D, routing, &batches);
+  RunExperts(w, batches, D);
+  backend_->Fill(y, T * D, 0.0f);
+  dispatcher_->Combine(batches, D, y);
+  Ffn(w.shared, v, T, nullptr, y, /*accumulate=*/true);
+}
+
+}  // namespace deepinfer::model
