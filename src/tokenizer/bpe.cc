@@ -12,8 +12,8 @@
 namespace deepinfer::tokenizer {
 namespace {
 
-constexpr size_t kShortWordLimit = 48;   // bytes; longer words use the heap algorithm
-constexpr size_t kCacheWordLimit = 64;   // bytes; longer words are not cached
+constexpr size_t kShortWordLimit = 48;  // bytes; longer words use the heap algorithm
+constexpr size_t kCacheWordLimit = 64;  // bytes; longer words are not cached
 constexpr size_t kCacheMaxEntries = 1 << 16;
 
 uint64_t HashKey(uint64_t key) {
@@ -59,7 +59,8 @@ base::StatusOr<BpeModel> BpeModel::Create(std::vector<std::string> token_bytes,
     const std::string& bytes = token_bytes[id];
     if (bytes.empty()) continue;
     id_of.emplace(bytes, static_cast<int32_t>(id));
-    if (bytes.size() == 1) model.byte_token_[static_cast<uint8_t>(bytes[0])] = static_cast<int32_t>(id);
+    if (bytes.size() == 1)
+      model.byte_token_[static_cast<uint8_t>(bytes[0])] = static_cast<int32_t>(id);
   }
   size_t capacity = 16;
   while (capacity < merges.size() * 2) capacity <<= 1;
@@ -85,8 +86,8 @@ base::StatusOr<BpeModel> BpeModel::Create(std::vector<std::string> token_bytes,
 }
 
 const BpeModel::MergeSlot* BpeModel::FindMerge(int32_t left, int32_t right) const {
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
-                       static_cast<uint32_t>(right);
+  const uint64_t key =
+      (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   for (uint64_t slot = HashKey(key) & merge_mask_;; slot = (slot + 1) & merge_mask_) {
     const MergeSlot& s = merge_table_[slot];
     if (s.key == key) return &s;
@@ -95,8 +96,8 @@ const BpeModel::MergeSlot* BpeModel::FindMerge(int32_t left, int32_t right) cons
 }
 
 void BpeModel::UpsertMerge(int32_t left, int32_t right, int32_t rank, int32_t merged_id) {
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
-                       static_cast<uint32_t>(right);
+  const uint64_t key =
+      (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   uint64_t slot = HashKey(key) & merge_mask_;
   while (merge_table_[slot].key != kEmptyKey && merge_table_[slot].key != key) {
     slot = (slot + 1) & merge_mask_;

@@ -47,8 +47,8 @@ class BpeModel {
   void MergeShortWord(std::string_view word, std::vector<int32_t>* ids) const;
   void MergeLongWord(std::string_view word, std::vector<int32_t>* ids) const;
 
-  uint64_t instance_id_ = 0;  // distinguishes models in the per-thread cache
-  int32_t byte_token_[256];   // id of each single-byte token, -1 if absent
+  uint64_t instance_id_ = 0;            // distinguishes models in the per-thread cache
+  int32_t byte_token_[256];             // id of each single-byte token, -1 if absent
   std::vector<MergeSlot> merge_table_;  // open addressing, size a power of two
   uint64_t merge_mask_ = 0;
 };

@@ -30,8 +30,7 @@ std::string DefaultTokenizerPath(std::string_view version) {
     candidates.push_back(exe_dir / ".." / "share" / "deepinfer" / "tokenizers" / name /
                          "tokenizer.json");
     candidates.push_back(exe_dir / ".." / "assets" / "tokenizers" / name / "tokenizer.json");
-    candidates.push_back(exe_dir / ".." / ".." / "assets" / "tokenizers" / name /
-                         "tokenizer.json");
+    candidates.push_back(exe_dir / ".." / ".." / "assets" / "tokenizers" / name / "tokenizer.json");
   }
 #ifdef DEEPINFER_SOURCE_DIR
   candidates.push_back(fs::path(DEEPINFER_SOURCE_DIR) / "assets" / "tokenizers" / name /

@@ -11,6 +11,26 @@
 namespace deepinfer::tokenizer {
 namespace {
 
+#include "tokenizer/unicode_additions.inc"
+
+// Extra class items for \p{X}: code points in category X under Unicode 16 but not 14.
+std::string_view Unicode16Additions(char general_category) {
+  switch (general_category) {
+    case 'L':
+      return kUnicode16AddedL;
+    case 'M':
+      return kUnicode16AddedM;
+    case 'N':
+      return kUnicode16AddedN;
+    case 'P':
+      return kUnicode16AddedP;
+    case 'S':
+      return kUnicode16AddedS;
+    default:
+      return {};
+  }
+}
+
 // Unicode White_Space (PropList.txt), the set Oniguruma's \s matches in UTF-8 mode.
 constexpr std::string_view kWhiteSpaceRanges =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
@@ -57,7 +77,19 @@ base::StatusOr<std::string> TranslateOnigurumaPattern(std::string_view pattern) 
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       const char next = pattern[++i];
-      if (next == 's') {
+      if (next == 'p' || next == 'P') {
+        // Only the one-letter major categories are supported: \p{L} -> [\p{L}<additions>].
+        if (next == 'P' || i + 3 >= pattern.size() || pattern[i + 1] != '{' ||
+            pattern[i + 3] != '}' || Unicode16Additions(pattern[i + 2]).empty()) {
+          return base::UnimplementedError("pre-tokenizer regex: unsupported property in '" +
+                                          std::string(pattern) + "'");
+        }
+        const char category = pattern[i + 2];
+        const std::string item =
+            std::string("\\p{") + category + "}" + std::string(Unicode16Additions(category));
+        out.append(in_class ? item : "[" + item + "]");
+        i += 3;
+      } else if (next == 's') {
         if (in_class) {
           out.append(kWhiteSpaceRanges);
         } else {
@@ -101,9 +133,9 @@ base::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::Create(
     int error_code = 0;
     PCRE2_SIZE error_offset = 0;
     auto compiled = std::make_unique<Compiled>();
-    compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()),
-                                   translated.size(), PCRE2_UTF | PCRE2_UCP, &error_code,
-                                   &error_offset, nullptr);
+    compiled->code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                      PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
     if (compiled->code == nullptr) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error_code, message, sizeof(message));

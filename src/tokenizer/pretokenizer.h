@@ -4,10 +4,13 @@
 // piece end looks at the end of the subject). The final ByteLevel step (use_regex=false) only
 // respells bytes and is folded into the BPE model.
 //
-// Regexes are Oniguruma patterns (what HF uses) run by PCRE2 with UTF + UCP and JIT. The one
-// construct whose meaning differs between the two engines, `\s`/`\S`, is rewritten to an
-// explicit class of Unicode White_Space characters (Oniguruma's definition; PCRE2's also
-// contains U+180E).
+// Regexes are Oniguruma patterns (what HF uses) run by PCRE2 with UTF + UCP and JIT. Two
+// constructs mean different things in the two engines and are rewritten:
+//  - `\s`/`\S` -> an explicit class of Unicode White_Space characters (Oniguruma's
+//    definition; PCRE2's also contains U+180E);
+//  - `\p{L|M|N|P|S}` -> the class plus the code points added to it between Unicode 14.0
+//    (Debian 12's PCRE2 10.42) and Unicode 16.0 (the Oniguruma in HF tokenizers 0.23.2), see
+//    gen_unicode_additions.py. Other properties are rejected.
 //
 // Thread-safety: immutable after Create; Split may run concurrently (per-thread match data).
 #pragma once
@@ -37,12 +40,11 @@ class PreTokenizer {
  private:
   struct Compiled;
   PreTokenizer() = default;
-  void SplitLevel(size_t level, std::string_view text,
-                  std::vector<std::string_view>* pieces) const;
+  void SplitLevel(size_t level, std::string_view text, std::vector<std::string_view>* pieces) const;
   std::vector<std::unique_ptr<Compiled>> regexes_;
 };
 
-// Rewrites `\s` and `\S` of an Oniguruma pattern for PCRE2 (see above). Exposed for tests.
+// Rewrites `\s`, `\S` and `\p{X}` of an Oniguruma pattern for PCRE2 (see above). Exposed for tests.
 base::StatusOr<std::string> TranslateOnigurumaPattern(std::string_view pattern);
 
 }  // namespace deepinfer::tokenizer

@@ -1,12 +1,12 @@
 // Shared helpers of the tokenizer tests: the shipped tokenizers, loaded once per process.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "tokenizer/tokenizer.h"
 

@@ -98,7 +98,8 @@ class IncrementalDetokenizer {
 };
 
 // Path of a shipped tokenizer.json ("deepseek-v4.1" or "deepseek-v4"). Search order:
-//   1. $DEEPINFER_TOKENIZER_DIR/<version>/tokenizer.json, then $DEEPINFER_TOKENIZER_DIR/tokenizer.json
+//   1. $DEEPINFER_TOKENIZER_DIR/<version>/tokenizer.json, then
+//   $DEEPINFER_TOKENIZER_DIR/tokenizer.json
 //   2. <dir of the running executable>/../share/deepinfer/tokenizers/<version>/tokenizer.json
 //      and <exe dir>/../assets/tokenizers/<version>/tokenizer.json (build tree: build/bin)
 //   3. <DEEPINFER_SOURCE_DIR compiled in>/assets/tokenizers/<version>/tokenizer.json

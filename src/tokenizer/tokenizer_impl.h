@@ -27,7 +27,7 @@ struct TokenInfo {
 
 class TokenizerImpl {
  public:
-  std::vector<TokenInfo> tokens;  // indexed by id; size = vocab size
+  std::vector<TokenInfo> tokens;                       // indexed by id; size = vocab size
   std::unordered_map<std::string, int32_t> vocab_ids;  // vocab spelling -> id
   std::unordered_map<std::string, int32_t> added_ids;  // added content -> id
   AddedTokenMatcher added_matcher;

@@ -3,7 +3,6 @@
 // ByteLevel decoder); anything else is rejected with UNIMPLEMENTED naming the field, so a
 // file we would tokenize differently from HF never loads silently.
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "base/status.h"
@@ -20,8 +19,7 @@ base::Status FieldError(std::string_view source, std::string_view field, std::st
                                     std::string(what));
 }
 
-base::Status Unsupported(std::string_view source, std::string_view field,
-                         std::string_view what) {
+base::Status Unsupported(std::string_view source, std::string_view field, std::string_view what) {
   return base::UnimplementedError(std::string(source) + ": " + std::string(field) +
                                   ": unsupported " + std::string(what));
 }
@@ -96,8 +94,7 @@ base::Status ParseVocab(const json& model, std::string_view source, TokenizerImp
   return base::Status::Ok();
 }
 
-base::StatusOr<std::vector<BpeModel::Merge>> ParseMerges(const json& model,
-                                                         std::string_view source,
+base::StatusOr<std::vector<BpeModel::Merge>> ParseMerges(const json& model, std::string_view source,
                                                          const TokenizerImpl& impl) {
   if (!model.contains("merges") || !model["merges"].is_array()) {
     return FieldError(source, "model.merges", "missing or not an array");
@@ -160,8 +157,8 @@ base::Status ParseAddedTokens(const json& root, std::string_view source, Tokeniz
 
 base::Status CheckModel(const json& model, std::string_view source) {
   if (model.value("type", "BPE") != "BPE") return Unsupported(source, "model.type", "model");
-  if (!IsNullOrFalse(model, "dropout") && !(model["dropout"].is_number() &&
-                                            model["dropout"].get<double>() == 0.0)) {
+  if (!IsNullOrFalse(model, "dropout") &&
+      !(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0)) {
     return Unsupported(source, "model.dropout", "dropout");
   }
   if (!IsNullOrFalse(model, "byte_fallback") || !IsNullOrFalse(model, "ignore_merges") ||

@@ -1,9 +1,9 @@
 // Exactness against HF `tokenizers` 0.23.2: the shared reference cases, the recipe goldens
 // that carry token ids, and this module's own goldens (testdata/, made by
 // tools/reference/make_tokenizer_goldens.py).
-#include <nlohmann/json.hpp>
-
+#include <cstdlib>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -119,7 +119,12 @@ TEST(TokenizerReferenceTest, RecipeGoldens) {
 
 // This module's own goldens: {"version", "special": bool, "text", "ids"} per line.
 TEST(TokenizerReferenceTest, ProjectGoldens) {
-  const json lines = LoadJsonLines(kSource + "/src/tokenizer/testdata/hf_goldens.jsonl");
+  // DEEPINFER_TOKENIZER_GOLDENS overrides the file (e.g. a full code-point sweep kept out of
+  // the repository).
+  const char* override_path = std::getenv("DEEPINFER_TOKENIZER_GOLDENS");
+  const json lines =
+      LoadJsonLines(override_path ? std::string(override_path)
+                                  : kSource + "/src/tokenizer/testdata/hf_goldens.jsonl");
   ASSERT_GT(lines.size(), 100u);
   int failures = 0;
   for (const json& g : lines) {
@@ -128,9 +133,8 @@ TEST(TokenizerReferenceTest, ProjectGoldens) {
     const auto expected = g["ids"].get<std::vector<int32_t>>();
     const auto ids = tok.Encode(text, g["special"].get<bool>());
     if (ids != expected && ++failures <= 10) {
-      ADD_FAILURE() << "golden " << ShortRepr(text) << " special=" << g["special"]
-                    << "\n expected " << json(expected).dump() << "\n got      "
-                    << json(ids).dump();
+      ADD_FAILURE() << "golden " << ShortRepr(text) << " special=" << g["special"] << "\n expected "
+                    << json(expected).dump() << "\n got      " << json(ids).dump();
     }
     if (g.contains("decoded")) {
       auto decoded = tok.Decode(expected, false);

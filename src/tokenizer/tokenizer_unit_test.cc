@@ -1,11 +1,10 @@
 // Behaviour beyond the reference cases: invalid UTF-8, decode errors, streaming
 // detokenization, plain (no added-token) encoding, byte-level alphabet, path lookup.
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/thread_pool.h"
 #include "tokenizer/byte_level.h"
@@ -33,10 +32,12 @@ TEST(Utf8Test, MaximalSubpartReplacement) {
   EXPECT_EQ(Lossy("abc"), "abc");
   EXPECT_EQ(Lossy("\xff"), "\uFFFD");
   EXPECT_EQ(Lossy("\xe2\x82"), "\uFFFD");
-  EXPECT_EQ(Lossy("\xe2\x82" "A"), "\uFFFDA");
-  EXPECT_EQ(Lossy("\xed\xa0\x80"), "\uFFFD\uFFFD\uFFFD");  // surrogate
-  EXPECT_EQ(Lossy("\xf0\x9f\x98"), "\uFFFD");              // truncated emoji
-  EXPECT_EQ(Lossy("\xc0\xaf"), "\uFFFD\uFFFD");            // overlong
+  EXPECT_EQ(Lossy("\xe2\x82"
+                  "A"),
+            "\uFFFDA");
+  EXPECT_EQ(Lossy("\xed\xa0\x80"), "\uFFFD\uFFFD\uFFFD");            // surrogate
+  EXPECT_EQ(Lossy("\xf0\x9f\x98"), "\uFFFD");                        // truncated emoji
+  EXPECT_EQ(Lossy("\xc0\xaf"), "\uFFFD\uFFFD");                      // overlong
   EXPECT_EQ(Lossy("\xf4\x90\x80\x80"), "\uFFFD\uFFFD\uFFFD\uFFFD");  // > U+10FFFF
   EXPECT_EQ(Lossy("\xe0\x80\x80"), "\uFFFD\uFFFD\uFFFD");
   EXPECT_EQ(Lossy("\xf0\x9f\x98\x80"), "\U0001F600");
@@ -60,6 +61,12 @@ TEST(PreTokenizerTest, RewritesWhitespaceClasses) {
   EXPECT_EQ(p->find("\\s"), std::string::npos);
   EXPECT_EQ(p->find("\\S"), std::string::npos);
   EXPECT_FALSE(TranslateOnigurumaPattern("[\\S]").ok());
+  auto letters = TranslateOnigurumaPattern("\\p{L}+|[^\\p{N}]");
+  ASSERT_TRUE(letters.ok());
+  EXPECT_EQ(letters->rfind("[\\p{L}\\x{", 0), 0u) << *letters;
+  EXPECT_NE(letters->find("[^\\p{N}\\x{"), std::string::npos) << *letters;
+  EXPECT_FALSE(TranslateOnigurumaPattern("\\p{Lu}").ok());
+  EXPECT_FALSE(TranslateOnigurumaPattern("\\P{L}").ok());
 }
 
 TEST(TokenizerTest, InvalidUtf8EncodesAsReplacementCharacters) {
@@ -119,7 +126,8 @@ TEST(TokenizerTest, SpecialMatchingCanBeTurnedOff) {
 
 TEST(TokenizerTest, SkipSpecialDropsOnlySpecialTokens) {
   const Tokenizer& tok = V41();
-  const std::vector<int32_t> ids = tok.Encode("<\uFF5Cbegin\u2581of\u2581sentence\uFF5C><\uFF5CUser\uFF5C>x");
+  const std::vector<int32_t> ids =
+      tok.Encode("<\uFF5Cbegin\u2581of\u2581sentence\uFF5C><\uFF5CUser\uFF5C>x");
   EXPECT_EQ(tok.Decode(ids, true).value(), "<\uFF5CUser\uFF5C>x");
 }
 
@@ -191,9 +199,8 @@ TEST(IncrementalDetokenizerTest, HoldsBackUntilComplete) {
 }
 
 TEST(IncrementalDetokenizerTest, SharedCasesStreamLikeDecode) {
-  const auto file = nlohmann::json::parse(
-      ReadFileOrDie(std::string(DEEPINFER_SHARED_DIR) +
-                    "/tokenizers/deepseek-v4.1/tokenizer_cases.json"));
+  const auto file = nlohmann::json::parse(ReadFileOrDie(
+      std::string(DEEPINFER_SHARED_DIR) + "/tokenizers/deepseek-v4.1/tokenizer_cases.json"));
   int cases = 0;
   for (const auto& c : file["cases"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();

@@ -12,7 +12,7 @@ bool InRange(uint8_t b, uint8_t lo, uint8_t hi) { return b >= lo && b <= hi; }
 Utf8Step NextUtf8Step(std::string_view bytes) {
   const auto lead = static_cast<uint8_t>(bytes[0]);
   if (lead < 0x80) return {Utf8Step::kValid, 1};
-  size_t need;             // continuation bytes required
+  size_t need;                   // continuation bytes required
   uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the first continuation byte
   if (InRange(lead, 0xC2, 0xDF)) {
     need = 1;
