@@ -153,6 +153,7 @@ bool Scheduler::EnsureCapacity(Sequence* seq, int64_t num_tokens, int32_t extra_
     if (fits) return true;
     Sequence* victim = WorstPreemptible(*seq, ordered);
     if (victim == nullptr) return false;
+    if (victim->remaining() == 1) --decode_reserve_;  // its reserved decode token is free
     Preempt(victim);
   }
 }
@@ -206,19 +207,19 @@ void Scheduler::AppendChunk(Sequence* seq, int64_t num_tokens, std::vector<Sampl
   plan->chunks.push_back(std::move(c));
 }
 
-bool Scheduler::TrySchedule(Sequence* seq, int32_t* budget, const std::vector<Sequence*>& ordered,
-                            StepPlan* plan) {
+int64_t Scheduler::TrySchedule(Sequence* seq, int64_t max_tokens,
+                               const std::vector<Sequence*>& ordered, StepPlan* plan) {
   const bool is_new = !seq->allocated;
   const int64_t start = seq->num_computed;
-  int64_t chunk = std::min<int64_t>(seq->remaining(), *budget);
+  int64_t chunk = std::min(seq->remaining(), max_tokens);
   if (!EnsureCapacity(seq, start + chunk, is_new ? 1 : 0, 0, ordered)) {
     // Take what fits in the free memory, if anything.
-    if (is_new && kv_->num_free_slots() == 0) return false;
+    if (is_new && kv_->num_free_slots() == 0) return 0;
     const int64_t have = is_new ? 0 : static_cast<int64_t>(kv_->block_table(seq->id).size());
     chunk = std::min(chunk, (have + kv_->num_free_blocks()) * kv_->block_tokens() - start);
     if (chunk <= 0) {
       if (!is_new && seq->remaining() == 1) Preempt(seq);  // a stalled decode frees its state
-      return false;
+      return 0;
     }
   }
   if (is_new) {
@@ -231,10 +232,9 @@ bool Scheduler::TrySchedule(Sequence* seq, int32_t* budget, const std::vector<Se
     samples = ForkIfComplete(seq, start + chunk, plan);
     if (samples.empty()) --chunk;  // cannot fork yet: run the prompt but the last token
   }
-  if (chunk == 0) return false;
+  if (chunk == 0) return 0;
   AppendChunk(seq, chunk, std::move(samples), plan);
-  *budget -= static_cast<int32_t>(chunk);
-  return true;
+  return chunk;
 }
 
 StepPlan Scheduler::Schedule() {
@@ -242,21 +242,31 @@ StepPlan Scheduler::Schedule() {
   in_step_ = true;
   StepPlan plan;
   plan.step = step_;
-  int32_t budget = config_.max_tokens_per_step;
+  int64_t budget = config_.max_tokens_per_step;
   const std::vector<Sequence*> ordered = SortedUnfinished();
-  const auto not_yet = [this](const Sequence* s) { return s->scheduled_step != step_; };
-  for (Sequence* s : ordered) {  // 1. decodes
-    if (budget == 0) break;
-    if (s->allocated && not_yet(s) && s->remaining() == 1) TrySchedule(s, &budget, ordered, &plan);
+  // Budget for the decodes not yet visited, so prefill chunks never take it.
+  decode_reserve_ = 0;
+  for (const Sequence* s : ordered) decode_reserve_ += s->allocated && s->remaining() == 1;
+  const auto prefill_cap = [&] { return budget - std::max<int64_t>(decode_reserve_, 0); };
+  // 1. Running sequences in key order: memory goes to better keys first (a prefill of a
+  //    higher-priority request may preempt worse decodes), the token budget to decodes first.
+  for (Sequence* s : ordered) {
+    if (!s->allocated || s->scheduled_step == step_) continue;
+    if (s->remaining() == 1) {
+      --decode_reserve_;
+      budget -= TrySchedule(s, 1, ordered, &plan);
+    } else if (prefill_cap() > 0) {
+      budget -= TrySchedule(s, prefill_cap(), ordered, &plan);
+    }
   }
-  for (Sequence* s : ordered) {  // 2. running prefills
-    if (budget == 0) break;
-    if (s->allocated && not_yet(s) && s->remaining() > 1) TrySchedule(s, &budget, ordered, &plan);
-  }
-  for (Sequence* s : ordered) {  // 3. admission, no overtaking
-    if (budget == 0) break;
+  // 2. Admission in key order, no overtaking.
+  for (Sequence* s : ordered) {
+    if (prefill_cap() <= 0) break;
     if (s->allocated) continue;
-    if (s->preempted_step == step_ || !TrySchedule(s, &budget, ordered, &plan)) break;
+    if (s->preempted_step == step_) break;
+    const int64_t n = TrySchedule(s, prefill_cap(), ordered, &plan);
+    if (n == 0) break;
+    budget -= n;
   }
   ++step_;
   ++stats_.num_steps;

@@ -4,10 +4,11 @@
 //
 // Order. Sequences are ranked by key (priority desc, arrival asc, sample index asc). Each
 // step, under a budget of `max_tokens_per_step` tokens:
-//   1. decode: every running sequence with exactly one unprocessed token, in key order;
-//   2. prefill: running sequences with more than one unprocessed token (a chunk each, as much
-//      as the remaining budget allows), in key order;
-//   3. admission: waiting sequences in key order, each needing a slot and blocks for its
+//   1. running sequences in key order: a decode (one unprocessed token) always gets its token
+//      (the budget is >= the number of slots, and decode tokens are reserved before any
+//      prefill chunk is sized); a running prefill gets a chunk of what the budget has left
+//      after that reserve (chunked prefill);
+//   2. admission: waiting sequences in key order, each needing a slot and blocks for its
 //      first chunk; admission stops at the first one that does not fit (no overtaking).
 // Memory. A sequence that needs blocks (or a slot) that are not free preempts running,
 // not-yet-scheduled sequences with a worse key, worst first: their state is freed and they
@@ -108,8 +109,9 @@ class Scheduler {
                       const std::vector<Sequence*>& ordered);
   Sequence* WorstPreemptible(const Sequence& than, const std::vector<Sequence*>& ordered) const;
   void Preempt(Sequence* seq);
-  bool TrySchedule(Sequence* seq, int32_t* budget, const std::vector<Sequence*>& ordered,
-                   StepPlan* plan);
+  // Schedules up to max_tokens of seq's unprocessed tokens; returns how many (0: none).
+  int64_t TrySchedule(Sequence* seq, int64_t max_tokens, const std::vector<Sequence*>& ordered,
+                      StepPlan* plan);
   std::vector<SampleTarget> ForkIfComplete(Sequence* seq, int64_t end, StepPlan* plan);
   void AppendChunk(Sequence* seq, int64_t num_tokens, std::vector<SampleTarget> samples,
                    StepPlan* plan);
@@ -127,6 +129,7 @@ class Scheduler {
   uint64_t next_arrival_ = 0;
   SeqId next_seq_id_ = 0;
   bool in_step_ = false;
+  int64_t decode_reserve_ = 0;  // during Schedule: decode tokens still to be planned
   SchedulerStats stats_;
 };
 
