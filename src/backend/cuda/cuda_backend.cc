@@ -1,0 +1,335 @@
+// CudaBackend: creation, error handling, memory, weights and the dense algebra.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/kernels.h"
+#include "base/check.h"
+#include "base/logging.h"
+
+namespace deepinfer::backend::cuda {
+namespace {
+
+std::string CudaErrorText(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+// Rows of a weight tile dequantised at once: about 32 Mi floats (128 MiB) of scratch.
+int64_t TileRows(int64_t cols) {
+  const int64_t max_floats = int64_t{32} << 20;
+  return std::max<int64_t>(32, (max_floats / std::max<int64_t>(cols, 1)) / 32 * 32);
+}
+
+}  // namespace
+
+int CudaBackend::DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+base::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
+  const int count = DeviceCount();
+  if (device < 0 || device >= count) {
+    return base::FailedPreconditionError("CUDA device " + std::to_string(device) +
+                                         " not present (" + std::to_string(count) +
+                                         " devices)");
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(device));
+  DI_RETURN_IF_ERROR(backend->Init());
+  return backend;
+}
+
+base::Status CudaBackend::Init() {
+  auto fail = [](const std::string& what, cudaError_t e) {
+    cudaGetLastError();
+    return base::InternalError("CUDA init: " + what + ": " + CudaErrorText(e));
+  };
+  cudaError_t e = cudaSetDevice(device_);
+  if (e != cudaSuccess) return fail("cudaSetDevice", e);
+  cudaDeviceProp prop{};
+  e = cudaGetDeviceProperties(&prop, device_);
+  if (e != cudaSuccess) return fail("cudaGetDeviceProperties", e);
+  if (prop.major != 9 || prop.minor != 0) {
+    return base::FailedPreconditionError(
+        std::string("CUDA device ") + prop.name + " is compute capability " +
+        std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+        "; this build has sm_90a (Hopper) code only");
+  }
+  e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return fail("cudaStreamCreate", e);
+  if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) {
+    return base::InternalError("CUDA init: cublasCreate failed");
+  }
+  if (cublasSetStream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST) != CUBLAS_STATUS_SUCCESS) {
+    return base::InternalError("CUDA init: cuBLAS handle setup failed");
+  }
+  if (cublasLtCreate(&cublas_lt_) != CUBLAS_STATUS_SUCCESS) {
+    return base::InternalError("CUDA init: cublasLtCreate failed");
+  }
+  e = cudaMalloc(reinterpret_cast<void**>(&error_word_), sizeof(int));
+  if (e == cudaSuccess) e = cudaMemset(error_word_, 0, sizeof(int));
+  if (e != cudaSuccess) return fail("error word", e);
+  const char* sync = std::getenv("DEEPINFER_CUDA_SYNC");
+  sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
+  LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}", device_, prop.name,
+           prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30),
+           sync_each_op_ ? ", synchronising after every op" : "");
+  return base::Status::Ok();
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  ReleaseTemps();
+  if (linear_scratch_) arena_.Release(linear_scratch_).IgnoreError();
+  if (error_word_) cudaFree(error_word_);
+  if (cublas_lt_) cublasLtDestroy(cublas_lt_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+// --- errors -------------------------------------------------------------------------------
+
+base::Status CudaBackend::status() const {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  return status_;
+}
+
+void CudaBackend::Fail(const base::Status& status) {
+  if (status.ok()) return;
+  std::lock_guard<std::mutex> lock(status_mu_);
+  if (!status_.ok()) return;
+  status_ = status;
+  failed_ = true;
+  LOG_ERROR("cuda backend failed (later ops are skipped): {}", status.ToString());
+}
+
+bool CudaBackend::Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  cudaGetLastError();  // clear a non-sticky error so that it is not reported twice
+  Fail(base::InternalError(std::string("CUDA ") + what + ": " + CudaErrorText(e)));
+  return false;
+}
+
+bool CudaBackend::CheckBlas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return true;
+  Fail(base::InternalError(std::string("cuBLAS ") + what + ": " + cublasGetStatusName(s) +
+                           " (" + cublasGetStatusString(s) + ")"));
+  return false;
+}
+
+bool CudaBackend::Usable() {
+  if (failed_) return false;
+  return Check(cudaSetDevice(device_), "cudaSetDevice");
+}
+
+void CudaBackend::Done(const char* what) {
+  ReleaseTemps();
+  if (sync_each_op_ && !failed_) {
+    Check(cudaStreamSynchronize(stream_), what);
+  }
+}
+
+base::Status CudaBackend::Synchronize() {
+  if (!failed_) cudaSetDevice(device_);
+  if (stream_) Check(cudaStreamSynchronize(stream_), "stream synchronize");
+  if (!failed_ && error_word_) {
+    int word = 0;
+    if (Check(cudaMemcpy(&word, error_word_, sizeof(int), cudaMemcpyDeviceToHost),
+              "read error word") &&
+        word != 0) {
+      Check(cudaMemset(error_word_, 0, sizeof(int)), "clear error word");
+      if (word & kernels::kErrSelectionOutOfRange) {
+        Fail(base::InvalidArgumentError(
+            "SparseAttention: a selected compressed entry id was >= n_comp"));
+      }
+    }
+  }
+  return status();
+}
+
+base::Status CudaBackend::UploadWeight(const model::WeightRef& w) {
+  if (!Usable()) return status();
+  return weights_.Get(w).status();
+}
+
+// --- memory -------------------------------------------------------------------------------
+
+void* CudaBackend::TempBytes(size_t bytes) {
+  base::StatusOr<void*> p = arena_.Allocate(bytes);
+  if (!p.ok()) {
+    Fail(p.status());
+    return nullptr;
+  }
+  temps_.push_back(*p);
+  return *p;
+}
+
+void CudaBackend::ReleaseTemps() {
+  for (void* p : temps_) arena_.Release(p).IgnoreError();
+  temps_.clear();
+}
+
+float* CudaBackend::LinearScratch(int64_t floats) {
+  if (floats <= linear_scratch_floats_) return linear_scratch_;
+  if (linear_scratch_) arena_.Release(linear_scratch_).IgnoreError();
+  linear_scratch_ = nullptr;
+  linear_scratch_floats_ = 0;
+  base::StatusOr<void*> p = arena_.Allocate(static_cast<size_t>(floats) * sizeof(float));
+  if (!p.ok()) {
+    Fail(p.status());
+    return nullptr;
+  }
+  linear_scratch_ = static_cast<float*>(*p);
+  linear_scratch_floats_ = floats;
+  return linear_scratch_;
+}
+
+float* CudaBackend::AllocFloats(int64_t n) {
+  if (!Usable()) return nullptr;
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
+  base::StatusOr<void*> p = arena_.Allocate(bytes);
+  if (!p.ok()) {
+    Fail(p.status());
+    return nullptr;
+  }
+  Check(cudaMemsetAsync(*p, 0, bytes, stream_), "AllocFloats zero");
+  return static_cast<float*>(*p);
+}
+
+int32_t* CudaBackend::AllocInts(int64_t n) {
+  return reinterpret_cast<int32_t*>(AllocFloats(n));
+}
+
+void CudaBackend::Free(void* p) {
+  if (p == nullptr) return;
+  Fail(arena_.Release(p).WithContext("CudaBackend::Free"));
+}
+
+void CudaBackend::CopyToDevice(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0 || !Usable()) return;
+  Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_),
+        "CopyToDevice");
+  // Pageable sources are staged before cudaMemcpyAsync returns; a pinned source is read
+  // later by the DMA engine, so wait for it (the caller may reuse its buffer at once).
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, src) != cudaSuccess) {
+    cudaGetLastError();
+  } else if (attributes.type == cudaMemoryTypeHost) {
+    Check(cudaStreamSynchronize(stream_), "CopyToDevice (pinned source)");
+  }
+  Done("CopyToDevice");
+}
+
+void CudaBackend::CopyToHost(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return;
+  bool ok = Usable() &&
+            Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
+                                  stream_),
+                  "CopyToHost") &&
+            Synchronize().ok();
+  if (!ok) std::memset(dst, 0xFF, static_cast<size_t>(bytes));  // NaN, never plausible
+}
+
+void CudaBackend::CopyDevice(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0 || !Usable() || dst == src) return;
+  const char* d = static_cast<const char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  const bool overlap = d < s + bytes && s < d + bytes;
+  if (!overlap) {
+    Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                          stream_),
+          "CopyDevice");
+  } else {  // memmove semantics through a temporary
+    void* tmp = TempBytes(static_cast<size_t>(bytes));
+    if (tmp &&
+        Check(cudaMemcpyAsync(tmp, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                              stream_),
+              "CopyDevice")) {
+      Check(cudaMemcpyAsync(dst, tmp, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                            stream_),
+            "CopyDevice");
+    }
+  }
+  Done("CopyDevice");
+}
+
+void CudaBackend::Fill(float* x, int64_t n, float value) {
+  if (n <= 0 || !Usable()) return;
+  Check(kernels::Fill(x, n, value, stream_), "Fill");
+  Done("Fill");
+}
+
+void CudaBackend::Add(const float* a, const float* b, int64_t n, float* y) {
+  if (n <= 0 || !Usable()) return;
+  Check(kernels::Add(a, b, n, y, stream_), "Add");
+  Done("Add");
+}
+
+void CudaBackend::Scale(float* x, int64_t n, float s) {
+  if (n <= 0 || !Usable()) return;
+  Check(kernels::Scale(x, n, s, stream_), "Scale");
+  Done("Scale");
+}
+
+// --- weights ------------------------------------------------------------------------------
+
+void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::WeightRef& w,
+                         int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate) {
+  CHECK(w.valid()) << "missing weight " << w.name;
+  CHECK(row0 >= 0 && row0 + n_rows <= w.rows) << w.name << ": rows " << row0 << "+" << n_rows;
+  if (T == 0 || n_rows == 0 || !Usable()) return;
+  base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(w);
+  if (!dw.ok()) return Fail(dw.status());
+  const int64_t K = w.cols;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  // Column-major view: y^T [n, T] (ld ldy) = W_rows [K, n]^T (ld K) * x^T [K, T] (ld ldx).
+  auto gemm = [&](const float* w_rows, int64_t n, float* y_cols) {
+    return CheckBlas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                                 static_cast<int>(T), static_cast<int>(K), &alpha, w_rows,
+                                 static_cast<int>(K), x, static_cast<int>(ldx), &beta, y_cols,
+                                 static_cast<int>(ldy)),
+                     "Linear sgemm");
+  };
+  if (dw->format == model::WeightFormat::kF32) {
+    gemm(static_cast<const float*>(dw->data) + row0 * K, n_rows, y);
+    return Done("Linear");
+  }
+  const int64_t tile = std::min(TileRows(K), n_rows);
+  float* scratch = LinearScratch(tile * K);
+  if (scratch == nullptr) return;
+  for (int64_t r = 0; r < n_rows; r += tile) {
+    const int64_t n = std::min(tile, n_rows - r);
+    if (!Check(kernels::DequantRows(*dw, row0 + r, n, scratch, stream_), "Linear dequant") ||
+        !gemm(scratch, n, y + r)) {
+      break;
+    }
+  }
+  Done("Linear");
+}
+
+void CudaBackend::GatherRows(const model::WeightRef& w, const int64_t* host_ids, int64_t n,
+                             float* out) {
+  CHECK(w.valid()) << "missing weight " << w.name;
+  for (int64_t i = 0; i < n; ++i) {
+    CHECK(host_ids[i] >= 0 && host_ids[i] < w.rows)
+        << w.name << ": row id " << host_ids[i] << " out of range " << w.rows;
+  }
+  if (n <= 0 || !Usable()) return;
+  base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(w);
+  if (!dw.ok()) return Fail(dw.status());
+  const int64_t* ids = StageToDevice(host_ids, n);
+  if (ids) Check(kernels::GatherWeightRows(*dw, ids, n, out, stream_), "GatherRows");
+  Done("GatherRows");
+}
+
+}  // namespace deepinfer::backend::cuda

@@ -1,0 +1,162 @@
+// The CUDA backend for Hopper (sm_90a): every op of model::Backend on one device and one
+// stream, checked against the CPU reference (backend/cpu) by cuda_backend_test.
+//
+// * Memory: activations/index arrays come from a caching cudaMalloc arena (DeviceArena);
+//   AllocFloats/AllocInts return zeroed device memory, like the CPU backend's calloc.
+// * Weights: uploaded once, in stored precision, on first use or by UploadWeight()
+//   (WeightCache); Linear dequantises tiles of rows to fp32 scratch and runs cuBLAS SGEMM
+//   (plain fp32 math, no TF32), so results match the CPU reference to fp32 rounding.
+// * Errors: model::Backend's ops return void, so every CUDA / cuBLAS call and every launch
+//   is checked and the FIRST failure is kept as a sticky base::Status (status()); after a
+//   failure, ops do nothing and CopyToHost fills its destination with NaN bytes, so a
+//   failure never yields a plausible result. Asynchronous kernel faults and kernel-detected
+//   bad indices surface at the next Synchronize() / CopyToHost. Set DEEPINFER_CUDA_SYNC=1
+//   to synchronise after every op (the failing op is then named in the status).
+// * Threads: one thread at a time per backend (like the model's use of the CPU backend).
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/device_arena.h"
+#include "backend/cuda/weight_cache.h"
+#include "base/status.h"
+#include "base/statusor.h"
+#include "model/backend.h"
+
+namespace deepinfer::backend::cuda {
+
+class CudaBackend final : public model::Backend {
+ public:
+  // Number of usable CUDA devices; 0 when there is no driver or device (never fails).
+  static int DeviceCount();
+  // A backend on `device` (its own stream, cuBLAS/cuBLASLt handles). FailedPrecondition if
+  // the device is not compute capability 9.0 (this build holds sm_90a code only).
+  static base::StatusOr<std::unique_ptr<CudaBackend>> Create(int device = 0);
+  ~CudaBackend() override;
+  std::string_view name() const override { return "cuda"; }
+
+  // The first error since creation, OK if none (sticky).
+  base::Status status() const;
+  // Waits for all enqueued work; folds asynchronous errors and kernel-reported bad indices
+  // into status() and returns it.
+  base::Status Synchronize();
+  // Uploads a weight now (load time) instead of at its first use.
+  base::Status UploadWeight(const model::WeightRef& w);
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  size_t weight_bytes() const { return weights_.bytes(); }
+  size_t arena_bytes_live() const { return arena_.bytes_live(); }
+
+  // --- model::Backend ------------------------------------------------------------------
+  float* AllocFloats(int64_t n) override;
+  int32_t* AllocInts(int64_t n) override;
+  void Free(void* p) override;
+  void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
+  void CopyToHost(void* dst, const void* src, int64_t bytes) override;
+  void CopyDevice(void* dst, const void* src, int64_t bytes) override;
+  void Fill(float* x, int64_t n, float value) override;
+
+  void Linear(const float* x, int64_t T, int64_t ldx, const model::WeightRef& w, int64_t row0,
+              int64_t n_rows, float* y, int64_t ldy, bool accumulate) override;
+  void GatherRows(const model::WeightRef& w, const int64_t* host_ids, int64_t n,
+                  float* out) override;
+  void Add(const float* a, const float* b, int64_t n, float* y) override;
+  void Scale(float* x, int64_t n, float s) override;
+
+  void RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
+               float eps, float* y, int64_t ldy) override;
+  void Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
+            int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+            bool inverse) override;
+  void FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld,
+                 model::FakeQuantKind kind) override;
+
+  void HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model::HcSiteWeights& w,
+             float norm_eps, float hc_eps, int sinkhorn_iters, float* pre, float* post,
+             float* comb) override;
+  void HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                  float* y) override;
+  void HcExpand(const float* y, const float* post, const float* comb, int64_t T, int64_t hc,
+                int64_t D, float* x) override;
+
+  void SparseAttention(const model::SparseAttentionArgs& args) override;
+  void GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio, int64_t n,
+                 float* out) override;
+  void IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
+                     const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
+                     float scale, float* scores) override;
+  void CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
+                     int64_t ratio, int64_t block, int64_t keep_blocks, uint8_t* mask) override;
+  void ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) override;
+  void TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) override;
+
+  void RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T, int64_t n_experts,
+                         int64_t k, bool renormalise, float scale, int32_t* experts,
+                         float* weights) override;
+  void SwiGlu(const float* gate, const float* up, int64_t T, int64_t n, float limit,
+              const float* row_scale, float* h) override;
+  void GatherTokenRows(const float* x, int64_t ld, const int32_t* host_rows, int64_t n,
+                       int64_t width, float* out) override;
+  void ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* host_rows,
+                      float* y, int64_t ld) override;
+
+  void EngramGate(float* x, const float* key, const float* value, const float* q_weight,
+                  const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps) override;
+
+ private:
+  explicit CudaBackend(int device) : device_(device) {}
+  base::Status Init();
+
+  // True if ops may run (no earlier failure); also selects the device for this thread.
+  bool Usable();
+  // Records `status` as the sticky error if it is the first one (and logs it).
+  void Fail(const base::Status& status);
+  // Records a failed CUDA / cuBLAS call; returns true on success.
+  bool Check(cudaError_t e, const char* what);
+  bool CheckBlas(cublasStatus_t s, const char* what);
+  // After each op: optional per-op synchronisation (DEEPINFER_CUDA_SYNC=1).
+  void Done(const char* what);
+
+  // Scratch device memory that lives until the end of the current op (stream-ordered reuse
+  // is safe: all work is on stream_).
+  void* TempBytes(size_t bytes);
+  template <typename T>
+  T* StageToDevice(const T* host, int64_t n) {
+    T* dev = static_cast<T*>(TempBytes(static_cast<size_t>(n) * sizeof(T)));
+    if (dev && n > 0) {
+      Check(cudaMemcpyAsync(dev, host, static_cast<size_t>(n) * sizeof(T),
+                            cudaMemcpyHostToDevice, stream_),
+            "stage host array");
+    }
+    return dev;
+  }
+  void ReleaseTemps();
+  // The persistent fp32 dequantisation tile for Linear, grown on demand.
+  float* LinearScratch(int64_t floats);
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublas_lt_ = nullptr;  // reserved for the FP8 GEMM path
+  int* error_word_ = nullptr;             // device int, DeviceErrorBit flags
+  bool sync_each_op_ = false;
+  DeviceArena arena_;
+  WeightCache weights_;
+  std::vector<void*> temps_;
+  float* linear_scratch_ = nullptr;
+  int64_t linear_scratch_floats_ = 0;
+
+  mutable std::mutex status_mu_;
+  base::Status status_;
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace deepinfer::backend::cuda

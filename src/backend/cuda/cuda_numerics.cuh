@@ -1,0 +1,88 @@
+// Device-side scalar formats and QAT fake-quantisation, bit-exact with
+// backend/cpu/numerics.cc (same rounding: round-to-nearest-even, same operation order).
+//
+// Only exact operations are used (power-of-two scaling, rintf, IEEE division), so the results
+// do not depend on FMA contraction or on the order of evaluation.
+#pragma once
+
+#include <cstdint>
+
+namespace deepinfer::backend::cuda {
+
+// std::min / std::clamp semantics (also for NaN, which they pass through).
+__device__ __forceinline__ float MinF(float a, float b) { return b < a ? b : a; }
+__device__ __forceinline__ float MaxF(float a, float b) { return a < b ? b : a; }
+__device__ __forceinline__ float ClampF(float v, float lo, float hi) {
+  return v < lo ? lo : (hi < v ? hi : v);
+}
+
+
+__device__ __forceinline__ float Bf16ToF32(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+__device__ __forceinline__ float E4m3ToF32(uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xF;
+  const int mantissa = bits & 0x7;
+  float magnitude;
+  if (exponent == 0) {
+    magnitude = ldexpf(static_cast<float>(mantissa), -9);
+  } else if (exponent == 15 && mantissa == 7) {
+    magnitude = __int_as_float(0x7fc00000);  // NaN
+  } else {
+    magnitude = ldexpf(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+  }
+  return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+// 2^(bits-127). Byte 0 is 2^-127 (a float subnormal); 255 is rejected at load time.
+__device__ __forceinline__ float E8m0ToF32(uint8_t bits) {
+  return ldexpf(1.0f, static_cast<int>(bits) - 127);
+}
+
+__device__ __forceinline__ float E2m1ToF32(uint8_t nibble) {
+  const int code = nibble & 0x7;
+  // {0, .5, 1, 1.5, 2, 3, 4, 6}
+  const float v = code < 4 ? 0.5f * static_cast<float>(code)
+                           : (code == 4 ? 2.0f : (code == 5 ? 3.0f : (code == 6 ? 4.0f : 6.0f)));
+  return (nibble & 0x8) ? -v : v;
+}
+
+// |x| rounded to a multiple of the power of two `step`, ties to even.
+__device__ __forceinline__ float RoundToStep(float x, float step) { return rintf(x / step) * step; }
+
+__device__ __forceinline__ float RoundToE4m3(float x) {
+  const float a = MinF(fabsf(x), 448.0f);
+  float step;
+  if (a < 0.015625f) {  // below 2^-6: subnormal grid 2^-9
+    step = 0.001953125f;
+  } else {
+    int exponent;
+    frexpf(a, &exponent);  // a = m * 2^exponent, m in [0.5, 1)
+    step = ldexpf(1.0f, exponent - 1 - 3);
+  }
+  const float r = MinF(RoundToStep(a, step), 448.0f);
+  return copysignf(r, x);
+}
+
+__device__ __forceinline__ float RoundToE2m1(float x) {
+  const float a = MinF(fabsf(x), 6.0f);
+  const float step = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+  return copysignf(MinF(RoundToStep(a, step), 6.0f), x);
+}
+
+// 2^ceil(log2(t)) for t > 0.
+__device__ __forceinline__ float Pow2Ceil(float t) {
+  const uint32_t bits = __float_as_uint(t);
+  const int biased = static_cast<int>((bits >> 23) & 0xFF);
+  const uint32_t mantissa = bits & 0x7FFFFF;
+  if (biased == 0) {  // subnormal
+    int exponent;
+    const float m = frexpf(t, &exponent);
+    return m == 0.5f ? t : ldexpf(1.0f, exponent);
+  }
+  const int exponent = biased - 127 + (mantissa != 0 ? 1 : 0);
+  return ldexpf(1.0f, exponent);
+}
+
+}  // namespace deepinfer::backend::cuda

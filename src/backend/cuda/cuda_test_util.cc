@@ -1,0 +1,231 @@
+#include "backend/cuda/cuda_test_util.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace deepinfer::backend::cuda::testing {
+namespace {
+
+bool EnvFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
+}
+
+}  // namespace
+
+bool CudaVsCpuTest::SmallOnly() { return EnvFlag("DEEPINFER_CUDA_TEST_SMALL"); }
+
+void CudaVsCpuTest::SetUp() {
+  if (CudaBackend::DeviceCount() == 0) {
+    if (EnvFlag("DEEPINFER_REQUIRE_GPU")) {
+      FAIL() << "no CUDA device found (DEEPINFER_REQUIRE_GPU=1)";
+    }
+    GTEST_SKIP() << "no CUDA device";
+  }
+  auto backend = CudaBackend::Create(0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  gpu_ = std::move(backend).value();
+  const char* fixed = std::getenv("DEEPINFER_TEST_SEED");
+  seed_ = fixed ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
+  rng_.seed(seed_);
+  ::testing::Test::RecordProperty("seed", std::to_string(seed_));
+  std::cout << "[ seed     ] DEEPINFER_TEST_SEED=" << seed_ << "\n";
+}
+
+void CudaVsCpuTest::TearDown() {
+  if (!gpu_) return;
+  for (void* p : allocations_) gpu_->Free(p);
+  allocations_.clear();
+  const base::Status status = gpu_->Synchronize();
+  EXPECT_TRUE(status.ok()) << status << " (seed " << seed_ << ")";
+  gpu_.reset();
+}
+
+std::vector<float> CudaVsCpuTest::Normal(int64_t n, float stddev) {
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng_);
+  return v;
+}
+
+std::vector<float> CudaVsCpuTest::Uniform(int64_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng_);
+  return v;
+}
+
+std::vector<int32_t> CudaVsCpuTest::Ints(int64_t n, int32_t lo, int32_t hi) {
+  std::uniform_int_distribution<int32_t> dist(lo, hi);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = dist(rng_);
+  return v;
+}
+
+std::vector<uint8_t> CudaVsCpuTest::Bytes(int64_t n, int lo, int hi) {
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<uint8_t> v(n);
+  for (uint8_t& x : v) x = static_cast<uint8_t>(dist(rng_));
+  return v;
+}
+
+std::vector<uint8_t> CudaVsCpuTest::Fp8Bytes(int64_t n) {
+  std::vector<uint8_t> v = Bytes(n, 0, 255);
+  for (uint8_t& x : v) {
+    if ((x & 0x7F) == 0x7F) x = static_cast<uint8_t>(x - 1);  // 0x7F/0xFF are NaN
+  }
+  return v;
+}
+
+std::vector<uint16_t> CudaVsCpuTest::Bf16Bits(int64_t n, float stddev) {
+  const std::vector<float> f = Normal(n, stddev);
+  std::vector<uint16_t> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &f[i], 4);
+    v[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  return v;
+}
+
+void* CudaVsCpuTest::AllocBytes(int64_t bytes) {
+  float* p = gpu_->AllocFloats((bytes + 3) / 4);
+  EXPECT_NE(p, nullptr) << gpu_->status();
+  allocations_.push_back(p);
+  return p;
+}
+
+float* CudaVsCpuTest::ToGpu(const std::vector<float>& host) {
+  auto* p = static_cast<float*>(AllocBytes(host.size() * sizeof(float)));
+  gpu_->CopyToDevice(p, host.data(), host.size() * sizeof(float));
+  return p;
+}
+
+int32_t* CudaVsCpuTest::ToGpu(const std::vector<int32_t>& host) {
+  auto* p = static_cast<int32_t*>(AllocBytes(host.size() * sizeof(int32_t)));
+  gpu_->CopyToDevice(p, host.data(), host.size() * sizeof(int32_t));
+  return p;
+}
+
+uint8_t* CudaVsCpuTest::BytesToGpu(const std::vector<uint8_t>& host) {
+  auto* p = static_cast<uint8_t*>(AllocBytes(host.size()));
+  gpu_->CopyToDevice(p, host.data(), host.size());
+  return p;
+}
+
+float* CudaVsCpuTest::PoisonedFloats(int64_t n) {
+  auto* p = static_cast<float*>(AllocBytes(n * sizeof(float)));
+  gpu_->Fill(p, n, std::numeric_limits<float>::quiet_NaN());
+  return p;
+}
+
+int32_t* CudaVsCpuTest::PoisonedInts(int64_t n) {
+  return ToGpu(std::vector<int32_t>(n, static_cast<int32_t>(0xABABABABu)));
+}
+
+uint8_t* CudaVsCpuTest::PoisonedBytes(int64_t n) {
+  return BytesToGpu(std::vector<uint8_t>(n, 0xAB));
+}
+
+std::vector<float> CudaVsCpuTest::FromGpu(const float* dev, int64_t n) {
+  std::vector<float> host(n);
+  gpu_->CopyToHost(host.data(), dev, n * sizeof(float));
+  const base::Status status = gpu_->status();
+  EXPECT_TRUE(status.ok()) << status << " (seed " << seed_ << ")";
+  return host;
+}
+
+std::vector<int32_t> CudaVsCpuTest::FromGpu(const int32_t* dev, int64_t n) {
+  std::vector<int32_t> host(n);
+  gpu_->CopyToHost(host.data(), dev, n * sizeof(int32_t));
+  const base::Status status = gpu_->status();
+  EXPECT_TRUE(status.ok()) << status << " (seed " << seed_ << ")";
+  return host;
+}
+
+std::vector<uint8_t> CudaVsCpuTest::BytesFromGpu(const uint8_t* dev, int64_t n) {
+  std::vector<uint8_t> host(n);
+  gpu_->CopyToHost(host.data(), dev, n);
+  const base::Status status = gpu_->status();
+  EXPECT_TRUE(status.ok()) << status << " (seed " << seed_ << ")";
+  return host;
+}
+
+float MaxAbs(const std::vector<float>& v) {
+  float m = 0.0f;
+  for (float x : v) {
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  }
+  return m;
+}
+
+::testing::AssertionResult AllClose(const std::vector<float>& actual,
+                                    const std::vector<float>& expected, double rtol,
+                                    double atol) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << "size " << actual.size() << " vs expected " << expected.size();
+  }
+  int64_t bad = 0;
+  std::ostringstream first;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const float a = actual[i], e = expected[i];
+    bool ok;
+    if (std::isnan(a)) {
+      ok = false;
+    } else if (!std::isfinite(e) || !std::isfinite(a)) {
+      ok = a == e;
+    } else {
+      ok = std::fabs(double(a) - double(e)) <= atol + rtol * std::fabs(double(e));
+    }
+    if (!ok && bad++ < 5) first << "\n  [" << i << "] got " << a << " expected " << e;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << actual.size()
+                                       << " elements differ (rtol " << rtol << ", atol " << atol
+                                       << "):" << first.str();
+}
+
+::testing::AssertionResult RelL2Close(const std::vector<float>& actual,
+                                      const std::vector<float>& expected, double tol) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << "size " << actual.size() << " vs expected " << expected.size();
+  }
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const float a = actual[i], e = expected[i];
+    if (std::isnan(a) || (!std::isfinite(e) && a != e) || (std::isfinite(e) && !std::isfinite(a))) {
+      return ::testing::AssertionFailure() << "element " << i << " is " << a << ", expected " << e;
+    }
+    if (!std::isfinite(e)) continue;
+    diff += (double(a) - e) * (double(a) - e);
+    norm += double(e) * e;
+  }
+  const double rel = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+  if (rel <= tol) return ::testing::AssertionSuccess() << "rel L2 " << rel;
+  return ::testing::AssertionFailure() << "relative L2 error " << rel << " > " << tol;
+}
+
+::testing::AssertionResult BitExact(const std::vector<float>& actual,
+                                    const std::vector<float>& expected) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << "size " << actual.size() << " vs expected " << expected.size();
+  }
+  int64_t bad = 0;
+  std::ostringstream first;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (std::memcmp(&actual[i], &expected[i], sizeof(float)) != 0 && bad++ < 5) {
+      first << "\n  [" << i << "] got " << actual[i] << " expected " << expected[i];
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << actual.size()
+                                       << " elements differ bitwise:" << first.str();
+}
+
+}  // namespace deepinfer::backend::cuda::testing

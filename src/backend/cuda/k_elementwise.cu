@@ -1,0 +1,237 @@
+// Elementwise and row-copy kernels: Fill, Add, SwiGLU, masks, token gather/scatter, gated
+// pooling, mHC collapse/expand and RoPE. fp32 throughout, same operation order as the CPU
+// reference (backend/cpu) so results agree to fp32 rounding.
+#include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+#define DI_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
+__global__ void FillKernel(float* x, int64_t n, float value) {
+  DI_GRID_STRIDE(i, n) { x[i] = value; }
+}
+
+__global__ void AddKernel(const float* a, const float* b, int64_t n, float* y) {
+  DI_GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }
+}
+
+__global__ void ScaleKernel(float* x, int64_t n, float s) {
+  DI_GRID_STRIDE(i, n) { x[i] *= s; }
+}
+
+__global__ void SwiGluKernel(const float* gate, const float* up, int64_t T, int64_t n,
+                             float limit, const float* row_scale, float* h) {
+  DI_GRID_STRIDE(i, T * n) {
+    float g = gate[i];
+    float u = up[i];
+    if (limit > 0.0f) {
+      u = ClampF(u, -limit, limit);
+      g = MinF(g, limit);
+    }
+    const float sigmoid = 1.0f / (1.0f + expf(-g));
+    float v = g * sigmoid * u;
+    if (row_scale) v *= row_scale[i / n];
+    h[i] = v;
+  }
+}
+
+__global__ void ApplyMaskKernel(float* scores, const uint8_t* mask, int64_t count) {
+  DI_GRID_STRIDE(i, count) {
+    if (!mask[i]) scores[i] = -__int_as_float(0x7f800000);
+  }
+}
+
+__global__ void GatherTokenRowsKernel(const float* x, int64_t ld, const int32_t* rows, int64_t n,
+                                      int64_t width, float* out) {
+  DI_GRID_STRIDE(i, n * width) {
+    const int64_t r = i / width, c = i % width;
+    out[i] = x[static_cast<int64_t>(rows[r]) * ld + c];
+  }
+}
+
+// Distinct rows: every (i, c) is an independent read-modify-write.
+__global__ void ScatterAddUniqueKernel(const float* v, int64_t n, int64_t width,
+                                       const int32_t* rows, float* y, int64_t ld) {
+  DI_GRID_STRIDE(i, n * width) {
+    const int64_t r = i / width, c = i % width;
+    y[static_cast<int64_t>(rows[r]) * ld + c] += v[i];
+  }
+}
+
+// Repeated rows: one thread per column adds the rows in order (deterministic, as the CPU).
+__global__ void ScatterAddOrderedKernel(const float* v, int64_t n, int64_t width,
+                                        const int32_t* rows, float* y, int64_t ld) {
+  DI_GRID_STRIDE(c, width) {
+    for (int64_t r = 0; r < n; ++r) y[static_cast<int64_t>(rows[r]) * ld + c] += v[r * width + c];
+  }
+}
+
+__global__ void GatedPoolKernel(const float* c, const float* z, int64_t groups, int64_t ratio,
+                                int64_t n, float* out) {
+  DI_GRID_STRIDE(i, groups * n) {
+    const int64_t g = i / n, ch = i % n;
+    const float* zg = z + g * ratio * n + ch;
+    const float* cg = c + g * ratio * n + ch;
+    float mx = -__int_as_float(0x7f800000);
+    for (int64_t r = 0; r < ratio; ++r) mx = MaxF(mx, zg[r * n]);
+    float sum = 0.0f;
+    for (int64_t r = 0; r < ratio; ++r) sum += expf(zg[r * n] - mx);
+    float acc = 0.0f;
+    for (int64_t r = 0; r < ratio; ++r) {
+      const float weight = expf(zg[r * n] - mx) / sum;
+      acc += weight * cg[r * n];
+    }
+    out[i] = acc;
+  }
+}
+
+__global__ void HcCollapseKernel(const float* x, const float* pre, int64_t T, int64_t hc,
+                                 int64_t D, float* y) {
+  DI_GRID_STRIDE(i, T * D) {
+    const int64_t t = i / D, d = i % D;
+    const float* xt = x + t * hc * D + d;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < hc; ++k) acc += pre[t * hc + k] * xt[k * D];
+    y[i] = acc;
+  }
+}
+
+// One thread owns channel d of all hc streams of token t, so the update is in place.
+__global__ void HcExpandKernel(const float* y, const float* post, const float* comb, int64_t T,
+                               int64_t hc, int64_t D, float* x) {
+  DI_GRID_STRIDE(i, T * D) {
+    const int64_t t = i / D, d = i % D;
+    float* xt = x + t * hc * D + d;
+    const float* c = comb + t * hc * hc;
+    float old[kMaxHcExpand];
+#pragma unroll
+    for (int j = 0; j < kMaxHcExpand; ++j) old[j] = j < hc ? xt[j * D] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxHcExpand; ++k) {
+      if (k >= hc) break;
+      float acc = post[t * hc + k] * y[t * D + d];
+#pragma unroll
+      for (int j = 0; j < kMaxHcExpand; ++j) {
+        if (j < hc) acc += c[j * hc + k] * old[j];
+      }
+      xt[k * D] = acc;
+    }
+  }
+}
+
+__global__ void RopeKernel(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
+                           int64_t offset, int64_t n_pairs, const int32_t* pos,
+                           const float* inv_freq, bool inverse) {
+  DI_GRID_STRIDE(i, rows * heads * n_pairs) {
+    const int64_t pair = i % n_pairs;
+    const int64_t h = (i / n_pairs) % heads;
+    const int64_t r = i / (n_pairs * heads);
+    const float angle = static_cast<float>(pos[r]) * inv_freq[pair];
+    const float c = cosf(angle);
+    const float s = inverse ? -sinf(angle) : sinf(angle);
+    float* v = x + r * ld + h * head_stride + offset + 2 * pair;
+    const float xe = v[0], xo = v[1];
+    v[0] = xe * c - xo * s;
+    v[1] = xe * s + xo * c;
+  }
+}
+
+cudaError_t Launched() { return cudaGetLastError(); }
+
+}  // namespace
+
+cudaError_t Fill(float* x, int64_t n, float value, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  FillKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(x, n, value);
+  return Launched();
+}
+
+cudaError_t Add(const float* a, const float* b, int64_t n, float* y, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  AddKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(a, b, n, y);
+  return Launched();
+}
+
+cudaError_t Scale(float* x, int64_t n, float s, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ScaleKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(x, n, s);
+  return Launched();
+}
+
+cudaError_t SwiGlu(const float* gate, const float* up, int64_t T, int64_t n, float limit,
+                   const float* row_scale, float* h, cudaStream_t stream) {
+  if (T * n <= 0) return cudaSuccess;
+  SwiGluKernel<<<GridFor(T * n, kThreads), kThreads, 0, stream>>>(gate, up, T, n, limit,
+                                                                   row_scale, h);
+  return Launched();
+}
+
+cudaError_t ApplyMask(float* scores, const uint8_t* mask, int64_t count, cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  ApplyMaskKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(scores, mask, count);
+  return Launched();
+}
+
+cudaError_t GatherTokenRows(const float* x, int64_t ld, const int32_t* rows, int64_t n,
+                            int64_t width, float* out, cudaStream_t stream) {
+  if (n * width <= 0) return cudaSuccess;
+  GatherTokenRowsKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(x, ld, rows, n,
+                                                                               width, out);
+  return Launched();
+}
+
+cudaError_t ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* rows,
+                           bool rows_unique, float* y, int64_t ld, cudaStream_t stream) {
+  if (n * width <= 0) return cudaSuccess;
+  if (rows_unique) {
+    ScatterAddUniqueKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(v, n, width,
+                                                                                  rows, y, ld);
+  } else {
+    ScatterAddOrderedKernel<<<GridFor(width, kThreads), kThreads, 0, stream>>>(v, n, width,
+                                                                               rows, y, ld);
+  }
+  return Launched();
+}
+
+cudaError_t GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio, int64_t n,
+                      float* out, cudaStream_t stream) {
+  if (groups * n <= 0) return cudaSuccess;
+  GatedPoolKernel<<<GridFor(groups * n, kThreads), kThreads, 0, stream>>>(c, z, groups, ratio,
+                                                                          n, out);
+  return Launched();
+}
+
+cudaError_t HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                       float* y, cudaStream_t stream) {
+  if (T * D <= 0) return cudaSuccess;
+  HcCollapseKernel<<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(x, pre, T, hc, D, y);
+  return Launched();
+}
+
+cudaError_t HcExpand(const float* y, const float* post, const float* comb, int64_t T,
+                     int64_t hc, int64_t D, float* x, cudaStream_t stream) {
+  if (T * D <= 0) return cudaSuccess;
+  if (hc > kMaxHcExpand) return cudaErrorInvalidValue;
+  HcExpandKernel<<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(y, post, comb, T, hc, D, x);
+  return Launched();
+}
+
+cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
+                 int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+                 bool inverse, cudaStream_t stream) {
+  const int64_t total = rows * heads * n_pairs;
+  if (total <= 0) return cudaSuccess;
+  RopeKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, rows, ld, heads, head_stride,
+                                                                offset, n_pairs, pos, inv_freq,
+                                                                inverse);
+  return Launched();
+}
+
+}  // namespace deepinfer::backend::cuda::kernels

@@ -1,0 +1,167 @@
+// Row-reduction kernels: RMSNorm, the mHC pre-mix (norm + mix logits + Sinkhorn) and the
+// Engram gate. One thread block per row; fp32 with block tree reductions.
+#include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;  // 24 mix logits for hc = 4
+
+__global__ void RmsNormKernel(const float* x, int64_t n, int64_t ldx, const float* weight,
+                              float eps, float* y, int64_t ldy) {
+  __shared__ float scratch[33];
+  const float* xr = x + blockIdx.x * ldx;
+  float* yr = y + blockIdx.x * ldy;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += xr[i] * xr[i];
+  sum = BlockSum(sum, scratch);  // ends with a barrier: every read of xr is done
+  const float inv = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    yr[i] = weight ? weight[i] * (xr[i] * inv) : xr[i] * inv;
+  }
+}
+
+__device__ float Sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+// Sinkhorn-normalised comb (row j, column k) in place; same steps as the CPU reference.
+__device__ void SinkhornComb(float* c, int hc, float eps, int iters) {
+  for (int j = 0; j < hc; ++j) {  // softmax over k per row j, + eps
+    float* row = c + j * hc;
+    float mx = row[0];
+    for (int k = 1; k < hc; ++k) mx = MaxF(mx, row[k]);
+    float sum = 0.0f;
+    for (int k = 0; k < hc; ++k) sum += (row[k] = expf(row[k] - mx));
+    for (int k = 0; k < hc; ++k) row[k] = row[k] / sum + eps;
+  }
+  const int rounds = iters > 1 ? iters : 1;  // the reference always normalises columns once
+  for (int it = 0; it < rounds; ++it) {
+    if (it > 0) {  // rows (skipped in the first round, as in the reference)
+      for (int j = 0; j < hc; ++j) {
+        float sum = 0.0f;
+        for (int k = 0; k < hc; ++k) sum += c[j * hc + k];
+        for (int k = 0; k < hc; ++k) c[j * hc + k] /= sum + eps;
+      }
+    }
+    for (int k = 0; k < hc; ++k) {  // columns
+      float sum = 0.0f;
+      for (int j = 0; j < hc; ++j) sum += c[j * hc + k];
+      for (int j = 0; j < hc; ++j) c[j * hc + k] /= sum + eps;
+    }
+  }
+}
+
+// One block per token: z = rmsnorm(x[t]) . fn^T (n_mix outputs), then pre/post/comb.
+__global__ void HcMixKernel(const float* x, int64_t hc, int64_t D, const float* fn,
+                            const float* scale, const float* base, float norm_eps, float hc_eps,
+                            int sinkhorn_iters, float* pre, float* post, float* comb) {
+  __shared__ float scratch[33];
+  __shared__ float partial[kThreads / 32][kMaxMix];
+  __shared__ float z[kMaxMix];
+  const int64_t t = blockIdx.x;
+  const int64_t width = hc * D;
+  const int n_mix = static_cast<int>((2 + hc) * hc);
+  const float* xt = x + t * width;
+
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) sum += xt[i] * xt[i];
+  sum = BlockSum(sum, scratch);
+  const float inv = 1.0f / sqrtf(sum / static_cast<float>(width) + norm_eps);
+
+  float acc[kMaxMix];
+#pragma unroll
+  for (int j = 0; j < kMaxMix; ++j) acc[j] = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const float normed = xt[i] * inv;
+#pragma unroll
+    for (int j = 0; j < kMaxMix; ++j) {
+      if (j < n_mix) acc[j] += normed * fn[j * width + i];
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j < kMaxMix; ++j) {
+    const float s = WarpSum(acc[j]);
+    if (lane == 0) partial[warp][j] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < n_mix) {
+    float s = 0.0f;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) s += partial[w][threadIdx.x];
+    z[threadIdx.x] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+
+  const int h = static_cast<int>(hc);
+  for (int k = 0; k < h; ++k) {
+    pre[t * hc + k] = Sigmoid(z[k] * scale[0] + base[k]) + hc_eps;
+    post[t * hc + k] = 2.0f * Sigmoid(z[h + k] * scale[1] + base[h + k]);
+  }
+  float c[kMaxHc * kMaxHc];
+  for (int i = 0; i < h * h; ++i) c[i] = z[2 * h + i] * scale[2] + base[2 * h + i];
+  SinkhornComb(c, h, hc_eps, sinkhorn_iters);
+  for (int i = 0; i < h * h; ++i) comb[t * hc * hc + i] = c[i];
+}
+
+// One block per (token, stream).
+__global__ void EngramGateKernel(float* x, const float* key, const float* value,
+                                 const float* q_weight, const float* k_weight, int64_t hc,
+                                 int64_t D, float eps) {
+  __shared__ float scratch[33];
+  const int64_t row = blockIdx.x;  // t * hc + k
+  const int64_t t = row / hc, k = row % hc;
+  float* xs = x + row * D;
+  const float* ks = key + row * D;
+  float sx = 0.0f, sk = 0.0f;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    sx += xs[d] * xs[d];
+    sk += ks[d] * ks[d];
+  }
+  sx = BlockSum(sx, scratch);
+  sk = BlockSum(sk, scratch);
+  const float rx = 1.0f / sqrtf(sx / static_cast<float>(D) + eps);
+  const float rk = 1.0f / sqrtf(sk / static_cast<float>(D) + eps);
+  float dot = 0.0f;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    dot += (xs[d] * rx * q_weight[k * D + d]) * (ks[d] * rk * k_weight[k * D + d]);
+  }
+  dot = BlockSum(dot, scratch);  // barrier: all reads of xs are done before the update
+  dot *= 1.0f / sqrtf(static_cast<float>(D));
+  const float gate = Sigmoid(copysignf(sqrtf(MaxF(fabsf(dot), 1e-6f)), dot));
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xs[d] += gate * value[t * D + d];
+}
+
+}  // namespace
+
+cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
+                    float eps, float* y, int64_t ldy, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return cudaSuccess;
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, n, ldx, weight, eps, y,
+                                                                      ldy);
+  return cudaGetLastError();
+}
+
+cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
+                  const model::HcSiteWeights& w, float norm_eps, float hc_eps,
+                  int sinkhorn_iters, float* pre, float* post, float* comb,
+                  cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  if (hc > kMaxHc || hc <= 0) return cudaErrorInvalidValue;
+  HcMixKernel<<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
+      x, hc, D, w.fn, w.scale, w.base, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb);
+  return cudaGetLastError();
+}
+
+cudaError_t EngramGate(float* x, const float* key, const float* value, const float* q_weight,
+                       const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps,
+                       cudaStream_t stream) {
+  if (T * hc <= 0 || D <= 0) return cudaSuccess;
+  EngramGateKernel<<<static_cast<unsigned>(T * hc), kThreads, 0, stream>>>(
+      x, key, value, q_weight, k_weight, hc, D, eps);
+  return cudaGetLastError();
+}
+
+}  // namespace deepinfer::backend::cuda::kernels

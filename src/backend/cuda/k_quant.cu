@@ -1,0 +1,124 @@
+// QAT fake-quantisation (bit-exact with backend/cpu/numerics.cc) and weight dequantisation
+// from the stored formats (model.md §4.3) to fp32.
+#include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+using model::FakeQuantKind;
+using model::WeightFormat;
+
+constexpr int kThreads = 256;
+
+__device__ float BlockAmax(const float* x, int n) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = MaxF(amax, fabsf(x[i]));
+  return amax;
+}
+
+// One thread per quantisation block (16 or 32 values), same steps as the CPU emulation.
+__global__ void FakeQuantKernel(float* x, int64_t rows, int64_t n, int64_t ld, int kind) {
+  const int block = kind == static_cast<int>(FakeQuantKind::kFp4Block16E4m3) ? 16 : 32;
+  const int64_t blocks_per_row = n / block;
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < rows * blocks_per_row;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    float* v = x + (b / blocks_per_row) * ld + (b % blocks_per_row) * block;
+    const float amax = BlockAmax(v, block);
+    if (kind == static_cast<int>(FakeQuantKind::kFp8Block32Pow2)) {
+      const float inv448 = 1.0f / 448.0f;
+      const float scale = Pow2Ceil(MaxF(amax, 1e-4f) * inv448);
+      for (int i = 0; i < block; ++i) {
+        const float q = ClampF(v[i] / scale, -448.0f, 448.0f);
+        v[i] = RoundToE4m3(q) * scale;
+      }
+    } else if (kind == static_cast<int>(FakeQuantKind::kFp4Block16E4m3)) {
+      const float floor_amax = 6.0f * 0.001953125f;  // 6 * 2^-9
+      const float scale = RoundToE4m3(MaxF(amax, floor_amax) / 6.0f);
+      for (int i = 0; i < block; ++i) {
+        const float q = ClampF(v[i] / scale, -6.0f, 6.0f);
+        v[i] = RoundToE2m1(q) * scale;
+      }
+    } else {
+      const float inv6 = 1.0f / 6.0f;
+      const float floor_amax = 6.0f * ldexpf(1.0f, -126);
+      const float scale = Pow2Ceil(MaxF(amax, floor_amax) * inv6);
+      for (int i = 0; i < block; ++i) {
+        const float q = ClampF(v[i] / scale, -6.0f, 6.0f);
+        v[i] = RoundToE2m1(q) * scale;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ float DequantElement(const DeviceWeight& w, int64_t r, int64_t k) {
+  const int64_t K = w.cols;
+  switch (w.format) {
+    case WeightFormat::kF32:
+      return static_cast<const float*>(w.data)[r * K + k];
+    case WeightFormat::kBF16:
+      return Bf16ToF32(static_cast<const uint16_t*>(w.data)[r * K + k]);
+    case WeightFormat::kFp8Block32: {
+      const int64_t scale_cols = (K + 31) / 32;
+      const uint8_t s = w.scale[(r / 32) * scale_cols + k / 32];
+      return E4m3ToF32(static_cast<const uint8_t*>(w.data)[r * K + k]) * E8m0ToF32(s);
+    }
+    case WeightFormat::kFp8Row32: {
+      const int64_t scale_cols = (K + 31) / 32;
+      const uint8_t s = w.scale[r * scale_cols + k / 32];
+      return E4m3ToF32(static_cast<const uint8_t*>(w.data)[r * K + k]) * E8m0ToF32(s);
+    }
+    case WeightFormat::kMxFp4: {
+      const uint8_t byte = static_cast<const uint8_t*>(w.data)[r * (K / 2) + k / 2];
+      const uint8_t nibble = (k & 1) ? (byte >> 4) : (byte & 0xF);
+      return E2m1ToF32(nibble) * E8m0ToF32(w.scale[r * (K / 32) + k / 32]);
+    }
+  }
+  return __int_as_float(0x7fc00000);  // unknown format: NaN, never a plausible value
+}
+
+__global__ void DequantRowsKernel(DeviceWeight w, int64_t row0, int64_t n, float* out) {
+  const int64_t K = w.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * K;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = DequantElement(w, row0 + i / K, i % K);
+  }
+}
+
+__global__ void GatherWeightRowsKernel(DeviceWeight w, const int64_t* ids, int64_t n,
+                                       float* out) {
+  const int64_t K = w.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * K;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = DequantElement(w, ids[i / K], i % K);
+  }
+}
+
+}  // namespace
+
+cudaError_t FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKind kind,
+                      cudaStream_t stream) {
+  const int block = kind == FakeQuantKind::kFp4Block16E4m3 ? 16 : 32;
+  const int64_t total = rows * (n / block);
+  if (total <= 0) return cudaSuccess;
+  FakeQuantKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, rows, n, ld,
+                                                                     static_cast<int>(kind));
+  return cudaGetLastError();
+}
+
+cudaError_t DequantRows(const DeviceWeight& w, int64_t row0, int64_t n, float* out,
+                        cudaStream_t stream) {
+  if (n * w.cols <= 0) return cudaSuccess;
+  DequantRowsKernel<<<GridFor(n * w.cols, kThreads), kThreads, 0, stream>>>(w, row0, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t GatherWeightRows(const DeviceWeight& w, const int64_t* ids, int64_t n, float* out,
+                             cudaStream_t stream) {
+  if (n * w.cols <= 0) return cudaSuccess;
+  GatherWeightRowsKernel<<<GridFor(n * w.cols, kThreads), kThreads, 0, stream>>>(w, ids, n, out);
+  return cudaGetLastError();
+}
+
+}  // namespace deepinfer::backend::cuda::kernels

@@ -1,0 +1,106 @@
+// Kernel launchers of the CUDA backend (defined in the k_*.cu files).
+//
+// Every launcher enqueues its work on `stream` and returns the launch status
+// (cudaGetLastError() after the launch; cudaSuccess for empty work). Pointers are device
+// pointers unless named host_*. Shapes and layouts are those of model/backend.h; the
+// CudaBackend validates arguments (limits below) before calling a launcher.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "model/backend.h"
+
+namespace deepinfer::backend::cuda::kernels {
+
+// Limits of the first kernel versions (CudaBackend reports Unimplemented beyond them).
+inline constexpr int64_t kMaxHc = 4;               // HcMix: (2+hc)*hc <= 24 mix logits
+inline constexpr int64_t kMaxHcExpand = 8;         // HcExpand: streams held in registers
+inline constexpr int64_t kMaxAttnHeadDim = 1024;   // SparseAttention: 8 channels x 128 threads
+inline constexpr int64_t kMaxTopK = 4096;          // TopK / CandidateMask kept blocks
+inline constexpr int64_t kMaxRouteExperts = 8192;  // RouteSqrtSoftplus: shared-memory row
+inline constexpr int64_t kMaxSharedBytes = 200 * 1024;
+
+// Bits of the device error word (CudaBackend::Synchronize turns them into a Status).
+enum DeviceErrorBit : int {
+  kErrSelectionOutOfRange = 1,  // SparseAttention selection id >= n_comp
+};
+
+// A weight matrix in device memory, in its stored format (see model::WeightFormat).
+struct DeviceWeight {
+  model::WeightFormat format = model::WeightFormat::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;
+  const uint8_t* scale = nullptr;
+};
+
+// --- elementwise (k_elementwise.cu) ---------------------------------------------------
+cudaError_t Fill(float* x, int64_t n, float value, cudaStream_t stream);
+cudaError_t Add(const float* a, const float* b, int64_t n, float* y, cudaStream_t stream);
+cudaError_t Scale(float* x, int64_t n, float s, cudaStream_t stream);
+cudaError_t SwiGlu(const float* gate, const float* up, int64_t T, int64_t n, float limit,
+                   const float* row_scale, float* h, cudaStream_t stream);
+cudaError_t ApplyMask(float* scores, const uint8_t* mask, int64_t count, cudaStream_t stream);
+cudaError_t GatherTokenRows(const float* x, int64_t ld, const int32_t* rows, int64_t n,
+                            int64_t width, float* out, cudaStream_t stream);
+// rows_unique: no row repeats (one parallel pass); otherwise rows are added in order.
+cudaError_t ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* rows,
+                           bool rows_unique, float* y, int64_t ld, cudaStream_t stream);
+cudaError_t GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio, int64_t n,
+                      float* out, cudaStream_t stream);
+cudaError_t HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                       float* y, cudaStream_t stream);
+cudaError_t HcExpand(const float* y, const float* post, const float* comb, int64_t T,
+                     int64_t hc, int64_t D, float* x, cudaStream_t stream);
+// inv_freq: device [n_pairs].
+cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
+                 int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+                 bool inverse, cudaStream_t stream);
+
+// --- row reductions (k_norm.cu) -------------------------------------------------------
+cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
+                    float eps, float* y, int64_t ldy, cudaStream_t stream);
+cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
+                  const model::HcSiteWeights& w, float norm_eps, float hc_eps,
+                  int sinkhorn_iters, float* pre, float* post, float* comb,
+                  cudaStream_t stream);
+cudaError_t EngramGate(float* x, const float* key, const float* value, const float* q_weight,
+                       const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps,
+                       cudaStream_t stream);
+
+// --- quantisation (k_quant.cu) --------------------------------------------------------
+cudaError_t FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, model::FakeQuantKind kind,
+                      cudaStream_t stream);
+// out [n, w.cols] = rows row0 .. row0+n-1 of w, dequantised to fp32.
+cudaError_t DequantRows(const DeviceWeight& w, int64_t row0, int64_t n, float* out,
+                        cudaStream_t stream);
+// out [n, w.cols] = rows ids[i] of w (ids device, validated by the caller).
+cudaError_t GatherWeightRows(const DeviceWeight& w, const int64_t* ids, int64_t n, float* out,
+                             cudaStream_t stream);
+
+// --- attention pieces (k_attention.cu) ------------------------------------------------
+cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_word,
+                            cudaStream_t stream);
+cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
+                          const float* keys, int64_t n_keys, const int32_t* q_pos,
+                          int64_t ratio, float scale, float* scores, cudaStream_t stream);
+// Shared memory IndexerScores needs (the caller checks it against kMaxSharedBytes).
+int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim);
+
+// --- selection (k_topk.cu) ------------------------------------------------------------
+cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx,
+                 cudaStream_t stream);
+// block_scores [T, ceil(n/block)]: max per block, newest visible block forced to +inf.
+cudaError_t CandidateBlockScores(const float* scores, int64_t T, int64_t n,
+                                 const int32_t* q_pos, int64_t ratio, int64_t block,
+                                 float* block_scores, cudaStream_t stream);
+// mask [T, n] (already zeroed): 1 for the entries of blocks kept [T, keep] (-1 = none).
+cudaError_t MarkKeptBlocks(const int32_t* kept, int64_t T, int64_t keep, int64_t n,
+                           int64_t block, uint8_t* mask, cudaStream_t stream);
+cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
+                              int64_t n_experts, int64_t k, bool renormalise, float scale,
+                              int32_t* experts, float* weights, cudaStream_t stream);
+
+}  // namespace deepinfer::backend::cuda::kernels

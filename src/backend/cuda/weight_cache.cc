@@ -1,0 +1,113 @@
+#include "backend/cuda/weight_cache.h"
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <string>
+
+namespace deepinfer::backend::cuda {
+namespace {
+
+using model::WeightFormat;
+
+bool IsDevicePointer(const void* p) {
+  if (p == nullptr) return false;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+    cudaGetLastError();  // plain host memory on old drivers: not an error for us
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
+base::Status Upload(const void* host, size_t bytes, const std::string& what, void** out) {
+  cudaError_t e = cudaMalloc(out, bytes);
+  if (e == cudaSuccess) e = cudaMemcpy(*out, host, bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (*out) cudaFree(*out);
+    *out = nullptr;
+    return base::ResourceExhaustedError("uploading " + what + " (" + std::to_string(bytes) +
+                                        " bytes): " + cudaGetErrorString(e));
+  }
+  return base::Status::Ok();
+}
+
+}  // namespace
+
+base::StatusOr<StoredBytes> StoredSize(const model::WeightRef& w) {
+  if (w.rows < 0 || w.cols <= 0) {
+    return base::InvalidArgumentError("weight " + w.name + ": bad shape");
+  }
+  const size_t rows = static_cast<size_t>(w.rows), cols = static_cast<size_t>(w.cols);
+  const size_t col_blocks = (cols + 31) / 32;
+  switch (w.format) {
+    case WeightFormat::kF32:
+      return StoredBytes{rows * cols * 4, 0};
+    case WeightFormat::kBF16:
+      return StoredBytes{rows * cols * 2, 0};
+    case WeightFormat::kFp8Block32:
+      return StoredBytes{rows * cols, ((rows + 31) / 32) * col_blocks};
+    case WeightFormat::kFp8Row32:
+      return StoredBytes{rows * cols, rows * col_blocks};
+    case WeightFormat::kMxFp4:
+      if (cols % 32 != 0) {
+        return base::InvalidArgumentError("weight " + w.name +
+                                          ": MXFP4 cols must be a multiple of 32");
+      }
+      return StoredBytes{rows * cols / 2, rows * cols / 32};
+  }
+  return base::InvalidArgumentError("weight " + w.name + ": unknown format");
+}
+
+size_t WeightCache::KeyHash::operator()(const Key& k) const {
+  size_t h = std::hash<const void*>()(k.data);
+  h = h * 31 + std::hash<const void*>()(k.scale);
+  h = h * 31 + static_cast<size_t>(k.format);
+  h = h * 31 + std::hash<int64_t>()(k.rows);
+  return h * 31 + std::hash<int64_t>()(k.cols);
+}
+
+WeightCache::~WeightCache() {
+  for (auto& [key, entry] : entries_) {
+    if (entry.owned_data) cudaFree(entry.owned_data);
+    if (entry.owned_scale) cudaFree(entry.owned_scale);
+  }
+}
+
+base::StatusOr<kernels::DeviceWeight> WeightCache::Get(const model::WeightRef& w) {
+  const Key key{w.data, w.scale, w.format, w.rows, w.cols};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = entries_.find(key); it != entries_.end()) return it->second.view;
+
+  DI_ASSIGN_OR_RETURN(const StoredBytes size, StoredSize(w));
+  const bool needs_scale = size.scale > 0;
+  if (w.data == nullptr || (needs_scale && w.scale == nullptr)) {
+    return base::InvalidArgumentError("weight " + w.name + ": missing data or scale");
+  }
+  Entry entry;
+  entry.view = {w.format, w.rows, w.cols, w.data, needs_scale ? w.scale : nullptr};
+  if (!IsDevicePointer(w.data)) {
+    DI_RETURN_IF_ERROR(Upload(w.data, size.data, w.name, &entry.owned_data));
+    entry.view.data = entry.owned_data;
+  }
+  if (needs_scale && !IsDevicePointer(w.scale)) {
+    const base::Status s = Upload(w.scale, size.scale, w.name + " scale", &entry.owned_scale);
+    if (!s.ok()) {
+      if (entry.owned_data) cudaFree(entry.owned_data);
+      return s;
+    }
+    entry.view.scale = static_cast<const uint8_t*>(entry.owned_scale);
+  }
+  if (entry.owned_data) bytes_ += size.data;
+  if (entry.owned_scale) bytes_ += size.scale;
+  entries_.emplace(key, entry);
+  return entry.view;
+}
+
+size_t WeightCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+}  // namespace deepinfer::backend::cuda
