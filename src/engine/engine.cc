@@ -118,6 +118,7 @@ void Engine::Complete(RequestResult result) {
         break;
       }
     }
+    RefreshCountersLocked();  // the future's reader sees the freed state
   }
   p->promise.set_value(EngineResult{std::move(result), std::move(p->timings)});
 }
@@ -186,8 +187,14 @@ bool Engine::RunStep() {
     }
     for (RequestResult& r : update.finished) Complete(std::move(r));
   }
-  const SchedulerStats s = scheduler_.Stats();
   std::lock_guard<std::mutex> lock(mutex_);
+  RefreshCountersLocked();
+  counters_.busy_seconds += watch.ElapsedSeconds();
+  return !plan.empty();
+}
+
+void Engine::RefreshCountersLocked() {
+  const SchedulerStats s = scheduler_.Stats();
   counters_.steps = s.num_steps;
   counters_.preemptions = s.num_preemptions;
   counters_.generated_tokens = s.num_generated_tokens;
@@ -195,8 +202,6 @@ bool Engine::RunStep() {
   counters_.waiting_sequences = s.num_waiting;
   counters_.free_blocks = s.num_free_blocks;
   counters_.total_blocks = s.num_blocks;
-  counters_.busy_seconds += watch.ElapsedSeconds();
-  return !plan.empty();
 }
 
 void Engine::Loop() {

@@ -112,6 +112,7 @@ class Engine {
   void DrainInbox();
   bool RunStep();  // false if the plan was empty
   void Complete(RequestResult result);
+  void RefreshCountersLocked();  // engine thread, mutex_ held
 
   EngineConfig config_;
   std::unique_ptr<ModelRunner> runner_;
