@@ -38,8 +38,7 @@ base::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   const int count = DeviceCount();
   if (device < 0 || device >= count) {
     return base::FailedPreconditionError("CUDA device " + std::to_string(device) +
-                                         " not present (" + std::to_string(count) +
-                                         " devices)");
+                                         " not present (" + std::to_string(count) + " devices)");
   }
   std::unique_ptr<CudaBackend> backend(new CudaBackend(device));
   DI_RETURN_IF_ERROR(backend->Init());
@@ -57,10 +56,10 @@ base::Status CudaBackend::Init() {
   e = cudaGetDeviceProperties(&prop, device_);
   if (e != cudaSuccess) return fail("cudaGetDeviceProperties", e);
   if (prop.major != 9 || prop.minor != 0) {
-    return base::FailedPreconditionError(
-        std::string("CUDA device ") + prop.name + " is compute capability " +
-        std::to_string(prop.major) + "." + std::to_string(prop.minor) +
-        "; this build has sm_90a (Hopper) code only");
+    return base::FailedPreconditionError(std::string("CUDA device ") + prop.name +
+                                         " is compute capability " + std::to_string(prop.major) +
+                                         "." + std::to_string(prop.minor) +
+                                         "; this build has sm_90a (Hopper) code only");
   }
   e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
   if (e != cudaSuccess) return fail("cudaStreamCreate", e);
@@ -122,8 +121,8 @@ bool CudaBackend::Check(cudaError_t e, const char* what) {
 
 bool CudaBackend::CheckBlas(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return true;
-  Fail(base::InternalError(std::string("cuBLAS ") + what + ": " + cublasGetStatusName(s) +
-                           " (" + cublasGetStatusString(s) + ")"));
+  Fail(base::InternalError(std::string("cuBLAS ") + what + ": " + cublasGetStatusName(s) + " (" +
+                           cublasGetStatusString(s) + ")"));
   return false;
 }
 
@@ -206,9 +205,7 @@ float* CudaBackend::AllocFloats(int64_t n) {
   return static_cast<float*>(*p);
 }
 
-int32_t* CudaBackend::AllocInts(int64_t n) {
-  return reinterpret_cast<int32_t*>(AllocFloats(n));
-}
+int32_t* CudaBackend::AllocInts(int64_t n) { return reinterpret_cast<int32_t*>(AllocFloats(n)); }
 
 void CudaBackend::Free(void* p) {
   if (p == nullptr) return;
@@ -232,11 +229,11 @@ void CudaBackend::CopyToDevice(void* dst, const void* src, int64_t bytes) {
 
 void CudaBackend::CopyToHost(void* dst, const void* src, int64_t bytes) {
   if (bytes <= 0) return;
-  bool ok = Usable() &&
-            Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
-                                  stream_),
-                  "CopyToHost") &&
-            Synchronize().ok();
+  bool ok =
+      Usable() &&
+      Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_),
+            "CopyToHost") &&
+      Synchronize().ok();
   if (!ok) std::memset(dst, 0xFF, static_cast<size_t>(bytes));  // NaN, never plausible
 }
 
@@ -246,18 +243,16 @@ void CudaBackend::CopyDevice(void* dst, const void* src, int64_t bytes) {
   const char* s = static_cast<const char*>(src);
   const bool overlap = d < s + bytes && s < d + bytes;
   if (!overlap) {
-    Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
-                          stream_),
+    Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_),
           "CopyDevice");
   } else {  // memmove semantics through a temporary
     void* tmp = TempBytes(static_cast<size_t>(bytes));
-    if (tmp &&
-        Check(cudaMemcpyAsync(tmp, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
-                              stream_),
-              "CopyDevice")) {
-      Check(cudaMemcpyAsync(dst, tmp, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
-                            stream_),
-            "CopyDevice");
+    if (tmp && Check(cudaMemcpyAsync(tmp, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                                     stream_),
+                     "CopyDevice")) {
+      Check(
+          cudaMemcpyAsync(dst, tmp, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_),
+          "CopyDevice");
     }
   }
   Done("CopyDevice");
@@ -294,11 +289,11 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   // Column-major view: y^T [n, T] (ld ldy) = W_rows [K, n]^T (ld K) * x^T [K, T] (ld ldx).
   auto gemm = [&](const float* w_rows, int64_t n, float* y_cols) {
-    return CheckBlas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
-                                 static_cast<int>(T), static_cast<int>(K), &alpha, w_rows,
-                                 static_cast<int>(K), x, static_cast<int>(ldx), &beta, y_cols,
-                                 static_cast<int>(ldy)),
-                     "Linear sgemm");
+    return CheckBlas(
+        cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(T),
+                    static_cast<int>(K), &alpha, w_rows, static_cast<int>(K), x,
+                    static_cast<int>(ldx), &beta, y_cols, static_cast<int>(ldy)),
+        "Linear sgemm");
   };
   if (dw->format == model::WeightFormat::kF32) {
     gemm(static_cast<const float*>(dw->data) + row0 * K, n_rows, y);

@@ -71,13 +71,11 @@ class CudaBackend final : public model::Backend {
   void Add(const float* a, const float* b, int64_t n, float* y) override;
   void Scale(float* x, int64_t n, float s) override;
 
-  void RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
-               float eps, float* y, int64_t ldy) override;
-  void Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
-            int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
-            bool inverse) override;
-  void FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld,
-                 model::FakeQuantKind kind) override;
+  void RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight, float eps,
+               float* y, int64_t ldy) override;
+  void Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride, int64_t offset,
+            int64_t n_pairs, const int32_t* pos, const float* inv_freq, bool inverse) override;
+  void FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, model::FakeQuantKind kind) override;
 
   void HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model::HcSiteWeights& w,
              float norm_eps, float hc_eps, int sinkhorn_iters, float* pre, float* post,
@@ -93,8 +91,8 @@ class CudaBackend final : public model::Backend {
   void IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                      const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
                      float scale, float* scores) override;
-  void CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
-                     int64_t ratio, int64_t block, int64_t keep_blocks, uint8_t* mask) override;
+  void CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos, int64_t ratio,
+                     int64_t block, int64_t keep_blocks, uint8_t* mask) override;
   void ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) override;
   void TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) override;
 
@@ -105,8 +103,8 @@ class CudaBackend final : public model::Backend {
               const float* row_scale, float* h) override;
   void GatherTokenRows(const float* x, int64_t ld, const int32_t* host_rows, int64_t n,
                        int64_t width, float* out) override;
-  void ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* host_rows,
-                      float* y, int64_t ld) override;
+  void ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* host_rows, float* y,
+                      int64_t ld) override;
 
   void EngramGate(float* x, const float* key, const float* value, const float* q_weight,
                   const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps) override;
@@ -132,8 +130,8 @@ class CudaBackend final : public model::Backend {
   T* StageToDevice(const T* host, int64_t n) {
     T* dev = static_cast<T*>(TempBytes(static_cast<size_t>(n) * sizeof(T)));
     if (dev && n > 0) {
-      Check(cudaMemcpyAsync(dev, host, static_cast<size_t>(n) * sizeof(T),
-                            cudaMemcpyHostToDevice, stream_),
+      Check(cudaMemcpyAsync(dev, host, static_cast<size_t>(n) * sizeof(T), cudaMemcpyHostToDevice,
+                            stream_),
             "stage host array");
     }
     return dev;

@@ -18,16 +18,16 @@ base::Status Unsupported(const std::string& op, const std::string& what) {
 
 }  // namespace
 
-void CudaBackend::RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx,
-                          const float* weight, float eps, float* y, int64_t ldy) {
+void CudaBackend::RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
+                          float eps, float* y, int64_t ldy) {
   if (rows <= 0 || !Usable()) return;
   Check(kernels::RmsNorm(x, rows, n, ldx, weight, eps, y, ldy, stream_), "RmsNorm");
   Done("RmsNorm");
 }
 
 void CudaBackend::Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
-                       int64_t offset, int64_t n_pairs, const int32_t* pos,
-                       const float* inv_freq, bool inverse) {
+                       int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+                       bool inverse) {
   if (rows <= 0 || heads <= 0 || n_pairs <= 0 || !Usable()) return;
   const float* freq = StageToDevice(inv_freq, n_pairs);  // inv_freq is host memory
   if (freq) {
@@ -52,17 +52,16 @@ void CudaBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
                         int sinkhorn_iters, float* pre, float* post, float* comb) {
   if (T <= 0 || !Usable()) return;
   if (hc < 1 || hc > kernels::kMaxHc) {
-    return Fail(Unsupported("HcMix", "hc " + std::to_string(hc) + " > " +
-                                         std::to_string(kernels::kMaxHc)));
+    return Fail(
+        Unsupported("HcMix", "hc " + std::to_string(hc) + " > " + std::to_string(kernels::kMaxHc)));
   }
-  Check(kernels::HcMix(x, T, hc, D, w, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb,
-                       stream_),
+  Check(kernels::HcMix(x, T, hc, D, w, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb, stream_),
         "HcMix");
   Done("HcMix");
 }
 
-void CudaBackend::HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc,
-                             int64_t D, float* y) {
+void CudaBackend::HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                             float* y) {
   if (T <= 0 || !Usable()) return;
   Check(kernels::HcCollapse(x, pre, T, hc, D, y, stream_), "HcCollapse");
   Done("HcCollapse");
@@ -72,8 +71,8 @@ void CudaBackend::HcExpand(const float* y, const float* post, const float* comb,
                            int64_t hc, int64_t D, float* x) {
   if (T <= 0 || !Usable()) return;
   if (hc > kernels::kMaxHcExpand) {
-    return Fail(Unsupported("HcExpand", "hc " + std::to_string(hc) + " > " +
-                                            std::to_string(kernels::kMaxHcExpand)));
+    return Fail(Unsupported(
+        "HcExpand", "hc " + std::to_string(hc) + " > " + std::to_string(kernels::kMaxHcExpand)));
   }
   Check(kernels::HcExpand(y, post, comb, T, hc, D, x, stream_), "HcExpand");
   Done("HcExpand");
@@ -98,13 +97,11 @@ void CudaBackend::GatedPool(const float* c, const float* z, int64_t groups, int6
 
 void CudaBackend::IndexerScores(const float* q, const float* w, int64_t T, int64_t heads,
                                 int64_t dim, const float* keys, int64_t n_keys,
-                                const int32_t* q_pos, int64_t ratio, float scale,
-                                float* scores) {
+                                const int32_t* q_pos, int64_t ratio, float scale, float* scores) {
   if (T <= 0 || n_keys <= 0 || !Usable()) return;
   if (kernels::IndexerScoresSharedBytes(heads, dim) > kernels::kMaxSharedBytes || T > 65535) {
     return Fail(Unsupported("IndexerScores", "heads x dim " + std::to_string(heads) + " x " +
-                                                 std::to_string(dim) + ", T " +
-                                                 std::to_string(T)));
+                                                 std::to_string(dim) + ", T " + std::to_string(T)));
   }
   Check(kernels::IndexerScores(q, w, T, heads, dim, keys, n_keys, q_pos, ratio, scale, scores,
                                stream_),
@@ -113,8 +110,7 @@ void CudaBackend::IndexerScores(const float* q, const float* w, int64_t T, int64
 }
 
 void CudaBackend::CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
-                                int64_t ratio, int64_t block, int64_t keep_blocks,
-                                uint8_t* mask) {
+                                int64_t ratio, int64_t block, int64_t keep_blocks, uint8_t* mask) {
   if (T <= 0 || n <= 0 || !Usable()) return;
   const int64_t n_blocks = (n + block - 1) / block;
   if (std::min(keep_blocks, n_blocks) > kernels::kMaxTopK) {
@@ -125,9 +121,9 @@ void CudaBackend::CandidateMask(const float* scores, int64_t T, int64_t n, const
     auto* block_scores = static_cast<float*>(TempBytes(T * n_blocks * sizeof(float)));
     auto* kept = static_cast<int32_t*>(TempBytes(T * keep_blocks * sizeof(int32_t)));
     if (block_scores && kept &&
-        Check(kernels::CandidateBlockScores(scores, T, n, q_pos, ratio, block, block_scores,
-                                            stream_),
-              "CandidateMask block scores") &&
+        Check(
+            kernels::CandidateBlockScores(scores, T, n, q_pos, ratio, block, block_scores, stream_),
+            "CandidateMask block scores") &&
         Check(kernels::TopK(block_scores, T, n_blocks, keep_blocks, kept, stream_),
               "CandidateMask top-k")) {
       Check(kernels::MarkKeptBlocks(kept, T, keep_blocks, n, block, mask, stream_),
@@ -146,8 +142,8 @@ void CudaBackend::ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64
 void CudaBackend::TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) {
   if (T <= 0 || k <= 0 || !Usable()) return;
   if (std::min(k, n) > kernels::kMaxTopK) {
-    return Fail(Unsupported("TopK", "k " + std::to_string(k) + " > " +
-                                        std::to_string(kernels::kMaxTopK)));
+    return Fail(
+        Unsupported("TopK", "k " + std::to_string(k) + " > " + std::to_string(kernels::kMaxTopK)));
   }
   Check(kernels::TopK(scores, T, n, k, idx, stream_), "TopK");
   Done("TopK");
@@ -158,8 +154,8 @@ void CudaBackend::RouteSqrtSoftplus(const float* logits, const float* bias, int6
                                     int32_t* experts, float* weights) {
   if (T <= 0 || !Usable()) return;
   if (n_experts > kernels::kMaxRouteExperts || k > 64 || k > n_experts || k < 1) {
-    return Fail(Unsupported("RouteSqrtSoftplus", "experts " + std::to_string(n_experts) +
-                                                     ", k " + std::to_string(k)));
+    return Fail(Unsupported("RouteSqrtSoftplus",
+                            "experts " + std::to_string(n_experts) + ", k " + std::to_string(k)));
   }
   Check(kernels::RouteSqrtSoftplus(logits, bias, T, n_experts, k, renormalise, scale, experts,
                                    weights, stream_),
@@ -174,16 +170,16 @@ void CudaBackend::SwiGlu(const float* gate, const float* up, int64_t T, int64_t 
   Done("SwiGlu");
 }
 
-void CudaBackend::GatherTokenRows(const float* x, int64_t ld, const int32_t* host_rows,
-                                  int64_t n, int64_t width, float* out) {
+void CudaBackend::GatherTokenRows(const float* x, int64_t ld, const int32_t* host_rows, int64_t n,
+                                  int64_t width, float* out) {
   if (n <= 0 || width <= 0 || !Usable()) return;
   const int32_t* rows = StageToDevice(host_rows, n);
   if (rows) Check(kernels::GatherTokenRows(x, ld, rows, n, width, out, stream_), "GatherTokenRows");
   Done("GatherTokenRows");
 }
 
-void CudaBackend::ScatterAddRows(const float* v, int64_t n, int64_t width,
-                                 const int32_t* host_rows, float* y, int64_t ld) {
+void CudaBackend::ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* host_rows,
+                                 float* y, int64_t ld) {
   if (n <= 0 || width <= 0 || !Usable()) return;
   const std::unordered_set<int32_t> distinct(host_rows, host_rows + n);
   const bool unique = static_cast<int64_t>(distinct.size()) == n;
@@ -194,9 +190,8 @@ void CudaBackend::ScatterAddRows(const float* v, int64_t n, int64_t width,
   Done("ScatterAddRows");
 }
 
-void CudaBackend::EngramGate(float* x, const float* key, const float* value,
-                             const float* q_weight, const float* k_weight, int64_t T,
-                             int64_t hc, int64_t D, float eps) {
+void CudaBackend::EngramGate(float* x, const float* key, const float* value, const float* q_weight,
+                             const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps) {
   if (T * hc <= 0 || !Usable()) return;
   Check(kernels::EngramGate(x, key, value, q_weight, k_weight, T, hc, D, eps, stream_),
         "EngramGate");

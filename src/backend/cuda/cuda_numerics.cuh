@@ -16,7 +16,6 @@ __device__ __forceinline__ float ClampF(float v, float lo, float hi) {
   return v < lo ? lo : (hi < v ? hi : v);
 }
 
-
 __device__ __forceinline__ float Bf16ToF32(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }

@@ -163,8 +163,7 @@ float MaxAbs(const std::vector<float>& v) {
 }
 
 ::testing::AssertionResult AllClose(const std::vector<float>& actual,
-                                    const std::vector<float>& expected, double rtol,
-                                    double atol) {
+                                    const std::vector<float>& expected, double rtol, double atol) {
   if (actual.size() != expected.size()) {
     return ::testing::AssertionFailure()
            << "size " << actual.size() << " vs expected " << expected.size();
@@ -184,9 +183,9 @@ float MaxAbs(const std::vector<float>& v) {
     if (!ok && bad++ < 5) first << "\n  [" << i << "] got " << a << " expected " << e;
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << actual.size()
-                                       << " elements differ (rtol " << rtol << ", atol " << atol
-                                       << "):" << first.str();
+  return ::testing::AssertionFailure()
+         << bad << " of " << actual.size() << " elements differ (rtol " << rtol << ", atol " << atol
+         << "):" << first.str();
 }
 
 ::testing::AssertionResult RelL2Close(const std::vector<float>& actual,
@@ -224,8 +223,8 @@ float MaxAbs(const std::vector<float>& v) {
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << actual.size()
-                                       << " elements differ bitwise:" << first.str();
+  return ::testing::AssertionFailure()
+         << bad << " of " << actual.size() << " elements differ bitwise:" << first.str();
 }
 
 }  // namespace deepinfer::backend::cuda::testing

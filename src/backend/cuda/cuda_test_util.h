@@ -63,8 +63,7 @@ class CudaVsCpuTest : public ::testing::Test {
 // |actual - expected| <= atol + rtol * |expected| elementwise; infinities must match
 // exactly; NaN in `actual` never passes.
 ::testing::AssertionResult AllClose(const std::vector<float>& actual,
-                                    const std::vector<float>& expected, double rtol,
-                                    double atol);
+                                    const std::vector<float>& expected, double rtol, double atol);
 // ||actual - expected||_2 / ||expected||_2 <= tol over the finite entries, with the
 // non-finite entries identical; NaN in `actual` never passes.
 ::testing::AssertionResult RelL2Close(const std::vector<float>& actual,

@@ -4,7 +4,6 @@
 
 #include <string>
 
-
 namespace deepinfer::backend::cuda {
 
 DeviceArena::~DeviceArena() {

@@ -39,8 +39,8 @@ __device__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_
 // Grid (tokens, heads). Each thread owns channels c = threadIdx.x + i * 128.
 __global__ void __launch_bounds__(kAttnThreads)
     SparseAttentionKernel(model::SparseAttentionArgs a, int* error_word) {
-  extern __shared__ float q_s[];          // [head_dim]
-  __shared__ float score_s[kAttnChunk];   // scaled scores of the current chunk
+  extern __shared__ float q_s[];         // [head_dim]
+  __shared__ float score_s[kAttnChunk];  // scaled scores of the current chunk
   const int64_t t = blockIdx.x, h = blockIdx.y, d = a.head_dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float* q = a.q + (t * a.heads + h) * d;
@@ -103,8 +103,8 @@ __global__ void __launch_bounds__(kIdxThreads)
                         const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
                         float scale, float* scores) {
   extern __shared__ float smem[];
-  const int64_t stride = dim + 1;  // padded rows: lane h reads q_s[h*stride + i] conflict-free
-  float* q_s = smem;               // [heads, dim + 1]
+  const int64_t stride = dim + 1;      // padded rows: lane h reads q_s[h*stride + i] conflict-free
+  float* q_s = smem;                   // [heads, dim + 1]
   float* w_s = smem + heads * stride;  // [heads]
   const int64_t t = blockIdx.y;
   for (int64_t i = threadIdx.x; i < heads * dim; i += blockDim.x) {
@@ -153,8 +153,8 @@ int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim) {
 }
 
 cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
-                          const float* keys, int64_t n_keys, const int32_t* q_pos,
-                          int64_t ratio, float scale, float* scores, cudaStream_t stream) {
+                          const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
+                          float scale, float* scores, cudaStream_t stream) {
   if (T <= 0 || n_keys <= 0) return cudaSuccess;
   const int64_t smem = IndexerScoresSharedBytes(heads, dim);
   if (smem > kMaxSharedBytes || T > 65535 || ratio <= 0) return cudaErrorInvalidValue;

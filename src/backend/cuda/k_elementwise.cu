@@ -10,7 +10,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-#define DI_GRID_STRIDE(i, n) \
+#define DI_GRID_STRIDE(i, n)                                                \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
@@ -26,8 +26,8 @@ __global__ void ScaleKernel(float* x, int64_t n, float s) {
   DI_GRID_STRIDE(i, n) { x[i] *= s; }
 }
 
-__global__ void SwiGluKernel(const float* gate, const float* up, int64_t T, int64_t n,
-                             float limit, const float* row_scale, float* h) {
+__global__ void SwiGluKernel(const float* gate, const float* up, int64_t T, int64_t n, float limit,
+                             const float* row_scale, float* h) {
   DI_GRID_STRIDE(i, T * n) {
     float g = gate[i];
     float u = up[i];
@@ -92,8 +92,8 @@ __global__ void GatedPoolKernel(const float* c, const float* z, int64_t groups, 
   }
 }
 
-__global__ void HcCollapseKernel(const float* x, const float* pre, int64_t T, int64_t hc,
-                                 int64_t D, float* y) {
+__global__ void HcCollapseKernel(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                                 float* y) {
   DI_GRID_STRIDE(i, T * D) {
     const int64_t t = i / D, d = i % D;
     const float* xt = x + t * hc * D + d;
@@ -168,8 +168,8 @@ cudaError_t Scale(float* x, int64_t n, float s, cudaStream_t stream) {
 cudaError_t SwiGlu(const float* gate, const float* up, int64_t T, int64_t n, float limit,
                    const float* row_scale, float* h, cudaStream_t stream) {
   if (T * n <= 0) return cudaSuccess;
-  SwiGluKernel<<<GridFor(T * n, kThreads), kThreads, 0, stream>>>(gate, up, T, n, limit,
-                                                                   row_scale, h);
+  SwiGluKernel<<<GridFor(T * n, kThreads), kThreads, 0, stream>>>(gate, up, T, n, limit, row_scale,
+                                                                  h);
   return Launched();
 }
 
@@ -191,11 +191,11 @@ cudaError_t ScatterAddRows(const float* v, int64_t n, int64_t width, const int32
                            bool rows_unique, float* y, int64_t ld, cudaStream_t stream) {
   if (n * width <= 0) return cudaSuccess;
   if (rows_unique) {
-    ScatterAddUniqueKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(v, n, width,
-                                                                                  rows, y, ld);
+    ScatterAddUniqueKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(v, n, width, rows,
+                                                                                  y, ld);
   } else {
-    ScatterAddOrderedKernel<<<GridFor(width, kThreads), kThreads, 0, stream>>>(v, n, width,
-                                                                               rows, y, ld);
+    ScatterAddOrderedKernel<<<GridFor(width, kThreads), kThreads, 0, stream>>>(v, n, width, rows, y,
+                                                                               ld);
   }
   return Launched();
 }
@@ -203,20 +203,20 @@ cudaError_t ScatterAddRows(const float* v, int64_t n, int64_t width, const int32
 cudaError_t GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio, int64_t n,
                       float* out, cudaStream_t stream) {
   if (groups * n <= 0) return cudaSuccess;
-  GatedPoolKernel<<<GridFor(groups * n, kThreads), kThreads, 0, stream>>>(c, z, groups, ratio,
-                                                                          n, out);
+  GatedPoolKernel<<<GridFor(groups * n, kThreads), kThreads, 0, stream>>>(c, z, groups, ratio, n,
+                                                                          out);
   return Launched();
 }
 
-cudaError_t HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
-                       float* y, cudaStream_t stream) {
+cudaError_t HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D, float* y,
+                       cudaStream_t stream) {
   if (T * D <= 0) return cudaSuccess;
   HcCollapseKernel<<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(x, pre, T, hc, D, y);
   return Launched();
 }
 
-cudaError_t HcExpand(const float* y, const float* post, const float* comb, int64_t T,
-                     int64_t hc, int64_t D, float* x, cudaStream_t stream) {
+cudaError_t HcExpand(const float* y, const float* post, const float* comb, int64_t T, int64_t hc,
+                     int64_t D, float* x, cudaStream_t stream) {
   if (T * D <= 0) return cudaSuccess;
   if (hc > kMaxHcExpand) return cudaErrorInvalidValue;
   HcExpandKernel<<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(y, post, comb, T, hc, D, x);
@@ -228,9 +228,8 @@ cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head
                  bool inverse, cudaStream_t stream) {
   const int64_t total = rows * heads * n_pairs;
   if (total <= 0) return cudaSuccess;
-  RopeKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, rows, ld, heads, head_stride,
-                                                                offset, n_pairs, pos, inv_freq,
-                                                                inverse);
+  RopeKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(
+      x, rows, ld, heads, head_stride, offset, n_pairs, pos, inv_freq, inverse);
   return Launched();
 }
 

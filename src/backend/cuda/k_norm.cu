@@ -144,10 +144,9 @@ cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const 
   return cudaGetLastError();
 }
 
-cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
-                  const model::HcSiteWeights& w, float norm_eps, float hc_eps,
-                  int sinkhorn_iters, float* pre, float* post, float* comb,
-                  cudaStream_t stream) {
+cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model::HcSiteWeights& w,
+                  float norm_eps, float hc_eps, int sinkhorn_iters, float* pre, float* post,
+                  float* comb, cudaStream_t stream) {
   if (T <= 0) return cudaSuccess;
   if (hc > kMaxHc || hc <= 0) return cudaErrorInvalidValue;
   HcMixKernel<<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
@@ -159,8 +158,8 @@ cudaError_t EngramGate(float* x, const float* key, const float* value, const flo
                        const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps,
                        cudaStream_t stream) {
   if (T * hc <= 0 || D <= 0) return cudaSuccess;
-  EngramGateKernel<<<static_cast<unsigned>(T * hc), kThreads, 0, stream>>>(
-      x, key, value, q_weight, k_weight, hc, D, eps);
+  EngramGateKernel<<<static_cast<unsigned>(T * hc), kThreads, 0, stream>>>(x, key, value, q_weight,
+                                                                           k_weight, hc, D, eps);
   return cudaGetLastError();
 }
 

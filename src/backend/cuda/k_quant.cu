@@ -86,8 +86,7 @@ __global__ void DequantRowsKernel(DeviceWeight w, int64_t row0, int64_t n, float
   }
 }
 
-__global__ void GatherWeightRowsKernel(DeviceWeight w, const int64_t* ids, int64_t n,
-                                       float* out) {
+__global__ void GatherWeightRowsKernel(DeviceWeight w, const int64_t* ids, int64_t n, float* out) {
   const int64_t K = w.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * K;
        i += int64_t{gridDim.x} * blockDim.x) {

@@ -203,9 +203,9 @@ cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* 
   return cudaGetLastError();
 }
 
-cudaError_t CandidateBlockScores(const float* scores, int64_t T, int64_t n,
-                                 const int32_t* q_pos, int64_t ratio, int64_t block,
-                                 float* block_scores, cudaStream_t stream) {
+cudaError_t CandidateBlockScores(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
+                                 int64_t ratio, int64_t block, float* block_scores,
+                                 cudaStream_t stream) {
   const int64_t total = T * ((n + block - 1) / block);
   if (total <= 0) return cudaSuccess;
   CandidateBlockScoresKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(
@@ -213,17 +213,17 @@ cudaError_t CandidateBlockScores(const float* scores, int64_t T, int64_t n,
   return cudaGetLastError();
 }
 
-cudaError_t MarkKeptBlocks(const int32_t* kept, int64_t T, int64_t keep, int64_t n,
-                           int64_t block, uint8_t* mask, cudaStream_t stream) {
+cudaError_t MarkKeptBlocks(const int32_t* kept, int64_t T, int64_t keep, int64_t n, int64_t block,
+                           uint8_t* mask, cudaStream_t stream) {
   if (T * keep <= 0) return cudaSuccess;
   MarkKeptBlocksKernel<<<GridFor(T * keep, kThreads), kThreads, 0, stream>>>(kept, T, keep, n,
                                                                              block, mask);
   return cudaGetLastError();
 }
 
-cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
-                              int64_t n_experts, int64_t k, bool renormalise, float scale,
-                              int32_t* experts, float* weights, cudaStream_t stream) {
+cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T, int64_t n_experts,
+                              int64_t k, bool renormalise, float scale, int32_t* experts,
+                              float* weights, cudaStream_t stream) {
   if (T <= 0 || k <= 0) return cudaSuccess;
   if (n_experts > kMaxRouteExperts || k > 64 || k > n_experts) return cudaErrorInvalidValue;
   const size_t smem = 2 * static_cast<size_t>(n_experts) * sizeof(float);

@@ -50,10 +50,10 @@ cudaError_t ScatterAddRows(const float* v, int64_t n, int64_t width, const int32
                            bool rows_unique, float* y, int64_t ld, cudaStream_t stream);
 cudaError_t GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio, int64_t n,
                       float* out, cudaStream_t stream);
-cudaError_t HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
-                       float* y, cudaStream_t stream);
-cudaError_t HcExpand(const float* y, const float* post, const float* comb, int64_t T,
-                     int64_t hc, int64_t D, float* x, cudaStream_t stream);
+cudaError_t HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D, float* y,
+                       cudaStream_t stream);
+cudaError_t HcExpand(const float* y, const float* post, const float* comb, int64_t T, int64_t hc,
+                     int64_t D, float* x, cudaStream_t stream);
 // inv_freq: device [n_pairs].
 cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
                  int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
@@ -62,10 +62,9 @@ cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head
 // --- row reductions (k_norm.cu) -------------------------------------------------------
 cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
                     float eps, float* y, int64_t ldy, cudaStream_t stream);
-cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
-                  const model::HcSiteWeights& w, float norm_eps, float hc_eps,
-                  int sinkhorn_iters, float* pre, float* post, float* comb,
-                  cudaStream_t stream);
+cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model::HcSiteWeights& w,
+                  float norm_eps, float hc_eps, int sinkhorn_iters, float* pre, float* post,
+                  float* comb, cudaStream_t stream);
 cudaError_t EngramGate(float* x, const float* key, const float* value, const float* q_weight,
                        const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps,
                        cudaStream_t stream);
@@ -84,8 +83,8 @@ cudaError_t GatherWeightRows(const DeviceWeight& w, const int64_t* ids, int64_t 
 cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_word,
                             cudaStream_t stream);
 cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
-                          const float* keys, int64_t n_keys, const int32_t* q_pos,
-                          int64_t ratio, float scale, float* scores, cudaStream_t stream);
+                          const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
+                          float scale, float* scores, cudaStream_t stream);
 // Shared memory IndexerScores needs (the caller checks it against kMaxSharedBytes).
 int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim);
 
@@ -93,14 +92,14 @@ int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim);
 cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx,
                  cudaStream_t stream);
 // block_scores [T, ceil(n/block)]: max per block, newest visible block forced to +inf.
-cudaError_t CandidateBlockScores(const float* scores, int64_t T, int64_t n,
-                                 const int32_t* q_pos, int64_t ratio, int64_t block,
-                                 float* block_scores, cudaStream_t stream);
+cudaError_t CandidateBlockScores(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
+                                 int64_t ratio, int64_t block, float* block_scores,
+                                 cudaStream_t stream);
 // mask [T, n] (already zeroed): 1 for the entries of blocks kept [T, keep] (-1 = none).
-cudaError_t MarkKeptBlocks(const int32_t* kept, int64_t T, int64_t keep, int64_t n,
-                           int64_t block, uint8_t* mask, cudaStream_t stream);
-cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
-                              int64_t n_experts, int64_t k, bool renormalise, float scale,
-                              int32_t* experts, float* weights, cudaStream_t stream);
+cudaError_t MarkKeptBlocks(const int32_t* kept, int64_t T, int64_t keep, int64_t n, int64_t block,
+                           uint8_t* mask, cudaStream_t stream);
+cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T, int64_t n_experts,
+                              int64_t k, bool renormalise, float scale, int32_t* experts,
+                              float* weights, cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda::kernels

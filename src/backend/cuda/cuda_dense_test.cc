@@ -1,0 +1,262 @@
+// Linear / GatherRows over every weight format, RMSNorm, RoPE, fake-quant and mHC, each
+// against the CPU reference on fresh random inputs (small odd shapes and real V4.1 dims).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_test_util.h"
+
+namespace deepinfer::backend::cuda::testing {
+namespace {
+
+using model::FakeQuantKind;
+using model::WeightFormat;
+using model::WeightRef;
+
+const char* FormatName(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32:
+      return "F32";
+    case WeightFormat::kBF16:
+      return "BF16";
+    case WeightFormat::kFp8Block32:
+      return "FP8-block32";
+    case WeightFormat::kFp8Row32:
+      return "FP8-row32";
+    case WeightFormat::kMxFp4:
+      return "MXFP4";
+  }
+  return "?";
+}
+
+// Random stored bytes of one weight in `format` (kept alive by the struct).
+struct RandomWeight {
+  std::vector<uint8_t> data, scale;
+  WeightRef ref;
+};
+
+class CudaDenseTest : public CudaVsCpuTest {
+ protected:
+  RandomWeight MakeWeight(WeightFormat format, int64_t rows, int64_t cols) {
+    RandomWeight w;
+    const int64_t cb = (cols + 31) / 32;
+    switch (format) {
+      case WeightFormat::kF32: {
+        const std::vector<float> f = Normal(rows * cols, 0.1f);
+        w.data.resize(f.size() * 4);
+        std::memcpy(w.data.data(), f.data(), w.data.size());
+        break;
+      }
+      case WeightFormat::kBF16: {
+        const std::vector<uint16_t> b = Bf16Bits(rows * cols, 0.1f);
+        w.data.resize(b.size() * 2);
+        std::memcpy(w.data.data(), b.data(), w.data.size());
+        break;
+      }
+      case WeightFormat::kFp8Block32:
+        w.data = Fp8Bytes(rows * cols);
+        w.scale = Bytes(((rows + 31) / 32) * cb, 112, 124);
+        break;
+      case WeightFormat::kFp8Row32:
+        w.data = Fp8Bytes(rows * cols);
+        w.scale = Bytes(rows * cb, 112, 124);
+        break;
+      case WeightFormat::kMxFp4:
+        w.data = Bytes(rows * cols / 2, 0, 255);
+        w.scale = Bytes(rows * (cols / 32), 118, 124);
+        break;
+    }
+    w.ref = WeightRef{std::string("test.") + FormatName(format), format, rows, cols, w.data.data(),
+                      w.scale.empty() ? nullptr : w.scale.data()};
+    return w;
+  }
+
+  // y[T, ldy] (cols [0, n_rows)) = x[T, ldx] W[row0 .. row0+n_rows)^T on both backends.
+  void CheckLinear(WeightFormat format, int64_t T, int64_t K, int64_t N, int64_t row0,
+                   int64_t n_rows, int64_t ldx_pad, int64_t ldy_pad, bool accumulate) {
+    SCOPED_TRACE(::testing::Message()
+                 << FormatName(format) << " T=" << T << " K=" << K << " N=" << N << " rows " << row0
+                 << "+" << n_rows << (accumulate ? " accumulate" : ""));
+    const RandomWeight w = MakeWeight(format, N, K);
+    const int64_t ldx = K + ldx_pad, ldy = n_rows + ldy_pad;
+    const std::vector<float> x = Normal(T * ldx);
+    std::vector<float> expected = Normal(T * ldy);  // accumulate base (and pad) values
+    float* y = ToGpu(expected);
+    if (!accumulate) {
+      for (int64_t t = 0; t < T; ++t) gpu_->Fill(y + t * ldy, n_rows, NAN);  // poison
+    }
+    cpu_.Linear(x.data(), T, ldx, w.ref, row0, n_rows, expected.data(), ldy, accumulate);
+    gpu_->Linear(ToGpu(x), T, ldx, w.ref, row0, n_rows, y, ldy, accumulate);
+    const std::vector<float> got = FromGpu(y, T * ldy);
+    const double tol = std::max(1e-5, 2e-6 * std::sqrt(static_cast<double>(K)));
+    EXPECT_TRUE(RelL2Close(got, expected, tol));
+    EXPECT_TRUE(AllClose(got, expected, 1e-3, 1e-3 * MaxAbs(expected)));
+  }
+};
+
+TEST_F(CudaDenseTest, LinearAllFormatsSmallOddShapes) {
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFp8Block32,
+                         WeightFormat::kFp8Row32, WeightFormat::kMxFp4}) {
+    const int64_t K = f == WeightFormat::kMxFp4 ? 96 : 70;  // FP8: partial 32-column block
+    CheckLinear(f, 1, K, 33, 0, 33, 0, 0, false);
+    CheckLinear(f, 7, K, 77, 5, 41, 3, 2, false);  // row offset crosses a 32-row block
+    CheckLinear(f, 5, K, 64, 32, 32, 0, 1, true);
+  }
+}
+
+TEST_F(CudaDenseTest, LinearRealV41Dims) {
+  if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  CheckLinear(WeightFormat::kFp8Block32, 3, 5120, 1280, 0, 1280, 0, 0, false);   // wq_a
+  CheckLinear(WeightFormat::kMxFp4, 2, 5120, 2304, 0, 2304, 0, 0, false);        // expert w1
+  CheckLinear(WeightFormat::kMxFp4, 5, 2304, 5120, 0, 5120, 0, 0, true);         // expert w2
+  CheckLinear(WeightFormat::kBF16, 2, 5120, 384, 0, 384, 0, 0, false);           // router
+  CheckLinear(WeightFormat::kFp8Block32, 17, 1024, 5120, 0, 5120, 0, 0, false);  // wo_b
+}
+
+TEST_F(CudaDenseTest, GatherRowsAllFormats) {
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFp8Block32,
+                         WeightFormat::kFp8Row32, WeightFormat::kMxFp4}) {
+    SCOPED_TRACE(FormatName(f));
+    const int64_t rows = 300, cols = f == WeightFormat::kMxFp4 ? 256 : 250;
+    const RandomWeight w = MakeWeight(f, rows, cols);
+    const std::vector<int64_t> ids = {0, 299, 17, 17, 64, 31, 32, 150};
+    const int64_t n = static_cast<int64_t>(ids.size());
+    std::vector<float> expected(n * cols);
+    cpu_.GatherRows(w.ref, ids.data(), n, expected.data());
+    float* out = PoisonedFloats(n * cols);
+    gpu_->GatherRows(w.ref, ids.data(), n, out);
+    EXPECT_TRUE(BitExact(FromGpu(out, n * cols), expected));  // dequantisation is exact
+  }
+}
+
+TEST_F(CudaDenseTest, RmsNorm) {
+  struct Case {
+    int64_t rows, n, pad;
+    bool weight;
+    float eps;
+  };
+  std::vector<Case> cases = {
+      {1, 1, 0, false, 1e-6f}, {5, 160, 3, true, 1e-20f}, {9, 333, 0, true, 1e-6f}};
+  if (!SmallOnly()) cases.push_back({7, 5120, 0, true, 1e-6f});
+  if (!SmallOnly()) cases.push_back({3, 20480, 0, false, 1e-20f});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "rows " << c.rows << " n " << c.n);
+    const int64_t ld = c.n + c.pad;
+    const std::vector<float> x = Normal(c.rows * ld, 3.0f), w = Normal(c.n);
+    std::vector<float> expected(c.rows * ld, 0.0f);
+    cpu_.RmsNorm(x.data(), c.rows, c.n, ld, c.weight ? w.data() : nullptr, c.eps, expected.data(),
+                 ld);
+    float* y = ToGpu(std::vector<float>(c.rows * ld, 0.0f));
+    for (int64_t r = 0; r < c.rows; ++r) gpu_->Fill(y + r * ld, c.n, NAN);
+    gpu_->RmsNorm(ToGpu(x), c.rows, c.n, ld, c.weight ? ToGpu(w) : nullptr, c.eps, y, ld);
+    EXPECT_TRUE(AllClose(FromGpu(y, c.rows * ld), expected, 1e-5, 1e-6));
+  }
+}
+
+TEST_F(CudaDenseTest, RopeForwardAndInverse) {
+  struct Case {
+    int64_t rows, heads, stride, offset, pairs, extra;
+    int32_t max_pos;
+  };
+  std::vector<Case> cases = {{7, 4, 64, 48, 8, 0, 100}, {3, 1, 40, 0, 20, 5, 1000}};
+  if (!SmallOnly()) cases.push_back({5, 64, 512, 448, 32, 0, 1 << 20});  // real q heads
+  for (const Case& c : cases) {
+    for (bool inverse : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "heads " << c.heads << " pairs " << c.pairs << (inverse ? " inverse" : ""));
+      const int64_t ld = c.heads * c.stride + c.extra;
+      std::vector<float> x = Normal(c.rows * ld);
+      const std::vector<int32_t> pos = Ints(c.rows, 0, c.max_pos);
+      std::vector<float> freq(c.pairs);
+      for (int64_t i = 0; i < c.pairs; ++i) {
+        freq[i] = std::pow(10000.0f, -2.0f * i / (2.0f * c.pairs));
+      }
+      float* dx = ToGpu(x);
+      gpu_->Rope(dx, c.rows, ld, c.heads, c.stride, c.offset, c.pairs, ToGpu(pos), freq.data(),
+                 inverse);
+      cpu_.Rope(x.data(), c.rows, ld, c.heads, c.stride, c.offset, c.pairs, pos.data(), freq.data(),
+                inverse);
+      EXPECT_TRUE(AllClose(FromGpu(dx, c.rows * ld), x, 1e-5, 1e-5));
+    }
+  }
+}
+
+// Blocks with magnitudes 2^-30 .. 2^10, all-zero blocks, tiny blocks (amax floors) and
+// exact rounding ties.
+std::vector<float> QuantInputs(CudaVsCpuTest* t, std::mt19937_64& rng, int64_t rows, int64_t ld,
+                               int block) {
+  std::vector<float> x(rows * ld);
+  std::uniform_int_distribution<int> exp_dist(-30, 10), kind_dist(0, 9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t b = 0; b < rows * ld; b += block) {
+    const int kind = kind_dist(rng);
+    const float mag = std::ldexp(1.0f, exp_dist(rng));
+    for (int i = 0; i < block && b + i < rows * ld; ++i) {
+      float v = normal(rng) * mag;
+      if (kind == 0) v = 0.0f;
+      if (kind == 1) v *= 1e-30f;
+      if (kind == 2)
+        v = std::ldexp(static_cast<float>(static_cast<int>(normal(rng) * 8)) + 0.5f,
+                       -3) *
+            mag;  // halfway points
+      x[b + i] = v;
+    }
+  }
+  (void)t;
+  return x;
+}
+
+TEST_F(CudaDenseTest, FakeQuantBitExact) {
+  for (FakeQuantKind kind : {FakeQuantKind::kFp8Block32Pow2, FakeQuantKind::kFp4Block16E4m3,
+                             FakeQuantKind::kFp4Block32Pow2}) {
+    for (int64_t n : {32, 64, 512}) {
+      SCOPED_TRACE(::testing::Message() << "kind " << static_cast<int>(kind) << " n " << n);
+      const int64_t rows = 37, ld = n + 32;
+      std::vector<float> x = QuantInputs(this, rng_, rows, ld, 16);
+      float* dx = ToGpu(x);
+      gpu_->FakeQuant(dx, rows, n, ld, kind);
+      cpu_.FakeQuant(x.data(), rows, n, ld, kind);
+      EXPECT_TRUE(BitExact(FromGpu(dx, rows * ld), x));
+    }
+  }
+}
+
+TEST_F(CudaDenseTest, HcMixCollapseExpand) {
+  const int64_t hc = 4, n_mix = (2 + hc) * hc;
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 8}, {5, 64}, {3, 160}};
+  if (!SmallOnly()) shapes.push_back({4, 5120});
+  for (auto [T, D] : shapes) {
+    SCOPED_TRACE(::testing::Message() << "T " << T << " D " << D);
+    const std::vector<float> x = Normal(T * hc * D), fn = Normal(n_mix * hc * D, 0.05f);
+    const std::vector<float> scale = Uniform(3, 0.2f, 2.0f), base = Normal(n_mix);
+    std::vector<float> pre(T * hc), post(T * hc), comb(T * hc * hc);
+    cpu_.HcMix(x.data(), T, hc, D, {fn.data(), scale.data(), base.data()}, 1e-20f, 1e-6f, 20,
+               pre.data(), post.data(), comb.data());
+    float *gpre = PoisonedFloats(T * hc), *gpost = PoisonedFloats(T * hc),
+          *gcomb = PoisonedFloats(T * hc * hc);
+    float* gx = ToGpu(x);
+    gpu_->HcMix(gx, T, hc, D, {ToGpu(fn), ToGpu(scale), ToGpu(base)}, 1e-20f, 1e-6f, 20, gpre,
+                gpost, gcomb);
+    EXPECT_TRUE(AllClose(FromGpu(gpre, T * hc), pre, 1e-4, 1e-5));
+    EXPECT_TRUE(AllClose(FromGpu(gpost, T * hc), post, 1e-4, 1e-5));
+    EXPECT_TRUE(AllClose(FromGpu(gcomb, T * hc * hc), comb, 1e-4, 1e-5));
+
+    // Collapse and expand from the CPU's mix so that only these ops are compared.
+    std::vector<float> y(T * D);
+    cpu_.HcCollapse(x.data(), pre.data(), T, hc, D, y.data());
+    float* gy = PoisonedFloats(T * D);
+    gpu_->HcCollapse(gx, ToGpu(pre), T, hc, D, gy);
+    EXPECT_TRUE(AllClose(FromGpu(gy, T * D), y, 1e-5, 1e-6));
+
+    std::vector<float> streams = x;
+    const std::vector<float> out = Normal(T * D);
+    cpu_.HcExpand(out.data(), post.data(), comb.data(), T, hc, D, streams.data());
+    gpu_->HcExpand(ToGpu(out), ToGpu(post), ToGpu(comb), T, hc, D, gx);
+    EXPECT_TRUE(AllClose(FromGpu(gx, T * hc * D), streams, 1e-5, 1e-6));
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda::testing
