@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <queue>
 #include <string>
 #include <unordered_map>
@@ -13,8 +14,6 @@ namespace deepinfer::tokenizer {
 namespace {
 
 constexpr size_t kShortWordLimit = 48;  // bytes; longer words use the heap algorithm
-constexpr size_t kCacheWordLimit = 64;  // bytes; longer words are not cached
-constexpr size_t kCacheMaxEntries = 1 << 16;
 
 uint64_t HashKey(uint64_t key) {
   key ^= key >> 33;
@@ -23,25 +22,40 @@ uint64_t HashKey(uint64_t key) {
   return key;
 }
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+// Per-thread direct-mapped word cache: short words (<= kCachedBytes) whose BPE result has at
+// most kCachedIds ids. Entries belong to one model (instance id); another model on the same
+// thread starts from an empty cache. A slot is overwritten on collision.
+constexpr size_t kCachedBytes = 23;
+constexpr size_t kCachedIds = 8;
+constexpr size_t kCacheSlots = 1 << 14;
+
+struct CacheSlot {
+  uint64_t hash = 0;
+  uint8_t length = 0;  // 0 = empty
+  uint8_t num_ids = 0;
+  char bytes[kCachedBytes];
+  int32_t ids[kCachedIds];
 };
 
-// Per-thread word cache. Entries belong to one model (instance id); a different model on
-// the same thread clears it.
 struct WordCache {
   uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;
+  std::vector<CacheSlot> slots;
 };
 
 WordCache& ThreadWordCache(uint64_t owner) {
   thread_local WordCache cache;
   if (cache.owner != owner) {
-    cache.words.clear();
+    cache.slots.assign(kCacheSlots, CacheSlot{});
     cache.owner = owner;
   }
   return cache;
+}
+
+// FNV-1a over the word, then a finalizer (words are short; this is cheaper than a call).
+uint64_t HashWord(std::string_view word) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : word) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ULL;
+  return HashKey(h);
 }
 
 std::atomic<uint64_t> next_instance_id{1};
@@ -111,24 +125,32 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* ids) cons
     if (id >= 0) ids->push_back(id);
     return;
   }
-  if (word.size() > kCacheWordLimit) {
+  if (word.size() > kShortWordLimit) {
     MergeLongWord(word, ids);
+    return;
+  }
+  if (word.size() > kCachedBytes) {
+    MergeShortWord(word, ids);
     return;
   }
   WordCache& cache = ThreadWordCache(instance_id_);
-  auto it = cache.words.find(word);
-  if (it != cache.words.end()) {
-    ids->insert(ids->end(), it->second.begin(), it->second.end());
+  const uint64_t hash = HashWord(word);
+  CacheSlot& slot = cache.slots[hash & (kCacheSlots - 1)];
+  if (slot.hash == hash && slot.length == word.size() &&
+      std::memcmp(slot.bytes, word.data(), word.size()) == 0) {
+    ids->insert(ids->end(), slot.ids, slot.ids + slot.num_ids);
     return;
   }
   const size_t first = ids->size();
-  if (word.size() <= kShortWordLimit) {
-    MergeShortWord(word, ids);
-  } else {
-    MergeLongWord(word, ids);
+  MergeShortWord(word, ids);
+  const size_t produced = ids->size() - first;
+  if (produced <= kCachedIds) {
+    slot.hash = hash;
+    slot.length = static_cast<uint8_t>(word.size());
+    slot.num_ids = static_cast<uint8_t>(produced);
+    std::memcpy(slot.bytes, word.data(), word.size());
+    std::copy(ids->begin() + static_cast<ptrdiff_t>(first), ids->end(), slot.ids);
   }
-  if (cache.words.size() >= kCacheMaxEntries) cache.words.clear();
-  cache.words.emplace(std::string(word), std::vector<int32_t>(ids->begin() + first, ids->end()));
 }
 
 // O(n^2) in symbols, no allocation: fine for the typical word of a few bytes.
