@@ -116,8 +116,16 @@ base::StatusOr<DerivedEngramConstants> DeriveEngramConstants(
   if (config.engram_n_heads < 1) {
     return base::InvalidArgumentError(Field("engram_n_heads") + " must be >= 1");
   }
-  if (config.engram_vocab_size < 1) {
-    return base::InvalidArgumentError(Field("engram_vocab_size") + " must be >= 1");
+  if (config.engram_vocab_size < 1 || config.engram_vocab_size > (int64_t{1} << 62)) {
+    return base::InvalidArgumentError(Field("engram_vocab_size") + " must be in [1, 2^62]");
+  }
+  // Bounds far above any real config, so that a corrupt config cannot make the prime search
+  // run for hours.
+  if (config.engram_max_ngram_size > 64 || config.engram_n_heads > 4096 || n_layers > 4096 ||
+      n_layers * (config.engram_max_ngram_size - 1) * config.engram_n_heads > (1 << 16)) {
+    return base::InvalidArgumentError(
+        "Engram hash columns: engram_layer_ids x (engram_max_ngram_size - 1) x engram_n_heads "
+        "is too large");
   }
   for (const int id : config.engram_layer_ids) {
     if (id < 0) return base::InvalidArgumentError(Field("engram_layer_ids") + " has a negative id");

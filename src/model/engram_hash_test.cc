@@ -201,6 +201,13 @@ TEST(EngramHashTest, Errors) {
   ASSERT_FALSE(derived.ok());
   EXPECT_NE(derived.status().message().find("engram_num_embeddings[0]"), std::string::npos);
 
+  config.engram_num_embeddings = {630, 834};
+  config.engram_n_heads = 1 << 20;
+  EXPECT_FALSE(DeriveEngramConstants(config, vocab).ok());
+  config.engram_n_heads = 2;
+  config.engram_vocab_size = INT64_MAX;
+  EXPECT_FALSE(DeriveEngramConstants(config, vocab).ok());
+
   config.engram_layer_ids.clear();
   EXPECT_FALSE(DeriveEngramConstants(config, vocab).ok());
   EXPECT_FALSE(LoadEngramVocab("/nonexistent/tokenizer.json").ok());
