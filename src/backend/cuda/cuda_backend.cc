@@ -79,6 +79,8 @@ base::Status CudaBackend::Init() {
   if (e != cudaSuccess) return fail("error word", e);
   const char* sync = std::getenv("DEEPINFER_CUDA_SYNC");
   sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
+  const char* gemv = std::getenv("DEEPINFER_CUDA_GEMV");
+  gemv_max_tokens_ = gemv != nullptr && std::strcmp(gemv, "0") == 0 ? 0 : kernels::kMaxGemvTokens;
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}", device_, prop.name,
            prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30),
            sync_each_op_ ? ", synchronising after every op" : "");
@@ -295,6 +297,11 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
                     static_cast<int>(ldx), &beta, y_cols, static_cast<int>(ldy)),
         "Linear sgemm");
   };
+  if (T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
+    Check(kernels::LinearGemv(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
+          "Linear gemv");
+    return Done("Linear");
+  }
   if (dw->format == model::WeightFormat::kF32) {
     gemm(static_cast<const float*>(dw->data) + row0 * K, n_rows, y);
     return Done("Linear");

@@ -54,6 +54,10 @@ class CudaBackend final : public model::Backend {
   cudaStream_t stream() const { return stream_; }
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t arena_bytes_live() const { return arena_.bytes_live(); }
+  // Linear calls with at most this many token rows use the fused dequant GEMV kernel
+  // (default kernels::kMaxGemvTokens; 0 = always dequantise + SGEMM;
+  // DEEPINFER_CUDA_GEMV=0 sets 0 at creation).
+  void set_gemv_max_tokens(int64_t t) { gemv_max_tokens_ = t; }
 
   // --- model::Backend ------------------------------------------------------------------
   float* AllocFloats(int64_t n) override;
@@ -146,6 +150,7 @@ class CudaBackend final : public model::Backend {
   cublasLtHandle_t cublas_lt_ = nullptr;  // reserved for the FP8 GEMM path
   int* error_word_ = nullptr;             // device int, DeviceErrorBit flags
   bool sync_each_op_ = false;
+  int64_t gemv_max_tokens_ = 0;  // set in Init()
   DeviceArena arena_;
   WeightCache weights_;
   std::vector<void*> temps_;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/kernels.h"
 
 namespace deepinfer::backend::cuda::testing {
 namespace {
@@ -96,13 +97,23 @@ class CudaDenseTest : public CudaVsCpuTest {
   }
 };
 
+// Both Linear paths: dequantise + SGEMM (gemv off) and the fused GEMV (T <= 8, K a
+// multiple of the 16-byte chunk; K = 70 always takes the SGEMM path).
 TEST_F(CudaDenseTest, LinearAllFormatsSmallOddShapes) {
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFp8Block32,
-                         WeightFormat::kFp8Row32, WeightFormat::kMxFp4}) {
-    const int64_t K = f == WeightFormat::kMxFp4 ? 96 : 70;  // FP8: partial 32-column block
-    CheckLinear(f, 1, K, 33, 0, 33, 0, 0, false);
-    CheckLinear(f, 7, K, 77, 5, 41, 3, 2, false);  // row offset crosses a 32-row block
-    CheckLinear(f, 5, K, 64, 32, 32, 0, 1, true);
+  for (bool gemv : {false, true}) {
+    gpu_->set_gemv_max_tokens(gemv ? kernels::kMaxGemvTokens : 0);
+    for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFp8Block32,
+                           WeightFormat::kFp8Row32, WeightFormat::kMxFp4}) {
+      for (int64_t K : {70, 96, 160}) {
+        if (f == WeightFormat::kMxFp4 && K % 32 != 0) continue;
+        SCOPED_TRACE(gemv ? "gemv allowed" : "sgemm only");
+        CheckLinear(f, 1, K, 33, 0, 33, 0, 0, false);
+        CheckLinear(f, 7, K, 77, 5, 41, 3, 2, false);  // row offset crosses a 32-row block
+        CheckLinear(f, 5, K, 64, 32, 32, 0, 1, true);
+        CheckLinear(f, 8, K, 40, 0, 40, 0, 0, true);
+        CheckLinear(f, 9, K, 40, 0, 40, 1, 0, false);  // above the GEMV limit
+      }
+    }
   }
 }
 
@@ -113,6 +124,9 @@ TEST_F(CudaDenseTest, LinearRealV41Dims) {
   CheckLinear(WeightFormat::kMxFp4, 5, 2304, 5120, 0, 5120, 0, 0, true);         // expert w2
   CheckLinear(WeightFormat::kBF16, 2, 5120, 384, 0, 384, 0, 0, false);           // router
   CheckLinear(WeightFormat::kFp8Block32, 17, 1024, 5120, 0, 5120, 0, 0, false);  // wo_b
+  CheckLinear(WeightFormat::kFp8Block32, 1, 1024, 5120, 0, 5120, 0, 0, true);    // decode
+  gpu_->set_gemv_max_tokens(0);
+  CheckLinear(WeightFormat::kMxFp4, 2, 5120, 2304, 0, 2304, 0, 0, false);  // SGEMM path
 }
 
 TEST_F(CudaDenseTest, GatherRowsAllFormats) {

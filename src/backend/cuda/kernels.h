@@ -21,6 +21,7 @@ inline constexpr int64_t kMaxAttnHeadDim = 1024;   // SparseAttention: 8 channel
 inline constexpr int64_t kMaxTopK = 4096;          // TopK / CandidateMask kept blocks
 inline constexpr int64_t kMaxRouteExperts = 8192;  // RouteSqrtSoftplus: shared-memory row
 inline constexpr int64_t kMaxSharedBytes = 200 * 1024;
+inline constexpr int64_t kMaxGemvTokens = 8;  // Linear: fused GEMV up to this many rows
 
 // Bits of the device error word (CudaBackend::Synchronize turns them into a Status).
 enum DeviceErrorBit : int {
@@ -78,6 +79,15 @@ cudaError_t DequantRows(const DeviceWeight& w, int64_t row0, int64_t n, float* o
 // out [n, w.cols] = rows ids[i] of w (ids device, validated by the caller).
 cudaError_t GatherWeightRows(const DeviceWeight& w, const int64_t* ids, int64_t n, float* out,
                              cudaStream_t stream);
+
+// --- fused dequant GEMV for few token rows (k_gemv.cu) -----------------------------
+// True if LinearGemv handles w with T rows (1 <= T <= kMaxGemvTokens, whole 16-byte
+// chunks per row, 16-byte aligned data).
+bool GemvApplicable(const DeviceWeight& w, int64_t T);
+// y[t, i] (+)= sum_k x[t, k] * W[row0 + i, k] for i < n_rows, t < T.
+cudaError_t LinearGemv(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
+                       int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
+                       cudaStream_t stream);
 
 // --- attention pieces (k_attention.cu) ------------------------------------------------
 cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_word,
