@@ -150,8 +150,15 @@ void Model::Attention(int layer, ChunkContext& ctx, const float* u, float* out) 
   DeviceFloats kv0(backend_, T * d), window_kv(backend_, n_window * d);
   std::vector<int32_t> window_pos;
   window_pos.reserve(n_window);
+  // Cached rows in position order (so the attention sums run in the same order however the
+  // sequence was chunked).
+  std::vector<int64_t> slots;
   for (int64_t s = 0; s < W; ++s) {
-    if (ring.pos[s] < 0) continue;
+    if (ring.pos[s] >= 0) slots.push_back(s);
+  }
+  std::sort(slots.begin(), slots.end(),
+            [&](int64_t a, int64_t b) { return ring.pos[a] < ring.pos[b]; });
+  for (int64_t s : slots) {
     backend_->CopyDevice(window_kv.data() + window_pos.size() * d, ring.kv.data() + s * d,
                          d * sizeof(float));
     window_pos.push_back(ring.pos[s]);
@@ -161,6 +168,7 @@ void Model::Attention(int layer, ChunkContext& ctx, const float* u, float* out) 
   backend_->RmsNorm(kv0.data(), T, d, d, w.kv_norm.data(), eps, kv, d);
   backend_->Rope(kv, T, d, 1, d, d - rd, rd / 2, ctx.pos.data(), inv_freq, false);
   if (d % 32 == 0) backend_->FakeQuant(kv, T, d, d, FakeQuantKind::kFp8Block32Pow2);
+  Emit(ctx, "layers." + std::to_string(layer) + ".window_kv", kv, T, d);
   window_pos.insert(window_pos.end(), ctx.host_pos.begin(), ctx.host_pos.end());
   DeviceInts window_pos_dev(backend_, n_window);
   backend_->CopyToDevice(window_pos_dev.data(), window_pos.data(), n_window * sizeof(int32_t));
