@@ -141,6 +141,20 @@ StatusOr<tensor::TensorView> Checkpoint::Get(std::string_view name) const {
   return ShardOf(name)->Get(*info);
 }
 
+Status Checkpoint::CheckE8M0(std::string_view name) const {
+  DI_ASSIGN_OR_RETURN(const SafetensorsTensorInfo* info, Info(name));
+  if (info->dtype != tensor::DType::kF8E8M0) return Status::Ok();
+  return CheckE8M0Bytes(ShardOf(name)->Bytes(*info), name)
+      .WithContext(ShardOf(name)->path().string());
+}
+
+Status Checkpoint::CheckAllE8M0() const {
+  for (const auto& [name, entry] : entries_) {
+    if (entry.info->dtype == tensor::DType::kF8E8M0) DI_RETURN_IF_ERROR(CheckE8M0(name));
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::span<const uint8_t>> Checkpoint::Bytes(std::string_view name) const {
   DI_ASSIGN_OR_RETURN(const SafetensorsTensorInfo* info, Info(name));
   return ShardOf(name)->Bytes(*info);

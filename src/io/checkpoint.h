@@ -43,6 +43,11 @@ class Checkpoint {
   base::StatusOr<std::span<const uint8_t>> Bytes(std::string_view name) const;
   // The shard holding `name` (nullptr if absent).
   const SafetensorsFile* ShardOf(std::string_view name) const;
+  // InvalidArgument naming the tensor and the first offending index if an F8_E8M0 tensor
+  // holds the NaN byte 255 (model.md §4.3: reject at load). OK for other dtypes.
+  base::Status CheckE8M0(std::string_view name) const;
+  // CheckE8M0 over every F8_E8M0 tensor (reads all scale bytes).
+  base::Status CheckAllE8M0() const;
   // Names found in shards but missing from the index's weight map (sorted).
   const std::vector<std::string>& UnlistedTensors() const { return unlisted_; }
 

@@ -119,6 +119,26 @@ TEST(CheckpointTest, UnlistedShardTensorsAreServedAndReported) {
   EXPECT_TRUE((*checkpoint)->Get("extra").ok());
 }
 
+TEST(CheckpointTest, E8M0NaNIsRejected) {
+  TempDir dir;
+  SafetensorsWriter writer;
+  ASSERT_TRUE(
+      writer.Add("ok.scale", DType::kF8E8M0, {2, 2}, std::vector<uint8_t>{0, 127, 254, 1}).ok());
+  ASSERT_TRUE(writer.Add("bad.scale", DType::kF8E8M0, {3}, std::vector<uint8_t>{127, 255, 3}).ok());
+  ASSERT_TRUE(writer.Add("u8", DType::kU8, {1}, std::vector<uint8_t>{255}).ok());
+  ASSERT_TRUE(writer.WriteFile(dir / "model.safetensors").ok());
+  auto checkpoint = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(checkpoint.ok());
+  EXPECT_TRUE((*checkpoint)->CheckE8M0("ok.scale").ok());
+  EXPECT_TRUE((*checkpoint)->CheckE8M0("u8").ok());
+  const base::Status bad = (*checkpoint)->CheckE8M0("bad.scale");
+  EXPECT_EQ(bad.code(), base::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("model.safetensors: tensor 'bad.scale': F8_E8M0 scale "
+                                       "byte 255 (NaN) at element 1"));
+  EXPECT_THAT((*checkpoint)->CheckAllE8M0().message(), HasSubstr("'bad.scale'"));
+  EXPECT_EQ((*checkpoint)->CheckE8M0("nope").code(), base::StatusCode::kNotFound);
+}
+
 TEST(CheckpointTest, EmptyOrMissingDirectory) {
   TempDir dir;
   auto empty = Checkpoint::Open(dir.path());

@@ -46,7 +46,8 @@ int64_t InspectReport::total_parameters() const {
   return total;
 }
 
-base::StatusOr<InspectReport> InspectModel(const std::filesystem::path& dir) {
+base::StatusOr<InspectReport> InspectModel(const std::filesystem::path& dir,
+                                           const InspectOptions& options) {
   InspectReport report;
   report.dir = dir;
   DI_ASSIGN_OR_RETURN(report.config, LoadModelConfig(dir / "config.json"));
@@ -65,6 +66,11 @@ base::StatusOr<InspectReport> InspectModel(const std::filesystem::path& dir) {
     }
   }
   report.check = CheckTensorsAgainstSchema(report.config, ExpectedTensors(report.config), actual);
+  if (options.scan_scales) {
+    report.scales_scanned = true;
+    const base::Status scales = checkpoint->CheckAllE8M0();
+    if (!scales.ok()) report.scale_error = scales.message();
+  }
   return report;
 }
 
@@ -98,8 +104,14 @@ std::string FormatInspectReport(const InspectReport& report, int max_listed) {
   if (!check.unchecked.empty()) {
     out += fmt::format("unchecked DSpark/vision tensors: {}\n", check.unchecked.size());
   }
-  if (check.ok()) {
+  if (report.scales_scanned) {
+    out += report.scale_error.empty() ? "E8M0 scales: no NaN bytes\n"
+                                      : fmt::format("E8M0 scales: {}\n", report.scale_error);
+  }
+  if (check.ok() && report.scale_error.empty()) {
     out += fmt::format("all {} expected tensors valid\n", check.num_checked);
+  } else if (check.ok()) {
+    out += "INVALID: E8M0 scale holds NaN (255)\n";
   } else {
     out += fmt::format("INVALID: {} missing, {} extra, {} mismatched ({} valid)\n",
                        check.missing.size(), check.extra.size(), check.mismatched.size(),

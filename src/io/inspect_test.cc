@@ -29,6 +29,8 @@ TEST(InspectTest, GoldenTinyAIsValid) {
   EXPECT_THAT(text, HasSubstr("all 657 expected tensors valid"));
   EXPECT_THAT(text, HasSubstr("compress_ratios: [0,0,2,2,2,1,1,1]"));
   EXPECT_THAT(text, HasSubstr("f8_e8m0"));
+  EXPECT_THAT(text, HasSubstr("E8M0 scales: no NaN bytes"));
+  EXPECT_TRUE(report->valid());
 }
 
 TEST(InspectTest, GoldenTinyBIsValid) {
@@ -67,6 +69,38 @@ TEST(InspectTest, ListsMissingExtraAndMismatchedTensors) {
   EXPECT_THAT(text, HasSubstr("extra tensors (1):\n  layers.0.bogus\n"));
   EXPECT_THAT(text, HasSubstr("layers.0.attn.attn_sink: expected f32[4], found i32[4]"));
   EXPECT_THAT(text, HasSubstr("INVALID: 1 missing, 1 extra, 1 mismatched (655 valid)"));
+}
+
+TEST(InspectTest, RejectsE8M0NaNScale) {
+  TempDir dir;
+  const auto golden = testing::GoldenDir("tiny_a");
+  std::filesystem::copy_file(golden / "config.json", dir / "config.json");
+  auto checkpoint = Checkpoint::Open(golden);
+  ASSERT_TRUE(checkpoint.ok());
+  SafetensorsWriter writer;
+  for (const std::string& name : (*checkpoint)->TensorNames()) {
+    const SafetensorsTensorInfo* info = (*checkpoint)->Find(name);
+    auto bytes = (*checkpoint)->Bytes(name);
+    ASSERT_TRUE(bytes.ok());
+    std::vector<uint8_t> copy(bytes->begin(), bytes->end());
+    if (name == "layers.2.attn.wkv.scale") copy[3] = 255;
+    ASSERT_TRUE(writer.Add(name, info->dtype, info->shape.ToVector(), copy).ok());
+  }
+  ASSERT_TRUE(writer.WriteFile(dir / "model.safetensors").ok());
+
+  auto report = InspectModel(dir.path());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->check.ok());
+  EXPECT_FALSE(report->valid());
+  EXPECT_THAT(report->scale_error,
+              HasSubstr("tensor 'layers.2.attn.wkv.scale': F8_E8M0 scale byte 255 (NaN) at "
+                        "element 3"));
+  EXPECT_THAT(FormatInspectReport(*report), HasSubstr("INVALID: E8M0 scale holds NaN (255)"));
+  InspectOptions skip;
+  skip.scan_scales = false;
+  auto unscanned = InspectModel(dir.path(), skip);
+  ASSERT_TRUE(unscanned.ok());
+  EXPECT_TRUE(unscanned->valid());
 }
 
 TEST(InspectTest, BadConfigIsAnError) {

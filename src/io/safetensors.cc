@@ -220,6 +220,13 @@ StatusOr<SafetensorsHeader> ParseSafetensors(std::span<const uint8_t> file_bytes
   return header;
 }
 
+Status CheckE8M0Bytes(std::span<const uint8_t> bytes, std::string_view name) {
+  const auto it = std::find(bytes.begin(), bytes.end(), tensor::kE8M0NaN);
+  if (it == bytes.end()) return Status::Ok();
+  return InvalidArgumentError(fmt::format("tensor '{}': F8_E8M0 scale byte 255 (NaN) at element {}",
+                                          name, it - bytes.begin()));
+}
+
 // ---- SafetensorsFile ------------------------------------------------------------------------
 
 StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(

@@ -56,6 +56,10 @@ base::StatusOr<SafetensorsHeader> ParseSafetensorsHeaderJson(std::string_view js
                                                              uint64_t data_size,
                                                              std::string_view label);
 
+// InvalidArgument "tensor 'NAME': F8_E8M0 scale byte 255 (NaN) at element I" if `bytes`
+// contains 255; E8M0 NaN scales are rejected on load (model.md §4.3).
+base::Status CheckE8M0Bytes(std::span<const uint8_t> bytes, std::string_view name);
+
 // A read-only memory-mapped safetensors file. Views stay valid while the object lives.
 class SafetensorsFile {
  public:
