@@ -12,8 +12,10 @@
 #
 # Steps: find a CUDA device (none = failure), unpack <build>/gpu-libs.tar.xz if present
 # (tools/gpu/bundle-libs.sh makes it) onto LD_LIBRARY_PATH, run every GPU gtest binary
-# (bin/*cuda*_test, bin/*gpu*_test) with DEEPINFER_REQUIRE_GPU=1 so that a skip is a
-# failure, run check-goldens on the GPU, optionally the sanitizers. Every gtest test, golden
+# (bin/*cuda*_test, bin/*gpu*_test: the kernel tests and cuda_goldens_test, the model on
+# the GPU against the goldens) with DEEPINFER_REQUIRE_GPU=1 so that a skip is a failure,
+# run `deepinfer check-goldens --backend cuda` if the CLI has that flag, optionally the
+# sanitizers. Every gtest test, golden
 # case and sanitizer run counts once. Logs go to <build>/gpu-test-logs/ (and $OUT if set).
 # The last line is "N passed, M failed"; the exit status is 0 only if M is 0.
 set -uo pipefail
@@ -79,6 +81,7 @@ fi
 nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader || true
 export DEEPINFER_REQUIRE_GPU=1
+[ -n "$GOLDENS" ] && export DEEPINFER_GOLDENS_DIR="$GOLDENS"  # for cuda_goldens_test
 
 missing_libs() { ldd "$1" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' '; }
 

@@ -75,7 +75,8 @@ base::Status CudaBackend::Init() {
     return base::InternalError("CUDA init: cublasLtCreate failed");
   }
   e = cudaMalloc(reinterpret_cast<void**>(&error_word_), sizeof(int));
-  if (e == cudaSuccess) e = cudaMemset(error_word_, 0, sizeof(int));
+  if (e == cudaSuccess) e = cudaMemsetAsync(error_word_, 0, sizeof(int), stream_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
   if (e != cudaSuccess) return fail("error word", e);
   const char* sync = std::getenv("DEEPINFER_CUDA_SYNC");
   sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
@@ -145,10 +146,10 @@ base::Status CudaBackend::Synchronize() {
   if (stream_) Check(cudaStreamSynchronize(stream_), "stream synchronize");
   if (!failed_ && error_word_) {
     int word = 0;
-    if (Check(cudaMemcpy(&word, error_word_, sizeof(int), cudaMemcpyDeviceToHost),
+    if (Check(cudaMemcpyAsync(&word, error_word_, sizeof(int), cudaMemcpyDeviceToHost, stream_),
               "read error word") &&
-        word != 0) {
-      Check(cudaMemset(error_word_, 0, sizeof(int)), "clear error word");
+        Check(cudaStreamSynchronize(stream_), "read error word") && word != 0) {
+      Check(cudaMemsetAsync(error_word_, 0, sizeof(int), stream_), "clear error word");
       if (word & kernels::kErrSelectionOutOfRange) {
         Fail(base::InvalidArgumentError(
             "SparseAttention: a selected compressed entry id was >= n_comp"));

@@ -23,6 +23,9 @@ bool IsDevicePointer(const void* p) {
 base::Status Upload(const void* host, size_t bytes, const std::string& what, void** out) {
   cudaError_t e = cudaMalloc(out, bytes);
   if (e == cudaSuccess) e = cudaMemcpy(*out, host, bytes, cudaMemcpyHostToDevice);
+  // A pageable cudaMemcpy may return before its DMA lands, and the backend's stream does
+  // not synchronise with the legacy stream: wait, so no kernel reads a half-copied weight.
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     cudaGetLastError();
     if (*out) cudaFree(*out);

@@ -1,0 +1,170 @@
+// Timings of the CUDA backend's heavy ops at V4.1-Flash shapes (Google Benchmark, device
+// time from CUDA events around each call). Run on the GPU machine:
+//   build/bin/cuda_backend_bench [--benchmark_filter=Linear]
+// Counters: weight_GBps = stored weight bytes / time (the decode roofline is ~4.3 TB/s).
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::backend::cuda {
+namespace {
+
+using model::WeightFormat;
+
+std::unique_ptr<CudaBackend> Backend(benchmark::State& state) {
+  auto b = CudaBackend::Create(0);
+  if (!b.ok()) {
+    state.SkipWithError(b.status().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(b).value();
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, int lo, int hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<uint8_t> v(n);
+  for (auto& x : v) x = static_cast<uint8_t>(d(rng));
+  return v;
+}
+
+float* RandomDevice(CudaBackend* b, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> h(n);
+  for (auto& x : h) x = d(rng);
+  float* p = b->AllocFloats(n);
+  b->CopyToDevice(p, h.data(), n * sizeof(float));
+  return p;
+}
+
+// Times `op` with CUDA events on the backend's stream (manual time).
+template <typename Op>
+void TimeOp(benchmark::State& state, CudaBackend* b, Op op) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  op();  // warm-up (weight upload, handle setup)
+  if (!b->Synchronize().ok()) state.SkipWithError(b->status().ToString().c_str());
+  for (auto _ : state) {
+    cudaEventRecord(start, b->stream());
+    op();
+    cudaEventRecord(stop, b->stream());
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    state.SetIterationTime(ms * 1e-3);
+  }
+  if (!b->Synchronize().ok()) state.SkipWithError(b->status().ToString().c_str());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+// args: format, T, rows, cols, gemv (0/1)
+void BM_Linear(benchmark::State& state) {
+  auto b = Backend(state);
+  if (!b) return;
+  const auto format = static_cast<WeightFormat>(state.range(0));
+  const int64_t T = state.range(1), N = state.range(2), K = state.range(3);
+  b->set_gemv_max_tokens(state.range(4) ? kernels::kMaxGemvTokens : 0);
+  size_t data_bytes = 0, scale_bytes = 0;
+  std::vector<uint8_t> data, scale;
+  if (format == WeightFormat::kMxFp4) {
+    data = RandomBytes(N * K / 2, 0, 255, 1), scale = RandomBytes(N * K / 32, 118, 124, 2);
+  } else if (format == WeightFormat::kBF16) {
+    data = RandomBytes(N * K * 2, 0, 0x3e, 1);  // small positive/negative bf16s
+  } else {
+    data = RandomBytes(N * K, 0, 0x7e, 1),
+    scale = RandomBytes(((N + 31) / 32) * (K / 32), 118, 124, 2);
+  }
+  data_bytes = data.size(), scale_bytes = scale.size();
+  model::WeightRef w{"bench", format, N, K, data.data(), scale.empty() ? nullptr : scale.data()};
+  float* x = RandomDevice(b.get(), T * K, 3);
+  float* y = b->AllocFloats(T * N);
+  TimeOp(state, b.get(), [&] { b->Linear(x, T, K, w, 0, N, y, N, false); });
+  state.counters["weight_GBps"] = benchmark::Counter(static_cast<double>(data_bytes + scale_bytes),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOPs"] =
+      benchmark::Counter(2.0 * T * N * K * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void LinearArgs(benchmark::internal::Benchmark* bm) {
+  const int64_t fp8 = static_cast<int64_t>(WeightFormat::kFp8Block32);
+  const int64_t fp4 = static_cast<int64_t>(WeightFormat::kMxFp4);
+  const int64_t bf16 = static_cast<int64_t>(WeightFormat::kBF16);
+  for (int64_t gemv : {1, 0}) {
+    for (int64_t T : {1, 8}) {
+      bm->Args({fp8, T, 1280, 5120, gemv});    // wq_a
+      bm->Args({fp4, T, 2304, 5120, gemv});    // routed expert w1
+      bm->Args({bf16, T, 16384, 5120, gemv});  // head slice
+    }
+  }
+  for (int64_t T : {128, 1024}) bm->Args({fp8, T, 1280, 5120, 0});
+}
+BENCHMARK(BM_Linear)->Apply(LinearArgs)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// args: tokens, n_select
+void BM_SparseAttention(benchmark::State& state) {
+  auto b = Backend(state);
+  if (!b) return;
+  const int64_t T = state.range(0), n_select = state.range(1), H = 64, d = 512, W = 128;
+  const int64_t n_comp = 4096;
+  std::vector<int32_t> pos(T), wpos(W), sel(T * n_select);
+  for (int64_t t = 0; t < T; ++t) pos[t] = 10000 + static_cast<int32_t>(t);
+  for (int64_t i = 0; i < W; ++i) wpos[i] = 10000 - static_cast<int32_t>(i);
+  for (int64_t i = 0; i < T * n_select; ++i) sel[i] = static_cast<int32_t>((i * 7919) % n_comp);
+  auto ints = [&](const std::vector<int32_t>& v) {
+    int32_t* p = b->AllocInts(v.size());
+    b->CopyToDevice(p, v.data(), v.size() * 4);
+    return p;
+  };
+  model::SparseAttentionArgs a;
+  a.q = RandomDevice(b.get(), T * H * d, 1), a.q_pos = ints(pos), a.tokens = T, a.heads = H;
+  a.head_dim = d, a.window_kv = RandomDevice(b.get(), W * d, 2), a.window_pos = ints(wpos);
+  a.n_window = W, a.window = W, a.comp_kv = RandomDevice(b.get(), n_comp * d, 3);
+  a.n_comp = n_comp, a.selection = ints(sel), a.n_select = n_select;
+  a.sinks = RandomDevice(b.get(), H, 4), a.scale = 0.044f, a.out = b->AllocFloats(T * H * d);
+  TimeOp(state, b.get(), [&] { b->SparseAttention(a); });
+}
+BENCHMARK(BM_SparseAttention)
+    ->Args({1, 512})
+    ->Args({8, 512})
+    ->Args({64, 512})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// args: tokens, n_keys
+void BM_IndexerTopK(benchmark::State& state) {
+  auto b = Backend(state);
+  if (!b) return;
+  const int64_t T = state.range(0), n = state.range(1), heads = 32, dim = 128;
+  float* q = RandomDevice(b.get(), T * heads * dim, 1);
+  float* w = RandomDevice(b.get(), T * heads, 2);
+  float* keys = RandomDevice(b.get(), n * dim, 3);
+  std::vector<int32_t> pos(T, static_cast<int32_t>(4 * n));
+  int32_t* q_pos = b->AllocInts(T);
+  b->CopyToDevice(q_pos, pos.data(), T * 4);
+  float* scores = b->AllocFloats(T * n);
+  int32_t* idx = b->AllocInts(T * 512);
+  TimeOp(state, b.get(), [&] {
+    b->IndexerScores(q, w, T, heads, dim, keys, n, q_pos, 4, 0.088f, scores);
+    b->TopK(scores, T, n, 512, idx);
+  });
+}
+BENCHMARK(BM_IndexerTopK)
+    ->Args({1, 16384})
+    ->Args({1, 262144})
+    ->Args({8, 65536})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda
+
+BENCHMARK_MAIN();
