@@ -28,6 +28,12 @@ int64_t TileRows(int64_t cols) {
 
 }  // namespace
 
+CpuBackend::CpuBackend() {
+  // GEMM parallelism comes from base::ThreadPool over output rows; OpenBLAS's own threads
+  // busy-wait and oversubscribe small machines, so BLAS calls run single-threaded.
+  openblas_set_num_threads(1);
+}
+
 float* CpuBackend::AllocFloats(int64_t n) {
   return static_cast<float*>(std::calloc(std::max<int64_t>(n, 1), sizeof(float)));
 }
@@ -56,29 +62,38 @@ void CpuBackend::Linear(const float* x, int64_t T, int64_t ldx, const WeightRef&
   CHECK(w.valid()) << "missing weight " << w.name;
   if (T == 0 || n_rows == 0) return;
   const int64_t K = w.cols;
-  const int64_t tile = std::min(TileRows(K), n_rows);
-  std::vector<double> xd(T * K), wd(tile * K), yd(T * tile);
+  std::vector<double> xd(T * K);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t k = 0; k < K; ++k) xd[t * K + k] = x[t * ldx + k];
   }
-  std::vector<float> scratch(tile * K);
-  for (int64_t r = 0; r < n_rows; r += tile) {
-    const int64_t n = std::min(tile, n_rows - r);
-    base::ThreadPool::Default().ParallelFor(n, 16, [&](int64_t b, int64_t e) {
-      DequantRows(w, row0 + r + b, e - b, scratch.data() + b * K);
-      for (int64_t i = b * K; i < e * K; ++i) wd[i] = scratch[i];
-    });
-    // yd [T, n] = xd [T, K] * tile^T [K, n]
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
-                static_cast<int>(n), static_cast<int>(K), 1.0, xd.data(), static_cast<int>(K),
-                wd.data(), static_cast<int>(K), 0.0, yd.data(), static_cast<int>(n));
-    for (int64_t t = 0; t < T; ++t) {
-      float* yt = y + t * ldy + r;
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = static_cast<float>(yd[t * n + i]);
-        yt[i] = accumulate ? yt[i] + v : v;
+  // Output rows [r0, r1): dequantise weight tiles and multiply (BLAS single-threaded; the
+  // parallelism is over row ranges).
+  auto run_rows = [&](int64_t r0, int64_t r1) {
+    const int64_t tile = std::min(TileRows(K), r1 - r0);
+    std::vector<float> scratch(tile * K);
+    std::vector<double> wd(tile * K), yd(T * tile);
+    for (int64_t r = r0; r < r1; r += tile) {
+      const int64_t n = std::min(tile, r1 - r);
+      DequantRows(w, row0 + r, n, scratch.data());
+      std::copy(scratch.begin(), scratch.begin() + n * K, wd.begin());
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
+                  static_cast<int>(n), static_cast<int>(K), 1.0, xd.data(), static_cast<int>(K),
+                  wd.data(), static_cast<int>(K), 0.0, yd.data(), static_cast<int>(n));
+      for (int64_t t = 0; t < T; ++t) {
+        float* yt = y + t * ldy + r;
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = static_cast<float>(yd[t * n + i]);
+          yt[i] = accumulate ? yt[i] + v : v;
+        }
       }
     }
+  };
+  const int64_t work = (T + 4) * n_rows * K;  // dequant counts like a few token rows
+  if (work < (int64_t{1} << 21)) {
+    run_rows(0, n_rows);
+  } else {
+    const int64_t min_rows = std::max<int64_t>(32, (int64_t{1} << 20) / ((T + 4) * K));
+    base::ThreadPool::Default().ParallelFor(n_rows, min_rows, run_rows);
   }
 }
 

@@ -12,7 +12,7 @@ void DequantRows(const model::WeightRef& w, int64_t row0, int64_t n, float* out)
 
 class CpuBackend final : public model::Backend {
  public:
-  CpuBackend() = default;
+  CpuBackend();
   std::string_view name() const override { return "cpu"; }
 
   float* AllocFloats(int64_t n) override;
