@@ -91,6 +91,19 @@ TEST(TokenizerTest, RandomBytesNeverCrashAndRoundTripLossily) {
   }
 }
 
+// Long runs exercise the heap BPE path and regex backtracking; they must stay linear-ish.
+TEST(TokenizerTest, HugeRunsRoundTrip) {
+  const Tokenizer& tok = V41();
+  const std::vector<std::string> texts = {
+      std::string(300000, 'a'), std::string(300000, ' ') + "x", std::string(200000, '!'),
+      std::string(100000, '\n') + std::string(100000, '\t') + "y", std::string(150000, '7')};
+  for (const std::string& text : texts) {
+    const std::vector<int32_t> ids = tok.Encode(text);
+    EXPECT_LT(ids.size(), text.size());
+    EXPECT_EQ(tok.Decode(ids).value(), text);
+  }
+}
+
 TEST(TokenizerTest, DecodeRejectsOutOfRangeIds) {
   const Tokenizer& tok = V41();
   const std::vector<int32_t> too_big = {100, tok.vocab_size()};
