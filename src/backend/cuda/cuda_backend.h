@@ -49,6 +49,8 @@ class CudaBackend final : public model::Backend {
   base::Status Synchronize();
   // Uploads a weight now (load time) instead of at its first use.
   base::Status UploadWeight(const model::WeightRef& w);
+  // Frees every uploaded weight (call when the checkpoint they came from is unloaded).
+  void ForgetWeights() { weights_.Clear(); }
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }

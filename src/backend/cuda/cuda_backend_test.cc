@@ -117,5 +117,23 @@ TEST_F(CudaRuntimeTest, WeightsUploadOnceInStoredPrecision) {
   EXPECT_EQ(gpu_->weight_bytes(), 64u * 96 + 6 + 320 + 20);  // packed nibbles stay packed
 }
 
+TEST_F(CudaRuntimeTest, ReuploadsWhenHostBytesAtTheSameAddressChange) {
+  std::vector<uint8_t> w = Fp8Bytes(40 * 64);
+  const std::vector<uint8_t> scale = Bytes(2 * 2, 118, 124);
+  const model::WeightRef ref{"w", model::WeightFormat::kFp8Block32, 40, 64, w.data(), scale.data()};
+  const std::vector<float> x = Normal(64);
+  float* gx = ToGpu(x);
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) w[0] ^= 0x11;  // a new "mapping" at the same address
+    std::vector<float> expected(40);
+    cpu_.Linear(x.data(), 1, 64, ref, 0, 40, expected.data(), 40, false);
+    float* y = PoisonedFloats(40);
+    gpu_->Linear(gx, 1, 64, ref, 0, 40, y, 40, false);
+    EXPECT_TRUE(AllClose(FromGpu(y, 40), expected, 1e-5, 1e-6)) << "round " << round;
+  }
+  gpu_->ForgetWeights();
+  EXPECT_EQ(gpu_->weight_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace deepinfer::backend::cuda::testing

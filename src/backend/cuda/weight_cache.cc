@@ -36,6 +36,15 @@ base::Status Upload(const void* host, size_t bytes, const std::string& what, voi
   return base::Status::Ok();
 }
 
+// FNV-1a over the first and last 256 bytes of a host buffer.
+uint64_t Fingerprint(const void* p, size_t bytes, uint64_t h) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  const size_t head = bytes < 256 ? bytes : 256;
+  for (size_t i = 0; i < head; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  for (size_t i = bytes - head; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
 }  // namespace
 
 base::StatusOr<StoredBytes> StoredSize(const model::WeightRef& w) {
@@ -71,39 +80,60 @@ size_t WeightCache::KeyHash::operator()(const Key& k) const {
   return h * 31 + std::hash<int64_t>()(k.cols);
 }
 
-WeightCache::~WeightCache() {
-  for (auto& [key, entry] : entries_) {
-    if (entry.owned_data) cudaFree(entry.owned_data);
-    if (entry.owned_scale) cudaFree(entry.owned_scale);
-  }
+WeightCache::~WeightCache() { Clear(); }
+
+void WeightCache::FreeEntry(Entry& entry) {
+  if (entry.owned_data || entry.owned_scale) cudaDeviceSynchronize();  // no kernel still reads it
+  if (entry.owned_data) cudaFree(entry.owned_data);
+  if (entry.owned_scale) cudaFree(entry.owned_scale);
+  bytes_ -= entry.owned_bytes;
+  entry = Entry{};
+}
+
+void WeightCache::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, entry] : entries_) FreeEntry(entry);
+  entries_.clear();
 }
 
 base::StatusOr<kernels::DeviceWeight> WeightCache::Get(const model::WeightRef& w) {
   const Key key{w.data, w.scale, w.format, w.rows, w.cols};
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = entries_.find(key); it != entries_.end()) return it->second.view;
-
   DI_ASSIGN_OR_RETURN(const StoredBytes size, StoredSize(w));
   const bool needs_scale = size.scale > 0;
   if (w.data == nullptr || (needs_scale && w.scale == nullptr)) {
     return base::InvalidArgumentError("weight " + w.name + ": missing data or scale");
   }
+  const bool host_data = !IsDevicePointer(w.data);
+  const bool host_scale = needs_scale && !IsDevicePointer(w.scale);
+  uint64_t fingerprint = 0;
+  if (host_data) fingerprint = Fingerprint(w.data, size.data, 1469598103934665603ull);
+  if (host_scale)
+    fingerprint = Fingerprint(w.scale, size.scale, fingerprint ^ 0x9e3779b97f4a7c15ull);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = entries_.find(key); it != entries_.end()) {
+    if (it->second.fingerprint == fingerprint) return it->second.view;
+    FreeEntry(it->second);  // same addresses, other bytes: a new mapping
+    entries_.erase(it);
+  }
   Entry entry;
+  entry.fingerprint = fingerprint;
   entry.view = {w.format, w.rows, w.cols, w.data, needs_scale ? w.scale : nullptr};
-  if (!IsDevicePointer(w.data)) {
+  if (host_data) {
     DI_RETURN_IF_ERROR(Upload(w.data, size.data, w.name, &entry.owned_data));
     entry.view.data = entry.owned_data;
+    entry.owned_bytes += size.data;
   }
-  if (needs_scale && !IsDevicePointer(w.scale)) {
+  if (host_scale) {
     const base::Status s = Upload(w.scale, size.scale, w.name + " scale", &entry.owned_scale);
     if (!s.ok()) {
       if (entry.owned_data) cudaFree(entry.owned_data);
       return s;
     }
     entry.view.scale = static_cast<const uint8_t*>(entry.owned_scale);
+    entry.owned_bytes += size.scale;
   }
-  if (entry.owned_data) bytes_ += size.data;
-  if (entry.owned_scale) bytes_ += size.scale;
+  bytes_ += entry.owned_bytes;
   entries_.emplace(key, entry);
   return entry.view;
 }

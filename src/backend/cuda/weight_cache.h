@@ -1,9 +1,11 @@
 // Device copies of checkpoint weights in their stored precision (FP8 stays e4m3 + e8m0
 // scales, MXFP4 stays packed nibbles, BF16 stays bf16), uploaded once on first request.
 //
-// Contract: a WeightRef's host bytes (a read-only checkpoint mapping) stay unchanged and
-// mapped for the lifetime of the cache; entries are keyed by (data, scale, format, shape).
-// A WeightRef whose data (and scale) already point to device memory is used in place.
+// Entries are keyed by (data, scale, format, shape). Because a later checkpoint mapping can
+// reuse the addresses of an unmapped one, each entry also keeps a fingerprint of its host
+// bytes (the first and last 256 bytes of data and scale); a mismatch re-uploads. Clear()
+// drops everything (call it when a checkpoint is unloaded). A WeightRef whose data (and
+// scale) already point to device memory is used in place.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +36,8 @@ class WeightCache {
 
   // The device view of `w`, uploading it (synchronously) the first time.
   base::StatusOr<kernels::DeviceWeight> Get(const model::WeightRef& w);
+  // Frees every uploaded weight (synchronises the device).
+  void Clear();
   size_t bytes() const;
 
  private:
@@ -51,7 +55,10 @@ class WeightCache {
     kernels::DeviceWeight view;
     void* owned_data = nullptr;
     void* owned_scale = nullptr;
+    size_t owned_bytes = 0;
+    uint64_t fingerprint = 0;  // of the host bytes (0 for device-resident weights)
   };
+  void FreeEntry(Entry& entry);
 
   mutable std::mutex mu_;
   std::unordered_map<Key, Entry, KeyHash> entries_;
