@@ -43,6 +43,27 @@ base::Status ImageFromBlock(const Json& block, const std::string& path, ImageSou
   return BadRequest(path + ": unsupported image source");
 }
 
+// One text / tool_reference / image / document block.
+base::Status BlockContent(const Json& block, const std::string& type, const std::string& path,
+                          std::string* text, std::vector<ImageSource>* images) {
+  FieldReader reader(path);
+  if (type == "text") {
+    *text = reader.ReqString(block, "text");
+  } else if (type == "tool_reference") {
+    *text = reader.ReqString(block, "tool_name");
+  } else if (type == "image") {
+    ImageSource image;
+    DI_RETURN_IF_ERROR(ImageFromBlock(block, path, &image));
+    images->push_back(std::move(image));
+    *text = std::string(internal::kImageToken);
+  } else if (type == "document") {
+    *text = std::string(internal::kUnsupportedDocument);
+  } else {
+    return BadRequest("Unsupported content block");
+  }
+  return reader.status();
+}
+
 // Text-like content (system, tool_result, system-role messages): a string or blocks of
 // text / tool_reference / image / document, joined with "\n\n".
 base::Status TextOrBlocks(const Json& content, const std::string& path, std::string* text,
@@ -59,21 +80,9 @@ base::Status TextOrBlocks(const Json& content, const std::string& path, std::str
     FieldReader reader(block_path);
     const std::string type = reader.ReqString(block, "type");
     if (!reader.ok()) return reader.status();
-    if (type == "text") {
-      texts.push_back(reader.ReqString(block, "text"));
-    } else if (type == "tool_reference") {
-      texts.push_back(reader.ReqString(block, "tool_name"));
-    } else if (type == "image") {
-      ImageSource image;
-      DI_RETURN_IF_ERROR(ImageFromBlock(block, block_path, &image));
-      images->push_back(std::move(image));
-      texts.emplace_back(internal::kImageToken);
-    } else if (type == "document") {
-      texts.emplace_back(internal::kUnsupportedDocument);
-    } else {
-      return BadRequest("Unsupported content block");
-    }
-    if (!reader.ok()) return reader.status();
+    std::string block_text;
+    DI_RETURN_IF_ERROR(BlockContent(block, type, block_path, &block_text, images));
+    texts.push_back(std::move(block_text));
   }
   *text = internal::JoinTexts(texts, "\n\n");
   return base::Status::Ok();
@@ -156,8 +165,7 @@ class MessageConverter {
         DI_RETURN_IF_ERROR(UnresolvedToolUse(index, pending_));
         std::string text;
         std::vector<ImageSource> images;
-        DI_RETURN_IF_ERROR(TextOrBlocks(Json::array({block}), path, &text, &images));
-        if (type == "image") text = std::string(internal::kImageToken);
+        DI_RETURN_IF_ERROR(BlockContent(block, type, path, &text, &images));
         out_->push_back(Message::User(std::move(text), std::move(images)));
       } else if (type == "tool_result") {
         DI_RETURN_IF_ERROR(ToolResult(block, index, block_index, path, &matched));
@@ -234,7 +242,7 @@ class MessageConverter {
         }
         std::string value;
         std::vector<ImageSource> images;
-        DI_RETURN_IF_ERROR(TextOrBlocks(Json::array({block}), path, &value, &images));
+        DI_RETURN_IF_ERROR(BlockContent(block, type, path, &value, &images));
         if (!images.empty()) return internal::ImageNotAllowed("assistant");
         if (!text.empty()) text += "\n\n";
         text += value;

@@ -14,6 +14,22 @@ OutputChunk Chunk(OutputChunk::Kind kind, std::string text = {}) {
   return chunk;
 }
 
+// Length of the longest prefix of `text` that does not end inside a UTF-8 sequence (an
+// incomplete trailing sequence is held back until the next piece completes it).
+size_t CompleteUtf8Prefix(std::string_view text) {
+  const size_t size = text.size();
+  for (size_t back = 1; back <= 4 && back <= size; ++back) {
+    const unsigned char c = static_cast<unsigned char>(text[size - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    size_t need = 1;
+    if ((c & 0xE0) == 0xC0) need = 2;
+    if ((c & 0xF0) == 0xE0) need = 3;
+    if ((c & 0xF8) == 0xF0) need = 4;
+    return back < need ? size - back : size;
+  }
+  return size;
+}
+
 }  // namespace
 
 OutputParser::OutputParser(const ParsingOptions& options, std::unique_ptr<TokenDecoder> decoder)
@@ -84,6 +100,17 @@ void OutputParser::End(std::vector<OutputChunk>* out) {
 void OutputParser::Consume(std::string_view content, int64_t tokens,
                            std::vector<OutputChunk>* out) {
   EnsureStarted(out);
+  // Pieces may split a UTF-8 character (byte-level token boundaries, client-chosen chunks);
+  // parse only whole characters so that no emitted text carries half of one.
+  std::string joined;
+  if (!utf8_carry_.empty()) {
+    joined = std::move(utf8_carry_);
+    joined.append(content);
+    content = joined;
+  }
+  const size_t complete = CompleteUtf8Prefix(content);
+  utf8_carry_.assign(content.substr(complete));
+  content = content.substr(0, complete);
   completion_tokens_ += tokens;
   segments_.clear();
   machine_.Feed(content, &segments_);
@@ -101,6 +128,12 @@ void OutputParser::Tail(std::vector<OutputChunk>* out) {
   done_ = true;
   EnsureStarted(out);
   segments_.clear();
+  if (!stop_sequence_ && !utf8_carry_.empty()) {
+    // An incomplete character at the very end: emit its bytes (rendered as U+FFFD).
+    machine_.Feed(utf8_carry_, &segments_);
+    chunks_.push_back(std::move(utf8_carry_));
+  }
+  utf8_carry_.clear();
   machine_.Finish(&segments_);
   ApplySegments(out);
   if (stop_matched_) {

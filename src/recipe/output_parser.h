@@ -97,6 +97,7 @@ class OutputParser {
   bool stop_matched_ = false;
   bool has_tool_calls_ = false;
 
+  std::string utf8_carry_;  // bytes of an incomplete trailing UTF-8 character
   std::string token_text_;  // decoded token text waiting for a complete character
   int64_t token_count_ = 0;
 
