@@ -1,0 +1,59 @@
+#include "engine/model_engine.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "engine/model_runner_v41.h"
+#include "fmt/format.h"
+#include "model/demo_model.h"
+#include "model/engram_hash.h"
+
+namespace deepinfer::engine {
+
+base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir_arg) {
+  LoadedModel out;
+  if (dir_arg.empty()) {
+    DI_ASSIGN_OR_RETURN(out.dir, model::EnsureDemoModel());
+  } else {
+    out.dir = dir_arg;
+  }
+  const std::filesystem::path dir(out.dir);
+  const std::string tokenizer_path = (dir / "tokenizer.json").string();
+  DI_ASSIGN_OR_RETURN(io::ModelConfig config, io::LoadModelConfig(dir / "config.json"));
+  std::optional<model::EngramHashConstants> engram;
+  if (!config.text_config.engram_layer_ids.empty()) {
+    auto derived = model::DeriveEngramHashConstants(config.text_config, tokenizer_path);
+    if (!derived.ok()) return derived.status().WithContext(fmt::format("model {}", out.dir));
+    engram = std::move(*derived);
+  }
+  out.backend = std::make_unique<backend::cpu::CpuBackend>();
+  auto m = model::Model::Load(dir, out.backend.get(), std::move(engram));
+  if (!m.ok()) return m.status().WithContext(fmt::format("model {}", out.dir));
+  out.model = std::move(*m);
+  auto tok = tokenizer::Tokenizer::FromFile(tokenizer_path);
+  if (!tok.ok()) return tok.status().WithContext(fmt::format("model {}", out.dir));
+  out.tokenizer = std::move(*tok);
+  return out;
+}
+
+base::StatusOr<std::unique_ptr<Engine>> MakeModelEngine(const LoadedModel& loaded,
+                                                        const ModelEngineOptions& options) {
+  const io::ModelConfig& config = loaded.model->config();
+  EngineConfig c;
+  DI_ASSIGN_OR_RETURN(c.layout, StateLayoutForModel(config, options.block_tokens));
+  c.num_slots = options.num_slots;
+  const int64_t per_seq = (options.max_model_len + options.block_tokens - 1) / options.block_tokens;
+  c.num_blocks =
+      options.num_blocks > 0
+          ? options.num_blocks
+          : static_cast<int32_t>(std::min<int64_t>(per_seq * options.num_slots, 1 << 30));
+  c.scheduler.max_tokens_per_step = std::max(options.max_tokens_per_step, options.num_slots);
+  c.scheduler.max_model_len = options.max_model_len;
+  c.scheduler.eos_token_ids = {static_cast<TokenId>(config.eos_token_id)};
+  c.scheduler.seed = options.seed;
+  return Engine::Create(std::move(c),
+                        std::make_unique<ModelRunnerV41>(loaded.model.get(), loaded.backend.get(),
+                                                         options.num_slots));
+}
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,42 @@
+// Loading a V4.1 checkpoint (or the embedded demo model) on the CPU backend and building an
+// Engine over it: shared by `deepinfer generate`, examples/ and bench/engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/statusor.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::engine {
+
+struct LoadedModel {
+  std::string dir;
+  std::unique_ptr<backend::cpu::CpuBackend> backend;
+  std::unique_ptr<model::Model> model;              // uses *backend
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // dir/tokenizer.json
+};
+
+// Loads `dir` (config.json, checkpoint, tokenizer.json; Engram constants derived from the
+// tokenizer). An empty `dir` means the embedded demo model (generated into the cache on first
+// use, model::EnsureDemoModel). Errors name the directory.
+base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir);
+
+struct ModelEngineOptions {
+  int32_t num_slots = 16;             // concurrently running sequences
+  int32_t max_tokens_per_step = 256;  // chunked-prefill budget (raised to num_slots if lower)
+  int64_t max_model_len = 4096;
+  int block_tokens = 16;
+  int32_t num_blocks = 0;  // 0: enough for every slot to reach max_model_len
+  uint64_t seed = 0;
+};
+
+// An Engine running `loaded` (which must outlive it) with a ModelRunnerV41.
+base::StatusOr<std::unique_ptr<Engine>> MakeModelEngine(const LoadedModel& loaded,
+                                                        const ModelEngineOptions& options);
+
+}  // namespace deepinfer::engine
