@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every GPU test of an existing build on a CUDA machine; builds nothing.
 #
-#   tools/gpu/run-gpu-tests.sh [--build DIR] [--goldens DIR] [--sanitize] [--small]
+#   tools/gpu/run-gpu-tests.sh [--build DIR] [--goldens DIR] [--sanitize] [--small] [--bench]
 #
 #   --build DIR    build folder holding bin/ (default: <repo>/build)
 #   --goldens DIR  golden cases for `deepinfer check-goldens --backend cuda`
@@ -9,6 +9,7 @@
 #   --sanitize     also run compute-sanitizer memcheck and racecheck on cuda_backend_test
 #                  (real-size cases skipped there: DEEPINFER_CUDA_TEST_SMALL=1)
 #   --small        skip the real-V4.1-size test cases everywhere
+#   --bench        also run bin/cuda_backend_bench (device times; not counted as tests)
 #
 # Steps: find a CUDA device (none = failure), unpack <build>/gpu-libs.tar.xz if present
 # (tools/gpu/bundle-libs.sh makes it) onto LD_LIBRARY_PATH, run every GPU gtest binary
@@ -24,11 +25,13 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD="$ROOT/build"
 GOLDENS=""
 SANITIZE=0
+BENCH=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
     --goldens) GOLDENS="$2"; shift 2 ;;
     --sanitize) SANITIZE=1; shift ;;
+    --bench) BENCH=1; shift ;;
     --small) export DEEPINFER_CUDA_TEST_SMALL=1; shift ;;
     -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
@@ -170,6 +173,18 @@ if [ "$SANITIZE" -eq 1 ]; then
         grep -E -A8 '^========= (Invalid|Error|Race|Program hit)|SUMMARY' "$log" | head -60
       fi
     done
+  fi
+fi
+
+# --- benchmarks (informative) -------------------------------------------------------------
+if [ "$BENCH" -eq 1 ]; then
+  if [ -x "$BUILD/bin/cuda_backend_bench" ]; then
+    echo "== cuda_backend_bench"
+    timeout 600 "$BUILD/bin/cuda_backend_bench" --benchmark_min_time=0.2 \
+      --benchmark_out="$LOGS/cuda_backend_bench.json" 2>&1 | tee "$LOGS/cuda_backend_bench.log" |
+      grep -E '^(BM_|---|Benchmark)' || true
+  else
+    echo "== cuda_backend_bench not built (configure with -DDEEPINFER_BUILD_BENCH=ON)"
   fi
 fi
 
