@@ -104,6 +104,13 @@ TEST(TokenizerTest, HugeRunsRoundTrip) {
   }
 }
 
+TEST(TokenizerTest, EmptyInputs) {
+  const Tokenizer& tok = V41();
+  EXPECT_TRUE(tok.Encode("").empty());
+  EXPECT_TRUE(tok.Encode("", false).empty());
+  EXPECT_EQ(tok.Decode(std::vector<int32_t>{}).value(), "");
+}
+
 TEST(TokenizerTest, DecodeRejectsOutOfRangeIds) {
   const Tokenizer& tok = V41();
   const std::vector<int32_t> too_big = {100, tok.vocab_size()};
