@@ -16,8 +16,7 @@ int RunCheckGoldens(int argc, char** argv) {
   CLI::App app{"Check the model against golden logits (shared/goldens/v41 layout)"};
   std::vector<std::string> dirs;
   bool verbose = false;
-  app.add_option("dirs", dirs, "case directories, or folders holding case directories")
-      ->required();
+  app.add_option("dirs", dirs, "case directories, or folders holding case directories")->required();
   app.add_flag("-v,--verbose", verbose, "print every check, not only failures and a summary");
   try {
     app.parse(argc, argv);
@@ -36,15 +35,14 @@ int RunCheckGoldens(int argc, char** argv) {
     for (const auto& case_dir : cases) {
       auto result = deepinfer::model::RunGoldenCase(case_dir, &backend);
       if (!result.ok()) {
-        std::printf("FAIL %s: %s\n", case_dir.string().c_str(),
-                    result.status().ToString().c_str());
+        std::printf("FAIL %s: %s\n", case_dir.string().c_str(), result.status().ToString().c_str());
         ++failed;
         continue;
       }
       for (const auto& check : result->checks) {
         if (verbose || !check.passed) {
-          std::printf("  %s %s %s: %s\n", check.passed ? "ok  " : "FAIL",
-                      result->case_name.c_str(), check.name.c_str(), check.summary.c_str());
+          std::printf("  %s %s %s: %s\n", check.passed ? "ok  " : "FAIL", result->case_name.c_str(),
+                      check.name.c_str(), check.summary.c_str());
         }
       }
       // Per-case summary: the worst logits error over all checks.

@@ -80,7 +80,8 @@ void Model::Compress(int layer, ChunkContext& ctx, const float* u, KvGroupState&
                       static_cast<float>(t.rms_norm_eps), k.data(), ihd);
     backend_->Rope(k.data(), n_new, ihd, 1, ihd, ihd - rd, rd / 2, pos.data(),
                    compress_inv_freq_.data(), false);
-    if (ihd % 32 == 0) backend_->FakeQuant(k.data(), n_new, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
+    if (ihd % 32 == 0)
+      backend_->FakeQuant(k.data(), n_new, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
     group.index_keys.Append(k.data(), n_new);
   }
 }
@@ -101,7 +102,8 @@ void Model::Indexer(int layer, ChunkContext& ctx, const float* u, const float* q
   backend_->Linear(q_r, T, t.q_lora_rank, w.idx_wq_b, 0, nh * ihd, qi.data(), nh * ihd);
   backend_->Rope(qi.data(), T, nh * ihd, nh, ihd, ihd - rd, rd / 2, ctx.pos.data(),
                  compress_inv_freq_.data(), false);
-  if (ihd % 32 == 0) backend_->FakeQuant(qi.data(), T * nh, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
+  if (ihd % 32 == 0)
+    backend_->FakeQuant(qi.data(), T * nh, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
   backend_->Linear(u, T, D, w.idx_weights_proj, 0, nh, hw.data(), nh);
   backend_->Scale(hw.data(), T * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
 
@@ -136,8 +138,8 @@ void Model::Attention(int layer, ChunkContext& ctx, const float* u, float* out) 
 
   DeviceFloats q_r0(backend_, T * t.q_lora_rank), q_r(backend_, T * t.q_lora_rank);
   backend_->Linear(u, T, D, w.wq_a, 0, t.q_lora_rank, q_r0.data(), t.q_lora_rank);
-  backend_->RmsNorm(q_r0.data(), T, t.q_lora_rank, t.q_lora_rank, w.q_norm.data(), eps,
-                    q_r.data(), t.q_lora_rank);
+  backend_->RmsNorm(q_r0.data(), T, t.q_lora_rank, t.q_lora_rank, w.q_norm.data(), eps, q_r.data(),
+                    t.q_lora_rank);
   DeviceFloats q(backend_, T * H * d);
   backend_->Linear(q_r.data(), T, t.q_lora_rank, w.wq_b, 0, H * d, q.data(), H * d);
   backend_->Rope(q.data(), T, H * d, H, d, d - rd, rd / 2, ctx.pos.data(), inv_freq, false);
@@ -207,8 +209,7 @@ void Model::Attention(int layer, ChunkContext& ctx, const float* u, float* out) 
   const int64_t G = t.o_groups, R = t.o_lora_rank, group_in = H * d / G;
   DeviceFloats z(backend_, T * G * R);
   for (int64_t g = 0; g < G; ++g) {
-    backend_->Linear(o.data() + g * group_in, T, H * d, w.wo_a, g * R, R, z.data() + g * R,
-                     G * R);
+    backend_->Linear(o.data() + g * group_in, T, H * d, w.wo_a, g * R, R, z.data() + g * R, G * R);
   }
   backend_->Linear(z.data(), T, G * R, w.wo_b, 0, D, out, D);
 

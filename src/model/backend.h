@@ -64,22 +64,22 @@ struct HcSiteWeights {
 // Sparse attention over a window of per-layer keys plus selected compressed entries.
 // K = V (single shared latent head of dim `head_dim`).
 struct SparseAttentionArgs {
-  const float* q = nullptr;         // [T, heads, head_dim]
-  const int32_t* q_pos = nullptr;   // [T] absolute positions of the queries
+  const float* q = nullptr;        // [T, heads, head_dim]
+  const int32_t* q_pos = nullptr;  // [T] absolute positions of the queries
   int64_t tokens = 0;
   int64_t heads = 0;
   int64_t head_dim = 0;
-  const float* window_kv = nullptr;    // [n_window, head_dim] (keys = values)
-  const int32_t* window_pos = nullptr; // [n_window] positions of those rows
+  const float* window_kv = nullptr;     // [n_window, head_dim] (keys = values)
+  const int32_t* window_pos = nullptr;  // [n_window] positions of those rows
   int64_t n_window = 0;
-  int64_t window = 0;                  // query p sees window keys p-window+1 .. p
-  const float* comp_kv = nullptr;      // [n_comp, head_dim] compressed entries
+  int64_t window = 0;              // query p sees window keys p-window+1 .. p
+  const float* comp_kv = nullptr;  // [n_comp, head_dim] compressed entries
   int64_t n_comp = 0;
   const int32_t* selection = nullptr;  // [T, n_select] entry ids, -1 = empty slot
   int64_t n_select = 0;
-  const float* sinks = nullptr;        // [heads] sink logits (denominator only)
-  float scale = 1.0f;                  // softmax scale applied to q.k
-  float* out = nullptr;                // [T, heads, head_dim]
+  const float* sinks = nullptr;  // [heads] sink logits (denominator only)
+  float scale = 1.0f;            // softmax scale applied to q.k
+  float* out = nullptr;          // [T, heads, head_dim]
 };
 
 class Backend {
@@ -103,8 +103,7 @@ class Backend {
   virtual void Linear(const float* x, int64_t T, int64_t ldx, const WeightRef& w, int64_t row0,
                       int64_t n_rows, float* y, int64_t ldy, bool accumulate = false) = 0;
   // out[i, :] = W[ids[i], :] dequantised (ids in host memory: they drive addressing).
-  virtual void GatherRows(const WeightRef& w, const int64_t* host_ids, int64_t n,
-                          float* out) = 0;
+  virtual void GatherRows(const WeightRef& w, const int64_t* host_ids, int64_t n, float* out) = 0;
   // y = a + b (elementwise, n values); y may alias a or b.
   virtual void Add(const float* a, const float* b, int64_t n, float* y) = 0;
   // x *= s (n values).
@@ -112,8 +111,8 @@ class Backend {
 
   // --- normalisation / positional ------------------------------------------------------
   // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) (* weight if weight != null), rows of n.
-  virtual void RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx,
-                       const float* weight, float eps, float* y, int64_t ldy) = 0;
+  virtual void RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
+                       float eps, float* y, int64_t ldy) = 0;
   // Interleaved-pair RoPE on channels [offset, offset + 2*n_pairs) of each of `heads`
   // vectors per row: x[r, h*head_stride + offset + 2i .. +1] rotated by pos[r]*inv_freq[i]
   // (inverse = rotate by the negative angle). inv_freq in host memory [n_pairs].
@@ -132,8 +131,8 @@ class Backend {
   virtual void HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
                           float* y) = 0;
   // x[t, k] <- post[t, k] * y[t] + sum_j comb[t, j, k] * x[t, j]  (in place).
-  virtual void HcExpand(const float* y, const float* post, const float* comb, int64_t T,
-                        int64_t hc, int64_t D, float* x) = 0;
+  virtual void HcExpand(const float* y, const float* post, const float* comb, int64_t T, int64_t hc,
+                        int64_t D, float* x) = 0;
 
   // --- attention pieces ---------------------------------------------------------------
   virtual void SparseAttention(const SparseAttentionArgs& args) = 0;
@@ -143,15 +142,14 @@ class Backend {
                          float* out) = 0;
   // Lightning-indexer scores: s[t, g] = sum_h w[t,h] * relu(q[t,h] . k[g]) * scale, and
   // kNegInf where g >= (q_pos[t]+1)/ratio (entry not yet visible).
-  virtual void IndexerScores(const float* q, const float* w, int64_t T, int64_t heads,
-                             int64_t dim, const float* keys, int64_t n_keys, const int32_t* q_pos,
-                             int64_t ratio, float scale, float* scores) = 0;
+  virtual void IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
+                             const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
+                             float scale, float* scores) = 0;
   // Candidate blocks (two-level top-k): per row, block score = max over `block` entries,
   // the block of the newest visible entry (q_pos+1)/ratio-1 forced to +inf; keep the best
   // `keep_blocks` with a visible entry. mask[t, g] = 1 for entries in kept blocks.
   virtual void CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
-                             int64_t ratio, int64_t block, int64_t keep_blocks,
-                             uint8_t* mask) = 0;
+                             int64_t ratio, int64_t block, int64_t keep_blocks, uint8_t* mask) = 0;
   // scores[t, g] = kNegInf where mask[t, g] == 0.
   virtual void ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) = 0;
   // Per row, the ids of the k largest finite values (descending); -1 for slots whose
@@ -180,8 +178,7 @@ class Backend {
   // k = key*rsqrt(mean key^2+eps)*k_weight, dot = sum(q*k)/sqrt(D);
   // gate = sigmoid(copysign(sqrt(max(|dot|,1e-6)), dot)); x[t,k] += gate * value[t].
   virtual void EngramGate(float* x, const float* key, const float* value, const float* q_weight,
-                          const float* k_weight, int64_t T, int64_t hc, int64_t D,
-                          float eps) = 0;
+                          const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps) = 0;
 };
 
 }  // namespace deepinfer::model

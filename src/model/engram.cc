@@ -6,9 +6,8 @@
 
 namespace deepinfer::model {
 
-base::Status ValidateEngramHashConstants(const EngramHashConstants& c, int n_layers,
-                                         int max_ngram, int n_heads,
-                                         std::span<const int64_t> table_rows) {
+base::Status ValidateEngramHashConstants(const EngramHashConstants& c, int n_layers, int max_ngram,
+                                         int n_heads, std::span<const int64_t> table_rows) {
   auto fail = [](const std::string& what) {
     return base::InvalidArgumentError("Engram hash constants: " + what);
   };
@@ -34,8 +33,8 @@ base::Status ValidateEngramHashConstants(const EngramHashConstants& c, int n_lay
     for (size_t j = 0; j < cols; ++j) {
       const int64_t p = c.primes[l * cols + j], off = c.offsets[l * cols + j];
       if (p <= 0 || off < 0 || off + p > table_rows[l]) {
-        return fail("layer " + std::to_string(l) + " column " + std::to_string(j) +
-                    ": prime " + std::to_string(p) + " at offset " + std::to_string(off) +
+        return fail("layer " + std::to_string(l) + " column " + std::to_string(j) + ": prime " +
+                    std::to_string(p) + " at offset " + std::to_string(off) +
                     " exceeds the table's " + std::to_string(table_rows[l]) + " rows");
       }
     }

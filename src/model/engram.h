@@ -20,9 +20,9 @@ struct EngramHashConstants {
   std::vector<int32_t> token_map;
   // Compressed id used before the sequence start (= token_map[engram_pad_token_id]).
   int64_t pad_id = 0;
-  int n_layers = 0;       // number of Engram layers (engram_layer_ids.size())
-  int max_ngram = 0;      // engram_max_ngram_size (n-grams 2..max_ngram)
-  int n_heads = 0;        // engram_n_heads
+  int n_layers = 0;   // number of Engram layers (engram_layer_ids.size())
+  int max_ngram = 0;  // engram_max_ngram_size (n-grams 2..max_ngram)
+  int n_heads = 0;    // engram_n_heads
   // [n_layers, max_ngram] odd multipliers; multiplier i applies to token t-i.
   std::vector<int64_t> multipliers;
   // [n_layers, columns], columns = (max_ngram-1)*n_heads, column c = (n-2)*n_heads + h.
@@ -34,9 +34,8 @@ struct EngramHashConstants {
 
 // Checks sizes against each other and against the expected layer count / table sizes.
 // `table_rows[i]` = rows of Engram layer i's table (engram_num_embeddings).
-base::Status ValidateEngramHashConstants(const EngramHashConstants& c, int n_layers,
-                                         int max_ngram, int n_heads,
-                                         std::span<const int64_t> table_rows);
+base::Status ValidateEngramHashConstants(const EngramHashConstants& c, int n_layers, int max_ngram,
+                                         int n_heads, std::span<const int64_t> table_rows);
 
 // Row ids for each token of a chunk: out [T, n_layers, columns] (offset included).
 // `history` holds the raw token ids that precede the chunk in the sequence (oldest first;

@@ -23,8 +23,8 @@ template <typename T>
 StatusOr<std::vector<T>> ReadVector(const io::SafetensorsFile& f, const std::string& name) {
   DI_ASSIGN_OR_RETURN(const io::SafetensorsTensorInfo* info, f.Info(name));
   if (info->dtype != tensor::DTypeOf<T>::value) {
-    return base::InvalidArgumentError(f.path().string() + ": tensor '" + name +
-                                      "' has dtype " + std::string(tensor::DTypeName(info->dtype)));
+    return base::InvalidArgumentError(f.path().string() + ": tensor '" + name + "' has dtype " +
+                                      std::string(tensor::DTypeName(info->dtype)));
   }
   std::span<const uint8_t> bytes = f.Bytes(*info);
   std::vector<T> out(bytes.size() / sizeof(T));
@@ -75,9 +75,8 @@ Status CheckPrompt(Model& model, const io::SafetensorsFile& goldens, int p, cons
   auto compare = [&](const std::string& name, const std::vector<float>& engine) -> Status {
     DI_ASSIGN_OR_RETURN(std::vector<float> golden, ReadVector<float>(goldens, pre + name));
     if (golden.size() != engine.size()) {
-      return base::InternalError(pre + name + ": engine produced " +
-                                 std::to_string(engine.size()) + " values, golden has " +
-                                 std::to_string(golden.size()));
+      return base::InternalError(pre + name + ": engine produced " + std::to_string(engine.size()) +
+                                 " values, golden has " + std::to_string(golden.size()));
     }
     result->checks.push_back(FromComparison(CompareLogits(
         pre + name, engine.data(), golden.data(), static_cast<int64_t>(golden.size()) / V, V)));
@@ -165,11 +164,11 @@ LogitsComparison CompareLogits(const std::string& name, const float* engine, con
   c.max_rel = golden_max > 0 ? c.max_abs / golden_max : c.max_abs;
   std::vector<double> sorted = row_max;
   std::sort(sorted.begin(), sorted.end());
-  c.median_row = rows == 0 ? 0.0
+  c.median_row = rows == 0  ? 0.0
                  : rows % 2 ? sorted[rows / 2]
                             : 0.5 * (sorted[rows / 2 - 1] + sorted[rows / 2]);
-  const int64_t within = std::count_if(row_max.begin(), row_max.end(),
-                                       [](double d) { return d <= 1e-3; });
+  const int64_t within =
+      std::count_if(row_max.begin(), row_max.end(), [](double d) { return d <= 1e-3; });
   c.frac_rows_1e3 = rows ? static_cast<double>(within) / rows : 1.0;
   std::vector<std::string> why;
   if (!finite) why.push_back("non-finite logits");
@@ -236,14 +235,14 @@ StatusOr<GoldenCaseResult> RunGoldenCase(const std::filesystem::path& dir, Backe
     } catch (const nlohmann::json::exception& e) {
       return base::InvalidArgumentError((dir / "manifest.json").string() + ": " + e.what());
     }
-    DI_ASSIGN_OR_RETURN(prompt.ids,
-                        ReadVector<int32_t>(*goldens, "prompt." + std::to_string(p) + ".input_ids"));
+    DI_ASSIGN_OR_RETURN(
+        prompt.ids, ReadVector<int32_t>(*goldens, "prompt." + std::to_string(p) + ".input_ids"));
     if (prompt.ids.empty() || prompt.incremental_prefix_len < 1 ||
         prompt.incremental_prefix_len > static_cast<int64_t>(prompt.ids.size())) {
       return base::InvalidArgumentError("prompt " + std::to_string(p) + ": bad prefix length");
     }
-    DI_RETURN_IF_ERROR(CheckPrompt(*model, *goldens, p, prompt, engram ? &*engram : nullptr,
-                                   &result));
+    DI_RETURN_IF_ERROR(
+        CheckPrompt(*model, *goldens, p, prompt, engram ? &*engram : nullptr, &result));
   }
   return result;
 }

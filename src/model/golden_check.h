@@ -17,16 +17,16 @@ namespace deepinfer::model {
 struct LogitsComparison {
   std::string name;
   int64_t rows = 0;
-  double max_abs = 0.0;         // max |engine - golden|
-  double max_rel = 0.0;         // max_abs / max |golden|
-  double median_row = 0.0;      // median over rows of the row's max |diff|
-  double frac_rows_1e3 = 0.0;   // fraction of rows with max |diff| <= 1e-3
-  bool passed = false;          // median <= 1e-4, >= 90% rows <= 1e-3, every row <= 5e-2
-  std::string detail;           // why it failed (empty when passed)
+  double max_abs = 0.0;        // max |engine - golden|
+  double max_rel = 0.0;        // max_abs / max |golden|
+  double median_row = 0.0;     // median over rows of the row's max |diff|
+  double frac_rows_1e3 = 0.0;  // fraction of rows with max |diff| <= 1e-3
+  bool passed = false;         // median <= 1e-4, >= 90% rows <= 1e-3, every row <= 5e-2
+  std::string detail;          // why it failed (empty when passed)
 };
 
-LogitsComparison CompareLogits(const std::string& name, const float* engine,
-                               const float* golden, int64_t rows, int64_t cols);
+LogitsComparison CompareLogits(const std::string& name, const float* engine, const float* golden,
+                               int64_t rows, int64_t cols);
 
 struct GoldenCheck {
   std::string name;  // "prompt.0.prefill_logits", "prompt.1.greedy_tokens", ...

@@ -29,8 +29,8 @@ std::vector<float> RopeInvFreq(int64_t rope_dim, double theta, const io::RopeSca
            (2.0 * std::log(theta));
   };
   double low = std::max(std::floor(correction_dim(yarn->beta_fast)), 0.0);
-  double high = std::min(std::ceil(correction_dim(yarn->beta_slow)),
-                         static_cast<double>(rope_dim - 1));
+  double high =
+      std::min(std::ceil(correction_dim(yarn->beta_slow)), static_cast<double>(rope_dim - 1));
   if (low == high) high += 0.001;
   const float factor = static_cast<float>(yarn->factor);
   for (int64_t i = 0; i < half; ++i) {
@@ -112,9 +112,9 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
   for (const ForwardChunk& chunk : batch.chunks) {
     if (chunk.state == nullptr) return base::InvalidArgumentError("forward chunk without state");
     if (chunk.start_pos != chunk.state->length) {
-      return base::InvalidArgumentError(
-          "forward chunk starts at position " + std::to_string(chunk.start_pos) +
-          " but the sequence has " + std::to_string(chunk.state->length) + " tokens");
+      return base::InvalidArgumentError("forward chunk starts at position " +
+                                        std::to_string(chunk.start_pos) + " but the sequence has " +
+                                        std::to_string(chunk.state->length) + " tokens");
     }
     if (chunk.tokens.empty()) return base::InvalidArgumentError("empty forward chunk");
     for (int32_t id : chunk.tokens) {
@@ -156,8 +156,8 @@ void Model::EngramLayer(int layer, ChunkContext& ctx) {
   DeviceFloats key(backend_, T * hc * D), value(backend_, T * D);
   backend_->Linear(rows.data(), T, K, w.wkv, 0, hc * D, key.data(), hc * D);
   backend_->Linear(rows.data(), T, K, w.wkv, hc * D, D, value.data(), D);
-  backend_->EngramGate(ctx.x.data(), key.data(), value.data(), w.q_weight.data(),
-                       w.k_weight.data(), T, hc, D, static_cast<float>(t.rms_norm_eps));
+  backend_->EngramGate(ctx.x.data(), key.data(), value.data(), w.q_weight.data(), w.k_weight.data(),
+                       T, hc, D, static_cast<float>(t.rms_norm_eps));
   Emit(ctx, "layers." + std::to_string(layer) + ".engram_out", ctx.x.data(), T, hc * D);
 }
 
@@ -186,8 +186,7 @@ Status Model::ForwardOne(const ForwardChunk& chunk, ForwardOutput* out) {
     }
   }
   if (engram_hash_) {
-    ComputeEngramRowIds(*engram_hash_, chunk.state->recent_tokens, chunk.tokens,
-                        &ctx.engram_ids);
+    ComputeEngramRowIds(*engram_hash_, chunk.state->recent_tokens, chunk.tokens, &ctx.engram_ids);
   }
   // Incoming pre-mix: one-hot on stream 0.
   DeviceFloats carry_pre(backend_, T * hc);

@@ -77,8 +77,7 @@ class Model {
   void EngramLayer(int layer, ChunkContext& ctx);
   void Attention(int layer, ChunkContext& ctx, const float* u, float* out);
   void Compress(int layer, ChunkContext& ctx, const float* u, KvGroupState& group);
-  void Indexer(int layer, ChunkContext& ctx, const float* u, const float* q_r,
-               KvGroupState& group);
+  void Indexer(int layer, ChunkContext& ctx, const float* u, const float* q_r, KvGroupState& group);
   void Emit(ChunkContext& ctx, const std::string& name, const float* data, int64_t rows,
             int64_t cols);
 

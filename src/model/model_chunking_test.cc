@@ -61,8 +61,8 @@ TEST_P(ChunkingTest, ChunkedPrefillMatchesOneShot) {
     const std::vector<float> b = RunTraced(**model, ids, chunk, &many);
     ASSERT_EQ(a.size(), b.size());
     const int64_t V = (*model)->config().text().vocab_size;
-    const LogitsComparison c = CompareLogits("chunked", b.data(), a.data(),
-                                             static_cast<int64_t>(a.size()) / V, V);
+    const LogitsComparison c =
+        CompareLogits("chunked", b.data(), a.data(), static_cast<int64_t>(a.size()) / V, V);
     EXPECT_TRUE(c.passed) << "prompt " << p << " chunk " << chunk << ": max_abs " << c.max_abs
                           << " median " << c.median_row << " " << c.detail;
     // The CPU backend is chunking-invariant (double-accumulated GEMMs, position-ordered
@@ -74,7 +74,8 @@ TEST_P(ChunkingTest, ChunkedPrefillMatchesOneShot) {
       const std::vector<float>& vb = many[name];
       ASSERT_EQ(va.size(), vb.size()) << name;
       double worst = 0.0;
-      for (size_t i = 0; i < va.size(); ++i) worst = std::max(worst, double(std::fabs(va[i] - vb[i])));
+      for (size_t i = 0; i < va.size(); ++i)
+        worst = std::max(worst, double(std::fabs(va[i] - vb[i])));
       EXPECT_LE(worst, 1e-5) << name << " prompt " << p << " chunk " << chunk;
     }
   }

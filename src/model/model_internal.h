@@ -12,9 +12,9 @@ namespace deepinfer::model {
 struct Model::ChunkContext {
   SequenceState* state = nullptr;
   int64_t T = 0;
-  std::vector<int32_t> host_pos;  // [T]
-  DeviceInts pos;                 // [T]
-  DeviceFloats x;                 // residual streams [T, hc, D]
+  std::vector<int32_t> host_pos;    // [T]
+  DeviceInts pos;                   // [T]
+  DeviceFloats x;                   // residual streams [T, hc, D]
   std::vector<int64_t> engram_ids;  // [T, n_engram_layers, columns]
 
   // Top-k published by the most recent index source of this forward ([T, n_select]

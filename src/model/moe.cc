@@ -70,8 +70,8 @@ void MoeLayer::Ffn(const ExpertWeights& e, const float* x, int64_t n, const floa
 void MoeLayer::RunExperts(const MoeWeights& w, std::vector<ExpertBatch>& batches, int64_t /*D*/) {
   for (ExpertBatch& b : batches) {
     CHECK(b.expert >= 0 && b.expert < static_cast<int>(w.experts.size()));
-    Ffn(w.experts[b.expert], b.x.data(), static_cast<int64_t>(b.token_rows.size()),
-        b.weight.data(), b.out.data(), false);
+    Ffn(w.experts[b.expert], b.x.data(), static_cast<int64_t>(b.token_rows.size()), b.weight.data(),
+        b.out.data(), false);
   }
 }
 

@@ -29,8 +29,8 @@
 namespace deepinfer::model {
 
 struct WindowRing {
-  DeviceFloats kv;            // [window, head_dim]
-  std::vector<int32_t> pos;   // [window] position held by each slot, -1 = empty (host)
+  DeviceFloats kv;           // [window, head_dim]
+  std::vector<int32_t> pos;  // [window] position held by each slot, -1 = empty (host)
 };
 
 struct KvGroupState {

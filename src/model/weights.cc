@@ -38,9 +38,8 @@ class Binder {
     }
     const tensor::Shape want(dims);
     if (!(info->shape == want)) {
-      return base::InvalidArgumentError("tensor '" + name + "': shape " +
-                                        info->shape.ToString() + ", expected " +
-                                        ShapeText(dims));
+      return base::InvalidArgumentError("tensor '" + name + "': shape " + info->shape.ToString() +
+                                        ", expected " + ShapeText(dims));
     }
     return info;
   }
@@ -96,8 +95,9 @@ class Binder {
   StatusOr<WeightRef> Dense(const std::string& name, int64_t n, int64_t k) {
     DI_ASSIGN_OR_RETURN(const io::SafetensorsTensorInfo* info,
                         Expect(name, {DType::kBF16, DType::kF32}, {n, k}));
-    WeightRef w{name, info->dtype == DType::kBF16 ? WeightFormat::kBF16 : WeightFormat::kF32,
-                n, k, nullptr, nullptr};
+    WeightRef w{name,    info->dtype == DType::kBF16 ? WeightFormat::kBF16 : WeightFormat::kF32,
+                n,       k,
+                nullptr, nullptr};
     DI_ASSIGN_OR_RETURN(const uint8_t* data, Data(name));
     w.data = data;
     return w;
@@ -216,8 +216,7 @@ Status BindLayer(Binder& b, const io::ModelConfig& cfg, int l, LayerWeights* w) 
 }  // namespace
 
 StatusOr<std::unique_ptr<ModelWeights>> BindWeights(const io::Checkpoint& checkpoint,
-                                                    const io::ModelConfig& cfg,
-                                                    Backend* backend) {
+                                                    const io::ModelConfig& cfg, Backend* backend) {
   const io::TextConfig& t = cfg.text();
   Binder b(checkpoint, backend);
   auto w = std::make_unique<ModelWeights>();

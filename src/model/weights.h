@@ -43,8 +43,8 @@ struct MoeWeights {
 };
 
 struct EngramWeights {
-  WeightRef table;  // [rows, head_dim] fp8 rows + per-32 scales
-  WeightRef wkv;    // [(hc+1)*D, columns*head_dim]
+  WeightRef table;                  // [rows, head_dim] fp8 rows + per-32 scales
+  WeightRef wkv;                    // [(hc+1)*D, columns*head_dim]
   DeviceFloats q_weight, k_weight;  // [hc, D]
 };
 

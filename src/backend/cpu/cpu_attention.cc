@@ -61,8 +61,8 @@ void CpuBackend::SparseAttention(const model::SparseAttentionArgs& a) {
   });
 }
 
-void CpuBackend::GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio,
-                           int64_t n, float* out) {
+void CpuBackend::GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio, int64_t n,
+                           float* out) {
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t ch = 0; ch < n; ++ch) {
       float mx = -std::numeric_limits<float>::infinity();
@@ -80,8 +80,8 @@ void CpuBackend::GatedPool(const float* c, const float* z, int64_t groups, int64
 }
 
 void CpuBackend::IndexerScores(const float* q, const float* w, int64_t T, int64_t heads,
-                               int64_t dim, const float* keys, int64_t n_keys,
-                               const int32_t* q_pos, int64_t ratio, float scale, float* scores) {
+                               int64_t dim, const float* keys, int64_t n_keys, const int32_t* q_pos,
+                               int64_t ratio, float scale, float* scores) {
   base::ThreadPool::Default().ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t visible = (static_cast<int64_t>(q_pos[t]) + 1) / ratio;
@@ -103,8 +103,7 @@ void CpuBackend::IndexerScores(const float* q, const float* w, int64_t T, int64_
 }
 
 void CpuBackend::CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
-                               int64_t ratio, int64_t block, int64_t keep_blocks,
-                               uint8_t* mask) {
+                               int64_t ratio, int64_t block, int64_t keep_blocks, uint8_t* mask) {
   const int64_t n_blocks = (n + block - 1) / block;
   std::vector<float> block_score(n_blocks);
   std::vector<int32_t> order(n_blocks);
@@ -145,9 +144,8 @@ void CpuBackend::TopK(const float* scores, int64_t T, int64_t n, int64_t k, int3
     const float* s = scores + t * n;
     std::iota(order.begin(), order.end(), 0);
     const int64_t m = std::min(k, n);
-    std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t b) {
-      return s[a] > s[b] || (s[a] == s[b] && a < b);
-    });
+    std::partial_sort(order.begin(), order.begin() + m, order.end(),
+                      [&](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
     for (int64_t i = 0; i < k; ++i) {
       idx[t * k + i] = (i < m && s[order[i]] != model::kNegInf) ? order[i] : -1;
     }

@@ -76,9 +76,9 @@ void CpuBackend::Linear(const float* x, int64_t T, int64_t ldx, const WeightRef&
       const int64_t n = std::min(tile, r1 - r);
       DequantRows(w, row0 + r, n, scratch.data());
       std::copy(scratch.begin(), scratch.begin() + n * K, wd.begin());
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
-                  static_cast<int>(n), static_cast<int>(K), 1.0, xd.data(), static_cast<int>(K),
-                  wd.data(), static_cast<int>(K), 0.0, yd.data(), static_cast<int>(n));
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(n),
+                  static_cast<int>(K), 1.0, xd.data(), static_cast<int>(K), wd.data(),
+                  static_cast<int>(K), 0.0, yd.data(), static_cast<int>(n));
       for (int64_t t = 0; t < T; ++t) {
         float* yt = y + t * ldy + r;
         for (int64_t i = 0; i < n; ++i) {
@@ -113,8 +113,8 @@ void CpuBackend::Scale(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-void CpuBackend::RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx,
-                         const float* weight, float eps, float* y, int64_t ldy) {
+void CpuBackend::RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
+                         float eps, float* y, int64_t ldy) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
     float* yr = y + r * ldy;
@@ -154,9 +154,15 @@ void CpuBackend::FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQu
     for (int64_t b = 0; b < n; b += block) {
       float* v = x + r * ld + b;
       switch (kind) {
-        case FakeQuantKind::kFp8Block32Pow2: FakeQuantFp8Pow2Block(v, block); break;
-        case FakeQuantKind::kFp4Block16E4m3: FakeQuantFp4E4m3Block(v, block); break;
-        case FakeQuantKind::kFp4Block32Pow2: FakeQuantFp4Pow2Block(v, block); break;
+        case FakeQuantKind::kFp8Block32Pow2:
+          FakeQuantFp8Pow2Block(v, block);
+          break;
+        case FakeQuantKind::kFp4Block16E4m3:
+          FakeQuantFp4E4m3Block(v, block);
+          break;
+        case FakeQuantKind::kFp4Block32Pow2:
+          FakeQuantFp4Pow2Block(v, block);
+          break;
       }
     }
   }

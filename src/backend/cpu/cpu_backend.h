@@ -30,13 +30,11 @@ class CpuBackend final : public model::Backend {
   void Add(const float* a, const float* b, int64_t n, float* y) override;
   void Scale(float* x, int64_t n, float s) override;
 
-  void RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
-               float eps, float* y, int64_t ldy) override;
-  void Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
-            int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
-            bool inverse) override;
-  void FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld,
-                 model::FakeQuantKind kind) override;
+  void RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight, float eps,
+               float* y, int64_t ldy) override;
+  void Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride, int64_t offset,
+            int64_t n_pairs, const int32_t* pos, const float* inv_freq, bool inverse) override;
+  void FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, model::FakeQuantKind kind) override;
 
   void HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model::HcSiteWeights& w,
              float norm_eps, float hc_eps, int sinkhorn_iters, float* pre, float* post,
@@ -52,8 +50,8 @@ class CpuBackend final : public model::Backend {
   void IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                      const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
                      float scale, float* scores) override;
-  void CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
-                     int64_t ratio, int64_t block, int64_t keep_blocks, uint8_t* mask) override;
+  void CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos, int64_t ratio,
+                     int64_t block, int64_t keep_blocks, uint8_t* mask) override;
   void ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) override;
   void TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) override;
 
@@ -64,8 +62,8 @@ class CpuBackend final : public model::Backend {
               const float* row_scale, float* h) override;
   void GatherTokenRows(const float* x, int64_t ld, const int32_t* host_rows, int64_t n,
                        int64_t width, float* out) override;
-  void ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* host_rows,
-                      float* y, int64_t ld) override;
+  void ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* host_rows, float* y,
+                      int64_t ld) override;
 
   void EngramGate(float* x, const float* key, const float* value, const float* q_weight,
                   const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps) override;

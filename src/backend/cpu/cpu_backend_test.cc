@@ -45,8 +45,8 @@ TEST(CpuBackendTest, SinkhornCombIsDoublyStochastic) {
   for (size_t i = 0; i < base.size(); ++i) base[i] = 0.1f * i;
   std::vector<float> pre(hc), post(hc), comb(hc * hc);
   CpuBackend b;
-  b.HcMix(x.data(), 1, hc, D, {fn.data(), scale.data(), base.data()}, 1e-20f, 1e-6f, 20,
-          pre.data(), post.data(), comb.data());
+  b.HcMix(x.data(), 1, hc, D, {fn.data(), scale.data(), base.data()}, 1e-20f, 1e-6f, 20, pre.data(),
+          post.data(), comb.data());
   for (int k = 0; k < hc; ++k) {
     float col = 0.0f, row = 0.0f;
     for (int j = 0; j < hc; ++j) col += comb[j * hc + k], row += comb[k * hc + j];

@@ -62,17 +62,16 @@ void CpuBackend::GatherTokenRows(const float* x, int64_t ld, const int32_t* host
   }
 }
 
-void CpuBackend::ScatterAddRows(const float* v, int64_t n, int64_t width,
-                                const int32_t* host_rows, float* y, int64_t ld) {
+void CpuBackend::ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* host_rows,
+                                float* y, int64_t ld) {
   for (int64_t i = 0; i < n; ++i) {
     float* dst = y + host_rows[i] * ld;
     for (int64_t j = 0; j < width; ++j) dst[j] += v[i * width + j];
   }
 }
 
-void CpuBackend::EngramGate(float* x, const float* key, const float* value,
-                            const float* q_weight, const float* k_weight, int64_t T, int64_t hc,
-                            int64_t D, float eps) {
+void CpuBackend::EngramGate(float* x, const float* key, const float* value, const float* q_weight,
+                            const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps) {
   const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(D));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t k = 0; k < hc; ++k) {
@@ -90,8 +89,7 @@ void CpuBackend::EngramGate(float* x, const float* key, const float* value,
         dot += (xs[d] * rx * q_weight[k * D + d]) * (ks[d] * rk * k_weight[k * D + d]);
       }
       dot *= inv_sqrt_d;
-      const float g =
-          Sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot));
+      const float g = Sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot));
       for (int64_t d = 0; d < D; ++d) xs[d] += g * value[t * D + d];
     }
   }

@@ -24,8 +24,8 @@ float RoundToE2m1(float x);
 float Pow2Ceil(float t);
 
 // In-place fake quantisation of one block of n values (see model/backend.h FakeQuantKind).
-void FakeQuantFp8Pow2Block(float* x, int n);   // e4m3, amax floor 1e-4, /448
-void FakeQuantFp4E4m3Block(float* x, int n);   // e2m1, scale e4m3(max(amax,6*2^-9)/6)
-void FakeQuantFp4Pow2Block(float* x, int n);   // e2m1, amax floor 6*2^-126, /6
+void FakeQuantFp8Pow2Block(float* x, int n);  // e4m3, amax floor 1e-4, /448
+void FakeQuantFp4E4m3Block(float* x, int n);  // e2m1, scale e4m3(max(amax,6*2^-9)/6)
+void FakeQuantFp4Pow2Block(float* x, int n);  // e2m1, amax floor 6*2^-126, /6
 
 }  // namespace deepinfer::backend::cpu

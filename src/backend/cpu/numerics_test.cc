@@ -37,9 +37,9 @@ TEST(NumericsTest, E2m1TiesToEvenCode) {
 }
 
 TEST(NumericsTest, E4m3RoundsToNearestEven) {
-  EXPECT_EQ(RoundToE4m3(1.0625f), 1.0f);    // tie between 1 and 1.125 -> even (1)
-  EXPECT_EQ(RoundToE4m3(1.1875f), 1.25f);   // tie between 1.125 and 1.25 -> even (1.25)
-  EXPECT_EQ(RoundToE4m3(500.0f), 448.0f);   // saturates
+  EXPECT_EQ(RoundToE4m3(1.0625f), 1.0f);   // tie between 1 and 1.125 -> even (1)
+  EXPECT_EQ(RoundToE4m3(1.1875f), 1.25f);  // tie between 1.125 and 1.25 -> even (1.25)
+  EXPECT_EQ(RoundToE4m3(500.0f), 448.0f);  // saturates
   EXPECT_EQ(RoundToE4m3(-0.0029296875f), -0.00390625f);  // subnormal tie 1.5*2^-9 -> 2*2^-9
   EXPECT_EQ(RoundToE4m3(0.1f), 0.1015625f);
 }
@@ -67,10 +67,10 @@ TEST(NumericsTest, FakeQuantFp8Block) {
 
 TEST(NumericsTest, FakeQuantFp4E4m3Block) {
   float x[16] = {};
-  x[0] = 6.0f;   // amax 6 -> scale e4m3(1) = 1
-  x[1] = 2.5f;   // tie -> 2
-  x[2] = -0.75f; // tie -> -1
-  x[3] = 5.0f;   // tie -> 4
+  x[0] = 6.0f;    // amax 6 -> scale e4m3(1) = 1
+  x[1] = 2.5f;    // tie -> 2
+  x[2] = -0.75f;  // tie -> -1
+  x[3] = 5.0f;    // tie -> 4
   FakeQuantFp4E4m3Block(x, 16);
   EXPECT_EQ(x[0], 6.0f);
   EXPECT_EQ(x[1], 2.0f);

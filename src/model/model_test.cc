@@ -1,0 +1,156 @@
+// Model API behaviour on the tiny golden checkpoints: input validation, batching, logits
+// selection, Engram hashing across chunks, and load errors that name the tensor.
+#include "model/model.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "backend/cpu/cpu_backend.h"
+#include "io/checkpoint.h"
+#include "io/safetensors_writer.h"
+#include "model/golden_check.h"
+
+namespace deepinfer::model {
+namespace {
+
+const std::filesystem::path kTinyA =
+    std::filesystem::path(DEEPINFER_SHARED_DIR) / "goldens/v41/tiny_a";
+
+class ModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto engram = LoadGoldenEngramConstants(kTinyA / "engram_hash.safetensors");
+    ASSERT_TRUE(engram.ok()) << engram.status();
+    engram_ = *engram;
+    auto model = Model::Load(kTinyA, &backend_, engram_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+  }
+  backend::cpu::CpuBackend backend_;
+  EngramHashConstants engram_;
+  std::unique_ptr<Model> model_;
+};
+
+TEST_F(ModelTest, RejectsBadChunks) {
+  SequenceState s = model_->NewSequence();
+  std::vector<int32_t> ids = {0, 5, 7};
+  ForwardBatch wrong_pos;
+  wrong_pos.chunks.push_back({&s, ids, 3, false});
+  EXPECT_EQ(model_->Forward(wrong_pos).status().code(), base::StatusCode::kInvalidArgument);
+  std::vector<int32_t> bad_ids = {0, 512};
+  ForwardBatch bad;
+  bad.chunks.push_back({&s, bad_ids, 0, false});
+  auto r = model_->Forward(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("512"), std::string::npos);
+  ForwardBatch empty;
+  empty.chunks.push_back({&s, {}, 0, false});
+  EXPECT_FALSE(model_->Forward(empty).ok());
+  EXPECT_EQ(s.length, 0);  // nothing was consumed
+}
+
+TEST_F(ModelTest, BatchOfTwoSequencesEqualsSeparateRuns) {
+  std::vector<int32_t> a = {0, 11, 23, 35, 47, 59, 61, 73, 85, 97, 101};
+  std::vector<int32_t> b = {0, 400, 300, 200, 100};
+  auto run_alone = [&](const std::vector<int32_t>& ids) {
+    SequenceState s = model_->NewSequence();
+    ForwardBatch batch;
+    batch.chunks.push_back({&s, ids, 0, false});
+    auto out = model_->Forward(batch);
+    EXPECT_TRUE(out.ok());
+    return out->logits;
+  };
+  SequenceState sa = model_->NewSequence(), sb = model_->NewSequence();
+  ForwardBatch batch;
+  batch.chunks.push_back({&sa, a, 0, false});
+  batch.chunks.push_back({&sb, b, 0, true});
+  auto out = model_->Forward(batch);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const int64_t V = 512;
+  ASSERT_EQ(out->rows, 1 + static_cast<int64_t>(b.size()));
+  ASSERT_EQ(out->vocab, V);
+  const std::vector<float> alone_a = run_alone(a), alone_b = run_alone(b);
+  EXPECT_EQ(std::vector<float>(out->logits.begin(), out->logits.begin() + V), alone_a);
+  EXPECT_EQ(std::vector<float>(out->logits.end() - V, out->logits.end()), alone_b);
+  EXPECT_EQ(sa.length, static_cast<int64_t>(a.size()));
+  EXPECT_EQ(sb.length, static_cast<int64_t>(b.size()));
+  EXPECT_EQ(sa.recent_tokens, (std::vector<int32_t>{85, 97, 101}));
+  // Ratio-2 groups: 11 tokens -> 5 entries, 1 pending; ratio-1 group: 11 entries.
+  EXPECT_EQ(sa.groups[0].n_entries(), 5);
+  EXPECT_EQ(sa.groups[0].n_pending, 1);
+  EXPECT_EQ(sa.groups[1].n_entries(), 11);
+}
+
+TEST(EngramRowIdsTest, ChunkedHistoryMatchesOneShot) {
+  auto engram = LoadGoldenEngramConstants(kTinyA / "engram_hash.safetensors");
+  ASSERT_TRUE(engram.ok());
+  std::vector<int32_t> ids = {0, 370, 419, 37, 313, 304, 290, 271, 87, 64};
+  std::vector<int64_t> whole, part, joined;
+  ComputeEngramRowIds(*engram, {}, ids, &whole);
+  for (size_t at = 0; at < ids.size(); at += 3) {
+    const size_t n = std::min<size_t>(3, ids.size() - at);
+    ComputeEngramRowIds(*engram, std::span(ids).first(at), std::span(ids).subspan(at, n), &part);
+    joined.insert(joined.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(joined, whole);
+  // Position 0 hashes pad ids only after the token itself; every id is inside its column.
+  const int cols = engram->columns();
+  for (int l = 0; l < engram->n_layers; ++l) {
+    for (int c = 0; c < cols; ++c) {
+      const int64_t id = whole[l * cols + c];
+      EXPECT_GE(id, engram->offsets[l * cols + c]);
+      EXPECT_LT(id, engram->offsets[l * cols + c] + engram->primes[l * cols + c]);
+    }
+  }
+}
+
+TEST(ModelLoadTest, MissingTensorIsNamed) {
+  const auto dir = std::filesystem::temp_directory_path() / "deepinfer_model_load_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kTinyA / "config.json", dir / "config.json");
+  auto ckpt = io::Checkpoint::Open(kTinyA);
+  ASSERT_TRUE(ckpt.ok());
+  io::SafetensorsWriter writer;
+  for (const std::string& name : (*ckpt)->TensorNames()) {
+    if (name == "layers.3.attn.wo_a.scale") continue;
+    auto view = (*ckpt)->Get(name);
+    ASSERT_TRUE(view.ok());
+    ASSERT_TRUE(writer.Add(name, *view).ok()) << name;
+  }
+  ASSERT_TRUE(writer.WriteFile(dir / "model.safetensors").ok());
+  auto engram = LoadGoldenEngramConstants(kTinyA / "engram_hash.safetensors");
+  backend::cpu::CpuBackend backend;
+  auto model = Model::Load(dir, &backend, *engram);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("layers.3.attn.wo_a.scale"), std::string::npos)
+      << model.status();
+  // Without Engram constants a config with Engram layers is refused.
+  auto no_engram = Model::Load(kTinyA, &backend, std::nullopt);
+  EXPECT_FALSE(no_engram.ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RopeTest, InverseFrequenciesMatchGoldens) {
+  auto goldens = io::SafetensorsFile::Open(kTinyA / "goldens.safetensors");
+  ASSERT_TRUE(goldens.ok());
+  auto cfg = io::LoadModelConfig(kTinyA / "config.json");
+  ASSERT_TRUE(cfg.ok());
+  const auto& t = cfg->text();
+  const std::vector<float> main = RopeInvFreq(t.qk_rope_head_dim, t.rope_theta, nullptr);
+  const std::vector<float> comp =
+      RopeInvFreq(t.qk_rope_head_dim, t.compress_rope_theta, &t.rope_scaling);
+  auto gm = (*goldens)->Get("rope.main_inv_freq");
+  auto gc = (*goldens)->Get("rope.compress_inv_freq");
+  ASSERT_TRUE(gm.ok() && gc.ok());
+  ASSERT_EQ(static_cast<int64_t>(main.size()), gm->NumElements());
+  for (size_t i = 0; i < main.size(); ++i) {
+    EXPECT_EQ(main[i], gm->data<float>()[i]) << i;
+    EXPECT_EQ(comp[i], gc->data<float>()[i]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::model
