@@ -96,6 +96,19 @@ void WeightCache::Clear() {
   entries_.clear();
 }
 
+namespace {
+
+// Fingerprint of the host-resident parts of a weight.
+uint64_t HostFingerprint(const model::WeightRef& w, const StoredBytes& size, bool data_on_host,
+                         bool scale_on_host) {
+  uint64_t h = 1469598103934665603ull;
+  if (data_on_host) h = Fingerprint(w.data, size.data, h);
+  if (scale_on_host) h = Fingerprint(w.scale, size.scale, h ^ 0x9e3779b97f4a7c15ull);
+  return h;
+}
+
+}  // namespace
+
 base::StatusOr<kernels::DeviceWeight> WeightCache::Get(const model::WeightRef& w) {
   const Key key{w.data, w.scale, w.format, w.rows, w.cols};
   DI_ASSIGN_OR_RETURN(const StoredBytes size, StoredSize(w));
@@ -103,21 +116,19 @@ base::StatusOr<kernels::DeviceWeight> WeightCache::Get(const model::WeightRef& w
   if (w.data == nullptr || (needs_scale && w.scale == nullptr)) {
     return base::InvalidArgumentError("weight " + w.name + ": missing data or scale");
   }
-  const bool host_data = !IsDevicePointer(w.data);
-  const bool host_scale = needs_scale && !IsDevicePointer(w.scale);
-  uint64_t fingerprint = 0;
-  if (host_data) fingerprint = Fingerprint(w.data, size.data, 1469598103934665603ull);
-  if (host_scale)
-    fingerprint = Fingerprint(w.scale, size.scale, fingerprint ^ 0x9e3779b97f4a7c15ull);
-
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = entries_.find(key); it != entries_.end()) {
-    if (it->second.fingerprint == fingerprint) return it->second.view;
-    FreeEntry(it->second);  // same addresses, other bytes: a new mapping
+    Entry& e = it->second;
+    const bool data_on_host = e.owned_data != nullptr, scale_on_host = e.owned_scale != nullptr;
+    if (!data_on_host && !scale_on_host) return e.view;  // device-resident: used in place
+    if (HostFingerprint(w, size, data_on_host, scale_on_host) == e.fingerprint) return e.view;
+    FreeEntry(e);  // same addresses, other bytes: a new mapping
     entries_.erase(it);
   }
+  const bool host_data = !IsDevicePointer(w.data);
+  const bool host_scale = needs_scale && !IsDevicePointer(w.scale);
   Entry entry;
-  entry.fingerprint = fingerprint;
+  entry.fingerprint = HostFingerprint(w, size, host_data, host_scale);
   entry.view = {w.format, w.rows, w.cols, w.data, needs_scale ? w.scale : nullptr};
   if (host_data) {
     DI_RETURN_IF_ERROR(Upload(w.data, size.data, w.name, &entry.owned_data));
