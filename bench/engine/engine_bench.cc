@@ -53,19 +53,27 @@ void BM_SchedulerOverhead(benchmark::State& state) {
   c.layout.window = 4;
   c.layout.num_window_layers = 1;
   c.layout.window_row_bytes = 8;
-  c.layout.groups = {{.source_layer = 0, .ratio = 2, .entry_bytes = 4, .index_key_bytes = 1,
+  c.layout.groups = {{.source_layer = 0,
+                      .ratio = 2,
+                      .entry_bytes = 4,
+                      .index_key_bytes = 1,
                       .partial_row_bytes = 8}};
   c.layout.block_tokens = 16;
   c.num_slots = batch;
   c.num_blocks = batch * 4;
   c.scheduler.max_tokens_per_step = std::max(256, batch);
   c.scheduler.max_model_len = 64;
-  auto engine = Engine::Create(
-      c, std::make_unique<FakeModelRunner>(kVocab, c.num_slots, c.num_blocks, 16));
+  auto engine =
+      Engine::Create(c, std::make_unique<FakeModelRunner>(kVocab, c.num_slots, c.num_blocks, 16));
   if (!engine.ok()) return state.SkipWithError(engine.status().ToString().c_str());
   Run(state, **engine, MakeRequests(batch, 32, 32, kVocab));
 }
-BENCHMARK(BM_SchedulerOverhead)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseRealTime()
+BENCHMARK(BM_SchedulerOverhead)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->Arg(64)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 #ifdef DEEPINFER_ENGINE_BENCH_MODEL
@@ -83,7 +91,12 @@ void BM_DemoModel(benchmark::State& state) {
   if (!engine.ok()) return state.SkipWithError(engine.status().ToString().c_str());
   Run(state, **engine, MakeRequests(batch, 32, 16, 129280));
 }
-BENCHMARK(BM_DemoModel)->Arg(1)->Arg(4)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_DemoModel)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
 #endif
 
