@@ -79,6 +79,8 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& dir, B
   moe.renormalise = t.norm_topk_prob;
   moe.routed_scale = static_cast<float>(t.routed_scaling_factor);
   moe.swiglu_limit = static_cast<float>(t.swiglu_limit);
+  moe.gate_temp = static_cast<float>(t.gate_temp);
+  if (!(moe.gate_temp > 0.0f)) return base::InvalidArgumentError("gate_temp must be > 0");
   m->moe_ = std::make_unique<MoeLayer>(backend, m->dispatcher_.get(), moe);
   m->main_inv_freq_ = RopeInvFreq(t.qk_rope_head_dim, t.rope_theta, nullptr);
   m->compress_inv_freq_ = RopeInvFreq(t.qk_rope_head_dim, t.compress_rope_theta, &t.rope_scaling);
@@ -109,6 +111,7 @@ SequenceState Model::NewSequence() const {
 StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
   ForwardOutput out;
   out.vocab = config_.text().vocab_size;
+  // Validate every chunk before touching any state, so a bad batch changes nothing.
   for (const ForwardChunk& chunk : batch.chunks) {
     if (chunk.state == nullptr) return base::InvalidArgumentError("forward chunk without state");
     if (chunk.start_pos != chunk.state->length) {
@@ -117,6 +120,10 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
                                         std::to_string(chunk.state->length) + " tokens");
     }
     if (chunk.tokens.empty()) return base::InvalidArgumentError("empty forward chunk");
+    if (chunk.state->length + static_cast<int64_t>(chunk.tokens.size()) >
+        std::min<int64_t>(config_.text().max_position_embeddings, int64_t{1} << 30)) {
+      return base::OutOfRangeError("sequence longer than max_position_embeddings");
+    }
     for (int32_t id : chunk.tokens) {
       if (id < 0 || id >= out.vocab) {
         return base::InvalidArgumentError("token id " + std::to_string(id) +
@@ -124,8 +131,15 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
                                           std::to_string(out.vocab));
       }
     }
-    DI_RETURN_IF_ERROR(ForwardOne(chunk, &out));
   }
+  for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (batch.chunks[i].state == batch.chunks[j].state) {
+        return base::InvalidArgumentError("two chunks of one batch share a sequence state");
+      }
+    }
+  }
+  for (const ForwardChunk& chunk : batch.chunks) DI_RETURN_IF_ERROR(ForwardOne(chunk, &out));
   return out;
 }
 

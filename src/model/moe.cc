@@ -43,6 +43,7 @@ Routing MoeLayer::Route(const MoeWeights& w, const float* v, int64_t T, int64_t 
   CHECK_EQ(w.gate.cols, D);
   DeviceFloats logits(backend_, T * E);
   backend_->Linear(v, T, D, w.gate, 0, E, logits.data(), E, false);
+  if (opt_.gate_temp != 1.0f) backend_->Scale(logits.data(), T * E, 1.0f / opt_.gate_temp);
   DeviceInts experts(backend_, T * opt_.top_k);
   DeviceFloats weights(backend_, T * opt_.top_k);
   backend_->RouteSqrtSoftplus(logits.data(), w.bias.data(), T, E, opt_.top_k, opt_.renormalise,

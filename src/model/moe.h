@@ -57,6 +57,7 @@ struct MoeOptions {
   bool renormalise = true;
   float routed_scale = 1.0f;
   float swiglu_limit = 0.0f;
+  float gate_temp = 1.0f;  // router logits are divided by it
 };
 
 class MoeLayer {
