@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "io/safetensors.h"
+
 namespace deepinfer::model {
 namespace {
 
@@ -24,27 +26,29 @@ std::string ReadAll(const std::string& path) {
   return text.str();
 }
 
-// Minimal safetensors access for the goldens' small I32/I64 tensors (test-only; the engine
-// uses io::SafetensorsFile).
-struct RawTensors {
-  nlohmann::json header;
-  std::string bytes;
-  size_t data_start = 0;
+// The goldens' small I32/I64 tensors, through the io module's reader.
+struct GoldenTensors {
+  std::unique_ptr<io::SafetensorsFile> file;
 
-  explicit RawTensors(const std::string& path) : bytes(ReadAll(path)) {
-    uint64_t header_len = 0;
-    std::memcpy(&header_len, bytes.data(), 8);
-    header = nlohmann::json::parse(bytes.substr(8, header_len));
-    data_start = 8 + header_len;
+  explicit GoldenTensors(const std::string& path) {
+    auto opened = io::SafetensorsFile::Open(path);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (opened.ok()) file = std::move(*opened);
   }
   template <typename T>
   std::vector<T> Get(const std::string& name) const {
-    const auto& info = header.at(name);
-    const size_t begin = info["data_offsets"][0].get<size_t>();
-    const size_t end = info["data_offsets"][1].get<size_t>();
-    std::vector<T> out((end - begin) / sizeof(T));
-    std::memcpy(out.data(), bytes.data() + data_start + begin, end - begin);
+    if (!file) return {};
+    auto bytes = file->Bytes(name);
+    EXPECT_TRUE(bytes.ok()) << bytes.status();
+    if (!bytes.ok()) return {};
+    std::vector<T> out(bytes->size() / sizeof(T));
+    std::memcpy(out.data(), bytes->data(), out.size() * sizeof(T));
     return out;
+  }
+  int64_t Dim(const std::string& name, int i) const {
+    auto info = file->Info(name);
+    EXPECT_TRUE(info.ok()) << info.status();
+    return info.ok() ? (*info)->shape[i] : -1;
   }
 };
 
@@ -70,7 +74,7 @@ TEST_P(EngramGoldenTest, DerivedConstantsEqualGoldens) {
   const io::TextConfig config = EngramConfig(dir + "config.json");
   auto derived = DeriveEngramConstants(config, dir + "tokenizer.json");
   ASSERT_TRUE(derived.ok()) << derived.status();
-  const RawTensors golden(dir + "engram_hash.safetensors");
+  const GoldenTensors golden(dir + "engram_hash.safetensors");
 
   EXPECT_EQ(derived->token_map, golden.Get<int32_t>("token_map"));
   EXPECT_EQ(derived->pad_id, golden.Get<int64_t>("pad_id").at(0));
@@ -78,7 +82,8 @@ TEST_P(EngramGoldenTest, DerivedConstantsEqualGoldens) {
   EXPECT_EQ(derived->primes, golden.Get<int64_t>("primes"));
   EXPECT_EQ(derived->offsets, golden.Get<int64_t>("offsets"));
   EXPECT_EQ(derived->compressed_vocab_size, config.engram_compressed_vocab_size);
-  EXPECT_EQ(derived->n_columns, golden.header["primes"]["shape"][1].get<int64_t>());
+  EXPECT_EQ(derived->n_columns, golden.Dim("primes", 1));
+  EXPECT_EQ(derived->n_layers, golden.Dim("multipliers", 0));
 }
 
 TEST_P(EngramGoldenTest, ModelFormMatches) {
@@ -86,11 +91,11 @@ TEST_P(EngramGoldenTest, ModelFormMatches) {
   const io::TextConfig config = EngramConfig(dir + "config.json");
   auto c = DeriveEngramHashConstants(config, dir + "tokenizer.json");
   ASSERT_TRUE(c.ok()) << c.status();
-  const RawTensors golden(dir + "engram_hash.safetensors");
+  const GoldenTensors golden(dir + "engram_hash.safetensors");
   EXPECT_EQ(c->n_layers, static_cast<int>(config.engram_layer_ids.size()));
   EXPECT_EQ(c->max_ngram, config.engram_max_ngram_size);
   EXPECT_EQ(c->n_heads, config.engram_n_heads);
-  EXPECT_EQ(c->columns(), golden.header["primes"]["shape"][1].get<int>());
+  EXPECT_EQ(c->columns(), golden.Dim("primes", 1));
   EXPECT_EQ(c->token_map, golden.Get<int32_t>("token_map"));
   EXPECT_EQ(c->offsets, golden.Get<int64_t>("offsets"));
 }
