@@ -16,7 +16,8 @@ if(NOT DEEPINFER_CUDA STREQUAL "OFF")
   endif()
 endif()
 if(DEEPINFER_HAVE_CUDA)
-  set(CMAKE_CUDA_STANDARD 20)
+  # CMake 3.25 knows no CUDA20 dialect for nvcc; device code is written in C++17.
+  set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   # Explicit -gencode flags; CMAKE_CUDA_ARCHITECTURES is disabled so they are the only ones.
   set(CMAKE_CUDA_ARCHITECTURES OFF)
