@@ -100,6 +100,23 @@ TEST_P(EngramGoldenTest, ModelFormMatches) {
   EXPECT_EQ(c->offsets, golden.Get<int64_t>("offsets"));
 }
 
+// End to end: constants derived from tokenizer + config reproduce the goldens' row ids.
+TEST_P(EngramGoldenTest, RowIdsOfPromptsEqualGoldens) {
+  const std::string dir = kGoldens + GetParam() + "/";
+  auto c = DeriveEngramHashConstants(EngramConfig(dir + "config.json"), dir + "tokenizer.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const GoldenTensors golden(dir + "goldens.safetensors");
+  for (int p = 0; p < 3; ++p) {
+    const std::string prefix = "prompt." + std::to_string(p) + ".";
+    const std::vector<int32_t> tokens = golden.Get<int32_t>(prefix + "input_ids");
+    const std::vector<int64_t> expected = golden.Get<int64_t>(prefix + "engram_hash_ids");
+    ASSERT_FALSE(tokens.empty());
+    std::vector<int64_t> rows;
+    ComputeEngramRowIds(*c, {}, tokens, &rows);
+    EXPECT_EQ(rows, expected) << "prompt " << p;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Goldens, EngramGoldenTest, testing::Values("tiny_a", "tiny_b"));
 
 TEST(EngramHashTest, RealTokenizerTokenMapMatchesUpstream) {
