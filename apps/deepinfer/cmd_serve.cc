@@ -1,0 +1,236 @@
+// deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+//                 [--served-model-name NAME] [...]: the OpenAI + Anthropic compatible API
+// server (src/server/README.md). Without --model it serves the demo model (random text).
+// /health answers 503 while the model loads. SIGTERM / SIGINT: stop accepting, let in-flight
+// requests finish for --shutdown-timeout seconds, cancel the rest, exit 0.
+// Exit codes: 0 clean shutdown, 2 usage or startup error.
+// deepinfer-cmd-requires: server recipe engine model backend_cpu io tokenizer
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/logging.h"
+#include "command.h"
+#include "engine/engine.h"
+#include "engine/model_runner_v41.h"
+#include "io/model_config.h"
+#include "kv/state_layout.h"
+#include "model/demo_model.h"
+#include "model/engram_hash.h"
+#include "model/model.h"
+#include "server/api_server.h"
+#include "server/engine_service.h"
+#include "server/protocol_endpoints.h"
+#include "server/scripted_model_runner.h"
+#include "server/text_stream.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace deepinfer;  // NOLINT: CLI glue
+
+// Forwards to the real service once the model is loaded (the HTTP server starts first so that
+// /health can report 503 while loading).
+class LateBoundService final : public server::GenerationService {
+ public:
+  void Bind(server::GenerationService* service) { service_.store(service); }
+  base::StatusOr<int64_t> Submit(server::GenerationRequest request,
+                                 std::shared_ptr<server::GenerationSink> sink) override {
+    auto* s = service_.load();
+    if (s == nullptr) return base::UnavailableError("the model is loading");
+    return s->Submit(std::move(request), std::move(sink));
+  }
+  void Cancel(int64_t id) override {
+    if (auto* s = service_.load()) s->Cancel(id);
+  }
+  server::GenerationStats Stats() const override {
+    auto* s = service_.load();
+    return s ? s->Stats() : server::GenerationStats{};
+  }
+  int64_t context_length() const override {
+    auto* s = service_.load();
+    return s ? s->context_length() : 0;
+  }
+
+ private:
+  std::atomic<server::GenerationService*> service_{nullptr};
+};
+
+struct ServeFlags {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::string served_model_name;
+  std::string scripted_model;  // test-only
+  int64_t max_model_len = 4096;
+  int max_num_seqs = 256;
+  int num_blocks = 4096;
+  int max_running = 1024;
+  int max_queued = 4096;
+  int io_threads = 2;
+  double shutdown_timeout = 30.0;
+};
+
+// Everything that must outlive the server, in destruction-safe order.
+struct Runtime {
+  backend::cpu::CpuBackend backend;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<server::EngineGenerationService> service;
+};
+
+base::Status LoadRuntime(const ServeFlags& flags, const fs::path& model_dir,
+                         const tokenizer::Tokenizer& tokenizer, Runtime* runtime) {
+  std::unique_ptr<engine::ModelRunner> runner;
+  kv::StateLayout layout;
+  engine::EngineConfig config;
+  config.scheduler.eos_token_ids = {server::EosTokenId(tokenizer)};
+  if (!flags.scripted_model.empty()) {
+    DI_ASSIGN_OR_RETURN(auto scripted,
+                        server::ScriptedModelRunner::FromFile(&tokenizer, flags.scripted_model));
+    runner = std::move(scripted);
+    DI_ASSIGN_OR_RETURN(layout, kv::MakePackedStateLayout(kv::V41FlashStateLayoutConfig(), 64));
+  } else {
+    DI_ASSIGN_OR_RETURN(const io::ModelConfig model_config,
+                        io::LoadModelConfig(model_dir / "config.json"));
+    std::optional<model::EngramHashConstants> engram;
+    if (!model_config.text_config.engram_layer_ids.empty()) {
+      const fs::path local = model_dir / "tokenizer.json";
+      const std::string tokenizer_json =
+          fs::exists(local) ? local.string() : tokenizer::DefaultTokenizerPath();
+      DI_ASSIGN_OR_RETURN(
+          engram, model::DeriveEngramHashConstants(model_config.text_config, tokenizer_json));
+    }
+    DI_ASSIGN_OR_RETURN(runtime->model, model::Model::Load(model_dir, &runtime->backend, engram));
+    runner = std::make_unique<engine::ModelRunnerV41>(runtime->model.get(), &runtime->backend,
+                                                      flags.max_num_seqs);
+    DI_ASSIGN_OR_RETURN(layout, engine::StateLayoutForModel(model_config, 64));
+    config.scheduler.eos_token_ids = {static_cast<int32_t>(model_config.eos_token_id)};
+  }
+  config.layout = layout;
+  config.num_blocks = flags.num_blocks;
+  config.num_slots = flags.max_num_seqs;
+  config.scheduler.max_tokens_per_step = std::max(512, flags.max_num_seqs);
+  config.scheduler.max_model_len = flags.max_model_len;
+  DI_ASSIGN_OR_RETURN(runtime->engine, engine::Engine::Create(config, std::move(runner)));
+  runtime->service = std::make_unique<server::EngineGenerationService>(
+      runtime->engine.get(),
+      server::EngineServiceOptions{flags.max_model_len, layout.BlockBytes()});
+  return base::Status::Ok();
+}
+
+std::string DefaultServedName(const ServeFlags& flags) {
+  if (!flags.served_model_name.empty()) return flags.served_model_name;
+  if (flags.model_dir.empty()) return server::kDefaultServedModelName;
+  fs::path dir = fs::path(flags.model_dir);
+  if (!dir.has_filename()) dir = dir.parent_path();
+  return dir.filename().string();
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "deepinfer serve: %s\n", message.c_str());
+  return 2;
+}
+
+int RunServe(int argc, char** argv) {
+  CLI::App app{"Serve the OpenAI + Anthropic compatible HTTP API", argv[0]};
+  ServeFlags flags;
+  app.add_option("--model", flags.model_dir, "checkpoint directory (default: the demo model)");
+  app.add_option("--host", flags.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", flags.port, "port to listen on (0: any free port)")
+      ->capture_default_str();
+  app.add_option("--api-key", flags.api_key,
+                 "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (all but /health)");
+  app.add_option("--served-model-name", flags.served_model_name,
+                 "model name clients use (default: deepseek-ai/DeepSeek-V4.1-Flash-1017, or "
+                 "the --model directory name)");
+  app.add_option("--max-model-len", flags.max_model_len, "prompt + output tokens per request")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences batched by the engine")
+      ->capture_default_str();
+  app.add_option("--num-blocks", flags.num_blocks, "state-memory blocks of 64 tokens")
+      ->capture_default_str();
+  app.add_option("--max-running-requests", flags.max_running,
+                 "requests admitted at once; more wait in the queue")
+      ->capture_default_str();
+  app.add_option("--max-queued-requests", flags.max_queued, "queue bound; beyond it: 429")
+      ->capture_default_str();
+  app.add_option("--io-threads", flags.io_threads, "HTTP I/O threads")->capture_default_str();
+  app.add_option("--shutdown-timeout", flags.shutdown_timeout,
+                 "seconds in-flight requests may take after SIGTERM")
+      ->capture_default_str();
+  // Test-only: replace the model by a script (server/scripted_model_runner.h). Hidden.
+  app.add_option("--scripted-model", flags.scripted_model)->group("");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (flags.port < 0 || flags.port > 65535) return Fail("--port must be in [0, 65535]");
+
+  // Block the shutdown signals in every thread; the main thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  fs::path model_dir = flags.model_dir;
+  if (flags.model_dir.empty() && flags.scripted_model.empty()) {
+    auto demo = model::EnsureDemoModel();
+    if (!demo.ok()) return Fail(demo.status().ToString());
+    model_dir = *demo;
+  }
+  const fs::path local_tokenizer = model_dir / "tokenizer.json";
+  auto tokenizer = tokenizer::Tokenizer::FromFile(!model_dir.empty() && fs::exists(local_tokenizer)
+                                                      ? local_tokenizer.string()
+                                                      : tokenizer::DefaultTokenizerPath());
+  if (!tokenizer.ok()) return Fail(tokenizer.status().ToString());
+
+  LateBoundService late;
+  server::ApiServerOptions options;
+  options.http.host = flags.host;
+  options.http.port = static_cast<uint16_t>(flags.port);
+  options.http.io_threads = flags.io_threads;
+  options.api_key = flags.api_key;
+  options.served_model_name = DefaultServedName(flags);
+  options.max_running_requests = flags.max_running;
+  options.max_queued_requests = flags.max_queued;
+  server::ApiServer api(options, &late, tokenizer->get());
+  server::RegisterProtocolEndpoints(api);
+  if (const base::Status status = api.Start(); !status.ok()) return Fail(status.ToString());
+  std::fprintf(stderr, "deepinfer serve: listening on http://%s:%u (model '%s'), loading...\n",
+               flags.host.c_str(), api.port(), options.served_model_name.c_str());
+
+  Runtime runtime;
+  if (const base::Status status = LoadRuntime(flags, model_dir, **tokenizer, &runtime);
+      !status.ok()) {
+    api.Shutdown(std::chrono::milliseconds(0));
+    return Fail(status.ToString());
+  }
+  late.Bind(runtime.service.get());
+  api.SetReady(true);
+  std::fprintf(stderr, "deepinfer serve: ready on http://%s:%u\n", flags.host.c_str(), api.port());
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "deepinfer serve: signal %d, shutting down\n", signal_number);
+  const bool clean =
+      api.Shutdown(std::chrono::milliseconds(static_cast<int64_t>(flags.shutdown_timeout * 1000)));
+  late.Bind(nullptr);
+  std::fprintf(stderr, "deepinfer serve: stopped (%s)\n",
+               clean ? "all requests finished" : "unfinished requests were cancelled");
+  return 0;
+}
+
+}  // namespace
+
+DEEPINFER_REGISTER_COMMAND(serve, "serve the OpenAI + Anthropic compatible HTTP API", RunServe);
