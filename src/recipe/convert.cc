@@ -6,6 +6,9 @@ namespace deepinfer::recipe {
 
 base::StatusOr<ConvertedRequest> ConvertRequest(Protocol protocol, const Json& body,
                                                 const ConvertOptions& options) {
+  if (JsonDepth(body) > kMaxJsonDepth) {
+    return internal::BodyError("nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   try {
     switch (protocol) {
       case Protocol::kChatCompletions:
@@ -25,10 +28,9 @@ base::StatusOr<ConvertedRequest> ConvertRequest(Protocol protocol, const Json& b
 base::StatusOr<ConvertedRequest> ConvertRequestText(Protocol protocol, std::string_view body,
                                                     const ConvertOptions& options) {
   Json parsed;
-  try {
-    parsed = Json::parse(body.begin(), body.end());
-  } catch (const std::exception& error) {
-    return base::InvalidArgumentError(std::string("invalid JSON request: ") + error.what());
+  std::string error;
+  if (!ParseJson(body, &parsed, &error)) {
+    return base::InvalidArgumentError("invalid JSON request: " + error);
   }
   return ConvertRequest(protocol, parsed, options);
 }

@@ -536,8 +536,10 @@ base::Status ConvertTextFormat(const Json& body, ConvertedRequest* out) {
   const std::string type = format_reader.OptString(*format, "type").value_or("text");
   if (!format_reader.ok()) return format_reader.status();
   if (type == "json_schema") {
+    // Same shape as Chat's response_format.json_schema: {name, schema, strict, ...}.
     out->sampling.response_format_type = "json_schema";
     out->sampling.json_schema = *format;
+    out->sampling.json_schema.erase("type");
     return base::Status::Ok();
   }
   if (type != "json_object") return base::Status::Ok();

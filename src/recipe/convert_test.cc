@@ -70,6 +70,19 @@ TEST(ConvertChatTest, MalformedBodiesAreBadRequestsNotCrashes) {
   EXPECT_EQ(broken.status().message().rfind("invalid JSON request: ", 0), 0u);
 }
 
+TEST(ConvertChatTest, DeepNestingIsRejectedNotACrash) {
+  const std::string deep(100000, '[');
+  auto converted = Convert(kChat, R"({"model":"m","messages":)" + deep);
+  ASSERT_FALSE(converted.ok());
+  EXPECT_EQ(converted.status().code(), base::StatusCode::kInvalidArgument);
+
+  Json body = Json::parse(R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
+  Json nested = Json::array();
+  for (int i = 0; i < 1000; ++i) nested = Json::array({std::move(nested)});
+  body["metadata"] = nested;
+  EXPECT_FALSE(ConvertRequest(kChat, body).ok());
+}
+
 TEST(ConvertChatTest, ExtensionsPassThroughToSampling) {
   auto converted = Convert(kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],
       "n":3,"logprobs":true,"top_logprobs":5,"seed":7,"top_k":40,"frequency_penalty":0.5,
@@ -156,6 +169,18 @@ TEST(ConvertResponsesTest, CallsAreGroupedAndSortedByCallId) {
   EXPECT_EQ((*messages[1].tool_calls)[1].id, "b");
   EXPECT_EQ(messages[2].content, "ra");
   EXPECT_EQ(messages[3].content, "rb");
+}
+
+TEST(ConvertResponsesTest, JsonSchemaFormatPassesThrough) {
+  auto converted = Convert(kResponses, R"({"model":"m","input":"x","top_logprobs":2,
+      "text":{"format":{"type":"json_schema","name":"s","schema":{"type":"object"},"strict":true}}})");
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->sampling.response_format_type, "json_schema");
+  EXPECT_EQ(WriteJson(converted->sampling.json_schema),
+            R"({"name":"s","schema":{"type":"object"},"strict":true})");
+  EXPECT_TRUE(converted->sampling.logprobs);
+  EXPECT_EQ(converted->sampling.top_logprobs, 2u);
+  EXPECT_EQ(converted->conversation.response_format, ResponseFormat::kText);
 }
 
 TEST(ConvertResponsesTest, ReasoningItemsBecomeAssistantReasoning) {

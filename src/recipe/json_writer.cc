@@ -1,9 +1,11 @@
 #include "recipe/json_writer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace deepinfer::recipe {
 namespace {
@@ -273,14 +275,60 @@ std::string FormatDouble(double value, JsonStyle style) {
   return out;
 }
 
+namespace {
+
+// Bracket nesting depth of JSON text (brackets inside strings ignored).
+size_t TextDepth(std::string_view text) {
+  size_t depth = 0;
+  size_t deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
 bool ParseJson(std::string_view text, Json* out, std::string* error) {
-  Json parsed = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    if (error != nullptr) *error = "malformed JSON";
+  if (TextDepth(text) > kMaxJsonDepth) {
+    if (error != nullptr) *error = "nesting deeper than " + std::to_string(kMaxJsonDepth);
     return false;
   }
-  *out = std::move(parsed);
-  return true;
+  try {
+    Json parsed = Json::parse(text.begin(), text.end());
+    *out = std::move(parsed);
+    return true;
+  } catch (const std::exception& exception) {
+    if (error != nullptr) *error = exception.what();
+    return false;
+  }
+}
+
+size_t JsonDepth(const Json& value) {
+  size_t deepest = 0;
+  std::vector<std::pair<const Json*, size_t>> stack = {{&value, 0}};
+  while (!stack.empty()) {
+    auto [node, depth] = stack.back();
+    stack.pop_back();
+    if (!node->is_structured()) continue;
+    deepest = std::max(deepest, depth + 1);
+    for (const auto& child : *node) stack.emplace_back(&child, depth + 1);
+  }
+  return deepest;
 }
 
 }  // namespace deepinfer::recipe

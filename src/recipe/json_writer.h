@@ -31,8 +31,15 @@ void AppendEscapedJsonText(std::string* out, std::string_view text);
 // numbers give "null" (serde_json behaviour).
 std::string FormatDouble(double value, JsonStyle style);
 
+// Deepest array/object nesting accepted anywhere in the recipe (the writer recurses).
+inline constexpr size_t kMaxJsonDepth = 256;
+
 // Parses JSON text, preserving key order. Returns false (and leaves `out` untouched) on
-// malformed input; `error` receives the parser's message when non-null.
+// malformed input or nesting deeper than kMaxJsonDepth; `error` receives the reason when
+// non-null. Never throws.
 bool ParseJson(std::string_view text, Json* out, std::string* error = nullptr);
+
+// Nesting depth of a value (0 for scalars), computed without recursion.
+size_t JsonDepth(const Json& value);
 
 }  // namespace deepinfer::recipe

@@ -40,6 +40,19 @@ TEST(RenderTest, V41AndV4DsmlSpellings) {
   EXPECT_EQ(v4.find("｜DSML｜ "), std::string::npos);
 }
 
+TEST(RenderTest, DeeplyNestedArgumentsRenderRaw) {
+  Conversation conversation;
+  conversation.thinking_mode = false;
+  const std::string deep(100000, '[');
+  conversation.messages.push_back(Message::User("q"));
+  conversation.messages.push_back(
+      Message::Assistant("", "", std::vector<ToolCall>{{"c1", "f", deep}}));
+  conversation.messages.push_back(Message::Tool("r", {}, "c1"));
+  const std::string prompt = RenderPrompt(conversation).prompt;
+  EXPECT_NE(prompt.find("<｜DSML｜ parameter name=\"arguments\" string=\"true\">" + deep),
+            std::string::npos);
+}
+
 TEST(RenderTest, ThinkingHistoryKeepsReasoning) {
   const std::string prompt = RenderPrompt(HistoryConversation(/*thinking=*/true)).prompt;
   EXPECT_NE(prompt.find("<｜Assistant｜><think>plan</think>\n\n<｜DSML｜ calls>"),
