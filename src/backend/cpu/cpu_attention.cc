@@ -12,9 +12,10 @@
 namespace deepinfer::backend::cpu {
 namespace {
 
-float Dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+// Reductions accumulate in double (see Linear in cpu_backend.cc for why).
+double Dot(const float* a, const float* b, int64_t n) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(a[i]) * b[i];
   return acc;
 }
 
@@ -24,7 +25,7 @@ void CpuBackend::SparseAttention(const model::SparseAttentionArgs& a) {
   const int64_t d = a.head_dim;
   base::ThreadPool::Default().ParallelFor(a.tokens, 1, [&](int64_t t0, int64_t t1) {
     std::vector<const float*> keys;
-    std::vector<float> scores;
+    std::vector<double> scores, acc(d);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t p = a.q_pos[t];
       keys.clear();
@@ -43,19 +44,20 @@ void CpuBackend::SparseAttention(const model::SparseAttentionArgs& a) {
       for (int64_t h = 0; h < a.heads; ++h) {
         const float* q = a.q + (t * a.heads + h) * d;
         float* o = a.out + (t * a.heads + h) * d;
-        const float sink = a.sinks[h];
-        float mx = sink;
+        const double sink = a.sinks[h];
+        double mx = sink;
         for (size_t j = 0; j < keys.size(); ++j) {
           scores[j] = Dot(q, keys[j], d) * a.scale;
           mx = std::max(mx, scores[j]);
         }
-        float denom = std::exp(sink - mx);
+        double denom = std::exp(sink - mx);
         for (size_t j = 0; j < keys.size(); ++j) denom += (scores[j] = std::exp(scores[j] - mx));
-        std::fill(o, o + d, 0.0f);
+        std::fill(acc.begin(), acc.end(), 0.0);
         for (size_t j = 0; j < keys.size(); ++j) {
-          const float wj = scores[j] / denom;
-          for (int64_t i = 0; i < d; ++i) o[i] += wj * keys[j][i];
+          const double wj = scores[j] / denom;
+          for (int64_t i = 0; i < d; ++i) acc[i] += wj * keys[j][i];
         }
+        for (int64_t i = 0; i < d; ++i) o[i] = static_cast<float>(acc[i]);
       }
     }
   });
@@ -65,16 +67,16 @@ void CpuBackend::GatedPool(const float* c, const float* z, int64_t groups, int64
                            float* out) {
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t ch = 0; ch < n; ++ch) {
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t i = 0; i < ratio; ++i) mx = std::max(mx, z[(g * ratio + i) * n + ch]);
-      float sum = 0.0f;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t i = 0; i < ratio; ++i) mx = std::max<double>(mx, z[(g * ratio + i) * n + ch]);
+      double sum = 0.0;
       for (int64_t i = 0; i < ratio; ++i) sum += std::exp(z[(g * ratio + i) * n + ch] - mx);
-      float acc = 0.0f;
+      double acc = 0.0;
       for (int64_t i = 0; i < ratio; ++i) {
-        const float wgt = std::exp(z[(g * ratio + i) * n + ch] - mx) / sum;
+        const double wgt = std::exp(z[(g * ratio + i) * n + ch] - mx) / sum;
         acc += wgt * c[(g * ratio + i) * n + ch];
       }
-      out[g * n + ch] = acc;
+      out[g * n + ch] = static_cast<float>(acc);
     }
   }
 }
@@ -91,12 +93,12 @@ void CpuBackend::IndexerScores(const float* q, const float* w, int64_t T, int64_
           *s = model::kNegInf;
           continue;
         }
-        float acc = 0.0f;
+        double acc = 0.0;
         for (int64_t h = 0; h < heads; ++h) {
-          const float dot = Dot(q + (t * heads + h) * dim, keys + g * dim, dim);
-          acc += std::max(dot, 0.0f) * scale * w[t * heads + h];
+          const double dot = Dot(q + (t * heads + h) * dim, keys + g * dim, dim);
+          acc += std::max(dot, 0.0) * scale * w[t * heads + h];
         }
-        *s = acc;
+        *s = static_cast<float>(acc);
       }
     }
   });

@@ -118,10 +118,13 @@ void CpuBackend::RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, c
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
     float* yr = y + r * ldy;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) sum += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
-    for (int64_t i = 0; i < n; ++i) yr[i] = weight ? weight[i] * (xr[i] * inv) : xr[i] * inv;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+    const double inv = 1.0 / std::sqrt(sum / static_cast<double>(n) + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = xr[i] * inv;
+      yr[i] = static_cast<float>(weight ? weight[i] * v : v);
+    }
   }
 }
 
@@ -239,9 +242,9 @@ void CpuBackend::HcCollapse(const float* x, const float* pre, int64_t T, int64_t
     float* yt = y + t * D;
     const float* xt = x + t * hc * D;
     for (int64_t d = 0; d < D; ++d) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < hc; ++k) acc += pre[t * hc + k] * xt[k * D + d];
-      yt[d] = acc;
+      double acc = 0.0;
+      for (int64_t k = 0; k < hc; ++k) acc += static_cast<double>(pre[t * hc + k]) * xt[k * D + d];
+      yt[d] = static_cast<float>(acc);
     }
   }
 }
@@ -255,9 +258,9 @@ void CpuBackend::HcExpand(const float* y, const float* post, const float* comb, 
     const float* c = comb + t * hc * hc;
     for (int64_t k = 0; k < hc; ++k) {
       for (int64_t d = 0; d < D; ++d) {
-        float acc = post[t * hc + k] * y[t * D + d];
-        for (int64_t j = 0; j < hc; ++j) acc += c[j * hc + k] * old[j * D + d];
-        xt[k * D + d] = acc;
+        double acc = static_cast<double>(post[t * hc + k]) * y[t * D + d];
+        for (int64_t j = 0; j < hc; ++j) acc += static_cast<double>(c[j * hc + k]) * old[j * D + d];
+        xt[k * D + d] = static_cast<float>(acc);
       }
     }
   }

@@ -72,24 +72,24 @@ void CpuBackend::ScatterAddRows(const float* v, int64_t n, int64_t width, const 
 
 void CpuBackend::EngramGate(float* x, const float* key, const float* value, const float* q_weight,
                             const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps) {
-  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(D));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t k = 0; k < hc; ++k) {
       float* xs = x + (t * hc + k) * D;
       const float* ks = key + (t * hc + k) * D;
-      float sx = 0.0f, sk = 0.0f;
+      double sx = 0.0, sk = 0.0;
       for (int64_t d = 0; d < D; ++d) {
-        sx += xs[d] * xs[d];
-        sk += ks[d] * ks[d];
+        sx += static_cast<double>(xs[d]) * xs[d];
+        sk += static_cast<double>(ks[d]) * ks[d];
       }
-      const float rx = 1.0f / std::sqrt(sx / static_cast<float>(D) + eps);
-      const float rk = 1.0f / std::sqrt(sk / static_cast<float>(D) + eps);
-      float dot = 0.0f;
+      const double rx = 1.0 / std::sqrt(sx / static_cast<double>(D) + eps);
+      const double rk = 1.0 / std::sqrt(sk / static_cast<double>(D) + eps);
+      double dot = 0.0;
       for (int64_t d = 0; d < D; ++d) {
         dot += (xs[d] * rx * q_weight[k * D + d]) * (ks[d] * rk * k_weight[k * D + d]);
       }
-      dot *= inv_sqrt_d;
-      const float g = Sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot));
+      dot /= std::sqrt(static_cast<double>(D));
+      const float g = Sigmoid(
+          static_cast<float>(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6)), dot)));
       for (int64_t d = 0; d < D; ++d) xs[d] += g * value[t * D + d];
     }
   }
