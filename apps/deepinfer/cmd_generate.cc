@@ -50,6 +50,13 @@ struct Job {
   std::string error;
 };
 
+const Tokenizer& Need(const Tokenizer* tok) {
+  if (tok == nullptr) {
+    throw std::invalid_argument("this model has no usable tokenizer: use \"prompt_token_ids\"");
+  }
+  return *tok;
+}
+
 std::vector<TokenId> EncodeChat(const Tokenizer& tok, const Json& messages) {
   auto converted = deepinfer::recipe::ConvertChatCompletions(
       Json{{"model", "deepinfer"}, {"messages", messages}}, {});
@@ -58,7 +65,7 @@ std::vector<TokenId> EncodeChat(const Tokenizer& tok, const Json& messages) {
 }
 
 // One request object -> a Job. Throws std::exception on bad input (caught by the caller).
-Job ParseRequest(const Json& j, const Defaults& d, const Tokenizer& tok, TokenId bos) {
+Job ParseRequest(const Json& j, const Defaults& d, const Tokenizer* tok, TokenId bos) {
   if (!j.is_object()) throw std::invalid_argument("expected a JSON object");
   const int kinds = j.contains("prompt") + j.contains("messages") + j.contains("prompt_token_ids");
   if (kinds != 1) {
@@ -69,13 +76,13 @@ Job ParseRequest(const Json& j, const Defaults& d, const Tokenizer& tok, TokenId
   if (j.contains("prompt")) {
     const std::string text = j.at("prompt").get<std::string>();
     if (d.chat) {
-      r.prompt = EncodeChat(tok, Json::array({Json{{"role", "user"}, {"content", text}}}));
+      r.prompt = EncodeChat(Need(tok), Json::array({Json{{"role", "user"}, {"content", text}}}));
     } else {
-      r.prompt = tok.Encode(text);
+      r.prompt = Need(tok).Encode(text);
       r.prompt.insert(r.prompt.begin(), bos);
     }
   } else if (j.contains("messages")) {
-    r.prompt = EncodeChat(tok, j.at("messages"));
+    r.prompt = EncodeChat(Need(tok), j.at("messages"));
   } else {
     r.prompt = j.at("prompt_token_ids").get<std::vector<TokenId>>();
   }
@@ -97,8 +104,9 @@ Job ParseRequest(const Json& j, const Defaults& d, const Tokenizer& tok, TokenId
   }
   if (!job.stop.empty()) {
     const std::vector<std::string> stops = job.stop;
-    r.stop_hook = [&tok, stops](std::span<const TokenId> out) {
-      auto text = tok.Decode(out, /*skip_special_tokens=*/true);
+    const Tokenizer& t = Need(tok);
+    r.stop_hook = [&t, stops](std::span<const TokenId> out) {
+      auto text = t.Decode(out, /*skip_special_tokens=*/true);
       if (!text.ok()) return false;
       for (const std::string& s : stops) {
         if (!s.empty() && text->find(s) != std::string::npos) return true;
@@ -111,9 +119,10 @@ Job ParseRequest(const Json& j, const Defaults& d, const Tokenizer& tok, TokenId
 }
 
 // The sample's text (special tokens skipped), cut before the first stop string.
-std::string SampleText(const Tokenizer& tok, const SampleResult& s,
+std::string SampleText(const Tokenizer* tok, const SampleResult& s,
                        const std::vector<std::string>& stop) {
-  std::string text = tok.Decode(s.tokens, true).value_or("");
+  if (tok == nullptr) return "";
+  std::string text = tok->Decode(s.tokens, true).value_or("");
   size_t cut = std::string::npos;
   for (const std::string& st : stop) {
     if (!st.empty()) cut = std::min(cut, text.find(st));
@@ -122,7 +131,7 @@ std::string SampleText(const Tokenizer& tok, const SampleResult& s,
   return text;
 }
 
-Json SampleJson(const Tokenizer& tok, const SampleResult& s, const std::vector<std::string>& stop) {
+Json SampleJson(const Tokenizer* tok, const SampleResult& s, const std::vector<std::string>& stop) {
   return Json{{"token_ids", s.tokens},
               {"text", SampleText(tok, s, stop)},
               {"finish_reason", std::string(FinishReasonName(s.finish_reason))}};
@@ -162,7 +171,7 @@ int RunGenerate(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", loaded.status().ToString().c_str());
     return 2;
   }
-  const Tokenizer& tok = *loaded->tokenizer;
+  const Tokenizer* tok = loaded->tokenizer.get();  // may be null: ids only
   const TokenId bos = static_cast<TokenId>(loaded->model->config().bos_token_id);
 
   std::vector<Json> inputs;

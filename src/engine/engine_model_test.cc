@@ -3,11 +3,16 @@
 // identical alone and batched.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#include "engine/model_engine.h"
 #include "engine/model_runner_v41.h"
 #include "fmt/format.h"
 #include "io/safetensors.h"
@@ -146,6 +151,51 @@ TEST_P(EngineGoldenTest, BatchInvarianceBitwise) {
     }
   }
 }
+
+// The path `deepinfer generate` takes: LoadModelForEngine (the goldens' WordLevel tokenizer is
+// not loadable: token ids only) + MakeModelEngine.
+TEST_P(EngineGoldenTest, LoadModelForEngineGreedyEqualsGoldens) {
+  auto loaded = LoadModelForEngine((kGoldens / GetParam()).string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto engine = MakeModelEngine(*loaded, ModelEngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const auto result = (*engine)->Generate({Greedy(prompts_[0], 16)})[0];
+  EXPECT_EQ(result.result.samples[0].tokens, greedy_[0]);
+}
+
+#ifdef DEEPINFER_CLI_PATH
+// `deepinfer generate --prompts-file F --json` on the golden checkpoint: one JSON line per
+// request, in input order, with the goldens' greedy token_ids.
+TEST_P(EngineGoldenTest, CliGenerateJsonEqualsGoldens) {
+  const std::string file = ::testing::TempDir() + "/prompts_" + GetParam() + ".jsonl";
+  {
+    std::ofstream out(file);
+    for (const auto& p : prompts_) {
+      out << nlohmann::json{{"prompt_token_ids", p}, {"max_tokens", 16}}.dump() << "\n";
+    }
+  }
+  const std::string cmd = std::string(DEEPINFER_CLI_PATH) + " generate --model " +
+                          (kGoldens / GetParam()).string() + " --prompts-file " + file +
+                          " --json 2>/dev/null";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) output.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << output;
+  std::istringstream lines(output);
+  std::string line;
+  size_t i = 0;
+  while (std::getline(lines, line)) {
+    ASSERT_LT(i, greedy_.size()) << output;
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.at("index").get<size_t>(), i);
+    EXPECT_EQ(j.at("token_ids").get<std::vector<TokenId>>(), greedy_[i]) << "prompt " << i;
+    ++i;
+  }
+  EXPECT_EQ(i, greedy_.size());
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Goldens, EngineGoldenTest, ::testing::Values("tiny_a", "tiny_b"));
 

@@ -17,8 +17,9 @@ namespace deepinfer::engine {
 struct LoadedModel {
   std::string dir;
   std::unique_ptr<backend::cpu::CpuBackend> backend;
-  std::unique_ptr<model::Model> model;              // uses *backend
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // dir/tokenizer.json
+  std::unique_ptr<model::Model> model;  // uses *backend
+  // dir/tokenizer.json; null if it cannot be loaded (then only token-id prompts work).
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
 };
 
 // Loads `dir` (config.json, checkpoint, tokenizer.json; Engram constants derived from the
