@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "backend/cpu/numerics.h"
@@ -88,12 +89,38 @@ void CpuBackend::Linear(const float* x, int64_t T, int64_t ldx, const WeightRef&
       }
     }
   };
+  // Few token rows (decode): dequantise one weight row at a time and take the T dot
+  // products directly (no packing), 4 double accumulators in a fixed order.
+  auto run_rows_small = [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(K);
+    for (int64_t r = r0; r < r1; ++r) {
+      DequantRows(w, row0 + r, 1, row.data());
+      for (int64_t t = 0; t < T; ++t) {
+        const double* xt = xd.data() + t * K;
+        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+        int64_t k = 0;
+        for (; k + 4 <= K; k += 4) {
+          a0 += xt[k] * row[k];
+          a1 += xt[k + 1] * row[k + 1];
+          a2 += xt[k + 2] * row[k + 2];
+          a3 += xt[k + 3] * row[k + 3];
+        }
+        for (; k < K; ++k) a0 += xt[k] * row[k];
+        const float v = static_cast<float>((a0 + a1) + (a2 + a3));
+        float* yt = y + t * ldy + r;
+        *yt = accumulate ? *yt + v : v;
+      }
+    }
+  };
+  const std::function<void(int64_t, int64_t)> body =
+      T <= 4 ? std::function<void(int64_t, int64_t)>(run_rows_small)
+             : std::function<void(int64_t, int64_t)>(run_rows);
   const int64_t work = (T + 4) * n_rows * K;  // dequant counts like a few token rows
   if (work < (int64_t{1} << 21)) {
-    run_rows(0, n_rows);
+    body(0, n_rows);
   } else {
     const int64_t min_rows = std::max<int64_t>(32, (int64_t{1} << 20) / ((T + 4) * K));
-    base::ThreadPool::Default().ParallelFor(n_rows, min_rows, run_rows);
+    base::ThreadPool::Default().ParallelFor(n_rows, min_rows, body);
   }
 }
 

@@ -39,7 +39,10 @@ void DequantRow(const WeightRef& w, int64_t r, float* out) {
       return;
     case WeightFormat::kBF16: {
       const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * K;
-      for (int64_t k = 0; k < K; ++k) out[k] = Bf16ToF32(src[k]);
+      for (int64_t k = 0; k < K; ++k) {
+        const uint32_t bits = static_cast<uint32_t>(src[k]) << 16;
+        std::memcpy(&out[k], &bits, sizeof(float));
+      }
       return;
     }
     case WeightFormat::kFp8Block32:
