@@ -106,8 +106,10 @@ TEST(EngramRowIdsTest, ChunkedHistoryMatchesOneShot) {
   }
 }
 
-TEST(ModelLoadTest, MissingTensorIsNamed) {
-  const auto dir = std::filesystem::temp_directory_path() / "deepinfer_model_load_test";
+// Copies tiny_a into `dir` without tensor `drop` and with the first byte of `poison` set
+// to 255 (an E8M0 NaN).
+void WriteModifiedTinyA(const std::filesystem::path& dir, const std::string& drop,
+                        const std::string& poison) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(kTinyA / "config.json", dir / "config.json");
@@ -115,21 +117,34 @@ TEST(ModelLoadTest, MissingTensorIsNamed) {
   ASSERT_TRUE(ckpt.ok());
   io::SafetensorsWriter writer;
   for (const std::string& name : (*ckpt)->TensorNames()) {
-    if (name == "layers.3.attn.wo_a.scale") continue;
-    auto view = (*ckpt)->Get(name);
-    ASSERT_TRUE(view.ok());
-    ASSERT_TRUE(writer.Add(name, *view).ok()) << name;
+    if (name == drop) continue;
+    const io::SafetensorsTensorInfo* info = (*ckpt)->Find(name);
+    auto bytes = (*ckpt)->Bytes(name);
+    ASSERT_TRUE(bytes.ok());
+    std::vector<uint8_t> copy(bytes->begin(), bytes->end());
+    if (name == poison) copy[0] = 255;
+    ASSERT_TRUE(writer.Add(name, info->dtype, info->shape.ToVector(), copy).ok()) << name;
   }
   ASSERT_TRUE(writer.WriteFile(dir / "model.safetensors").ok());
+}
+
+TEST(ModelLoadTest, BadTensorsAreNamed) {
+  const auto dir = std::filesystem::temp_directory_path() / "deepinfer_model_load_test";
   auto engram = LoadGoldenEngramConstants(kTinyA / "engram_hash.safetensors");
+  ASSERT_TRUE(engram.ok());
   backend::cpu::CpuBackend backend;
-  auto model = Model::Load(dir, &backend, *engram);
-  ASSERT_FALSE(model.ok());
-  EXPECT_NE(model.status().message().find("layers.3.attn.wo_a.scale"), std::string::npos)
-      << model.status();
+  WriteModifiedTinyA(dir, "layers.3.attn.wo_a.scale", "");
+  auto missing = Model::Load(dir, &backend, *engram);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("layers.3.attn.wo_a.scale"), std::string::npos)
+      << missing.status();
+  WriteModifiedTinyA(dir, "", "layers.0.attn.wq_a.scale");
+  auto nan_scale = Model::Load(dir, &backend, *engram);
+  ASSERT_FALSE(nan_scale.ok());
+  EXPECT_NE(nan_scale.status().message().find("layers.0.attn.wq_a.scale"), std::string::npos)
+      << nan_scale.status();
   // Without Engram constants a config with Engram layers is refused.
-  auto no_engram = Model::Load(kTinyA, &backend, std::nullopt);
-  EXPECT_FALSE(no_engram.ok());
+  EXPECT_FALSE(Model::Load(kTinyA, &backend, std::nullopt).ok());
   std::filesystem::remove_all(dir);
 }
 
