@@ -113,8 +113,9 @@ TEST_P(EngineGoldenTest, ParallelSamplesShareThePrompt) {
 }
 
 // 16 mixed-length prompts: every logits row (after each prompt and each generated token) of
-// each request is bitwise identical run alone or batched with the 15 others.
-TEST_P(EngineGoldenTest, BatchInvarianceBitwise) {
+// each request is bitwise identical run alone (prompt in one chunk) or batched with the 15
+// others under a 16-token step budget (prompts split into chunks, interleaved with decodes).
+TEST_P(EngineGoldenTest, BatchAndChunkingInvarianceBitwise) {
   std::vector<Request> requests;
   for (int i = 0; i < 16; ++i) {
     const auto& base = prompts_[static_cast<size_t>(i % 3)];
@@ -125,9 +126,10 @@ TEST_P(EngineGoldenTest, BatchInvarianceBitwise) {
     requests.push_back(r);
   }
   using Key = std::pair<RequestId, int64_t>;  // (request id, position after the chunk)
-  const auto run = [&](const std::vector<Request>& batch, std::map<Key, std::vector<float>>* rows) {
+  const auto run = [&](const std::vector<Request>& batch, std::map<Key, std::vector<float>>* rows,
+                       int32_t budget = 1024) {
     ModelRunnerV41* runner = nullptr;
-    auto engine = MakeEngine(/*budget=*/1024, /*slots=*/16, &runner);
+    auto engine = MakeEngine(budget, /*slots=*/16, &runner);
     std::mutex m;
     runner->SetLogitsObserver([&](const ScheduledChunk& c, std::span<const float> logits) {
       std::lock_guard<std::mutex> lock(m);
@@ -136,7 +138,8 @@ TEST_P(EngineGoldenTest, BatchInvarianceBitwise) {
     return engine->Generate(batch);
   };
   std::map<Key, std::vector<float>> batched_rows;
-  const auto batched = run(requests, &batched_rows);
+  // Batched with a 16-token budget: prompts are also split into different chunks than alone.
+  const auto batched = run(requests, &batched_rows, /*budget=*/16);
   for (size_t i = 0; i < requests.size(); ++i) {
     std::map<Key, std::vector<float>> alone_rows;
     const auto alone = run({requests[i]}, &alone_rows);
