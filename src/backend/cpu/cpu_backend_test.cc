@@ -142,5 +142,60 @@ TEST(CpuBackendTest, RopeInverseUndoesRotation) {
   EXPECT_NEAR(x[3], 4.0f, 1e-5f);
 }
 
+TEST(CpuBackendTest, ExpandSumsCombOverFirstIndex) {
+  // hc = 2, D = 1: x = (1, 10), y = 3, post = (1, 2), comb = [[a00, a01], [a10, a11]].
+  std::vector<float> x = {1.0f, 10.0f}, y = {3.0f}, post = {1.0f, 2.0f};
+  std::vector<float> comb = {0.5f, 0.25f, 0.125f, 2.0f};
+  CpuBackend b;
+  b.HcExpand(y.data(), post.data(), comb.data(), 1, 2, 1, x.data());
+  EXPECT_EQ(x[0], 3.0f + 0.5f * 1.0f + 0.125f * 10.0f);
+  EXPECT_EQ(x[1], 6.0f + 0.25f * 1.0f + 2.0f * 10.0f);
+  std::vector<float> pre = {0.5f, 2.0f}, out(1);
+  b.HcCollapse(x.data(), pre.data(), 1, 2, 1, out.data());
+  EXPECT_EQ(out[0], 0.5f * x[0] + 2.0f * x[1]);
+}
+
+TEST(CpuBackendTest, GatedPoolSoftmaxesPerChannel) {
+  // One group of ratio 2, two channels: equal gates average, a dominant gate selects.
+  std::vector<float> c = {1.0f, 4.0f, 3.0f, 8.0f}, z = {0.0f, 100.0f, 0.0f, 0.0f}, out(2);
+  CpuBackend b;
+  b.GatedPool(c.data(), z.data(), 1, 2, 2, out.data());
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_EQ(out[1], 4.0f);
+}
+
+TEST(CpuBackendTest, SwiGluClampsGateAboveAndUpBothWays) {
+  std::vector<float> gate = {20.0f, -1.0f}, up = {-30.0f, 2.0f}, scale = {0.5f}, h(2);
+  CpuBackend b;
+  b.SwiGlu(gate.data(), up.data(), 1, 2, 10.0f, scale.data(), h.data());
+  const float silu10 = 10.0f / (1.0f + std::exp(-10.0f));
+  const float silu_m1 = -1.0f / (1.0f + std::exp(1.0f));
+  EXPECT_FLOAT_EQ(h[0], silu10 * -10.0f * 0.5f);
+  EXPECT_FLOAT_EQ(h[1], silu_m1 * 2.0f * 0.5f);
+}
+
+TEST(CpuBackendTest, EngramGateOfZeroDotIsSigmoidOfSqrtFloor) {
+  // x orthogonal to key -> dot 0 -> gate = sigmoid(+sqrt(1e-6)) (copysign of +0).
+  const int hc = 1, D = 2;
+  std::vector<float> x = {1.0f, 0.0f}, key = {0.0f, 1.0f}, value = {1.0f, -1.0f};
+  std::vector<float> qw = {1.0f, 1.0f}, kw = {1.0f, 1.0f};
+  CpuBackend b;
+  b.EngramGate(x.data(), key.data(), value.data(), qw.data(), kw.data(), 1, hc, D, 1e-20f);
+  const float g = 1.0f / (1.0f + std::exp(-1e-3f));
+  EXPECT_FLOAT_EQ(x[0], 1.0f + g);
+  EXPECT_FLOAT_EQ(x[1], -g);
+}
+
+TEST(CpuBackendTest, LinearRowRangeAndAccumulate) {
+  // BF16 W [3, 2] = [[1, 2], [3, 4], [5, 6]]; rows 1..2 only, accumulated onto y.
+  std::vector<uint16_t> w = {0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0, 0x40C0};
+  WeightRef ref{"w", WeightFormat::kBF16, 3, 2, w.data(), nullptr};
+  std::vector<float> x = {1.0f, 1.0f}, y = {100.0f, 200.0f};
+  CpuBackend b;
+  b.Linear(x.data(), 1, 2, ref, 1, 2, y.data(), 2, true);
+  EXPECT_EQ(y[0], 107.0f);
+  EXPECT_EQ(y[1], 211.0f);
+}
+
 }  // namespace
 }  // namespace deepinfer::backend::cpu
