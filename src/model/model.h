@@ -62,6 +62,9 @@ class Model {
 
   const io::ModelConfig& config() const { return config_; }
   SequenceState NewSequence() const;
+  // Runs every chunk (one after another) and appends their logits. All chunks are validated
+  // before any state changes; an error leaves every state untouched. Not reentrant: one
+  // Forward at a time per Model (the weights are shared, read-only, by all sequences).
   base::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch);
   void SetTrace(ActivationTrace trace) { trace_ = std::move(trace); }
 
