@@ -74,7 +74,12 @@ class ApiServer::Call final : public GenerationSink {
       for (size_t i = 0; i < tokens.size(); ++i) server_->metrics_.ObserveInterTokenLatency(gap);
     }
     last_token_ = now;
-    if (adapter_->OnTokens(tokens, *channel_)) {
+    const bool complete = adapter_->OnTokens(tokens, *channel_);
+    const double spent = std::chrono::duration<double>(Clock::now() - now).count();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      server_->metrics_.ObserveTokenOverhead(spent / static_cast<double>(tokens.size()));
+    }
+    if (complete) {
       output_complete_ = true;
       if (id_) server_->service_->Cancel(*id_);
     }
@@ -153,8 +158,29 @@ ApiServer::ApiServer(ApiServerOptions options, GenerationService* service,
 }
 
 ApiServer::~ApiServer() {
+  // Calls point back at this server: cancel and wait for them before tearing down.
+  draining_ = true;
+  hard_stop_ = true;
+  CancelAllCalls();
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < until) {
+    {
+      std::lock_guard lock(calls_mutex_);
+      if (calls_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   http_->Stop();
   http_->Join();
+}
+
+void ApiServer::CancelAllCalls() {
+  std::vector<std::shared_ptr<Call>> calls;
+  {
+    std::lock_guard lock(calls_mutex_);
+    calls.assign(calls_.begin(), calls_.end());
+  }
+  for (const auto& call : calls) call->RequestCancel();
 }
 
 base::Status ApiServer::Start() { return http_->Start(); }
@@ -348,12 +374,12 @@ void ApiServer::StartCall(const std::shared_ptr<Call>& call, GenerationRequest r
 }
 
 void ApiServer::CallFinished(const std::shared_ptr<Call>& call) {
-  {
-    std::lock_guard lock(calls_mutex_);
-    calls_.erase(call);
-  }
   // Leave on an I/O thread: the next queued request must not start on the service's thread.
+  // Posted under the lock so that the destructor (waiting for calls_ to empty) cannot tear
+  // the HTTP server down in between.
+  std::lock_guard lock(calls_mutex_);
   http_->Post([this] { admission_.Leave(); });
+  calls_.erase(call);
 }
 
 bool ApiServer::Shutdown(std::chrono::milliseconds deadline) {
@@ -367,12 +393,7 @@ bool ApiServer::Shutdown(std::chrono::milliseconds deadline) {
   if (!clean) {
     LOG_INFO("shutdown: cancelling {} unfinished requests", requests_in_flight());
     hard_stop_ = true;
-    std::vector<std::shared_ptr<Call>> calls;
-    {
-      std::lock_guard lock(calls_mutex_);
-      calls.assign(calls_.begin(), calls_.end());
-    }
-    for (const auto& call : calls) call->RequestCancel();
+    CancelAllCalls();
     const auto grace = Clock::now() + std::chrono::seconds(5);
     while (requests_in_flight() > 0 && Clock::now() < grace) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -99,6 +99,7 @@ class ApiServer {
   bool Authorized(const HttpRequest& request) const;
   void StartCall(const std::shared_ptr<Call>& call, GenerationRequest request);
   void CallFinished(const std::shared_ptr<Call>& call);
+  void CancelAllCalls();
 
   ApiServerOptions options_;
   GenerationService* service_;

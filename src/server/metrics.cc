@@ -41,7 +41,9 @@ ServerMetrics::ServerMetrics()
       itl_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
             0.75, 1.0, 2.5, 5.0}),
       e2e_({0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,  5.0,
-            10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0}) {}
+            10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0}),
+      overhead_({1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2,
+                 5e-2, 0.1}) {}
 
 void ServerMetrics::CountRequest(const std::string& endpoint, int status) {
   std::lock_guard lock(mutex_);
@@ -58,6 +60,10 @@ void ServerMetrics::ObserveInterTokenLatency(double seconds) {
 void ServerMetrics::ObserveEndToEnd(double seconds) {
   std::lock_guard lock(mutex_);
   e2e_.Observe(seconds);
+}
+void ServerMetrics::ObserveTokenOverhead(double seconds) {
+  std::lock_guard lock(mutex_);
+  overhead_.Observe(seconds);
 }
 void ServerMetrics::AddPromptTokens(int64_t n) {
   std::lock_guard lock(mutex_);
@@ -92,6 +98,9 @@ std::string ServerMetrics::Render(int64_t running, int64_t queued,
   Header(&out, "deepinfer_e2e_request_latency_seconds", "histogram",
          "Time from request arrival to its last byte.");
   e2e_.Render("deepinfer_e2e_request_latency_seconds", &out);
+  Header(&out, "deepinfer_server_token_overhead_seconds", "histogram",
+         "Server time per generated token from the engine callback to the queued write.");
+  overhead_.Render("deepinfer_server_token_overhead_seconds", &out);
   Header(&out, "deepinfer_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
   out += fmt::format("deepinfer_prompt_tokens_total {}\n", prompt_tokens_);
   Header(&out, "deepinfer_generation_tokens_total", "counter", "Generated tokens.");

@@ -5,6 +5,7 @@
 //   time_to_first_token_seconds                     histogram
 //   inter_token_latency_seconds                     histogram
 //   e2e_request_latency_seconds                     histogram
+//   server_token_overhead_seconds                   histogram
 //   prompt_tokens_total, generation_tokens_total    counters
 //   requests_running, requests_queued               gauges (server admission)
 //   engine_requests_running, engine_requests_waiting, state_memory_used_bytes,
@@ -45,6 +46,9 @@ class ServerMetrics {
   void ObserveTimeToFirstToken(double seconds);
   void ObserveInterTokenLatency(double seconds);
   void ObserveEndToEnd(double seconds);
+  // Server time spent turning generated tokens into response bytes (protocol parsing, JSON,
+  // SSE framing, queueing the write), per token.
+  void ObserveTokenOverhead(double seconds);
   void AddPromptTokens(int64_t n);
   void AddGenerationTokens(int64_t n);
 
@@ -59,6 +63,7 @@ class ServerMetrics {
   Histogram ttft_;
   Histogram itl_;
   Histogram e2e_;
+  Histogram overhead_;
   int64_t prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;
 };
