@@ -52,25 +52,29 @@ Engine::~Engine() {
   thread_.join();
 }
 
-Submission Engine::Submit(Request request, TokenCallback on_token) {
+Submission Engine::Submit(Request request, TokenCallback on_token, DoneCallback on_done) {
   auto pending = std::make_unique<Pending>();
   pending->on_token = std::move(on_token);
+  pending->on_done = std::move(on_done);
   pending->timings.arrival_ns = base::MonotonicNanos();
   Submission sub;
   sub.result = pending->promise.get_future();
+  bool stopping = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     request.id = next_id_++;
     sub.id = request.id;
     ++counters_.requests_submitted;
-    if (stopping_) {
-      EngineResult r;
-      r.result.id = request.id;
-      r.result.status = base::CancelledError("engine is shutting down");
-      pending->promise.set_value(std::move(r));
-      return sub;
-    }
-    inbox_.emplace_back(std::move(request), std::move(pending));
+    stopping = stopping_;
+    if (!stopping) inbox_.emplace_back(std::move(request), std::move(pending));
+  }
+  if (stopping) {  // (only reachable from a callback during shutdown)
+    EngineResult r;
+    r.result.id = sub.id;
+    r.result.status = base::CancelledError("engine is shutting down");
+    if (pending->on_done) pending->on_done(r);
+    pending->promise.set_value(std::move(r));
+    return sub;
   }
   cv_.notify_all();
   return sub;
@@ -120,12 +124,15 @@ void Engine::Complete(RequestResult result) {
     }
     RefreshCountersLocked();  // the future's reader sees the freed state
   }
-  p->promise.set_value(EngineResult{std::move(result), std::move(p->timings)});
+  EngineResult done{std::move(result), std::move(p->timings)};
+  if (p->on_done) p->on_done(done);
+  p->promise.set_value(std::move(done));
 }
 
 void Engine::DrainInbox() {
   std::deque<std::pair<Request, std::unique_ptr<Pending>>> inbox;
   std::vector<RequestId> cancels;
+  std::vector<std::pair<std::unique_ptr<Pending>, EngineResult>> pending_rejected;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     inbox.swap(inbox_);
@@ -143,11 +150,15 @@ void Engine::DrainInbox() {
       r.result.id = id;
       r.result.status = status;
       r.timings = pending->timings;
-      pending->promise.set_value(std::move(r));
+      pending_rejected.push_back({std::move(pending), std::move(r)});
       continue;
     }
     counters_.prompt_tokens += prompt_tokens;
     pending_[id] = std::move(pending);
+  }
+  for (auto& [pending, result] : pending_rejected) {  // outside the lock: runs callbacks
+    if (pending->on_done) pending->on_done(result);
+    pending->promise.set_value(std::move(result));
   }
   for (RequestId id : cancels) {
     if (auto r = scheduler_.Cancel(id)) Complete(std::move(*r));

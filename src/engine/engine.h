@@ -6,8 +6,8 @@
 //   EngineResult r = sub.result.get();
 //
 // Thread-safety: Submit, Cancel, Counters and Generate may be called from any thread.
-// Token callbacks run on the engine thread, in generation order per request; they must not
-// block for long and must not call Generate (Submit/Cancel are fine).
+// Token and done callbacks run on the engine thread, in generation order per request; they
+// must not block for long and must not call Generate (Submit/Cancel are fine).
 #pragma once
 
 #include <condition_variable>
@@ -55,6 +55,9 @@ struct EngineResult {
 };
 
 using TokenCallback = std::function<void(const TokenEvent&)>;
+// Called once when a request ends for any reason (finished, cancelled, aborted, rejected),
+// on the engine thread, just before its future becomes ready.
+using DoneCallback = std::function<void(const EngineResult&)>;
 
 struct Submission {
   RequestId id = 0;
@@ -92,7 +95,7 @@ class Engine {
 
   // Queues a request; `request.id` is ignored and a fresh id assigned. Invalid requests
   // complete with a non-OK result.status and no samples.
-  Submission Submit(Request request, TokenCallback on_token = {});
+  Submission Submit(Request request, TokenCallback on_token = {}, DoneCallback on_done = {});
   // Cancels a request (no-op if finished): its state is freed before the next step.
   void Cancel(RequestId id);
   // Submits all, waits for all; results in input order.
@@ -104,6 +107,7 @@ class Engine {
   struct Pending {
     std::promise<EngineResult> promise;
     TokenCallback on_token;
+    DoneCallback on_done;
     RequestTimings timings;
     int64_t last_token_step = -1;
   };

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 
 #include "engine/fake_model_runner.h"
@@ -125,6 +126,34 @@ TEST(EngineTest, CancelFromAnotherThreadMidGeneration) {
   EXPECT_EQ(c.requests_cancelled, 1);
   EXPECT_EQ(c.free_blocks, c.total_blocks);
   EXPECT_GT(id, 0);
+}
+
+TEST(EngineTest, DoneCallbackFiresForEveryOutcome) {
+  auto engine = MakeEngine();
+  std::mutex m;
+  std::vector<std::pair<RequestId, FinishReason>> done;
+  const auto on_done = [&](const EngineResult& r) {
+    std::lock_guard<std::mutex> lock(m);
+    done.emplace_back(r.result.id, r.result.samples.empty() ? FinishReason::kNone
+                                                            : r.result.samples[0].finish_reason);
+  };
+  Request bad;  // empty prompt: rejected
+  Submission s1 = engine->Submit(bad, {}, on_done);
+  Request slow = MixedRequest(6);
+  slow.params.max_tokens = 120;
+  slow.prompt.resize(4);
+  Submission s2 = engine->Submit(slow, {}, on_done);
+  Submission s3 = engine->Submit(MixedRequest(1), {}, on_done);
+  engine->Cancel(s2.id);
+  s1.result.get();
+  s2.result.get();
+  s3.result.get();
+  std::lock_guard<std::mutex> lock(m);
+  ASSERT_EQ(done.size(), 3u);
+  std::map<RequestId, FinishReason> by_id(done.begin(), done.end());
+  EXPECT_EQ(by_id[s1.id], FinishReason::kNone);  // rejected: no samples
+  EXPECT_EQ(by_id[s2.id], FinishReason::kCancelled);
+  EXPECT_EQ(by_id[s3.id], FinishReason::kLength);
 }
 
 TEST(EngineTest, InvalidRequestCompletesWithError) {
