@@ -68,7 +68,7 @@ Submission Engine::Submit(Request request, TokenCallback on_token, DoneCallback 
     stopping = stopping_;
     if (!stopping) inbox_.emplace_back(std::move(request), std::move(pending));
   }
-  if (stopping) {  // (only reachable from a callback during shutdown)
+  if (stopping) {  // Submit racing with the destructor (e.g. from a callback)
     EngineResult r;
     r.result.id = sub.id;
     r.result.status = base::CancelledError("engine is shutting down");
