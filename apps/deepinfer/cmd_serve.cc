@@ -6,6 +6,7 @@
 // Exit codes: 0 clean shutdown, 2 usage or startup error.
 // deepinfer-cmd-requires: server recipe engine model backend_cpu io tokenizer
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -35,6 +36,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace deepinfer;  // NOLINT: CLI glue
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnShutdownSignal(int signal_number) {
+  const auto byte = static_cast<unsigned char>(signal_number);
+  [[maybe_unused]] const ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
+}
 
 // Forwards to the real service once the model is loaded (the HTTP server starts first so that
 // /health can report 503 while loading).
@@ -176,12 +184,15 @@ int RunServe(int argc, char** argv) {
   }
   if (flags.port < 0 || flags.port > 65535) return Fail("--port must be in [0, 65535]");
 
-  // Block the shutdown signals in every thread; the main thread waits for them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGTERM / SIGINT -> a byte on a pipe the main thread waits on. A handler (not sigwait with
+  // blocked signals) because libraries may have started threads before main (OpenBLAS does),
+  // and those would not have the signals blocked.
+  if (::pipe(g_signal_pipe) != 0) return Fail("cannot create the signal pipe");
+  struct sigaction action {};
+  action.sa_handler = OnShutdownSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
 
   fs::path model_dir = flags.model_dir;
   if (flags.model_dir.empty() && flags.scripted_model.empty()) {
@@ -220,8 +231,10 @@ int RunServe(int argc, char** argv) {
   api.SetReady(true);
   std::fprintf(stderr, "deepinfer serve: ready on http://%s:%u\n", flags.host.c_str(), api.port());
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  unsigned char signal_number = 0;
+  while (::read(g_signal_pipe[0], &signal_number, 1) != 1) {
+    // EINTR: the handler ran in this thread; the byte is still coming.
+  }
   std::fprintf(stderr, "deepinfer serve: signal %d, shutting down\n", signal_number);
   const bool clean =
       api.Shutdown(std::chrono::milliseconds(static_cast<int64_t>(flags.shutdown_timeout * 1000)));

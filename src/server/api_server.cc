@@ -243,7 +243,7 @@ void ApiServer::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> cha
                         "Incorrect API key provided: use 'Authorization: Bearer KEY' or "
                         "'x-api-key: KEY'");
   }
-  if (request.method == "GET" || request.method == "HEAD") return HandleGet(request, *channel);
+  if (request.method == "GET") return HandleGet(request, *channel);
   if (request.method == "POST") return HandlePost(request, std::move(channel));
   RespondError(*channel, request.path, 405, fmt::format("method {} not allowed", request.method));
 }
