@@ -49,6 +49,55 @@ bool NestingWithinLimit(std::string_view text) {
   return true;
 }
 
+// Builds the DOM like nlohmann's own parser (linear time, unlike its callback parser, whose
+// end_object rescans the parent) and records the first duplicate key of the top-level object.
+class DuplicateKeyDomBuilder {
+ public:
+  using DomParser = nlohmann::detail::json_sax_dom_parser<json>;
+  DuplicateKeyDomBuilder(json& root, std::string* duplicate)
+      : dom_(root, /*allow_exceptions=*/true), duplicate_(duplicate) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) {
+    return dom_.number_float(v, s);
+  }
+  bool string(json::string_t& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    ++depth_;
+    return dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    if (depth_ == 1 && !top_level_keys_.insert(k).second && duplicate_->empty()) *duplicate_ = k;
+    return dom_.key(k);
+  }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    ++depth_;
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t position, const std::string& token,
+                   const nlohmann::detail::exception& e) {
+    return dom_.parse_error(position, token, e);  // throws
+  }
+
+ private:
+  DomParser dom_;
+  std::string* duplicate_;
+  int depth_ = 0;
+  std::set<std::string> top_level_keys_;
+};
+
 // Parses JSON, reporting duplicate keys of the top-level object in `duplicate`.
 StatusOr<json> ParseJsonObject(std::string_view text, std::string_view label,
                                std::string* duplicate) {
@@ -56,16 +105,10 @@ StatusOr<json> ParseJsonObject(std::string_view text, std::string_view label,
     return InvalidArgumentError(
         fmt::format("{}: malformed JSON header: nested deeper than {}", label, kMaxJsonNesting));
   }
-  std::set<std::string> top_level_keys;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1 && parsed.is_string()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!top_level_keys.insert(key).second && duplicate->empty()) *duplicate = key;
-    }
-    return true;
-  };
   try {
-    json parsed = json::parse(text.begin(), text.end(), callback);
+    json parsed;
+    DuplicateKeyDomBuilder builder(parsed, duplicate);
+    json::sax_parse(text.begin(), text.end(), &builder);
     if (!parsed.is_object()) {
       return InvalidArgumentError(
           fmt::format("{}: malformed JSON header: top level is not an object", label));

@@ -36,7 +36,7 @@ struct SafetensorsTensorInfo {
 };
 
 struct SafetensorsHeader {
-  // In header order. Names are unique.
+  // Sorted by name. Names are unique.
   std::vector<SafetensorsTensorInfo> tensors;
   std::map<std::string, std::string> metadata;  // "__metadata__", may be empty
   uint64_t data_offset = 0;                     // 8 + header length

@@ -1,5 +1,6 @@
 #include "io/safetensors.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -288,6 +289,25 @@ TEST(SafetensorsErrorTest, MisalignedTensorIsReportedOnGet) {
   EXPECT_THAT(view.status().message(),
               HasSubstr("tensor 'w': data at file offset " + std::to_string(8 + header.size())));
   EXPECT_TRUE((*file)->Bytes("w").ok());
+}
+
+// A header with 100k entries (more than the release's 92k tensors in one file) must parse in
+// linear time: a quadratic parser would make this test take minutes.
+TEST(SafetensorsReaderTest, LargeHeaderParses) {
+  std::string header = "{";
+  constexpr int kCount = 100000;
+  for (int i = 0; i < kCount; ++i) {
+    header += fmt::format(R"({}"t{}": {{"dtype": "U8", "shape": [1], "data_offsets": [{}, {}]}})",
+                          i ? "," : "", i, i, i + 1);
+  }
+  header += "}";
+  auto parsed = ParseSafetensorsHeaderJson(header, kCount, "big");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tensors.size(), static_cast<size_t>(kCount));
+  header.insert(header.size() - 1,
+                R"(,"t5": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]})");
+  EXPECT_THAT(ParseSafetensorsHeaderJson(header, kCount, "big").status().message(),
+              HasSubstr("big: duplicate tensor name 't5'"));
 }
 
 TEST(SafetensorsErrorTest, HeaderJsonEntryPointValidatesDataSize) {

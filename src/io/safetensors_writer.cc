@@ -57,10 +57,8 @@ Status SafetensorsWriter::Add(std::string name, tensor::DType dtype, std::vector
   if (name.empty() || name == "__metadata__") {
     return InvalidArgumentError(fmt::format("safetensors writer: invalid tensor name '{}'", name));
   }
-  for (const Pending& t : tensors_) {
-    if (t.name == name) {
-      return InvalidArgumentError(fmt::format("safetensors writer: duplicate tensor '{}'", name));
-    }
+  if (names_.contains(name)) {
+    return InvalidArgumentError(fmt::format("safetensors writer: duplicate tensor '{}'", name));
   }
   if (shape.size() > static_cast<size_t>(tensor::kMaxRank)) {
     return InvalidArgumentError(
@@ -73,6 +71,7 @@ Status SafetensorsWriter::Add(std::string name, tensor::DType dtype, std::vector
         "safetensors writer: tensor '{}': {} bytes given, {} needs {}", name, bytes.size(),
         DescribeShape(dtype, shape), needed ? std::to_string(*needed) : "an invalid size"));
   }
+  names_.insert(name);
   tensors_.push_back({std::move(name), dtype, std::move(shape), {bytes.begin(), bytes.end()}});
   return Status::Ok();
 }

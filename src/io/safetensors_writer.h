@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +44,7 @@ class SafetensorsWriter {
     std::vector<uint8_t> bytes;
   };
   std::vector<Pending> tensors_;
+  std::set<std::string, std::less<>> names_;
   std::map<std::string, std::string> metadata_;
 };
 
