@@ -1,0 +1,34 @@
+#include "backend/factory.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace deepinfer::backend {
+namespace {
+
+TEST(BackendFactoryTest, CreatesCpu) {
+  auto backend = CreateBackend("cpu");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "cpu");
+  auto names = AvailableBackends();
+  EXPECT_NE(std::find(names.begin(), names.end(), "cpu"), names.end());
+}
+
+TEST(BackendFactoryTest, RejectsUnknownNames) {
+  for (const char* name : {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "CPU"}) {
+    auto backend = CreateBackend(name);
+    ASSERT_FALSE(backend.ok()) << name;
+    EXPECT_EQ(backend.status().code(), base::StatusCode::kInvalidArgument) << name;
+  }
+}
+
+TEST(BackendFactoryTest, MissingCudaDeviceIsUnavailableNotACrash) {
+  // No machine has 1000 devices; with or without a CUDA build this is Unavailable.
+  auto backend = CreateBackend("cuda:999");
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), base::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace deepinfer::backend
