@@ -22,9 +22,8 @@
 #include <vector>
 
 #include "command.h"
+#include "engine/chat_prompt.h"
 #include "engine/model_engine.h"
-#include "recipe/convert.h"
-#include "recipe/render.h"
 
 namespace {
 
@@ -58,10 +57,9 @@ const Tokenizer& Need(const Tokenizer* tok) {
 }
 
 std::vector<TokenId> EncodeChat(const Tokenizer& tok, const Json& messages) {
-  auto converted = deepinfer::recipe::ConvertChatCompletions(
-      Json{{"model", "deepinfer"}, {"messages", messages}}, {});
-  if (!converted.ok()) throw std::invalid_argument(converted.status().message());
-  return tok.Encode(deepinfer::recipe::RenderPrompt(converted->conversation).prompt);
+  auto ids = deepinfer::engine::EncodeChatMessages(tok, messages);
+  if (!ids.ok()) throw std::invalid_argument(ids.status().message());
+  return std::move(ids).value();
 }
 
 // One request object -> a Job. Throws std::exception on bad input (caught by the caller).

@@ -12,6 +12,9 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#ifdef DEEPINFER_ENGINE_HAS_CHAT
+#include "engine/chat_prompt.h"
+#endif
 #include "engine/model_engine.h"
 #include "engine/model_runner_v41.h"
 #include "fmt/format.h"
@@ -197,6 +200,24 @@ TEST_P(EngineGoldenTest, CliGenerateJsonEqualsGoldens) {
     ++i;
   }
   EXPECT_EQ(i, greedy_.size());
+}
+#endif
+
+#ifdef DEEPINFER_ENGINE_HAS_CHAT
+TEST(ChatPromptTest, EncodesThroughTheRecipe) {
+  auto tok = tokenizer::Tokenizer::FromFile(tokenizer::DefaultTokenizerPath());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", "Hi"}}};
+  auto ids = EncodeChatMessages(**tok, messages);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_FALSE(ids->empty());
+  EXPECT_EQ((*ids)[0], 0);  // BOS
+  auto text = (*tok)->Decode(*ids);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->rfind("<｜begin▁of▁sentence｜>", 0), 0u) << *text;
+  EXPECT_NE(text->find("<｜User｜>Hi<｜Assistant｜>"), std::string::npos) << *text;
+  auto bad = EncodeChatMessages(**tok, nlohmann::ordered_json::array());
+  EXPECT_EQ(bad.status().code(), base::StatusCode::kInvalidArgument);
 }
 #endif
 
