@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "engine/engine.h"
 #include "kv/state_layout.h"
 #include "server/engine_service.h"
@@ -37,7 +39,9 @@ class ProtocolEndpointsTest : public ::testing::Test {
         {"weather", "I should call a tool.</think>\n\n" + kToolCall},
         {"plain", "Just text, no reasoning. STOP and more"},
     };
-    auto runner = std::make_unique<ScriptedModelRunner>(&Tok(), rules, "Hello there.");
+    rules.push_back({"forever", std::string(2000, 'a')});  // ~250 tokens at 5 ms per step
+    auto runner = std::make_unique<ScriptedModelRunner>(&Tok(), rules, "Hello there.",
+                                                        /*step_delay_ms=*/5);
     engine::EngineConfig config;
     auto layout = kv::MakePackedStateLayout(kv::V41FlashStateLayoutConfig(), 64);
     ASSERT_TRUE(layout.ok());
@@ -235,6 +239,35 @@ TEST_F(ProtocolEndpointsTest, ConversionErrorsUseEachApisShape) {
   const Json body = Json::parse(messages.body);
   EXPECT_EQ(body["type"], "error");
   EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+}
+
+TEST_F(ProtocolEndpointsTest, DisconnectCancelsAndFreesStateMemory) {
+  const int32_t total_blocks = 64;  // config.num_blocks (counters refresh after a step)
+  {
+    testing::RawConnection connection(server_->port());
+    const std::string body =
+        "{" + kModel + R"(,"stream":true,"messages":[{"role":"user","content":"forever"}]})";
+    ASSERT_TRUE(connection.Send("POST /v1/chat/completions HTTP/1.1\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body));
+    auto headers = connection.ReadHeaders();
+    ASSERT_TRUE(headers);
+    EXPECT_EQ(headers->status, 200);
+    for (int i = 0; i < 400 && engine_->Counters().free_blocks == total_blocks; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_LT(engine_->Counters().free_blocks, total_blocks);  // the request holds state
+  }                                                            // the client goes away mid-stream
+  for (int i = 0; i < 400 && engine_->Counters().requests_cancelled == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const engine::EngineCounters counters = engine_->Counters();
+  EXPECT_EQ(counters.requests_cancelled, 1);
+  EXPECT_EQ(counters.free_blocks, total_blocks);
+  EXPECT_EQ(counters.running_sequences, 0);
+  for (int i = 0; i < 400 && server_->requests_in_flight() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(server_->requests_in_flight(), 0);
 }
 
 TEST_F(ProtocolEndpointsTest, MaxTokensPastTheContextIs400) {

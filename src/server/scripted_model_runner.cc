@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "server/text_stream.h"
 #include "tokenizer/tokenizer.h"
@@ -12,11 +13,13 @@
 namespace deepinfer::server {
 
 ScriptedModelRunner::ScriptedModelRunner(const tokenizer::Tokenizer* tokenizer,
-                                         std::vector<ScriptRule> rules, std::string default_output)
+                                         std::vector<ScriptRule> rules, std::string default_output,
+                                         int step_delay_ms)
     : tokenizer_(tokenizer),
       rules_(std::move(rules)),
       default_output_(std::move(default_output)),
-      eos_(EosTokenId(*tokenizer)) {}
+      eos_(EosTokenId(*tokenizer)),
+      step_delay_ms_(step_delay_ms) {}
 
 base::StatusOr<std::unique_ptr<ScriptedModelRunner>> ScriptedModelRunner::FromFile(
     const tokenizer::Tokenizer* tokenizer, const std::string& path) {
@@ -43,8 +46,12 @@ base::StatusOr<std::unique_ptr<ScriptedModelRunner>> ScriptedModelRunner::FromFi
   }
   const auto fallback = json.value("default", nlohmann::json("Hello from the scripted model."));
   if (!fallback.is_string()) return base::InvalidArgumentError(fmt::format("{}: default", path));
+  const auto delay = json.value("step_delay_ms", nlohmann::json(0));
+  if (!delay.is_number_integer() || delay.get<int>() < 0) {
+    return base::InvalidArgumentError(fmt::format("{}: step_delay_ms", path));
+  }
   return std::make_unique<ScriptedModelRunner>(tokenizer, std::move(rules),
-                                               fallback.get<std::string>());
+                                               fallback.get<std::string>(), delay.get<int>());
 }
 
 int ScriptedModelRunner::vocab_size() const { return tokenizer_->vocab_size(); }
@@ -66,6 +73,7 @@ const std::vector<engine::TokenId>& ScriptedModelRunner::ScriptFor(
 }
 
 base::StatusOr<engine::StepOutput> ScriptedModelRunner::Execute(const engine::StepPlan& plan) {
+  if (step_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms_));
   engine::StepOutput out;
   for (const engine::ScheduledChunk& chunk : plan.chunks) {
     for (const engine::SampleTarget& target : chunk.samples) {

@@ -5,7 +5,8 @@
 // Script file (JSON):
 //   {"rules": [{"match": "weather", "output": "Let me check.</think>\n\n<｜DSML｜ calls>..."},
 //              ...],
-//    "default": "Hello from the scripted model."}
+//    "default": "Hello from the scripted model.",
+//    "step_delay_ms": 0}            (optional: sleep per step, to simulate a slow model)
 // For each request the runner decodes the prompt and takes the LAST rule whose `match` occurs
 // in the text after the prompt's last "<｜User｜>" marker — the newest user turn (or
 // `default`). The output is tokenized with special-token recognition (so "</think>" and
@@ -37,7 +38,7 @@ class ScriptedModelRunner final : public engine::ModelRunner {
  public:
   // `tokenizer` must outlive the runner.
   ScriptedModelRunner(const tokenizer::Tokenizer* tokenizer, std::vector<ScriptRule> rules,
-                      std::string default_output);
+                      std::string default_output, int step_delay_ms = 0);
   // Reads a script file (format above). Errors name the file and the field.
   static base::StatusOr<std::unique_ptr<ScriptedModelRunner>> FromFile(
       const tokenizer::Tokenizer* tokenizer, const std::string& path);
@@ -53,6 +54,7 @@ class ScriptedModelRunner final : public engine::ModelRunner {
   std::vector<ScriptRule> rules_;
   std::string default_output_;
   int32_t eos_ = 1;
+  int step_delay_ms_ = 0;
   std::map<engine::RequestId, std::vector<engine::TokenId>> scripts_;  // engine thread only
 };
 
