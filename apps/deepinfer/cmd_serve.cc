@@ -15,16 +15,13 @@
 #include <optional>
 #include <string>
 
-#include "backend/cpu/cpu_backend.h"
 #include "base/logging.h"
 #include "command.h"
 #include "engine/engine.h"
+#include "engine/model_engine.h"
 #include "engine/model_runner_v41.h"
-#include "io/model_config.h"
 #include "kv/state_layout.h"
 #include "model/demo_model.h"
-#include "model/engram_hash.h"
-#include "model/model.h"
 #include "server/api_server.h"
 #include "server/engine_service.h"
 #include "server/protocol_endpoints.h"
@@ -80,7 +77,7 @@ struct ServeFlags {
   std::string scripted_model;  // test-only
   int64_t max_model_len = 4096;
   int max_num_seqs = 256;
-  int num_blocks = 4096;
+  int num_blocks = 0;  // 0: enough for every sequence to reach max_model_len
   int max_running = 1024;
   int max_queued = 4096;
   int io_threads = 2;
@@ -89,46 +86,42 @@ struct ServeFlags {
 
 // Everything that must outlive the server, in destruction-safe order.
 struct Runtime {
-  backend::cpu::CpuBackend backend;
-  std::unique_ptr<model::Model> model;
+  engine::LoadedModel loaded;  // empty for the scripted model
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<server::EngineGenerationService> service;
 };
 
+constexpr int kBlockTokens = 16;
+
+// The engine over the checkpoint (engine/model_engine.h), or over the scripted test model.
 base::Status LoadRuntime(const ServeFlags& flags, const fs::path& model_dir,
                          const tokenizer::Tokenizer& tokenizer, Runtime* runtime) {
-  std::unique_ptr<engine::ModelRunner> runner;
   kv::StateLayout layout;
-  engine::EngineConfig config;
-  config.scheduler.eos_token_ids = {server::EosTokenId(tokenizer)};
   if (!flags.scripted_model.empty()) {
-    DI_ASSIGN_OR_RETURN(auto scripted,
+    DI_ASSIGN_OR_RETURN(auto runner,
                         server::ScriptedModelRunner::FromFile(&tokenizer, flags.scripted_model));
-    runner = std::move(scripted);
-    DI_ASSIGN_OR_RETURN(layout, kv::MakePackedStateLayout(kv::V41FlashStateLayoutConfig(), 64));
+    DI_ASSIGN_OR_RETURN(layout,
+                        kv::MakePackedStateLayout(kv::V41FlashStateLayoutConfig(), kBlockTokens));
+    engine::EngineConfig config;
+    config.layout = layout;
+    config.num_slots = flags.max_num_seqs;
+    config.num_blocks = flags.num_blocks > 0 ? flags.num_blocks : 4096;
+    config.scheduler.max_tokens_per_step = std::max(512, flags.max_num_seqs);
+    config.scheduler.max_model_len = flags.max_model_len;
+    config.scheduler.eos_token_ids = {server::EosTokenId(tokenizer)};
+    DI_ASSIGN_OR_RETURN(runtime->engine, engine::Engine::Create(config, std::move(runner)));
   } else {
-    DI_ASSIGN_OR_RETURN(const io::ModelConfig model_config,
-                        io::LoadModelConfig(model_dir / "config.json"));
-    std::optional<model::EngramHashConstants> engram;
-    if (!model_config.text_config.engram_layer_ids.empty()) {
-      const fs::path local = model_dir / "tokenizer.json";
-      const std::string tokenizer_json =
-          fs::exists(local) ? local.string() : tokenizer::DefaultTokenizerPath();
-      DI_ASSIGN_OR_RETURN(
-          engram, model::DeriveEngramHashConstants(model_config.text_config, tokenizer_json));
-    }
-    DI_ASSIGN_OR_RETURN(runtime->model, model::Model::Load(model_dir, &runtime->backend, engram));
-    runner = std::make_unique<engine::ModelRunnerV41>(runtime->model.get(), &runtime->backend,
-                                                      flags.max_num_seqs);
-    DI_ASSIGN_OR_RETURN(layout, engine::StateLayoutForModel(model_config, 64));
-    config.scheduler.eos_token_ids = {static_cast<int32_t>(model_config.eos_token_id)};
+    DI_ASSIGN_OR_RETURN(runtime->loaded, engine::LoadModelForEngine(model_dir.string()));
+    engine::ModelEngineOptions options;
+    options.num_slots = flags.max_num_seqs;
+    options.max_tokens_per_step = std::max(512, flags.max_num_seqs);
+    options.max_model_len = flags.max_model_len;
+    options.block_tokens = kBlockTokens;
+    options.num_blocks = flags.num_blocks;
+    DI_ASSIGN_OR_RETURN(runtime->engine, engine::MakeModelEngine(runtime->loaded, options));
+    DI_ASSIGN_OR_RETURN(layout,
+                        engine::StateLayoutForModel(runtime->loaded.model->config(), kBlockTokens));
   }
-  config.layout = layout;
-  config.num_blocks = flags.num_blocks;
-  config.num_slots = flags.max_num_seqs;
-  config.scheduler.max_tokens_per_step = std::max(512, flags.max_num_seqs);
-  config.scheduler.max_model_len = flags.max_model_len;
-  DI_ASSIGN_OR_RETURN(runtime->engine, engine::Engine::Create(config, std::move(runner)));
   runtime->service = std::make_unique<server::EngineGenerationService>(
       runtime->engine.get(),
       server::EngineServiceOptions{flags.max_model_len, layout.BlockBytes()});
@@ -164,7 +157,8 @@ int RunServe(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences batched by the engine")
       ->capture_default_str();
-  app.add_option("--num-blocks", flags.num_blocks, "state-memory blocks of 64 tokens")
+  app.add_option("--num-blocks", flags.num_blocks,
+                 "state-memory blocks of 16 tokens (0: enough for every sequence)")
       ->capture_default_str();
   app.add_option("--max-running-requests", flags.max_running,
                  "requests admitted at once; more wait in the queue")

@@ -27,8 +27,17 @@ const tokenizer::Tokenizer& SharedTokenizer() {
 
 class ApiServerTest : public ::testing::Test {
  protected:
-  void StartServer(ApiServerOptions options = {},
+  void StartServer() {
+    const ApiServerOptions options;
+    StartServer(options);
+  }
+  void StartWithStep(std::chrono::microseconds step) {
+    const ApiServerOptions options;
+    StartServer(options, step);
+  }
+  void StartServer(const ApiServerOptions& options_in,
                    std::chrono::microseconds step = std::chrono::microseconds(0)) {
+    ApiServerOptions options = options_in;
     const auto& tokenizer = SharedTokenizer();
     FakeGenerationOptions fake;
     fake.script = [this, &tokenizer](std::span<const TokenId>) {
@@ -253,7 +262,7 @@ TEST_F(ApiServerTest, FullQueueGets429WithRetryAfter) {
 }
 
 TEST_F(ApiServerTest, ClientDisconnectCancelsTheGeneration) {
-  StartServer(ApiServerOptions(), std::chrono::milliseconds(20));
+  StartWithStep(std::chrono::milliseconds(20));
   script_eos_ = false;
   script_text_ = std::string(200, 'a');
   {
@@ -295,7 +304,7 @@ TEST_F(ApiServerTest, MetricsCountRequests) {
 }
 
 TEST_F(ApiServerTest, ShutdownLetsInFlightRequestsFinish) {
-  StartServer(ApiServerOptions(), std::chrono::milliseconds(10));
+  StartWithStep(std::chrono::milliseconds(10));
   RawConnection connection(server_->port());
   const std::string body = "{" + kModel + R"(,"prompt":"x","max_tokens":30})";
   ASSERT_TRUE(connection.Send("POST /v1/completions HTTP/1.1\r\nContent-Length: " +
@@ -313,7 +322,7 @@ TEST_F(ApiServerTest, ShutdownLetsInFlightRequestsFinish) {
 }
 
 TEST_F(ApiServerTest, ShutdownCancelsPastTheDeadline) {
-  StartServer(ApiServerOptions(), std::chrono::milliseconds(50));
+  StartWithStep(std::chrono::milliseconds(50));
   script_eos_ = false;
   script_text_ = std::string(200, 'a');
   RawConnection connection(server_->port());
