@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -328,7 +329,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     if (writes_.empty()) {
       if (response_finished_) {
-        if (!keep_alive_) return Close();
+        if (!keep_alive_) return linger_ ? LingerClose() : Close();
         if (watching_) {
           beast::error_code ignored;
           stream_.socket().cancel(ignored);  // the watch handler continues with NextRequest
@@ -357,7 +358,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
+  // After an error answer the client may still be sending (e.g. the body of a 413): closing
+  // with unread input would reset the connection and could destroy the answer before the
+  // client reads it. So: stop sending, discard input for a while, then close.
+  void LingerClose() {
+    if (closed_) return;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    ArmTimer(std::chrono::milliseconds(2000));
+    Discard(0);
+  }
+  void Discard(size_t discarded) {
+    if (closed_ || discarded > (4u << 20)) return Close();
+    stream_.socket().async_read_some(
+        net::buffer(discard_buffer_),
+        [self = shared_from_this(), discarded](beast::error_code ec, size_t n) {
+          if (ec) return self->Close();
+          self->Discard(discarded + n);
+        });
+  }
+
   void FailAndClose(int status, const std::string& message) {
+    linger_ = true;
     keep_alive_ = false;
     response_finished_ = true;
     const std::string body = error_body_(status, path_, message);
@@ -397,6 +419,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool watching_ = false;
   bool writing_ = false;
   bool closed_ = false;
+  bool linger_ = false;
+  std::array<char, 16384> discard_buffer_{};
   bool disconnected_ = false;
   std::atomic<bool> disconnected_flag_{false};
   std::deque<std::string> writes_;

@@ -107,6 +107,20 @@ TEST_F(HttpServerTest, RejectsOversizedBodyBeforeReadingIt) {
   EXPECT_TRUE(connection.WaitClosed());
 }
 
+TEST_F(HttpServerTest, OversizedBodyIsAnsweredEvenWhileTheClientKeepsSending) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1000;
+  StartServer(options);
+  RawConnection connection(server_->port());
+  const std::string body(2 << 20, 'x');  // 2 MiB: more than the socket buffers hold
+  ASSERT_TRUE(connection.Send(
+      "POST /echo HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n"));
+  connection.Send(body);  // the server discards it after answering
+  auto response = connection.ReadResponse();
+  ASSERT_TRUE(response.has_value());
+  EXPECT_EQ(response->status, 413);
+}
+
 TEST_F(HttpServerTest, RejectsOversizedChunkedBody) {
   HttpServerOptions options;
   options.max_body_bytes = 10;
