@@ -1,5 +1,5 @@
 // `deepinfer generate`: offline batched generation through the Engine (V4.1 on the CPU).
-// deepinfer-cmd-requires: engine model backend_cpu tokenizer recipe
+// deepinfer-cmd-requires: engine model backend_factory tokenizer recipe
 //
 //   deepinfer generate [--model DIR] [--prompt TEXT | --prompts-file FILE] [--chat]
 //                      [--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--json]
@@ -142,6 +142,7 @@ int RunGenerate(int argc, char** argv) {
   uint64_t seed = 0;
   bool json_out = false;
   int max_batch = 16;
+  std::string backend_name = "cpu";
   app.add_option("--model", model_dir, "checkpoint directory (default: embedded demo model)");
   auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text");
   app.add_option("--prompts-file", prompts_file, "JSONL file, one request per line")
@@ -153,6 +154,7 @@ int RunGenerate(int argc, char** argv) {
   auto* seed_opt = app.add_option("--seed", seed, "sampling seed");
   app.add_option("--max-batch", max_batch, "max concurrently running sequences (default 16)");
   app.add_flag("--json", json_out, "one JSON object per request on stdout");
+  app.add_option("--backend", backend_name, "compute backend: cpu, cuda or cuda:N (default cpu)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -164,7 +166,7 @@ int RunGenerate(int argc, char** argv) {
   }
   if (*seed_opt) d.seed = seed;
 
-  auto loaded = deepinfer::engine::LoadModelForEngine(model_dir);
+  auto loaded = deepinfer::engine::LoadModelForEngine(model_dir, backend_name);
   if (!loaded.ok()) {
     std::fprintf(stderr, "error: %s\n", loaded.status().ToString().c_str());
     return 2;

@@ -65,6 +65,6 @@ int RunMakeDemoModel(int argc, char** argv) {
 
 }  // namespace
 
-static deepinfer::cli::CommandRegistrar make_demo_model_registrar(
-    "make-demo-model", "write a small random-weight V4.1 checkpoint (random text output)",
-    RunMakeDemoModel);
+DEEPINFER_REGISTER_COMMAND_NAMED(make_demo_model, "make-demo-model",
+                                 "write a small random-weight V4.1 checkpoint (random text output)",
+                                 RunMakeDemoModel);

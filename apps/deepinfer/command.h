@@ -31,3 +31,7 @@ struct CommandRegistrar {
 
 #define DEEPINFER_REGISTER_COMMAND(name, help, fn) \
   static ::deepinfer::cli::CommandRegistrar deepinfer_cmd_registrar_##name(#name, help, fn)
+
+// For command names that are not C++ identifiers ("check-goldens"): `id` names the registrar.
+#define DEEPINFER_REGISTER_COMMAND_NAMED(id, name, help, fn) \
+  static ::deepinfer::cli::CommandRegistrar deepinfer_cmd_registrar_##id(name, help, fn)

@@ -4,13 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/factory.h"
 #include "engine/engine.h"
 #ifdef DEEPINFER_ENGINE_HAS_CHAT
 #include "engine/chat_prompt.h"
@@ -25,15 +26,30 @@
 namespace deepinfer::engine {
 namespace {
 
-const std::filesystem::path kGoldens = std::filesystem::path(DEEPINFER_SHARED_DIR) / "goldens/v41";
+// DEEPINFER_GOLDENS_DIR overrides where the cases are (e.g. on the GPU machine), and
+// DEEPINFER_TEST_BACKEND which backend runs them ("cpu" by default; "cuda" on a GPU).
+std::filesystem::path GoldensDir() {
+  const char* env = std::getenv("DEEPINFER_GOLDENS_DIR");
+  return env ? std::filesystem::path(env)
+             : std::filesystem::path(DEEPINFER_SHARED_DIR) / "goldens/v41";
+}
+const std::filesystem::path kGoldens = GoldensDir();
+
+std::string TestBackendName() {
+  const char* env = std::getenv("DEEPINFER_TEST_BACKEND");
+  return env ? env : "cpu";
+}
 
 class EngineGoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    auto backend = backend::CreateBackend(TestBackendName());
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_owner_ = std::move(*backend);
     const std::filesystem::path dir = kGoldens / GetParam();
     auto engram = model::LoadGoldenEngramConstants(dir / "engram_hash.safetensors");
     ASSERT_TRUE(engram.ok()) << engram.status();
-    auto m = model::Model::Load(dir, &backend_, *engram);
+    auto m = model::Model::Load(dir, backend_owner_.get(), *engram);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
     auto goldens = io::SafetensorsFile::Open(dir / "goldens.safetensors");
@@ -61,7 +77,7 @@ class EngineGoldenTest : public ::testing::TestWithParam<std::string> {
     c.scheduler.max_tokens_per_step = budget;
     c.scheduler.max_model_len = 1024;
     c.scheduler.eos_token_ids = {static_cast<TokenId>(model_->config().eos_token_id)};
-    auto runner = std::make_unique<ModelRunnerV41>(model_.get(), &backend_, slots);
+    auto runner = std::make_unique<ModelRunnerV41>(model_.get(), backend_owner_.get(), slots);
     if (runner_out) *runner_out = runner.get();
     auto engine = Engine::Create(c, std::move(runner));
     CHECK(engine.ok()) << engine.status();
@@ -77,7 +93,7 @@ class EngineGoldenTest : public ::testing::TestWithParam<std::string> {
     return r;
   }
 
-  backend::cpu::CpuBackend backend_;
+  std::unique_ptr<model::Backend> backend_owner_;  // outlives model_ (declared first)
   std::unique_ptr<model::Model> model_;
   std::vector<std::vector<TokenId>> prompts_, greedy_;
 };
@@ -161,7 +177,7 @@ TEST_P(EngineGoldenTest, BatchAndChunkingInvarianceBitwise) {
 // The path `deepinfer generate` takes: LoadModelForEngine (the goldens' WordLevel tokenizer is
 // not loadable: token ids only) + MakeModelEngine.
 TEST_P(EngineGoldenTest, LoadModelForEngineGreedyEqualsGoldens) {
-  auto loaded = LoadModelForEngine((kGoldens / GetParam()).string());
+  auto loaded = LoadModelForEngine((kGoldens / GetParam()).string(), TestBackendName());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto engine = MakeModelEngine(*loaded, ModelEngineOptions{});
   ASSERT_TRUE(engine.ok()) << engine.status();
@@ -182,7 +198,7 @@ TEST_P(EngineGoldenTest, CliGenerateJsonEqualsGoldens) {
   }
   const std::string cmd = std::string(DEEPINFER_CLI_PATH) + " generate --model " +
                           (kGoldens / GetParam()).string() + " --prompts-file " + file +
-                          " --json 2>/dev/null";
+                          " --json --backend " + TestBackendName() + " 2>/dev/null";
   FILE* pipe = popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string output;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "backend/factory.h"
 #include "base/logging.h"
 #include "engine/model_runner_v41.h"
 #include "fmt/format.h"
@@ -11,7 +12,8 @@
 
 namespace deepinfer::engine {
 
-base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir_arg) {
+base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir_arg,
+                                               const std::string& backend_name) {
   LoadedModel out;
   if (dir_arg.empty()) {
     DI_ASSIGN_OR_RETURN(out.dir, model::EnsureDemoModel());
@@ -27,7 +29,7 @@ base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir_arg) {
     if (!derived.ok()) return derived.status().WithContext(fmt::format("model {}", out.dir));
     engram = std::move(*derived);
   }
-  out.backend = std::make_unique<backend::cpu::CpuBackend>();
+  DI_ASSIGN_OR_RETURN(out.backend, backend::CreateBackend(backend_name));
   auto m = model::Model::Load(dir, out.backend.get(), std::move(engram));
   if (!m.ok()) return m.status().WithContext(fmt::format("model {}", out.dir));
   out.model = std::move(*m);

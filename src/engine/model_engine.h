@@ -1,4 +1,4 @@
-// Loading a V4.1 checkpoint (or the embedded demo model) on the CPU backend and building an
+// Loading a V4.1 checkpoint (or the embedded demo model) on a backend and building an
 // Engine over it: shared by `deepinfer generate`, examples/ and bench/engine.
 #pragma once
 
@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "backend/cpu/cpu_backend.h"
 #include "base/statusor.h"
 #include "engine/engine.h"
+#include "model/backend.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -16,7 +16,7 @@ namespace deepinfer::engine {
 
 struct LoadedModel {
   std::string dir;
-  std::unique_ptr<backend::cpu::CpuBackend> backend;
+  std::unique_ptr<model::Backend> backend;
   std::unique_ptr<model::Model> model;  // uses *backend
   // dir/tokenizer.json; null if it cannot be loaded (then only token-id prompts work).
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
@@ -24,8 +24,10 @@ struct LoadedModel {
 
 // Loads `dir` (config.json, checkpoint, tokenizer.json; Engram constants derived from the
 // tokenizer). An empty `dir` means the embedded demo model (generated into the cache on first
-// use, model::EnsureDemoModel). Errors name the directory.
-base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir);
+// use, model::EnsureDemoModel). `backend` names the compute backend (backend::CreateBackend:
+// "cpu", "cuda", "cuda:N"). Errors name the directory or the backend.
+base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir,
+                                               const std::string& backend = "cpu");
 
 struct ModelEngineOptions {
   int32_t num_slots = 16;             // concurrently running sequences

@@ -81,12 +81,13 @@ Status ValidateDims(const TextConfig& t) {
         "text_config.qk_rope_head_dim",
         fmt::format("{} must be even and <= head_dim {}", t.qk_rope_head_dim, t.head_dim));
   }
-  // QAT / quantisation blocks are 32 wide (model.md §6).
+  // FP8 block scales use ceil(n/32), and the reference skips a fake-quant point whose vector
+  // length is not a multiple of its block (model.md §6), so head_dim, q_lora_rank,
+  // index_head_dim, ... need not be multiples of 32. Routed experts are MXFP4 with one scale
+  // per 32 values along K (hidden_size for w1/w3, moe_intermediate_size for w2): those must be.
   DI_RETURN_IF_ERROR(RequireMultiple("text_config.hidden_size", t.hidden_size, 32));
   DI_RETURN_IF_ERROR(
       RequireMultiple("text_config.moe_intermediate_size", t.moe_intermediate_size, 32));
-  DI_RETURN_IF_ERROR(RequireMultiple("text_config.q_lora_rank", t.q_lora_rank, 32));
-  DI_RETURN_IF_ERROR(RequireMultiple("text_config.head_dim", t.head_dim, 32));
   if (t.num_attention_heads % t.o_groups != 0) {
     return FieldError("text_config.o_groups",
                       fmt::format("{} does not divide num_attention_heads {}", t.o_groups,
@@ -169,7 +170,6 @@ Status ValidateSchedule(const TextConfig& t) {
     DI_RETURN_IF_ERROR(RequirePositive("text_config.index_n_heads", t.index_n_heads));
     DI_RETURN_IF_ERROR(RequirePositive("text_config.index_head_dim", t.index_head_dim));
     DI_RETURN_IF_ERROR(RequirePositive("text_config.index_topk", t.index_topk));
-    DI_RETURN_IF_ERROR(RequireMultiple("text_config.index_head_dim", t.index_head_dim, 32));
   }
   if (t.candidate_source_layer_id >= 0) {
     if (!ListHas(t.index_source_layer_ids, t.candidate_source_layer_id)) {

@@ -19,6 +19,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/status.h"
+
 namespace deepinfer::model {
 
 // Storage formats of the release checkpoint (model.md §4.3).
@@ -86,6 +88,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+
+  // Waits for all work issued so far and returns the first error the backend hit, if any.
+  // Backends whose ops run synchronously and cannot fail (the CPU reference) return OK.
+  // Callers check it after a forward pass: ops themselves return nothing.
+  virtual base::Status Synchronize() { return base::Status::Ok(); }
 
   // --- memory -------------------------------------------------------------------------
   // Backend-memory helpers so that the model can stage host data (ids, positions).

@@ -36,6 +36,8 @@ GoldenCheck FromComparison(const LogitsComparison& c) {
   GoldenCheck g;
   g.name = c.name;
   g.passed = c.passed;
+  g.max_abs = c.max_abs;
+  g.max_rel = c.max_rel;
   g.summary = fmt::format("max_abs {:.3g} max_rel {:.3g} median_row {:.3g} rows<=1e-3 {:.0f}%{}",
                           c.max_abs, c.max_rel, c.median_row, 100.0 * c.frac_rows_1e3,
                           c.passed ? "" : " (" + c.detail + ")");

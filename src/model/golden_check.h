@@ -31,7 +31,9 @@ LogitsComparison CompareLogits(const std::string& name, const float* engine, con
 struct GoldenCheck {
   std::string name;  // "prompt.0.prefill_logits", "prompt.1.greedy_tokens", ...
   bool passed = false;
-  std::string summary;  // one line: errors and verdict
+  std::string summary;   // one line: errors and verdict
+  double max_abs = 0.0;  // logits checks: max |engine - golden| (0 for exact checks)
+  double max_rel = 0.0;  // logits checks: max_abs / max |golden|
 };
 
 struct GoldenCaseResult {

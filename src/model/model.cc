@@ -140,6 +140,10 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
     }
   }
   for (const ForwardChunk& chunk : batch.chunks) DI_RETURN_IF_ERROR(ForwardOne(chunk, &out));
+  // Ops report nothing themselves; an asynchronous backend (CUDA) surfaces its first error
+  // here, so a failed step never returns plausible-looking logits.
+  DI_RETURN_IF_ERROR(
+      backend_->Synchronize().WithContext("backend " + std::string(backend_->name())));
   return out;
 }
 

@@ -15,21 +15,18 @@
 namespace deepinfer::model {
 namespace {
 
-TEST(ModelVariantsTest, OddWindowDemoModelIsChunkingInvariant) {
-  const auto dir = std::filesystem::temp_directory_path() / "deepinfer_model_variants_test";
+// Writes a random checkpoint of `size`, then checks that one-shot prefill equals chunked
+// prefill (chunks of 1 and 5) and that every logit is finite.
+void ExpectChunkingInvariant(const DemoModelSize& size, const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("deepinfer_model_variants_" + name);
   std::filesystem::remove_all(dir);
   DemoModelOptions options;
   options.seed = 7;
   options.tokenizer_json =
       std::string(DEEPINFER_SHARED_DIR) + "/tokenizers/deepseek-v4.1/tokenizer.json";
-  options.size.hidden_size = 128;
-  options.size.head_dim = 96;  // not a multiple of 32: the window-KV FP8 point is skipped
-  options.size.qk_rope_head_dim = 16;
-  options.size.sliding_window = 7;
-  options.size.index_topk = 3;
-  options.size.candidate_topk_blocks = 2;
-  options.size.candidate_block_size = 2;
-  ASSERT_TRUE(WriteDemoModel(dir, options).ok());
+  options.size = size;
+  const auto written = WriteDemoModel(dir, options);
+  ASSERT_TRUE(written.ok()) << written;
   auto config = io::LoadModelConfig(dir / "config.json");
   ASSERT_TRUE(config.ok()) << config.status();
   auto engram = DeriveEngramHashConstants(config->text_config, (dir / "tokenizer.json").string());
@@ -65,6 +62,36 @@ TEST(ModelVariantsTest, OddWindowDemoModelIsChunkingInvariant) {
     for (float v : many) ASSERT_TRUE(std::isfinite(v));
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(ModelVariantsTest, OddWindowSelectiveIndexerIsChunkingInvariant) {
+  DemoModelSize size;
+  size.hidden_size = 128;
+  size.head_dim = 96;  // 3 x 32: every fake-quant point on
+  size.qk_rope_head_dim = 16;
+  size.sliding_window = 7;
+  size.index_topk = 3;
+  size.candidate_topk_blocks = 2;
+  size.candidate_block_size = 2;
+  ExpectChunkingInvariant(size, "odd_window");
+}
+
+// Sizes that are not multiples of the quantisation blocks (only the MXFP4 experts' K must be):
+// FP8 block scales use ceil(n/32) and the fake-quant points whose vector length is not a
+// multiple of their block are skipped (head_dim 72: window-KV FP8 off, compressed-KV FP4 off
+// as 72 = 4.5 x 16; index_head_dim 40: indexer FP4 off).
+TEST(ModelVariantsTest, SizesOffTheQuantBlocksAreChunkingInvariant) {
+  DemoModelSize size;
+  size.hidden_size = 96;
+  size.head_dim = 72;
+  size.qk_rope_head_dim = 8;
+  size.q_lora_rank = 40;
+  size.o_lora_rank = 48;
+  size.moe_intermediate_size = 64;
+  size.index_head_dim = 40;
+  size.sliding_window = 5;
+  size.index_topk = 4;
+  ExpectChunkingInvariant(size, "off_blocks");
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ class CudaBackend final : public model::Backend {
   base::Status status() const;
   // Waits for all enqueued work; folds asynchronous errors and kernel-reported bad indices
   // into status() and returns it.
-  base::Status Synchronize();
+  base::Status Synchronize() override;
   // Uploads a weight now (load time) instead of at its first use.
   base::Status UploadWeight(const model::WeightRef& w);
   // Frees every uploaded weight (call when the checkpoint they came from is unloaded).

@@ -1,0 +1,21 @@
+#include "model/backend.h"
+
+namespace deepinfer::model {
+
+std::string_view WeightFormatName(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kBF16:
+      return "bf16";
+    case WeightFormat::kFp8Block32:
+      return "fp8_e4m3+e8m0/32x32";
+    case WeightFormat::kFp8Row32:
+      return "fp8_e4m3+e8m0/row32";
+    case WeightFormat::kMxFp4:
+      return "mxfp4_e2m1+e8m0/32";
+  }
+  return "unknown";
+}
+
+}  // namespace deepinfer::model
