@@ -4,7 +4,7 @@
 // /health answers 503 while the model loads. SIGTERM / SIGINT: stop accepting, let in-flight
 // requests finish for --shutdown-timeout seconds, cancel the rest, exit 0.
 // Exit codes: 0 clean shutdown, 2 usage or startup error.
-// deepinfer-cmd-requires: server recipe engine model backend_cpu io tokenizer
+// deepinfer-cmd-requires: server recipe engine model backend_factory io tokenizer
 #include <signal.h>
 #include <unistd.h>
 
@@ -70,6 +70,7 @@ class LateBoundService final : public server::GenerationService {
 
 struct ServeFlags {
   std::string model_dir;
+  std::string backend = "cpu";  // backend::CreateBackend name: cpu, cuda, cuda:N
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -111,7 +112,8 @@ base::Status LoadRuntime(const ServeFlags& flags, const fs::path& model_dir,
     config.scheduler.eos_token_ids = {server::EosTokenId(tokenizer)};
     DI_ASSIGN_OR_RETURN(runtime->engine, engine::Engine::Create(config, std::move(runner)));
   } else {
-    DI_ASSIGN_OR_RETURN(runtime->loaded, engine::LoadModelForEngine(model_dir.string()));
+    DI_ASSIGN_OR_RETURN(runtime->loaded,
+                        engine::LoadModelForEngine(model_dir.string(), flags.backend));
     engine::ModelEngineOptions options;
     options.num_slots = flags.max_num_seqs;
     options.max_tokens_per_step = std::max(512, flags.max_num_seqs);
@@ -145,6 +147,7 @@ int RunServe(int argc, char** argv) {
   CLI::App app{"Serve the OpenAI + Anthropic compatible HTTP API", argv[0]};
   ServeFlags flags;
   app.add_option("--model", flags.model_dir, "checkpoint directory (default: the demo model)");
+  app.add_option("--backend", flags.backend, "compute backend: cpu, cuda or cuda:N (default cpu)");
   app.add_option("--host", flags.host, "address to listen on")->capture_default_str();
   app.add_option("--port", flags.port, "port to listen on (0: any free port)")
       ->capture_default_str();

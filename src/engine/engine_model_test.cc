@@ -185,6 +185,20 @@ TEST_P(EngineGoldenTest, LoadModelForEngineGreedyEqualsGoldens) {
   EXPECT_EQ(result.result.samples[0].tokens, greedy_[0]);
 }
 
+// No model named: DEEPINFER_HF_MODEL_DIR wins over the demo model; a missing directory is a
+// clear NotFound, not a crash.
+TEST_P(EngineGoldenTest, LoadModelForEngineHonoursHfModelDirEnv) {
+  const std::string dir = (kGoldens / GetParam()).string();
+  ASSERT_EQ(setenv("DEEPINFER_HF_MODEL_DIR", dir.c_str(), 1), 0);
+  auto loaded = LoadModelForEngine("", TestBackendName());
+  auto missing = LoadModelForEngine("/nonexistent/model/dir", TestBackendName());
+  unsetenv("DEEPINFER_HF_MODEL_DIR");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->dir, dir);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), base::StatusCode::kNotFound);
+}
+
 #ifdef DEEPINFER_CLI_PATH
 // `deepinfer generate --prompts-file F --json` on the golden checkpoint: one JSON line per
 // request, in input order, with the goldens' greedy token_ids.

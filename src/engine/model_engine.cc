@@ -7,6 +7,7 @@
 #include "base/logging.h"
 #include "engine/model_runner_v41.h"
 #include "fmt/format.h"
+#include "io/model_resolve.h"
 #include "model/demo_model.h"
 #include "model/engram_hash.h"
 
@@ -15,10 +16,12 @@ namespace deepinfer::engine {
 base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir_arg,
                                                const std::string& backend_name) {
   LoadedModel out;
-  if (dir_arg.empty()) {
+  const io::ResolveEnv env = io::ResolveEnv::FromProcess();
+  if (dir_arg.empty() && !env.deepinfer_hf_model_dir) {
     DI_ASSIGN_OR_RETURN(out.dir, model::EnsureDemoModel());
-  } else {
-    out.dir = dir_arg;
+  } else {  // a directory, DEEPINFER_HF_MODEL_DIR, or a Hugging Face id in the HF cache
+    DI_ASSIGN_OR_RETURN(const std::filesystem::path resolved, io::ResolveModelDir(dir_arg, env));
+    out.dir = resolved.string();
   }
   const std::filesystem::path dir(out.dir);
   const std::string tokenizer_path = (dir / "tokenizer.json").string();

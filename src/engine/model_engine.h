@@ -23,9 +23,11 @@ struct LoadedModel {
 };
 
 // Loads `dir` (config.json, checkpoint, tokenizer.json; Engram constants derived from the
-// tokenizer). An empty `dir` means the embedded demo model (generated into the cache on first
-// use, model::EnsureDemoModel). `backend` names the compute backend (backend::CreateBackend:
-// "cpu", "cuda", "cuda:N"). Errors name the directory or the backend.
+// tokenizer). `dir` may also be a Hugging Face id found in the HF cache (io::ResolveModelDir).
+// An empty `dir` means $DEEPINFER_HF_MODEL_DIR when set, else the embedded demo model
+// (generated into the cache on first use, model::EnsureDemoModel). `backend` names the compute
+// backend (backend::CreateBackend: "cpu", "cuda", "cuda:N"). Errors name the directory or the
+// backend.
 base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir,
                                                const std::string& backend = "cpu");
 
