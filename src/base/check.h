@@ -32,10 +32,11 @@ struct Voidify {
 
 }  // namespace deepinfer::base::internal
 
-#define CHECK(condition)                                     \
-  (condition) ? (void)0                                      \
-              : ::deepinfer::base::internal::Voidify() &     \
-                    ::deepinfer::base::internal::CheckFailure(__FILE__, __LINE__, #condition).stream()
+#define CHECK(condition)                         \
+  (condition)                                    \
+      ? (void)0                                  \
+      : ::deepinfer::base::internal::Voidify() & \
+            ::deepinfer::base::internal::CheckFailure(__FILE__, __LINE__, #condition).stream()
 
 #define DI_CHECK_OP_(a, op, b) CHECK((a)op(b)) << "(" << (a) << " vs " << (b) << ") "
 #define CHECK_EQ(a, b) DI_CHECK_OP_(a, ==, b)
@@ -44,10 +45,10 @@ struct Voidify {
 #define CHECK_LE(a, b) DI_CHECK_OP_(a, <=, b)
 #define CHECK_GT(a, b) DI_CHECK_OP_(a, >, b)
 #define CHECK_GE(a, b) DI_CHECK_OP_(a, >=, b)
-#define CHECK_OK(expr)                                             \
-  do {                                                             \
-    const ::deepinfer::base::Status di_check_status_ = (expr);     \
-    CHECK(di_check_status_.ok()) << di_check_status_.ToString();   \
+#define CHECK_OK(expr)                                           \
+  do {                                                           \
+    const ::deepinfer::base::Status di_check_status_ = (expr);   \
+    CHECK(di_check_status_.ok()) << di_check_status_.ToString(); \
   } while (0)
 
 #ifdef NDEBUG

@@ -93,10 +93,10 @@ Status UnauthenticatedError(std::string_view message);
 #define DI_STATUS_CONCAT_(a, b) DI_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define DI_RETURN_IF_ERROR(expr)                                 \
-  do {                                                           \
-    ::deepinfer::base::Status di_status_tmp_ = (expr);           \
-    if (!di_status_tmp_.ok()) return di_status_tmp_;             \
+#define DI_RETURN_IF_ERROR(expr)                       \
+  do {                                                 \
+    ::deepinfer::base::Status di_status_tmp_ = (expr); \
+    if (!di_status_tmp_.ok()) return di_status_tmp_;   \
   } while (0)
 
 // DI_ASSIGN_OR_RETURN(lhs, expr): evaluates `expr` (a StatusOr<T>); on error returns its

@@ -1,10 +1,11 @@
+#include "base/status.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 
 #include "base/check.h"
-#include "base/status.h"
 #include "base/statusor.h"
 
 namespace deepinfer::base {
@@ -78,10 +79,16 @@ TEST(StatusOrTest, MoveOnlyValue) {
 }
 
 TEST(CheckDeathTest, CheckAbortsWithLocation) {
-  EXPECT_DEATH({ CHECK(1 + 1 == 3) << "math is broken"; }, "status_test.cc:.*CHECK failed.*math is broken");
+  EXPECT_DEATH({ CHECK(1 + 1 == 3) << "math is broken"; },
+               "status_test.cc:.*CHECK failed.*math is broken");
   EXPECT_DEATH({ CHECK_EQ(2, 3); }, "2 vs 3");
   EXPECT_DEATH({ CHECK_OK(InternalError("boom")); }, "INTERNAL: boom");
-  EXPECT_DEATH({ StatusOr<int> e = InternalError("x"); (void)e.value(); }, "StatusOr::value");
+  EXPECT_DEATH(
+      {
+        StatusOr<int> e = InternalError("x");
+        (void)e.value();
+      },
+      "StatusOr::value");
 }
 
 TEST(CheckTest, PassingCheckDoesNothing) {

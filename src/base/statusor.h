@@ -20,13 +20,13 @@ class [[nodiscard]] StatusOr {
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     CHECK(!status_.ok()) << "StatusOr constructed from an OK status without a value";
   }
-  StatusOr(const T& value) : value_(value) {}  // NOLINT(google-explicit-constructor)
+  StatusOr(const T& value) : value_(value) {}        // NOLINT(google-explicit-constructor)
   StatusOr(T&& value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
   template <typename U>
-    requires(std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, T> &&
-             !std::is_same_v<std::decay_t<U>, Status> &&
-             !std::is_same_v<std::decay_t<U>, StatusOr<T>>)
-  StatusOr(U&& value) : value_(std::in_place, std::forward<U>(value)) {}  // NOLINT
+  requires(std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, T> &&
+           !std::is_same_v<std::decay_t<U>, Status> &&
+           !std::is_same_v<std::decay_t<U>, StatusOr<T>>) StatusOr(U&& value)
+      : value_(std::in_place, std::forward<U>(value)) {}  // NOLINT
 
   bool ok() const { return status_.ok(); }
   const Status& status() const& { return status_; }
