@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/setup-venv.sh
+scripts/check-format.sh
 scripts/build.sh
 BUILD_DIR="${DEEPINFER_BUILD_DIR:-build}"
 JOBS="${DEEPINFER_TEST_JOBS:-$(nproc)}"
