@@ -44,5 +44,5 @@ int RunRecipeCheck(int argc, char** argv) {
 
 // The command name has a hyphen, so the registrar is spelled out instead of using
 // DEEPINFER_REGISTER_COMMAND (which needs an identifier).
-static ::deepinfer::cli::CommandRegistrar recipe_check_registrar(
-    "recipe-check", "run recipe conformance cases against goldens", RunRecipeCheck);
+DEEPINFER_REGISTER_COMMAND_NAMED(recipe_check, "recipe-check",
+                                 "run recipe conformance cases against goldens", RunRecipeCheck);
