@@ -42,7 +42,5 @@ int RunRecipeCheck(int argc, char** argv) {
 
 }  // namespace
 
-// The command name has a hyphen, so the registrar is spelled out instead of using
-// DEEPINFER_REGISTER_COMMAND (which needs an identifier).
 DEEPINFER_REGISTER_COMMAND_NAMED(recipe_check, "recipe-check",
                                  "run recipe conformance cases against goldens", RunRecipeCheck);
