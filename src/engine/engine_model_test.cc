@@ -77,7 +77,8 @@ class EngineGoldenTest : public ::testing::TestWithParam<std::string> {
     c.scheduler.max_tokens_per_step = budget;
     c.scheduler.max_model_len = 1024;
     c.scheduler.eos_token_ids = {static_cast<TokenId>(model_->config().eos_token_id)};
-    auto runner = std::make_unique<ModelRunnerV41>(model_.get(), backend_owner_.get(), slots);
+    auto runner = std::make_unique<ModelRunnerV41>(model_.get(), backend_owner_.get(), slots,
+                                                   /*block_tokens=*/16, blocks);
     if (runner_out) *runner_out = runner.get();
     auto engine = Engine::Create(c, std::move(runner));
     CHECK(engine.ok()) << engine.status();
@@ -129,6 +130,154 @@ TEST_P(EngineGoldenTest, ParallelSamplesShareThePrompt) {
   const auto result = engine->Generate({r})[0];
   ASSERT_EQ(result.result.samples.size(), 3u);
   for (const SampleResult& s : result.result.samples) EXPECT_EQ(s.tokens, greedy_[1]) << s.index;
+}
+
+// Drives ModelRunnerV41 with hand-made plans over a kv::StateManager (what the scheduler does
+// for n > 1): a parent prefills `prompt_len` tokens and forks a child at the end of the prompt.
+// The child must share the parent's complete blocks (same ids, refcount 2, one piece of runner
+// memory each) and only get a copy of the partial last block; both then decode different
+// tokens across a block boundary, and every logits row must equal, bitwise, a standalone
+// unforked model sequence fed the same tokens. Freeing both returns every block.
+TEST_P(EngineGoldenTest, ForkSharesCompletePromptBlocks) {
+  constexpr int kBlockTokens = 16;
+  constexpr int32_t kBlocks = 32;
+  std::vector<TokenId> base;
+  for (const auto& p : prompts_) base.insert(base.end(), p.begin(), p.end());
+  for (const int64_t prompt_len : {int64_t{37}, int64_t{48}}) {
+    SCOPED_TRACE(prompt_len);
+    ASSERT_GE(static_cast<int64_t>(base.size()), prompt_len);
+    const std::vector<TokenId> prompt(base.begin(), base.begin() + prompt_len);
+    auto layout = StateLayoutForModel(model_->config(), kBlockTokens);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    kv::StateManager kv(*layout, kBlocks, /*num_slots=*/2);
+    ModelRunnerV41 runner(model_.get(), backend_owner_.get(), 2, kBlockTokens, kBlocks);
+    std::vector<std::vector<float>> rows;  // logits of the last step, chunk order
+    runner.SetLogitsObserver([&](const ScheduledChunk&, std::span<const float> logits) {
+      rows.emplace_back(logits.begin(), logits.end());
+    });
+    const auto chunk = [&](kv::SeqId seq, int64_t start, std::vector<TokenId> tokens) {
+      EXPECT_TRUE(kv.Reserve(seq, start + static_cast<int64_t>(tokens.size())));
+      ScheduledChunk c;
+      c.seq_id = seq;
+      c.slot = kv.slot(seq);
+      c.start_position = start;
+      c.tokens = std::move(tokens);
+      c.block_table = kv.block_table(seq);
+      return c;
+    };
+
+    // Prefill the parent (seq 0) and fork the child (seq 1) after it, as the scheduler does.
+    ASSERT_TRUE(kv.Add(0).ok());
+    StepPlan prefill;
+    prefill.chunks.push_back(chunk(0, 0, prompt));
+    kv.Commit(0, prompt);
+    auto copy = kv.Fork(0, 1, prompt_len);
+    ASSERT_TRUE(copy.ok()) << copy.status();
+    prefill.copies_after.push_back(*copy);
+    ASSERT_TRUE(runner.Execute(prefill).ok());
+    ASSERT_EQ(rows.size(), 1u);
+    const std::vector<float> prompt_logits = rows[0];
+
+    const int64_t complete = prompt_len / kBlockTokens;
+    const bool partial = prompt_len % kBlockTokens != 0;
+    const auto& parent_table = kv.block_table(0);
+    const auto& child_table = kv.block_table(1);
+    ASSERT_EQ(static_cast<int64_t>(child_table.size()), complete + (partial ? 1 : 0));
+    for (int64_t i = 0; i < complete; ++i) {
+      EXPECT_EQ(child_table[i], parent_table[i]) << "block " << i;
+      EXPECT_EQ(kv.pool().ref_count(parent_table[i]), 2) << "block " << i;
+    }
+    if (partial) {
+      EXPECT_NE(child_table.back(), parent_table.back());
+    }
+    const int32_t prompt_blocks = kv.BlocksForTokens(prompt_len);
+    const int32_t used = kBlocks - kv.num_free_blocks();
+    EXPECT_EQ(used, prompt_blocks + (partial ? 1 : 0));
+    EXPECT_LT(used, 2 * prompt_blocks);  // a deep copy would hold two full tables
+    EXPECT_EQ(runner.num_materialized_blocks(), used);
+
+    // Decode 20 steps (crossing a block boundary): parent and child feed different tokens.
+    std::vector<TokenId> parent_tokens = prompt, child_tokens = prompt;
+    std::vector<std::vector<float>> parent_logits, child_logits;
+    for (int step = 0; step < 20; ++step) {
+      const TokenId a = static_cast<TokenId>(3 + step), b = static_cast<TokenId>(40 + 2 * step);
+      StepPlan decode;
+      decode.chunks.push_back(chunk(0, static_cast<int64_t>(parent_tokens.size()), {a}));
+      decode.chunks.push_back(chunk(1, static_cast<int64_t>(child_tokens.size()), {b}));
+      rows.clear();
+      ASSERT_TRUE(runner.Execute(decode).ok());
+      ASSERT_EQ(rows.size(), 2u);
+      parent_tokens.push_back(a);
+      child_tokens.push_back(b);
+      kv.Commit(0, parent_tokens);
+      kv.Commit(1, child_tokens);
+      parent_logits.push_back(rows[0]);
+      child_logits.push_back(rows[1]);
+    }
+    for (int64_t i = 0; i < complete; ++i) {
+      EXPECT_EQ(kv.pool().ref_count(kv.block_table(0)[i]), 2) << "block " << i;
+    }
+
+    // Unforked reference: a standalone sequence per branch, same tokens, same chunking.
+    const auto reference = [&](const std::vector<TokenId>& tokens,
+                               const std::vector<std::vector<float>>& got) {
+      model::SequenceState s = model_->NewSequence();
+      model::ForwardBatch first;
+      first.chunks.push_back(
+          {&s, std::span<const TokenId>(tokens.data(), prompt.size()), 0, false});
+      auto out = model_->Forward(first);
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_TRUE(out->logits == prompt_logits) << "prompt logits differ";
+      for (size_t i = prompt.size(); i < tokens.size(); ++i) {
+        model::ForwardBatch one;
+        one.chunks.push_back(
+            {&s, std::span<const TokenId>(&tokens[i], 1), static_cast<int64_t>(i), false});
+        auto step = model_->Forward(one);
+        ASSERT_TRUE(step.ok()) << step.status();
+        EXPECT_TRUE(step->logits == got[i - prompt.size()]) << "position " << i;
+      }
+    };
+    reference(parent_tokens, parent_logits);
+    reference(child_tokens, child_logits);
+
+    kv.Free(0);
+    kv.Free(1);
+    EXPECT_EQ(kv.num_free_blocks(), kBlocks);
+  }
+}
+
+// Seeded n <= 3 requests on a pool too small for all of them (forks, preemption of parents
+// and children, recompute): every sample equals the request run alone on a large pool, and
+// the pool ends with every block free.
+TEST_P(EngineGoldenTest, ForksUnderPreemptionEqualAloneAndFreeEveryBlock) {
+  std::vector<TokenId> base;
+  for (const auto& p : prompts_) base.insert(base.end(), p.begin(), p.end());
+  std::vector<Request> requests;
+  for (int i = 0; i < 8; ++i) {
+    const size_t len = 10 + 9 * static_cast<size_t>(i);
+    ASSERT_GE(base.size(), len);
+    Request r = Greedy(std::vector<TokenId>(base.begin(), base.begin() + len), 20);
+    r.params.n = 1 + i % 3;
+    r.params.temperature = 0.9f;
+    r.params.seed = static_cast<uint64_t>(100 + i);
+    requests.push_back(r);
+  }
+  auto engine = MakeEngine(/*budget=*/32, /*slots=*/6, nullptr, /*blocks=*/16);
+  const auto batched = engine->Generate(requests);
+  const EngineCounters counters = engine->Counters();
+  EXPECT_GT(counters.preemptions, 0);
+  EXPECT_EQ(counters.free_blocks, counters.total_blocks);
+  EXPECT_EQ(counters.total_blocks, 16);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto alone_engine = MakeEngine(/*budget=*/512, /*slots=*/4);
+    const auto alone = alone_engine->Generate({requests[i]})[0];
+    ASSERT_TRUE(batched[i].result.status.ok()) << batched[i].result.status;
+    ASSERT_EQ(batched[i].result.samples.size(), alone.result.samples.size()) << i;
+    for (size_t k = 0; k < alone.result.samples.size(); ++k) {
+      EXPECT_EQ(batched[i].result.samples[k].tokens, alone.result.samples[k].tokens)
+          << "request " << i << " sample " << k;
+    }
+  }
 }
 
 // 16 mixed-length prompts: every logits row (after each prompt and each generated token) of

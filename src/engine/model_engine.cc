@@ -60,9 +60,11 @@ base::StatusOr<std::unique_ptr<Engine>> MakeModelEngine(const LoadedModel& loade
   c.scheduler.max_model_len = options.max_model_len;
   c.scheduler.eos_token_ids = {static_cast<TokenId>(config.eos_token_id)};
   c.scheduler.seed = options.seed;
-  return Engine::Create(std::move(c),
-                        std::make_unique<ModelRunnerV41>(loaded.model.get(), loaded.backend.get(),
-                                                         options.num_slots));
+  DI_RETURN_IF_ERROR(loaded.model->StateBlockFloats(options.block_tokens).status());
+  auto runner =
+      std::make_unique<ModelRunnerV41>(loaded.model.get(), loaded.backend.get(), options.num_slots,
+                                       options.block_tokens, c.num_blocks);
+  return Engine::Create(std::move(c), std::move(runner));
 }
 
 }  // namespace deepinfer::engine

@@ -1,29 +1,64 @@
 #include "engine/model_runner_v41.h"
 
+#include <algorithm>
+
+#include "base/check.h"
 #include "engine/sampling.h"
 #include "fmt/format.h"
 
 namespace deepinfer::engine {
 
-ModelRunnerV41::ModelRunnerV41(model::Model* model, model::Backend* backend, int32_t num_slots)
-    : model_(model), backend_(backend), slots_(static_cast<size_t>(num_slots)) {}
+ModelRunnerV41::ModelRunnerV41(model::Model* model, model::Backend* backend, int32_t num_slots,
+                               int block_tokens, int32_t num_blocks)
+    : model_(model),
+      backend_(backend),
+      block_tokens_(block_tokens),
+      blocks_(static_cast<size_t>(std::max(num_blocks, 0))),
+      slots_(static_cast<size_t>(num_slots)) {
+  auto floats = model_->StateBlockFloats(block_tokens);
+  CHECK(floats.ok()) << floats.status();
+  block_floats_ = *floats;
+}
 
 int ModelRunnerV41::vocab_size() const {
   return static_cast<int>(model_->config().text_config.vocab_size);
 }
 
-model::SequenceState ModelRunnerV41::CopyState(const model::SequenceState& src) const {
+int32_t ModelRunnerV41::num_materialized_blocks() const {
+  int32_t n = 0;
+  for (const model::DeviceFloats& b : blocks_) n += b.size() > 0 ? 1 : 0;
+  return n;
+}
+
+float* ModelRunnerV41::BlockData(kv::BlockId id) {
+  if (id < 0 || static_cast<size_t>(id) >= blocks_.size()) return nullptr;
+  model::DeviceFloats& block = blocks_[static_cast<size_t>(id)];
+  if (block.size() == 0) block = model::DeviceFloats(backend_, block_floats_);
+  return block.data();
+}
+
+base::Status ModelRunnerV41::MapBlocks(const ScheduledChunk& chunk, model::SequenceState& state) {
+  std::vector<float*>& table = state.blocks.table;
+  table.clear();
+  for (kv::BlockId id : chunk.block_table) {
+    float* data = BlockData(id);
+    if (data == nullptr) {
+      return base::InternalError(fmt::format("sequence {}: block {} outside the pool of {}",
+                                             chunk.seq_id, id, blocks_.size()));
+    }
+    table.push_back(data);
+  }
+  return base::Status::Ok();
+}
+
+// Everything but the blocks: window rings, partial-group buffers, counts, Engram history.
+model::SequenceState ModelRunnerV41::CopyMutableState(const model::SequenceState& src) const {
   const auto copy_floats = [this](const model::DeviceFloats& a) {
     model::DeviceFloats b;
     if (a.size() > 0) {
       b = model::DeviceFloats(backend_, a.size());
       backend_->CopyDevice(b.data(), a.data(), a.size() * static_cast<int64_t>(sizeof(float)));
     }
-    return b;
-  };
-  const auto copy_rows = [this](const model::DeviceRows& a) {
-    model::DeviceRows b(backend_, a.width());
-    b.Append(a.data(), a.rows());
     return b;
   };
   model::SequenceState dst;
@@ -33,17 +68,48 @@ model::SequenceState ModelRunnerV41::CopyState(const model::SequenceState& src) 
     dst.windows.push_back({copy_floats(w.kv), w.pos});
   }
   for (const model::KvGroupState& g : src.groups) {
-    model::KvGroupState c;
-    c.source_layer = g.source_layer;
-    c.ratio = g.ratio;
-    c.entries = copy_rows(g.entries);
-    c.index_keys = copy_rows(g.index_keys);
-    c.pending_c = copy_floats(g.pending_c);
-    c.pending_z = copy_floats(g.pending_z);
-    c.n_pending = g.n_pending;
+    model::KvGroupState c = {.source_layer = g.source_layer,
+                             .ratio = g.ratio,
+                             .entries_per_block = g.entries_per_block,
+                             .entry_offset = g.entry_offset,
+                             .key_offset = g.key_offset,
+                             .has_keys = g.has_keys,
+                             .entry_count = g.entry_count,
+                             .pending_c = copy_floats(g.pending_c),
+                             .pending_z = copy_floats(g.pending_z),
+                             .n_pending = g.n_pending};
     dst.groups.push_back(std::move(c));
   }
+  dst.blocks.block_tokens = src.blocks.block_tokens;
+  dst.blocks.block_floats = src.blocks.block_floats;
+  dst.blocks.self_allocating = false;
   return dst;
+}
+
+// A fork: the child shares the parent's complete blocks (its block table, refcounted by the
+// StateManager, already names them); only the mutable state and the partial last block are
+// copied. The child's table is mapped from its own block table at its next chunk.
+base::Status ModelRunnerV41::ApplyCopy(const kv::StateCopy& copy) {
+  const auto in_range = [this](kv::SlotId s) {
+    return s >= 0 && static_cast<size_t>(s) < slots_.size();
+  };
+  if (!in_range(copy.src_slot) || !in_range(copy.dst_slot)) {
+    return base::InternalError(
+        fmt::format("fork from slot {} to slot {}: out of range", copy.src_slot, copy.dst_slot));
+  }
+  const auto& src = slots_[static_cast<size_t>(copy.src_slot)];
+  if (!src.has_value()) return base::InternalError("fork from an empty slot");
+  if (copy.dst_block != kv::kNoBlock) {
+    const float* from = BlockData(copy.src_block);
+    float* to = BlockData(copy.dst_block);
+    if (from == nullptr || to == nullptr) {
+      return base::InternalError(fmt::format("fork copies block {} to {}: outside the pool of {}",
+                                             copy.src_block, copy.dst_block, blocks_.size()));
+    }
+    backend_->CopyDevice(to, from, block_floats_ * static_cast<int64_t>(sizeof(float)));
+  }
+  slots_[static_cast<size_t>(copy.dst_slot)] = CopyMutableState(*src);
+  return base::Status::Ok();
 }
 
 base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
@@ -54,12 +120,15 @@ base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
           fmt::format("sequence {}: slot {} out of range", chunk.seq_id, chunk.slot));
     }
     std::optional<model::SequenceState>& state = slots_[static_cast<size_t>(chunk.slot)];
-    if (chunk.start_position == 0) state = model_->NewSequence();
+    if (chunk.start_position == 0) {
+      DI_ASSIGN_OR_RETURN(state, model_->NewPagedSequence(block_tokens_));
+    }
     if (!state.has_value() || state->length != chunk.start_position) {
       return base::InternalError(
           fmt::format("sequence {}: slot {} holds {} tokens, chunk starts at {}", chunk.seq_id,
                       chunk.slot, state ? state->length : -1, chunk.start_position));
     }
+    DI_RETURN_IF_ERROR(MapBlocks(chunk, *state));
     batch.chunks.push_back({&*state, chunk.tokens, chunk.start_position, false});
   }
   DI_ASSIGN_OR_RETURN(model::ForwardOutput forward, model_->Forward(batch));
@@ -81,11 +150,7 @@ base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
       out.tokens.push_back({target.seq_id, s.token, s.logprob, std::move(s.top_logprobs)});
     }
   }
-  for (const kv::StateCopy& copy : plan.copies_after) {
-    const auto& src = slots_[static_cast<size_t>(copy.src_slot)];
-    if (!src.has_value()) return base::InternalError("fork from an empty slot");
-    slots_[static_cast<size_t>(copy.dst_slot)] = CopyState(*src);
-  }
+  for (const kv::StateCopy& copy : plan.copies_after) DI_RETURN_IF_ERROR(ApplyCopy(copy));
   return out;
 }
 

@@ -1,11 +1,14 @@
 // ModelRunnerV41: executes StepPlans on the V4.1 model (model::Model over any backend).
 //
-// The model keeps each sequence's state in a model::SequenceState (its own growing arrays);
-// this runner maps the scheduler's slots to SequenceStates: a chunk starting at position 0
-// creates a fresh state in its slot, later chunks continue it, copies_after deep-copy it.
-// Block tables are not read: on this path kv blocks are the memory budget (accounting),
-// while the bytes live in the SequenceState. (Paged storage inside the model is future work;
-// the StateLayout bytes match what a paged backend would hold.)
+// State: each scheduler slot maps to a model::SequenceState holding the small mutable part
+// (window rings, partial-group buffers, Engram history). The compressed KV entries and index
+// keys live in this runner's block pool: `num_blocks` fixed-size blocks of backend memory,
+// block id b = the kv::BlockId the scheduler's StateManager allocated (each block's memory is
+// allocated on first use and reused after). Before the forward, each chunk's block table
+// (ids) is turned into block base pointers in its SequenceState (model/state.h StateBlocks),
+// so a block the StateManager shares between sequences (n > 1 forks, later a prefix cache)
+// is one piece of memory read by all of them. A chunk at position 0 starts a fresh state.
+// copies_after (forks) copy the slot's mutable part and the partial last block only.
 //
 // All chunks of a step go to one Model::Forward call; each sequence's logits depend only
 // on its own tokens and chunking, never on the other chunks of the batch.
@@ -29,17 +32,31 @@ class ModelRunnerV41 : public ModelRunner {
       std::function<void(const ScheduledChunk& chunk, std::span<const float> logits)>;
 
   // `model` and `backend` (the one the model was loaded with) must outlive the runner.
-  ModelRunnerV41(model::Model* model, model::Backend* backend, int32_t num_slots);
+  // `block_tokens` and `num_blocks` must equal the engine's kv layout / pool (CHECKs that
+  // block_tokens is valid for the model: model::Model::StateBlockFloats).
+  ModelRunnerV41(model::Model* model, model::Backend* backend, int32_t num_slots, int block_tokens,
+                 int32_t num_blocks);
 
   int vocab_size() const override;
   base::StatusOr<StepOutput> Execute(const StepPlan& plan) override;
   void SetLogitsObserver(LogitsObserver observer) { observer_ = std::move(observer); }
 
+  int block_tokens() const { return block_tokens_; }
+  int64_t block_floats() const { return block_floats_; }
+  // Blocks whose memory has been allocated so far (<= num_blocks).
+  int32_t num_materialized_blocks() const;
+
  private:
-  model::SequenceState CopyState(const model::SequenceState& src) const;
+  float* BlockData(kv::BlockId id);
+  base::Status MapBlocks(const ScheduledChunk& chunk, model::SequenceState& state);
+  base::Status ApplyCopy(const kv::StateCopy& copy);
+  model::SequenceState CopyMutableState(const model::SequenceState& src) const;
 
   model::Model* model_;
   model::Backend* backend_;
+  int block_tokens_;
+  int64_t block_floats_ = 0;
+  std::vector<model::DeviceFloats> blocks_;  // by BlockId; empty until first use
   std::vector<std::optional<model::SequenceState>> slots_;
   LogitsObserver observer_;
 };

@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "model/model.h"
 #include "model/model_internal.h"
+#include "model/state_blocks.h"
 
 namespace deepinfer::model {
 namespace {
@@ -65,12 +66,14 @@ void Model::Compress(int layer, ChunkContext& ctx, const float* u, KvGroupState&
   DeviceInts pos(backend_, n_new);
   backend_->CopyToDevice(pos.data(), host_pos.data(), n_new * sizeof(int32_t));
 
+  const StateBlocks& blocks = ctx.state->blocks;
+  const int64_t first = group.n_entries();
   DeviceFloats entries(backend_, n_new * d);
   backend_->CopyDevice(entries.data(), latent.data(), n_new * d * sizeof(float));
   backend_->Rope(entries.data(), n_new, d, 1, d, d - rd, rd / 2, pos.data(),
                  compress_inv_freq_.data(), false);
   if (d % 16 == 0) backend_->FakeQuant(entries.data(), n_new, d, d, FakeQuantKind::kFp4Block16E4m3);
-  group.entries.Append(entries.data(), n_new);
+  WriteGroupRows(backend_, blocks, group, GroupRows::kEntries, d, first, entries.data(), n_new);
 
   if (w.idx_wk.valid()) {
     const int64_t ihd = t.index_head_dim;
@@ -82,8 +85,42 @@ void Model::Compress(int layer, ChunkContext& ctx, const float* u, KvGroupState&
                    compress_inv_freq_.data(), false);
     if (ihd % 32 == 0)
       backend_->FakeQuant(k.data(), n_new, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
-    group.index_keys.Append(k.data(), n_new);
+    WriteGroupRows(backend_, blocks, group, GroupRows::kIndexKeys, ihd, first, k.data(), n_new);
   }
+  group.entry_count += n_new;
+}
+
+namespace {
+
+// Rows [0, n) of one group's entries or keys, gathered into `scratch` unless it already holds
+// them (entries are append-only, so n rows gathered earlier in this chunk are still valid).
+const float* Gather(Backend* backend, const StateBlocks& blocks, const KvGroupState& group,
+                    GroupRows which, int64_t width, DeviceFloats& scratch, int64_t& rows) {
+  const int64_t n = group.n_entries();
+  if (rows != n) {
+    scratch = DeviceFloats(backend, std::max<int64_t>(n, 1) * width);
+    GatherGroupRows(backend, blocks, group, which, width, n, scratch.data());
+    rows = n;
+  }
+  return scratch.data();
+}
+
+}  // namespace
+
+const float* Model::GatheredEntries(ChunkContext& ctx, int gi) {
+  const size_t n_groups = ctx.state->groups.size();
+  ctx.gathered_entries.resize(n_groups);
+  ctx.gathered_entry_rows.resize(n_groups, -1);
+  return Gather(backend_, ctx.state->blocks, ctx.state->groups[gi], GroupRows::kEntries,
+                config_.text().head_dim, ctx.gathered_entries[gi], ctx.gathered_entry_rows[gi]);
+}
+
+const float* Model::GatheredIndexKeys(ChunkContext& ctx, int gi) {
+  const size_t n_groups = ctx.state->groups.size();
+  ctx.gathered_keys.resize(n_groups);
+  ctx.gathered_key_rows.resize(n_groups, -1);
+  return Gather(backend_, ctx.state->blocks, ctx.state->groups[gi], GroupRows::kIndexKeys,
+                config_.text().index_head_dim, ctx.gathered_keys[gi], ctx.gathered_key_rows[gi]);
 }
 
 void Model::Indexer(int layer, ChunkContext& ctx, const float* u, const float* q_r,
@@ -92,7 +129,7 @@ void Model::Indexer(int layer, ChunkContext& ctx, const float* u, const float* q
   const AttentionWeights& w = weights_->layers[layer].attn;
   const int64_t T = ctx.T, D = t.hidden_size, nh = t.index_n_heads, ihd = t.index_head_dim;
   const int64_t rd = t.qk_rope_head_dim;
-  const int64_t n = group.index_keys.rows();
+  const int64_t n = group.has_keys ? group.n_entries() : 0;
   const int gi = GroupIndex(config_, group.source_layer);
   ctx.selection_group = gi;
   ctx.n_select = std::min<int64_t>(t.index_topk, n);
@@ -108,7 +145,7 @@ void Model::Indexer(int layer, ChunkContext& ctx, const float* u, const float* q
   backend_->Scale(hw.data(), T * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
 
   DeviceFloats scores(backend_, T * n);
-  backend_->IndexerScores(qi.data(), hw.data(), T, nh, ihd, group.index_keys.data(), n,
+  backend_->IndexerScores(qi.data(), hw.data(), T, nh, ihd, GatheredIndexKeys(ctx, gi), n,
                           ctx.pos.data(), group.ratio, 1.0f / std::sqrt(static_cast<float>(ihd)),
                           scores.data());
   const int cand = t.candidate_source_layer_id;
@@ -182,7 +219,7 @@ void Model::Attention(int layer, ChunkContext& ctx, const float* u, float* out) 
     if (src == layer) Compress(layer, ctx, u, group);
     if (config_.IsIndexSource(layer)) Indexer(layer, ctx, u, q_r.data(), group);
     if (ctx.selection_group == GroupIndex(config_, src) && ctx.n_select > 0) {
-      args.comp_kv = group.entries.data();
+      args.comp_kv = GatheredEntries(ctx, GroupIndex(config_, src));
       args.n_comp = group.n_entries();
       args.selection = ctx.selection.data();
       args.n_select = ctx.n_select;

@@ -1,7 +1,6 @@
 // Owned arrays in backend memory (host memory for the CPU backend).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -51,33 +50,5 @@ class DeviceArray {
 
 using DeviceFloats = DeviceArray<float>;
 using DeviceInts = DeviceArray<int32_t>;
-
-// An append-only matrix of `width`-wide fp32 rows in backend memory (capacity doubles).
-class DeviceRows {
- public:
-  DeviceRows() = default;
-  DeviceRows(Backend* backend, int64_t width) : backend_(backend), width_(width) {}
-  int64_t rows() const { return rows_; }
-  int64_t width() const { return width_; }
-  const float* data() const { return buf_.data(); }
-  // Appends n rows copied from backend memory `src` [n, width].
-  void Append(const float* src, int64_t n) {
-    if (n <= 0) return;
-    if ((rows_ + n) * width_ > buf_.size()) {
-      const int64_t cap = std::max<int64_t>(rows_ + n, 2 * rows_ + 16);
-      DeviceFloats grown(backend_, cap * width_);
-      backend_->CopyDevice(grown.data(), buf_.data(), rows_ * width_ * sizeof(float));
-      buf_ = std::move(grown);
-    }
-    backend_->CopyDevice(buf_.data() + rows_ * width_, src, n * width_ * sizeof(float));
-    rows_ += n;
-  }
-
- private:
-  Backend* backend_ = nullptr;
-  int64_t width_ = 0;
-  int64_t rows_ = 0;
-  DeviceFloats buf_;
-};
 
 }  // namespace deepinfer::model

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <numeric>
 #include <string>
 
 #include "base/check.h"
 #include "base/logging.h"
 #include "model/model_internal.h"
+#include "model/state_blocks.h"
 
 namespace deepinfer::model {
 
@@ -87,7 +89,44 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& dir, B
   return m;
 }
 
+StatusOr<int64_t> Model::StateBlockFloats(int block_tokens) const {
+  const io::TextConfig& t = config_.text();
+  if (block_tokens <= 0) {
+    return base::InvalidArgumentError("block_tokens " + std::to_string(block_tokens) +
+                                      " must be positive");
+  }
+  int64_t floats = 0;
+  for (int src : t.kv_source_layer_ids) {
+    const int ratio = config_.CompressRatio(src);
+    if (ratio <= 0 || block_tokens % ratio != 0) {
+      return base::InvalidArgumentError("block_tokens " + std::to_string(block_tokens) +
+                                        " is not a multiple of the compress ratio " +
+                                        std::to_string(ratio) + " of layer " + std::to_string(src));
+    }
+    const bool keys = weights_->layers[src].attn.idx_wk.valid();
+    floats += (block_tokens / ratio) * (t.head_dim + (keys ? t.index_head_dim : 0));
+  }
+  return std::max<int64_t>(floats, 1);
+}
+
+int Model::DefaultBlockTokens() const {
+  int64_t lcm = 1;
+  for (int src : config_.text().kv_source_layer_ids) {
+    lcm = std::lcm(lcm, static_cast<int64_t>(std::max(config_.CompressRatio(src), 1)));
+  }
+  return static_cast<int>(lcm * ((16 + lcm - 1) / lcm));
+}
+
 SequenceState Model::NewSequence() const {
+  return NewSequenceWithBlocks(DefaultBlockTokens(), /*self_allocating=*/true);
+}
+
+StatusOr<SequenceState> Model::NewPagedSequence(int block_tokens) const {
+  DI_RETURN_IF_ERROR(StateBlockFloats(block_tokens).status());
+  return NewSequenceWithBlocks(block_tokens, /*self_allocating=*/false);
+}
+
+SequenceState Model::NewSequenceWithBlocks(int block_tokens, bool self_allocating) const {
   const io::TextConfig& t = config_.text();
   SequenceState s;
   s.windows.resize(t.num_hidden_layers);
@@ -95,16 +134,24 @@ SequenceState Model::NewSequence() const {
     w.kv = DeviceFloats(backend_, t.sliding_window * t.head_dim);
     w.pos.assign(t.sliding_window, -1);
   }
+  int64_t offset = 0;
   for (int src : t.kv_source_layer_ids) {
     KvGroupState g;
     g.source_layer = src;
     g.ratio = config_.CompressRatio(src);
-    g.entries = DeviceRows(backend_, t.head_dim);
-    g.index_keys = DeviceRows(backend_, t.index_head_dim);
+    g.entries_per_block = block_tokens / std::max(g.ratio, 1);
+    g.has_keys = weights_->layers[src].attn.idx_wk.valid();
+    g.entry_offset = offset;
+    offset += g.entries_per_block * t.head_dim;
+    g.key_offset = offset;
+    if (g.has_keys) offset += g.entries_per_block * t.index_head_dim;
     g.pending_c = DeviceFloats(backend_, std::max(g.ratio - 1, 1) * t.head_dim);
     g.pending_z = DeviceFloats(backend_, std::max(g.ratio - 1, 1) * t.head_dim);
     s.groups.push_back(std::move(g));
   }
+  s.blocks.block_tokens = block_tokens;
+  s.blocks.block_floats = std::max<int64_t>(offset, 1);
+  s.blocks.self_allocating = self_allocating;
   return s;
 }
 
@@ -124,6 +171,9 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
         std::min<int64_t>(config_.text().max_position_embeddings, int64_t{1} << 30)) {
       return base::OutOfRangeError("sequence longer than max_position_embeddings");
     }
+    DI_RETURN_IF_ERROR(
+        EnsureBlocks(backend_, chunk.state->blocks,
+                     chunk.state->length + static_cast<int64_t>(chunk.tokens.size())));
     for (int32_t id : chunk.tokens) {
       if (id < 0 || id >= out.vocab) {
         return base::InvalidArgumentError("token id " + std::to_string(id) +

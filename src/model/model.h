@@ -61,7 +61,18 @@ class Model {
   ~Model();
 
   const io::ModelConfig& config() const { return config_; }
+  // A standalone sequence: allocates its own blocks (DefaultBlockTokens() tokens each) as it
+  // grows and frees them with the state.
   SequenceState NewSequence() const;
+  // A sequence whose blocks the caller owns: before each Forward, state.blocks.table must
+  // hold the base pointers (backend memory, StateBlockFloats(block_tokens) floats each) of the
+  // blocks covering every token up to the chunk's end, else Forward fails (InvalidArgument).
+  // InvalidArgument if block_tokens is not a positive multiple of every compress ratio.
+  base::StatusOr<SequenceState> NewPagedSequence(int block_tokens) const;
+  // fp32 values one block of `block_tokens` raw tokens holds (layout: model/state.h).
+  base::StatusOr<int64_t> StateBlockFloats(int block_tokens) const;
+  // The smallest multiple of every compress ratio that is >= 16.
+  int DefaultBlockTokens() const;
   // Runs every chunk (one after another) and appends their logits. All chunks are validated
   // before any state changes; an error leaves every state untouched. Not reentrant: one
   // Forward at a time per Model (the weights are shared, read-only, by all sequences).
@@ -81,6 +92,11 @@ class Model {
   void Attention(int layer, ChunkContext& ctx, const float* u, float* out);
   void Compress(int layer, ChunkContext& ctx, const float* u, KvGroupState& group);
   void Indexer(int layer, ChunkContext& ctx, const float* u, const float* q_r, KvGroupState& group);
+  // Rows [0, n_entries) of group `gi` (entries [n, head_dim] or index keys [n, index_head_dim])
+  // gathered from the blocks into a contiguous scratch, once per chunk and group.
+  const float* GatheredEntries(ChunkContext& ctx, int gi);
+  const float* GatheredIndexKeys(ChunkContext& ctx, int gi);
+  SequenceState NewSequenceWithBlocks(int block_tokens, bool self_allocating) const;
   void Emit(ChunkContext& ctx, const std::string& name, const float* data, int64_t rows,
             int64_t cols);
 

@@ -26,6 +26,10 @@ struct Model::ChunkContext {
   DeviceInts candidate_mask;  // byte storage
   int64_t mask_entries = -1;
   int mask_group = -1;
+  // Per KV-source group: its entries / index keys gathered from the blocks (contiguous scratch
+  // for the attention and indexer ops) and how many rows each holds (-1: not gathered yet).
+  std::vector<DeviceFloats> gathered_entries, gathered_keys;
+  std::vector<int64_t> gathered_entry_rows, gathered_key_rows;
 };
 
 }  // namespace deepinfer::model

@@ -83,6 +83,51 @@ TEST_F(ModelTest, BatchOfTwoSequencesEqualsSeparateRuns) {
   EXPECT_EQ(sa.groups[1].n_entries(), 11);
 }
 
+// tiny_a: sources 2 (ratio 2, indexer) and 5 (ratio 1). A block of 16 tokens holds 8 + 16
+// entries [64] plus their index keys [32] where the source has an indexer.
+TEST_F(ModelTest, PagedStateLayoutAndCallerOwnedBlocks) {
+  EXPECT_EQ(model_->DefaultBlockTokens(), 16);
+  EXPECT_EQ(model_->StateBlockFloats(15).status().code(), base::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model_->NewPagedSequence(0).status().code(), base::StatusCode::kInvalidArgument);
+  auto floats = model_->StateBlockFloats(16);
+  ASSERT_TRUE(floats.ok());
+  int64_t expected = 0;
+  SequenceState standalone = model_->NewSequence();
+  for (const KvGroupState& g : standalone.groups) {
+    expected += (16 / g.ratio) * (64 + (g.has_keys ? 32 : 0));
+  }
+  EXPECT_EQ(*floats, expected);
+  EXPECT_EQ(standalone.blocks.block_floats, expected);
+
+  // 40 tokens in 3 chunks, standalone (self-allocated blocks) vs caller-owned blocks of 8
+  // tokens: bitwise equal logits; a caller table that is too short is refused untouched.
+  std::vector<int32_t> ids(40);
+  for (int i = 0; i < 40; ++i) ids[i] = (i * 37 + 11) % 512;
+  auto paged = model_->NewPagedSequence(8);
+  ASSERT_TRUE(paged.ok()) << paged.status();
+  std::vector<DeviceFloats> memory;
+  for (int i = 0; i < 5; ++i) memory.emplace_back(&backend_, paged->blocks.block_floats);
+  for (auto [start, n] : {std::pair{0, 17}, std::pair{17, 16}, std::pair{33, 7}}) {
+    const std::span<const int32_t> chunk(ids.data() + start, n);
+    ForwardBatch a, b;
+    a.chunks.push_back({&standalone, chunk, start, false});
+    b.chunks.push_back({&*paged, chunk, start, false});
+    const size_t needed = static_cast<size_t>((start + n + 7) / 8);
+    paged->blocks.table.clear();
+    for (size_t i = 0; i + 1 < needed; ++i) paged->blocks.table.push_back(memory[i].data());
+    auto refused = model_->Forward(b);
+    EXPECT_EQ(refused.status().code(), base::StatusCode::kInvalidArgument);
+    EXPECT_EQ(paged->length, start);
+    paged->blocks.table.push_back(memory[needed - 1].data());
+    auto out_a = model_->Forward(a);
+    auto out_b = model_->Forward(b);
+    ASSERT_TRUE(out_a.ok() && out_b.ok());
+    EXPECT_TRUE(out_a->logits == out_b->logits) << "chunk at " << start;
+  }
+  EXPECT_EQ(standalone.blocks.owned.size(), 3u);  // 40 tokens / 16 per block
+  EXPECT_TRUE(paged->blocks.owned.empty());
+}
+
 TEST(EngramRowIdsTest, ChunkedHistoryMatchesOneShot) {
   auto engram = LoadGoldenEngramConstants(kTinyA / "engram_hash.safetensors");
   ASSERT_TRUE(engram.ok());

@@ -1,0 +1,67 @@
+#include "model/state_blocks.h"
+
+#include <algorithm>
+#include <string>
+
+#include "base/check.h"
+
+namespace deepinfer::model {
+namespace {
+
+// Visits the contiguous runs of rows [first_row, first_row + n) of a group: fn(block row
+// pointer, offset of the run in rows, run length in rows).
+template <typename Fn>
+void ForEachRun(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
+                int64_t width, int64_t first_row, int64_t n, Fn fn) {
+  const int64_t per_block = group.entries_per_block;
+  const int64_t offset = which == GroupRows::kEntries ? group.entry_offset : group.key_offset;
+  CHECK(which == GroupRows::kEntries || group.has_keys) << "group has no index keys";
+  for (int64_t done = 0; done < n;) {
+    const int64_t row = first_row + done;
+    const int64_t block = row / per_block, in_block = row % per_block;
+    CHECK_LT(block, static_cast<int64_t>(blocks.table.size())) << "row " << row << " unpaged";
+    const int64_t run = std::min(n - done, per_block - in_block);
+    fn(blocks.table[block] + offset + in_block * width, done, run);
+    done += run;
+  }
+}
+
+}  // namespace
+
+void WriteGroupRows(Backend* backend, const StateBlocks& blocks, const KvGroupState& group,
+                    GroupRows which, int64_t width, int64_t first_row, const float* src,
+                    int64_t n) {
+  ForEachRun(blocks, group, which, width, first_row, n,
+             [&](float* rows, int64_t done, int64_t run) {
+               backend->CopyDevice(rows, src + done * width, run * width * sizeof(float));
+             });
+}
+
+void GatherGroupRows(Backend* backend, const StateBlocks& blocks, const KvGroupState& group,
+                     GroupRows which, int64_t width, int64_t n, float* dst) {
+  ForEachRun(blocks, group, which, width, 0, n, [&](float* rows, int64_t done, int64_t run) {
+    backend->CopyDevice(dst + done * width, rows, run * width * sizeof(float));
+  });
+}
+
+int64_t BlocksForTokens(const StateBlocks& blocks, int64_t n_tokens) {
+  return (n_tokens + blocks.block_tokens - 1) / blocks.block_tokens;
+}
+
+base::Status EnsureBlocks(Backend* backend, StateBlocks& blocks, int64_t n_tokens) {
+  const int64_t needed = BlocksForTokens(blocks, n_tokens);
+  if (static_cast<int64_t>(blocks.table.size()) >= needed) return base::Status::Ok();
+  if (!blocks.self_allocating) {
+    return base::InvalidArgumentError(
+        "sequence state: block table has " + std::to_string(blocks.table.size()) + " blocks of " +
+        std::to_string(blocks.block_tokens) + " tokens, the chunk needs " + std::to_string(needed) +
+        " (" + std::to_string(n_tokens) + " tokens)");
+  }
+  while (static_cast<int64_t>(blocks.table.size()) < needed) {
+    blocks.owned.emplace_back(backend, blocks.block_floats);
+    blocks.table.push_back(blocks.owned.back().data());
+  }
+  return base::Status::Ok();
+}
+
+}  // namespace deepinfer::model
