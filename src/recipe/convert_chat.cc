@@ -225,22 +225,8 @@ base::Status ConvertTools(const Json& body, bool thinking, Conversation* convers
       definitions[index].parameters = *raw_parameters[index];
     }
   }
-  bool required = choice_mode == "required";
-  if (named) {
-    if (names.count(*named) == 0) {
-      return BadRequest("tool_choice: no tool named '" + *named + "' was specified");
-    }
-    std::vector<ToolDefinition> kept;
-    for (ToolDefinition& tool : definitions) {
-      if (tool.name == *named) kept.push_back(std::move(tool));
-    }
-    definitions = std::move(kept);
-    required = true;
-  }
-  if (required && thinking) return BadRequest("Thinking mode does not support this tool_choice");
-  conversation->tools = std::move(definitions);
-  conversation->tool_choice = required ? ToolChoice::kRequired : ToolChoice::kAuto;
-  return base::Status::Ok();
+  return internal::FinishToolChoice(std::move(definitions), named, choice_mode == "required",
+                                    thinking, conversation);
 }
 
 // Content of one message: a string or an array of parts. Collects text (parts joined with

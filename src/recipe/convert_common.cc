@@ -288,4 +288,24 @@ std::string JoinTexts(const std::vector<std::string>& texts, std::string_view se
   return out;
 }
 
+base::Status FinishToolChoice(std::vector<ToolDefinition> definitions,
+                              const std::optional<std::string>& named, bool required, bool thinking,
+                              Conversation* conversation) {
+  if (named) {
+    std::vector<ToolDefinition> kept;
+    for (ToolDefinition& tool : definitions) {
+      if (tool.name == *named) kept.push_back(std::move(tool));
+    }
+    if (kept.empty()) {
+      return BadRequest("tool_choice: no tool named '" + *named + "' was specified");
+    }
+    definitions = std::move(kept);
+    required = true;
+  }
+  if (required && thinking) return BadRequest("Thinking mode does not support this tool_choice");
+  conversation->tools = std::move(definitions);
+  conversation->tool_choice = required ? ToolChoice::kRequired : ToolChoice::kAuto;
+  return base::Status::Ok();
+}
+
 }  // namespace deepinfer::recipe::internal

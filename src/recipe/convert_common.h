@@ -79,6 +79,12 @@ base::Status ValidateSampling(const std::optional<float>& temperature,
 // placeholder.
 base::Status ValidateToolText(const std::vector<ToolDefinition>& tools,
                               const std::vector<Message>& messages);
+// The common tail of Chat / Responses tool_choice handling: with a `named` tool, keeps only that
+// definition (BadRequest if no tool has that name) and makes the choice required; rejects a
+// required choice in thinking mode; stores the tools and the choice in `conversation`.
+base::Status FinishToolChoice(std::vector<ToolDefinition> definitions,
+                              const std::optional<std::string>& named, bool required, bool thinking,
+                              Conversation* conversation);
 // ASCII case-insensitive "json" in any message content.
 bool ContainsJsonInstruction(const std::vector<Message>& messages);
 

@@ -184,22 +184,8 @@ base::Status SelectTools(const Json& body, bool thinking, ToolSet* set,
     }
     definitions.push_back(tool.definition);
   }
-  bool required = mode == "required";
-  if (named) {
-    if (names.count(*named) == 0) {
-      return BadRequest("tool_choice: no tool named '" + *named + "' was specified");
-    }
-    std::vector<ToolDefinition> kept;
-    for (ToolDefinition& tool : definitions) {
-      if (tool.name == *named) kept.push_back(std::move(tool));
-    }
-    definitions = std::move(kept);
-    required = true;
-  }
-  if (required && thinking) return BadRequest("Thinking mode does not support this tool_choice");
-  conversation->tools = std::move(definitions);
-  conversation->tool_choice = required ? ToolChoice::kRequired : ToolChoice::kAuto;
-  return base::Status::Ok();
+  return internal::FinishToolChoice(std::move(definitions), named, mode == "required", thinking,
+                                    conversation);
 }
 
 base::Status InputImage(const Json& block, const std::string& path, ImageSource* image) {
