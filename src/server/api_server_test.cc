@@ -288,10 +288,20 @@ TEST_F(ApiServerTest, ClientDisconnectCancelsTheGeneration) {
 TEST_F(ApiServerTest, MetricsCountRequests) {
   StartServer();
   ASSERT_EQ(Post("/v1/completions", "{" + kModel + R"(,"prompt":"x"})")->status, 200);
-  auto response = Request(server_->port(), "GET", "/metrics");
-  ASSERT_TRUE(response);
-  EXPECT_EQ(response->status, 200);
-  const std::string& text = response->body;
+  // The request's metrics are recorded right after its last bytes are written and the
+  // running gauge drops on an I/O thread, so a scrape may briefly precede them: poll.
+  std::string text;
+  for (int i = 0; i < 400; ++i) {
+    auto response = Request(server_->port(), "GET", "/metrics");
+    ASSERT_TRUE(response);
+    ASSERT_EQ(response->status, 200);
+    text = response->body;
+    if (text.find("deepinfer_e2e_request_latency_seconds_count 1") != std::string::npos &&
+        text.find("deepinfer_requests_running 0") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_NE(
       text.find("deepinfer_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 1"),
       std::string::npos);
