@@ -1,5 +1,7 @@
 #include "model/backend.h"
 
+#include "base/check.h"
+
 namespace deepinfer::model {
 
 std::string_view WeightFormatName(WeightFormat format) {
@@ -16,6 +18,11 @@ std::string_view WeightFormatName(WeightFormat format) {
       return "mxfp4_e2m1+e8m0/32";
   }
   return "unknown";
+}
+
+void Backend::RoutedExperts(const RoutedExpertsArgs& args) {
+  (void)args;
+  CHECK(false) << "backend " << name() << " has no fused routed experts";
 }
 
 }  // namespace deepinfer::model

@@ -46,6 +46,29 @@ struct WeightRef {
   bool valid() const { return data != nullptr; }
 };
 
+// One expert's SwiGLU feed-forward: gate w1 [I, D], down w2 [D, I], up w3 [I, D].
+struct ExpertWeights {
+  WeightRef w1, w2, w3;
+};
+
+// The routed experts of a few token rows in one call (decode), with the routing decisions in
+// backend memory (so no host round trip). For every token t < T:
+//   y[t] = sum_{i < k} weights[t*k + i] * W2_e (silu(min(W1_e x_t, limit)) *
+//          clamp(W3_e x_t, -limit, limit)),   e = experts[t*k + i]
+// (no clamp if swiglu_limit <= 0), the sum taken in slot order i = 0 .. k-1, y overwritten.
+struct RoutedExpertsArgs {
+  const float* x = nullptr;  // [T, D] expert input (the ffn_norm output)
+  int64_t T = 0;
+  int64_t D = 0;
+  const int32_t* experts = nullptr;  // [T, k] expert ids in [0, n_experts) (backend memory)
+  const float* weights = nullptr;    // [T, k] routing weights, already scaled (backend memory)
+  int64_t k = 0;
+  const ExpertWeights* table = nullptr;  // [n_experts] (host memory), all of one shape
+  int64_t n_experts = 0;
+  float swiglu_limit = 0.0f;
+  float* y = nullptr;  // [T, D]
+};
+
 // QAT fake-quantisation points of the reference (goldens README "What the reference
 // computes" 1-3). Each rounds values in place to what the packed format can hold.
 enum class FakeQuantKind {
@@ -173,6 +196,16 @@ class Backend {
   // times row_scale[t] when row_scale != null. gate, up, h [T, n].
   virtual void SwiGlu(const float* gate, const float* up, int64_t T, int64_t n, float limit,
                       const float* row_scale, float* h) = 0;
+  // Fused routed experts (RoutedExpertsArgs). CanFuseRoutedExperts says whether this backend
+  // runs RoutedExperts for T rows of experts shaped like `e`; if not, the model routes through
+  // the host and runs each expert with Linear. RoutedExperts is called only after a true
+  // answer for the same T and shape. The CPU reference never fuses.
+  virtual bool CanFuseRoutedExperts(int64_t T, const ExpertWeights& e) const {
+    (void)T;
+    (void)e;
+    return false;
+  }
+  virtual void RoutedExperts(const RoutedExpertsArgs& args);
   // Rows gather/scatter for expert dispatch: out[i] = x[rows[i]]; y[rows[i]] += v[i].
   virtual void GatherTokenRows(const float* x, int64_t ld, const int32_t* host_rows, int64_t n,
                                int64_t width, float* out) = 0;

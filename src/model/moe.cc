@@ -76,7 +76,36 @@ void MoeLayer::RunExperts(const MoeWeights& w, std::vector<ExpertBatch>& batches
   }
 }
 
+bool MoeLayer::ForwardFused(const MoeWeights& w, const float* v, int64_t T, int64_t D, float* y) {
+  if (w.experts.empty() || !backend_->CanFuseRoutedExperts(T, w.experts[0])) return false;
+  const int64_t E = w.gate.rows;
+  DeviceFloats logits(backend_, T * E);
+  backend_->Linear(v, T, D, w.gate, 0, E, logits.data(), E, false);
+  if (opt_.gate_temp != 1.0f) backend_->Scale(logits.data(), T * E, 1.0f / opt_.gate_temp);
+  DeviceInts experts(backend_, T * opt_.top_k);
+  DeviceFloats weights(backend_, T * opt_.top_k);
+  backend_->RouteSqrtSoftplus(logits.data(), w.bias.data(), T, E, opt_.top_k, opt_.renormalise,
+                              opt_.routed_scale, experts.data(), weights.data());
+  RoutedExpertsArgs args;
+  args.x = v;
+  args.T = T;
+  args.D = D;
+  args.experts = experts.data();
+  args.weights = weights.data();
+  args.k = opt_.top_k;
+  args.table = w.experts.data();
+  args.n_experts = static_cast<int64_t>(w.experts.size());
+  args.swiglu_limit = opt_.swiglu_limit;
+  args.y = y;
+  backend_->RoutedExperts(args);
+  return true;
+}
+
 void MoeLayer::Forward(const MoeWeights& w, const float* v, int64_t T, int64_t D, float* y) {
+  if (dispatcher_->local() && ForwardFused(w, v, T, D, y)) {
+    Ffn(w.shared, v, T, nullptr, y, /*accumulate=*/true);
+    return;
+  }
   const Routing routing = Route(w, v, T, D);
   std::vector<ExpertBatch> batches;
   dispatcher_->Dispatch(v, D, routing, &batches);

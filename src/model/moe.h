@@ -38,6 +38,8 @@ class ExpertDispatcher {
                         std::vector<ExpertBatch>* batches) = 0;
   // y[T, D] += sum over batches of each output row at its token row.
   virtual void Combine(std::vector<ExpertBatch>& batches, int64_t D, float* y) = 0;
+  // True if every expert is on this process (the backend may then run them fused).
+  virtual bool local() const { return false; }
 };
 
 // Single-process dispatcher: all experts are local.
@@ -47,6 +49,7 @@ class LocalExpertDispatcher final : public ExpertDispatcher {
   void Dispatch(const float* v, int64_t D, const Routing& routing,
                 std::vector<ExpertBatch>* batches) override;
   void Combine(std::vector<ExpertBatch>& batches, int64_t D, float* y) override;
+  bool local() const override { return true; }
 
  private:
   Backend* backend_;
@@ -68,6 +71,9 @@ class MoeLayer {
   void Forward(const MoeWeights& w, const float* v, int64_t T, int64_t D, float* y);
 
   Routing Route(const MoeWeights& w, const float* v, int64_t T, int64_t D);
+  // Routes on the device and runs Backend::RoutedExperts into y; false if the backend has
+  // no fused path (y untouched).
+  bool ForwardFused(const MoeWeights& w, const float* v, int64_t T, int64_t D, float* y);
   // Runs each batch through its expert's clamped SwiGLU (weight applied before w2).
   void RunExperts(const MoeWeights& w, std::vector<ExpertBatch>& batches, int64_t D);
 

@@ -31,10 +31,6 @@ struct AttentionWeights {
   DeviceFloats idx_k_norm;
 };
 
-struct ExpertWeights {
-  WeightRef w1, w2, w3;  // gate [I, D], down [D, I], up [I, D]
-};
-
 struct MoeWeights {
   WeightRef gate;  // router [E, D]
   DeviceFloats bias;
