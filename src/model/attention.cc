@@ -21,73 +21,109 @@ int GroupIndex(const io::ModelConfig& cfg, int kv_source) {
 
 }  // namespace
 
-void Model::Compress(int layer, ChunkContext& ctx, const float* u, KvGroupState& group) {
+void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
   const io::TextConfig& t = config_.text();
   const AttentionWeights& w = weights_->layers[layer].attn;
-  const int64_t T = ctx.T, D = t.hidden_size, d = t.head_dim, r = group.ratio;
+  const int64_t R = b.rows, D = t.hidden_size, d = t.head_dim;
   const int64_t rd = t.qk_rope_head_dim;
-  DeviceFloats c(backend_, (group.n_pending + T) * d);
+  const float eps = static_cast<float>(t.rms_norm_eps);
+  const int64_t r = b.chunks.front().state->groups[gi].ratio;
+  // Compressor inputs of every row at once.
+  DeviceFloats c_all(backend_, R * d), z_all;
+  backend_->Linear(u, R, D, w.comp_wkv, 0, d, c_all.data(), d);
+  // New entries of all chunks, chunk after chunk: n_new[i] rows starting at first_new[i].
+  std::vector<int64_t> n_new(b.chunks.size()), first_new(b.chunks.size());
+  std::vector<int32_t> host_pos;
   DeviceFloats latent;
-  int64_t n_new = 0;
+  int64_t total_new = 0;
   if (r == 1) {
-    backend_->Linear(u, T, D, w.comp_wkv, 0, d, c.data(), d);
-    n_new = T;
-    latent = DeviceFloats(backend_, n_new * d);
-    backend_->RmsNorm(c.data(), T, d, d, w.comp_norm.data(), static_cast<float>(t.rms_norm_eps),
-                      latent.data(), d);
-  } else {
-    // Rows: the pending tokens of the open group, then this chunk's tokens.
-    const int64_t np = group.n_pending, total = np + T;
-    DeviceFloats z(backend_, total * d);
-    backend_->CopyDevice(c.data(), group.pending_c.data(), np * d * sizeof(float));
-    backend_->CopyDevice(z.data(), group.pending_z.data(), np * d * sizeof(float));
-    backend_->Linear(u, T, D, w.comp_wkv, 0, d, c.data() + np * d, d);
-    backend_->Linear(u, T, D, w.comp_wgate, 0, d, z.data() + np * d, d);
-    n_new = total / r;
-    latent = DeviceFloats(backend_, std::max<int64_t>(n_new, 1) * d);
-    if (n_new > 0) {
-      DeviceFloats pooled(backend_, n_new * d);
-      backend_->GatedPool(c.data(), z.data(), n_new, r, d, pooled.data());
-      backend_->RmsNorm(pooled.data(), n_new, d, d, w.comp_norm.data(),
-                        static_cast<float>(t.rms_norm_eps), latent.data(), d);
+    latent = DeviceFloats(backend_, R * d);
+    backend_->RmsNorm(c_all.data(), R, d, d, w.comp_norm.data(), eps, latent.data(), d);
+    for (size_t i = 0; i < b.chunks.size(); ++i) {
+      n_new[i] = b.chunks[i].T;
+      first_new[i] = b.chunks[i].row0;
     }
-    group.n_pending = total - n_new * r;
-    backend_->CopyDevice(group.pending_c.data(), c.data() + n_new * r * d,
-                         group.n_pending * d * sizeof(float));
-    backend_->CopyDevice(group.pending_z.data(), z.data() + n_new * r * d,
-                         group.n_pending * d * sizeof(float));
+    total_new = R;
+  } else {
+    z_all = DeviceFloats(backend_, R * d);
+    backend_->Linear(u, R, D, w.comp_wgate, 0, d, z_all.data(), d);
+    for (size_t i = 0; i < b.chunks.size(); ++i) {
+      const KvGroupState& g = b.chunks[i].state->groups[gi];
+      n_new[i] = (g.n_pending + b.chunks[i].T) / r;
+      first_new[i] = total_new;
+      total_new += n_new[i];
+    }
+    DeviceFloats pooled(backend_, std::max<int64_t>(total_new, 1) * d);
+    for (size_t i = 0; i < b.chunks.size(); ++i) {
+      ChunkContext& c = b.chunks[i];
+      KvGroupState& group = c.state->groups[gi];
+      // Rows: the pending tokens of the open group, then this chunk's tokens.
+      const int64_t np = group.n_pending, total = np + c.T;
+      DeviceFloats cc(backend_, total * d), zz(backend_, total * d);
+      backend_->CopyDevice(cc.data(), group.pending_c.data(), np * d * sizeof(float));
+      backend_->CopyDevice(zz.data(), group.pending_z.data(), np * d * sizeof(float));
+      backend_->CopyDevice(cc.data() + np * d, c_all.data() + c.row0 * d, c.T * d * sizeof(float));
+      backend_->CopyDevice(zz.data() + np * d, z_all.data() + c.row0 * d, c.T * d * sizeof(float));
+      if (n_new[i] > 0) {
+        backend_->GatedPool(cc.data(), zz.data(), n_new[i], r, d, pooled.data() + first_new[i] * d);
+      }
+      group.n_pending = total - n_new[i] * r;
+      backend_->CopyDevice(group.pending_c.data(), cc.data() + n_new[i] * r * d,
+                           group.n_pending * d * sizeof(float));
+      backend_->CopyDevice(group.pending_z.data(), zz.data() + n_new[i] * r * d,
+                           group.n_pending * d * sizeof(float));
+    }
+    latent = DeviceFloats(backend_, std::max<int64_t>(total_new, 1) * d);
+    if (total_new > 0) {
+      backend_->RmsNorm(pooled.data(), total_new, d, d, w.comp_norm.data(), eps, latent.data(), d);
+    }
   }
-  if (n_new == 0) return;
-  // Entry g sits at position g * ratio (the group's first token).
-  std::vector<int32_t> host_pos(n_new);
-  for (int64_t i = 0; i < n_new; ++i) {
-    host_pos[i] = static_cast<int32_t>((group.n_entries() + i) * r);
+  if (total_new == 0) return;
+  // Entry g sits at position g * ratio (the group's first token). For r == 1 the new rows
+  // are the batch rows, so first_new is the row offset and the layout matches.
+  host_pos.assign(total_new, 0);
+  for (size_t i = 0; i < b.chunks.size(); ++i) {
+    const int64_t first = b.chunks[i].state->groups[gi].n_entries();
+    for (int64_t j = 0; j < n_new[i]; ++j) {
+      host_pos[first_new[i] + j] = static_cast<int32_t>((first + j) * r);
+    }
   }
-  DeviceInts pos(backend_, n_new);
-  backend_->CopyToDevice(pos.data(), host_pos.data(), n_new * sizeof(int32_t));
+  DeviceInts pos(backend_, total_new);
+  backend_->CopyToDevice(pos.data(), host_pos.data(), total_new * sizeof(int32_t));
 
-  const StateBlocks& blocks = ctx.state->blocks;
-  const int64_t first = group.n_entries();
-  DeviceFloats entries(backend_, n_new * d);
-  backend_->CopyDevice(entries.data(), latent.data(), n_new * d * sizeof(float));
-  backend_->Rope(entries.data(), n_new, d, 1, d, d - rd, rd / 2, pos.data(),
+  DeviceFloats entries(backend_, total_new * d);
+  backend_->CopyDevice(entries.data(), latent.data(), total_new * d * sizeof(float));
+  backend_->Rope(entries.data(), total_new, d, 1, d, d - rd, rd / 2, pos.data(),
                  compress_inv_freq_.data(), false);
-  if (d % 16 == 0) backend_->FakeQuant(entries.data(), n_new, d, d, FakeQuantKind::kFp4Block16E4m3);
-  WriteGroupRows(backend_, blocks, group, GroupRows::kEntries, d, first, entries.data(), n_new);
-
-  if (w.idx_wk.valid()) {
-    const int64_t ihd = t.index_head_dim;
-    DeviceFloats k0(backend_, n_new * ihd), k(backend_, n_new * ihd);
-    backend_->Linear(latent.data(), n_new, d, w.idx_wk, 0, ihd, k0.data(), ihd);
-    backend_->RmsNorm(k0.data(), n_new, ihd, ihd, w.idx_k_norm.data(),
-                      static_cast<float>(t.rms_norm_eps), k.data(), ihd);
-    backend_->Rope(k.data(), n_new, ihd, 1, ihd, ihd - rd, rd / 2, pos.data(),
-                   compress_inv_freq_.data(), false);
-    if (ihd % 32 == 0)
-      backend_->FakeQuant(k.data(), n_new, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
-    WriteGroupRows(backend_, blocks, group, GroupRows::kIndexKeys, ihd, first, k.data(), n_new);
+  if (d % 16 == 0) {
+    backend_->FakeQuant(entries.data(), total_new, d, d, FakeQuantKind::kFp4Block16E4m3);
   }
-  group.entry_count += n_new;
+  DeviceFloats keys;
+  const int64_t ihd = t.index_head_dim;
+  if (w.idx_wk.valid()) {
+    DeviceFloats k0(backend_, total_new * ihd);
+    keys = DeviceFloats(backend_, total_new * ihd);
+    backend_->Linear(latent.data(), total_new, d, w.idx_wk, 0, ihd, k0.data(), ihd);
+    backend_->RmsNorm(k0.data(), total_new, ihd, ihd, w.idx_k_norm.data(), eps, keys.data(), ihd);
+    backend_->Rope(keys.data(), total_new, ihd, 1, ihd, ihd - rd, rd / 2, pos.data(),
+                   compress_inv_freq_.data(), false);
+    if (ihd % 32 == 0) {
+      backend_->FakeQuant(keys.data(), total_new, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
+    }
+  }
+  for (size_t i = 0; i < b.chunks.size(); ++i) {
+    if (n_new[i] == 0) continue;
+    KvGroupState& group = b.chunks[i].state->groups[gi];
+    const StateBlocks& blocks = b.chunks[i].state->blocks;
+    const int64_t first = group.n_entries();
+    WriteGroupRows(backend_, blocks, group, GroupRows::kEntries, d, first,
+                   entries.data() + first_new[i] * d, n_new[i]);
+    if (keys.data() != nullptr) {
+      WriteGroupRows(backend_, blocks, group, GroupRows::kIndexKeys, ihd, first,
+                     keys.data() + first_new[i] * ihd, n_new[i]);
+    }
+    group.entry_count += n_new[i];
+  }
 }
 
 namespace {
@@ -123,111 +159,99 @@ const float* Model::GatheredIndexKeys(ChunkContext& ctx, int gi) {
                 config_.text().index_head_dim, ctx.gathered_keys[gi], ctx.gathered_key_rows[gi]);
 }
 
-void Model::Indexer(int layer, ChunkContext& ctx, const float* u, const float* q_r,
-                    KvGroupState& group) {
+void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r, int gi) {
   const io::TextConfig& t = config_.text();
   const AttentionWeights& w = weights_->layers[layer].attn;
-  const int64_t T = ctx.T, D = t.hidden_size, nh = t.index_n_heads, ihd = t.index_head_dim;
+  const int64_t R = b.rows, D = t.hidden_size, nh = t.index_n_heads, ihd = t.index_head_dim;
   const int64_t rd = t.qk_rope_head_dim;
-  const int64_t n = group.has_keys ? group.n_entries() : 0;
-  const int gi = GroupIndex(config_, group.source_layer);
-  ctx.selection_group = gi;
-  ctx.n_select = std::min<int64_t>(t.index_topk, n);
-  if (ctx.n_select == 0) return;
-
-  DeviceFloats qi(backend_, T * nh * ihd), hw(backend_, T * nh);
-  backend_->Linear(q_r, T, t.q_lora_rank, w.idx_wq_b, 0, nh * ihd, qi.data(), nh * ihd);
-  backend_->Rope(qi.data(), T, nh * ihd, nh, ihd, ihd - rd, rd / 2, ctx.pos.data(),
-                 compress_inv_freq_.data(), false);
-  if (ihd % 32 == 0)
-    backend_->FakeQuant(qi.data(), T * nh, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
-  backend_->Linear(u, T, D, w.idx_weights_proj, 0, nh, hw.data(), nh);
-  backend_->Scale(hw.data(), T * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
-
-  DeviceFloats scores(backend_, T * n);
-  backend_->IndexerScores(qi.data(), hw.data(), T, nh, ihd, GatheredIndexKeys(ctx, gi), n,
-                          ctx.pos.data(), group.ratio, 1.0f / std::sqrt(static_cast<float>(ihd)),
-                          scores.data());
-  const int cand = t.candidate_source_layer_id;
-  if (cand >= 0 && layer == cand) {
-    ctx.candidate_mask = DeviceInts(backend_, (T * n + 3) / 4);
-    ctx.mask_entries = n;
-    ctx.mask_group = gi;
-    backend_->CandidateMask(scores.data(), T, n, ctx.pos.data(), group.ratio,
-                            t.candidate_block_size, t.candidate_topk_blocks,
-                            reinterpret_cast<uint8_t*>(ctx.candidate_mask.data()));
-  } else if (cand >= 0 && layer > cand && ctx.mask_group == gi && ctx.mask_entries == n) {
-    backend_->ApplyMask(scores.data(), reinterpret_cast<const uint8_t*>(ctx.candidate_mask.data()),
-                        T, n);
+  bool any = false;
+  for (ChunkContext& c : b.chunks) {
+    const KvGroupState& group = c.state->groups[gi];
+    const int64_t n = group.has_keys ? group.n_entries() : 0;
+    c.selection_group = gi;
+    c.n_select = std::min<int64_t>(t.index_topk, n);
+    any = any || c.n_select > 0;
   }
-  ctx.selection = DeviceInts(backend_, T * ctx.n_select);
-  backend_->TopK(scores.data(), T, n, ctx.n_select, ctx.selection.data());
+  if (!any) return;
+
+  DeviceFloats qi(backend_, R * nh * ihd), hw(backend_, R * nh);
+  backend_->Linear(q_r, R, t.q_lora_rank, w.idx_wq_b, 0, nh * ihd, qi.data(), nh * ihd);
+  backend_->Rope(qi.data(), R, nh * ihd, nh, ihd, ihd - rd, rd / 2, b.pos.data(),
+                 compress_inv_freq_.data(), false);
+  if (ihd % 32 == 0) {
+    backend_->FakeQuant(qi.data(), R * nh, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
+  }
+  backend_->Linear(u, R, D, w.idx_weights_proj, 0, nh, hw.data(), nh);
+  backend_->Scale(hw.data(), R * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
+
+  const int cand = t.candidate_source_layer_id;
+  for (ChunkContext& c : b.chunks) {
+    if (c.n_select == 0) continue;
+    const KvGroupState& group = c.state->groups[gi];
+    const int64_t n = group.n_entries(), T = c.T;
+    DeviceFloats scores(backend_, T * n);
+    backend_->IndexerScores(qi.data() + c.row0 * nh * ihd, hw.data() + c.row0 * nh, T, nh, ihd,
+                            GatheredIndexKeys(c, gi), n, c.pos, group.ratio,
+                            1.0f / std::sqrt(static_cast<float>(ihd)), scores.data());
+    if (cand >= 0 && layer == cand) {
+      c.candidate_mask = DeviceInts(backend_, (T * n + 3) / 4);
+      c.mask_entries = n;
+      c.mask_group = gi;
+      backend_->CandidateMask(scores.data(), T, n, c.pos, group.ratio, t.candidate_block_size,
+                              t.candidate_topk_blocks,
+                              reinterpret_cast<uint8_t*>(c.candidate_mask.data()));
+    } else if (cand >= 0 && layer > cand && c.mask_group == gi && c.mask_entries == n) {
+      backend_->ApplyMask(scores.data(), reinterpret_cast<const uint8_t*>(c.candidate_mask.data()),
+                          T, n);
+    }
+    c.selection = DeviceInts(backend_, T * c.n_select);
+    backend_->TopK(scores.data(), T, n, c.n_select, c.selection.data());
+  }
 }
 
-void Model::Attention(int layer, ChunkContext& ctx, const float* u, float* out) {
+void Model::ChunkAttention(int layer, ChunkContext& c, const float* q, const float* kv_new,
+                           float* o) {
   const io::TextConfig& t = config_.text();
   const AttentionWeights& w = weights_->layers[layer].attn;
-  const int64_t T = ctx.T, D = t.hidden_size, H = t.num_attention_heads, d = t.head_dim;
-  const int64_t rd = t.qk_rope_head_dim, W = t.sliding_window;
+  const int64_t T = c.T, H = t.num_attention_heads, d = t.head_dim, W = t.sliding_window;
   const int ratio = config_.CompressRatio(layer);
-  const float* inv_freq = ratio > 0 ? compress_inv_freq_.data() : main_inv_freq_.data();
-  const float eps = static_cast<float>(t.rms_norm_eps);
-
-  DeviceFloats q_r0(backend_, T * t.q_lora_rank), q_r(backend_, T * t.q_lora_rank);
-  backend_->Linear(u, T, D, w.wq_a, 0, t.q_lora_rank, q_r0.data(), t.q_lora_rank);
-  backend_->RmsNorm(q_r0.data(), T, t.q_lora_rank, t.q_lora_rank, w.q_norm.data(), eps, q_r.data(),
-                    t.q_lora_rank);
-  DeviceFloats q(backend_, T * H * d);
-  backend_->Linear(q_r.data(), T, t.q_lora_rank, w.wq_b, 0, H * d, q.data(), H * d);
-  backend_->Rope(q.data(), T, H * d, H, d, d - rd, rd / 2, ctx.pos.data(), inv_freq, false);
-
-  // Window KV of this chunk: kv_norm, RoPE, FP8 fake-quant.
-  WindowRing& ring = ctx.state->windows[layer];
-  int64_t n_cached = 0;
-  for (int32_t p : ring.pos) n_cached += p >= 0 ? 1 : 0;
+  // The ring holds the last min(length, W) positions, slot p % W for position p: in position
+  // order they are one or two contiguous slot ranges (oldest first).
+  WindowRing& ring = c.state->windows[layer];
+  const int64_t length = c.state->length;
+  const int64_t n_cached = std::min<int64_t>(length, W);
   const int64_t n_window = n_cached + T;
-  DeviceFloats kv0(backend_, T * d), window_kv(backend_, n_window * d);
-  std::vector<int32_t> window_pos;
-  window_pos.reserve(n_window);
-  // Cached rows in position order (so the attention sums run in the same order however the
-  // sequence was chunked).
-  std::vector<int64_t> slots;
-  for (int64_t s = 0; s < W; ++s) {
-    if (ring.pos[s] >= 0) slots.push_back(s);
+  DeviceFloats window_kv(backend_, n_window * d);
+  std::vector<int32_t> window_pos(n_window);
+  const int64_t oldest = length - n_cached;
+  const int64_t first_slot = oldest % W;
+  const int64_t run1 = std::min(n_cached, W - first_slot);
+  backend_->CopyDevice(window_kv.data(), ring.kv.data() + first_slot * d, run1 * d * sizeof(float));
+  if (n_cached > run1) {
+    backend_->CopyDevice(window_kv.data() + run1 * d, ring.kv.data(),
+                         (n_cached - run1) * d * sizeof(float));
   }
-  std::sort(slots.begin(), slots.end(),
-            [&](int64_t a, int64_t b) { return ring.pos[a] < ring.pos[b]; });
-  for (int64_t s : slots) {
-    backend_->CopyDevice(window_kv.data() + window_pos.size() * d, ring.kv.data() + s * d,
-                         d * sizeof(float));
-    window_pos.push_back(ring.pos[s]);
+  for (int64_t i = 0; i < n_cached; ++i) {
+    window_pos[i] = static_cast<int32_t>(oldest + i);
+    DCHECK_EQ(ring.pos[(oldest + i) % W], oldest + i);
   }
-  float* kv = window_kv.data() + n_cached * d;
-  backend_->Linear(u, T, D, w.wkv, 0, d, kv0.data(), d);
-  backend_->RmsNorm(kv0.data(), T, d, d, w.kv_norm.data(), eps, kv, d);
-  backend_->Rope(kv, T, d, 1, d, d - rd, rd / 2, ctx.pos.data(), inv_freq, false);
-  if (d % 32 == 0) backend_->FakeQuant(kv, T, d, d, FakeQuantKind::kFp8Block32Pow2);
-  Emit(ctx, "layers." + std::to_string(layer) + ".window_kv", kv, T, d);
-  window_pos.insert(window_pos.end(), ctx.host_pos.begin(), ctx.host_pos.end());
+  backend_->CopyDevice(window_kv.data() + n_cached * d, kv_new, T * d * sizeof(float));
+  std::copy(c.host_pos.begin(), c.host_pos.end(), window_pos.begin() + n_cached);
   DeviceInts window_pos_dev(backend_, n_window);
   backend_->CopyToDevice(window_pos_dev.data(), window_pos.data(), n_window * sizeof(int32_t));
 
   SparseAttentionArgs args;
   if (ratio > 0) {
-    const int src = config_.KvSourceOf(layer);
-    KvGroupState& group = ctx.state->groups[GroupIndex(config_, src)];
-    if (src == layer) Compress(layer, ctx, u, group);
-    if (config_.IsIndexSource(layer)) Indexer(layer, ctx, u, q_r.data(), group);
-    if (ctx.selection_group == GroupIndex(config_, src) && ctx.n_select > 0) {
-      args.comp_kv = GatheredEntries(ctx, GroupIndex(config_, src));
-      args.n_comp = group.n_entries();
-      args.selection = ctx.selection.data();
-      args.n_select = ctx.n_select;
+    const int gi = GroupIndex(config_, config_.KvSourceOf(layer));
+    if (c.selection_group == gi && c.n_select > 0) {
+      args.comp_kv = GatheredEntries(c, gi);
+      args.n_comp = c.state->groups[gi].n_entries();
+      args.selection = c.selection.data();
+      args.n_select = c.n_select;
     }
   }
-  DeviceFloats o(backend_, T * H * d);
-  args.q = q.data();
-  args.q_pos = ctx.pos.data();
+  args.q = q;
+  args.q_pos = c.pos;
   args.tokens = T;
   args.heads = H;
   args.head_dim = d;
@@ -237,25 +261,69 @@ void Model::Attention(int layer, ChunkContext& ctx, const float* u, float* out) 
   args.window = W;
   args.sinks = w.sinks.data();
   args.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  args.out = o.data();
+  args.out = o;
   backend_->SparseAttention(args);
-  backend_->Rope(o.data(), T, H * d, H, d, d - rd, rd / 2, ctx.pos.data(), inv_freq, true);
+
+  // Remember the chunk's last min(T, W) window rows (slot p % W holds position p): at most
+  // two contiguous slot ranges.
+  const int64_t keep = std::min(T, W);
+  int64_t i = T - keep;
+  while (i < T) {
+    const int64_t slot = c.host_pos[i] % W;
+    const int64_t run = std::min(T - i, W - slot);
+    backend_->CopyDevice(ring.kv.data() + slot * d, kv_new + i * d, run * d * sizeof(float));
+    for (int64_t j = 0; j < run; ++j) ring.pos[slot + j] = c.host_pos[i + j];
+    i += run;
+  }
+}
+
+void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
+  const io::TextConfig& t = config_.text();
+  const AttentionWeights& w = weights_->layers[layer].attn;
+  const int64_t R = b.rows, D = t.hidden_size, H = t.num_attention_heads, d = t.head_dim;
+  const int64_t rd = t.qk_rope_head_dim;
+  const int ratio = config_.CompressRatio(layer);
+  const float* inv_freq = ratio > 0 ? compress_inv_freq_.data() : main_inv_freq_.data();
+  const float eps = static_cast<float>(t.rms_norm_eps);
+
+  DeviceFloats q_r0(backend_, R * t.q_lora_rank), q_r(backend_, R * t.q_lora_rank);
+  backend_->Linear(u, R, D, w.wq_a, 0, t.q_lora_rank, q_r0.data(), t.q_lora_rank);
+  backend_->RmsNorm(q_r0.data(), R, t.q_lora_rank, t.q_lora_rank, w.q_norm.data(), eps, q_r.data(),
+                    t.q_lora_rank);
+  DeviceFloats q(backend_, R * H * d);
+  backend_->Linear(q_r.data(), R, t.q_lora_rank, w.wq_b, 0, H * d, q.data(), H * d);
+  backend_->Rope(q.data(), R, H * d, H, d, d - rd, rd / 2, b.pos.data(), inv_freq, false);
+
+  // This step's window KV of every row: kv_norm, RoPE, FP8 fake-quant.
+  DeviceFloats kv0(backend_, R * d), kv(backend_, R * d);
+  backend_->Linear(u, R, D, w.wkv, 0, d, kv0.data(), d);
+  backend_->RmsNorm(kv0.data(), R, d, d, w.kv_norm.data(), eps, kv.data(), d);
+  backend_->Rope(kv.data(), R, d, 1, d, d - rd, rd / 2, b.pos.data(), inv_freq, false);
+  if (d % 32 == 0) backend_->FakeQuant(kv.data(), R, d, d, FakeQuantKind::kFp8Block32Pow2);
+  Emit("layers." + std::to_string(layer) + ".window_kv", kv.data(), R, d);
+
+  if (ratio > 0) {
+    const int src = config_.KvSourceOf(layer);
+    const int gi = GroupIndex(config_, src);
+    if (src == layer) Compress(layer, b, u, gi);
+    if (config_.IsIndexSource(layer)) Indexer(layer, b, u, q_r.data(), gi);
+  }
+  DeviceFloats o(backend_, R * H * d);
+  for (ChunkContext& c : b.chunks) {
+    ChunkAttention(layer, c, q.data() + c.row0 * H * d, kv.data() + c.row0 * d,
+                   o.data() + c.row0 * H * d);
+  }
+  backend_->Rope(o.data(), R, H * d, H, d, d - rd, rd / 2, b.pos.data(), inv_freq, true);
 
   // Grouped output projection: group g maps its heads' outputs through rows
   // g*o_lora .. (g+1)*o_lora-1 of wo_a; then wo_b.
-  const int64_t G = t.o_groups, R = t.o_lora_rank, group_in = H * d / G;
-  DeviceFloats z(backend_, T * G * R);
+  const int64_t G = t.o_groups, Rk = t.o_lora_rank, group_in = H * d / G;
+  DeviceFloats z(backend_, R * G * Rk);
   for (int64_t g = 0; g < G; ++g) {
-    backend_->Linear(o.data() + g * group_in, T, H * d, w.wo_a, g * R, R, z.data() + g * R, G * R);
+    backend_->Linear(o.data() + g * group_in, R, H * d, w.wo_a, g * Rk, Rk, z.data() + g * Rk,
+                     G * Rk);
   }
-  backend_->Linear(z.data(), T, G * R, w.wo_b, 0, D, out, D);
-
-  // Remember this chunk's window KV (slot p % W holds position p).
-  for (int64_t i = 0; i < T; ++i) {
-    const int64_t slot = ctx.host_pos[i] % W;
-    backend_->CopyDevice(ring.kv.data() + slot * d, kv + i * d, d * sizeof(float));
-    ring.pos[slot] = ctx.host_pos[i];
-  }
+  backend_->Linear(z.data(), R, G * Rk, w.wo_b, 0, D, out, D);
 }
 
 }  // namespace deepinfer::model

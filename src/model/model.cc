@@ -155,10 +155,8 @@ SequenceState Model::NewSequenceWithBlocks(int block_tokens, bool self_allocatin
   return s;
 }
 
-StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
-  ForwardOutput out;
-  out.vocab = config_.text().vocab_size;
-  // Validate every chunk before touching any state, so a bad batch changes nothing.
+Status Model::ValidateBatch(const ForwardBatch& batch) const {
+  const int64_t vocab = config_.text().vocab_size;
   for (const ForwardChunk& chunk : batch.chunks) {
     if (chunk.state == nullptr) return base::InvalidArgumentError("forward chunk without state");
     if (chunk.start_pos != chunk.state->length) {
@@ -171,14 +169,10 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
         std::min<int64_t>(config_.text().max_position_embeddings, int64_t{1} << 30)) {
       return base::OutOfRangeError("sequence longer than max_position_embeddings");
     }
-    DI_RETURN_IF_ERROR(
-        EnsureBlocks(backend_, chunk.state->blocks,
-                     chunk.state->length + static_cast<int64_t>(chunk.tokens.size())));
     for (int32_t id : chunk.tokens) {
-      if (id < 0 || id >= out.vocab) {
+      if (id < 0 || id >= vocab) {
         return base::InvalidArgumentError("token id " + std::to_string(id) +
-                                          " outside the vocabulary of " +
-                                          std::to_string(out.vocab));
+                                          " outside the vocabulary of " + std::to_string(vocab));
       }
     }
   }
@@ -189,7 +183,20 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
       }
     }
   }
-  for (const ForwardChunk& chunk : batch.chunks) DI_RETURN_IF_ERROR(ForwardOne(chunk, &out));
+  return Status::Ok();
+}
+
+StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
+  ForwardOutput out;
+  out.vocab = config_.text().vocab_size;
+  // Validate every chunk before touching any state, so a bad batch changes nothing.
+  DI_RETURN_IF_ERROR(ValidateBatch(batch));
+  for (const ForwardChunk& chunk : batch.chunks) {
+    DI_RETURN_IF_ERROR(
+        EnsureBlocks(backend_, chunk.state->blocks,
+                     chunk.state->length + static_cast<int64_t>(chunk.tokens.size())));
+  }
+  if (!batch.chunks.empty()) ForwardAll(batch, &out);
   // Ops report nothing themselves; an asynchronous backend (CUDA) surfaces its first error
   // here, so a failed step never returns plausible-looking logits.
   DI_RETURN_IF_ERROR(
@@ -197,25 +204,23 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
   return out;
 }
 
-void Model::Emit(ChunkContext& ctx, const std::string& name, const float* data, int64_t rows,
-                 int64_t cols) {
+void Model::Emit(const std::string& name, const float* data, int64_t rows, int64_t cols) {
   if (!trace_) return;
-  (void)ctx;
   std::vector<float> host(rows * cols);
   backend_->CopyToHost(host.data(), data, rows * cols * sizeof(float));
   trace_(name, host.data(), rows, cols);
 }
 
-void Model::EngramLayer(int layer, ChunkContext& ctx) {
+void Model::EngramLayer(int layer, BatchContext& b) {
   const io::TextConfig& t = config_.text();
   const EngramWeights& w = *weights_->layers[layer].engram;
   const int idx = config_.EngramIndex(layer);
-  const int64_t T = ctx.T, D = t.hidden_size, hc = t.hc_mult;
+  const int64_t T = b.rows, D = t.hidden_size, hc = t.hc_mult;
   const int64_t cols = engram_hash_->columns(), n_layers = engram_hash_->n_layers;
   std::vector<int64_t> ids(T * cols);
   for (int64_t i = 0; i < T; ++i) {
     for (int64_t c = 0; c < cols; ++c) {
-      ids[i * cols + c] = ctx.engram_ids[(i * n_layers + idx) * cols + c];
+      ids[i * cols + c] = b.engram_ids[(i * n_layers + idx) * cols + c];
     }
   }
   DeviceFloats rows(backend_, T * cols * t.engram_head_dim);
@@ -224,38 +229,78 @@ void Model::EngramLayer(int layer, ChunkContext& ctx) {
   DeviceFloats key(backend_, T * hc * D), value(backend_, T * D);
   backend_->Linear(rows.data(), T, K, w.wkv, 0, hc * D, key.data(), hc * D);
   backend_->Linear(rows.data(), T, K, w.wkv, hc * D, D, value.data(), D);
-  backend_->EngramGate(ctx.x.data(), key.data(), value.data(), w.q_weight.data(), w.k_weight.data(),
+  backend_->EngramGate(b.x.data(), key.data(), value.data(), w.q_weight.data(), w.k_weight.data(),
                        T, hc, D, static_cast<float>(t.rms_norm_eps));
-  Emit(ctx, "layers." + std::to_string(layer) + ".engram_out", ctx.x.data(), T, hc * D);
+  Emit("layers." + std::to_string(layer) + ".engram_out", b.x.data(), T, hc * D);
 }
 
-Status Model::ForwardOne(const ForwardChunk& chunk, ForwardOutput* out) {
+// Positions, embeddings (expanded to hc identical streams) and Engram ids of every row.
+void Model::StartBatch(const ForwardBatch& batch, BatchContext& b) {
   const io::TextConfig& t = config_.text();
-  const int64_t T = static_cast<int64_t>(chunk.tokens.size());
+  const int64_t D = t.hidden_size, hc = t.hc_mult;
+  std::vector<int32_t> all_pos;
+  std::vector<int64_t> ids;
+  for (const ForwardChunk& chunk : batch.chunks) {
+    ChunkContext c;
+    c.state = chunk.state;
+    c.T = static_cast<int64_t>(chunk.tokens.size());
+    c.row0 = b.rows;
+    for (int64_t i = 0; i < c.T; ++i)
+      c.host_pos.push_back(static_cast<int32_t>(chunk.start_pos + i));
+    all_pos.insert(all_pos.end(), c.host_pos.begin(), c.host_pos.end());
+    ids.insert(ids.end(), chunk.tokens.begin(), chunk.tokens.end());
+    if (engram_hash_) {
+      std::vector<int64_t> chunk_ids;
+      ComputeEngramRowIds(*engram_hash_, chunk.state->recent_tokens, chunk.tokens, &chunk_ids);
+      b.engram_ids.insert(b.engram_ids.end(), chunk_ids.begin(), chunk_ids.end());
+    }
+    b.rows += c.T;
+    b.chunks.push_back(std::move(c));
+  }
+  b.pos = DeviceInts(backend_, b.rows);
+  backend_->CopyToDevice(b.pos.data(), all_pos.data(), b.rows * sizeof(int32_t));
+  for (ChunkContext& c : b.chunks) c.pos = b.pos.data() + c.row0;
+
+  DeviceFloats e(backend_, b.rows * D);
+  backend_->GatherRows(weights_->embed, ids.data(), b.rows, e.data());
+  // x viewed as [rows * hc, D]: row (i, k) is a copy of embedding row i.
+  std::vector<int32_t> expand(b.rows * hc);
+  for (int64_t i = 0; i < b.rows * hc; ++i) expand[i] = static_cast<int32_t>(i / hc);
+  b.x = DeviceFloats(backend_, b.rows * hc * D);
+  backend_->GatherTokenRows(e.data(), D, expand.data(), b.rows * hc, D, b.x.data());
+}
+
+// Logits of each chunk's last row (or all its rows), one head GEMM for the whole batch.
+void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, ForwardOutput* out) {
+  const io::TextConfig& t = config_.text();
+  const int64_t D = t.hidden_size;
+  std::vector<int32_t> rows;
+  for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    const ChunkContext& c = b.chunks[i];
+    const int64_t n = batch.chunks[i].all_logits ? c.T : 1;
+    for (int64_t r = c.row0 + c.T - n; r < c.row0 + c.T; ++r)
+      rows.push_back(static_cast<int32_t>(r));
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  DeviceFloats picked(backend_, n * D);
+  backend_->GatherTokenRows(h, D, rows.data(), n, D, picked.data());
+  DeviceFloats logits(backend_, n * t.vocab_size);
+  backend_->Linear(picked.data(), n, D, weights_->head, 0, t.vocab_size, logits.data(),
+                   t.vocab_size);
+  const size_t old = out->logits.size();
+  out->logits.resize(old + n * t.vocab_size);
+  backend_->CopyToHost(out->logits.data() + old, logits.data(), n * t.vocab_size * sizeof(float));
+  out->rows += n;
+}
+
+void Model::ForwardAll(const ForwardBatch& batch, ForwardOutput* out) {
+  const io::TextConfig& t = config_.text();
   const int64_t D = t.hidden_size, hc = t.hc_mult;
   const float eps = static_cast<float>(t.rms_norm_eps);
   const float hc_eps = static_cast<float>(t.hc_eps);
-  ChunkContext ctx;
-  ctx.state = chunk.state;
-  ctx.T = T;
-  ctx.host_pos.resize(T);
-  for (int64_t i = 0; i < T; ++i) ctx.host_pos[i] = static_cast<int32_t>(chunk.start_pos + i);
-  ctx.pos = DeviceInts(backend_, T);
-  backend_->CopyToDevice(ctx.pos.data(), ctx.host_pos.data(), T * sizeof(int32_t));
-
-  // Embedding, expanded to hc identical streams.
-  std::vector<int64_t> ids(chunk.tokens.begin(), chunk.tokens.end());
-  DeviceFloats e(backend_, T * D);
-  backend_->GatherRows(weights_->embed, ids.data(), T, e.data());
-  ctx.x = DeviceFloats(backend_, T * hc * D);
-  for (int64_t i = 0; i < T; ++i) {
-    for (int64_t k = 0; k < hc; ++k) {
-      backend_->CopyDevice(ctx.x.data() + (i * hc + k) * D, e.data() + i * D, D * sizeof(float));
-    }
-  }
-  if (engram_hash_) {
-    ComputeEngramRowIds(*engram_hash_, chunk.state->recent_tokens, chunk.tokens, &ctx.engram_ids);
-  }
+  BatchContext b;
+  StartBatch(batch, b);
+  const int64_t T = b.rows;
   // Incoming pre-mix: one-hot on stream 0.
   DeviceFloats carry_pre(backend_, T * hc);
   {
@@ -269,49 +314,41 @@ Status Model::ForwardOne(const ForwardChunk& chunk, ForwardOutput* out) {
   for (int l = 0; l < t.num_hidden_layers; ++l) {
     const LayerWeights& lw = weights_->layers[l];
     const std::string name = "layers." + std::to_string(l) + ".";
-    if (lw.engram) EngramLayer(l, ctx);
-    backend_->HcMix(ctx.x.data(), T, hc, D, lw.hc_attn.view(), eps, hc_eps, t.hc_sinkhorn_iters,
+    if (lw.engram) EngramLayer(l, b);
+    backend_->HcMix(b.x.data(), T, hc, D, lw.hc_attn.view(), eps, hc_eps, t.hc_sinkhorn_iters,
                     a_pre.data(), a_post.data(), a_comb.data());
-    backend_->HcCollapse(ctx.x.data(), carry_pre.data(), T, hc, D, u0.data());
-    Emit(ctx, name + "attn_in", u0.data(), T, D);
+    backend_->HcCollapse(b.x.data(), carry_pre.data(), T, hc, D, u0.data());
+    Emit(name + "attn_in", u0.data(), T, D);
     backend_->RmsNorm(u0.data(), T, D, D, lw.attn_norm.data(), eps, u.data(), D);
-    Attention(l, ctx, u.data(), y.data());
-    Emit(ctx, name + "attn_out", y.data(), T, D);
-    backend_->HcExpand(y.data(), a_post.data(), a_comb.data(), T, hc, D, ctx.x.data());
+    Attention(l, b, u.data(), y.data());
+    Emit(name + "attn_out", y.data(), T, D);
+    backend_->HcExpand(y.data(), a_post.data(), a_comb.data(), T, hc, D, b.x.data());
     // carry_pre receives this layer's FFN-site pre (used by the next collapse after this).
-    backend_->HcMix(ctx.x.data(), T, hc, D, lw.hc_ffn.view(), eps, hc_eps, t.hc_sinkhorn_iters,
+    backend_->HcMix(b.x.data(), T, hc, D, lw.hc_ffn.view(), eps, hc_eps, t.hc_sinkhorn_iters,
                     carry_pre.data(), f_post.data(), f_comb.data());
-    backend_->HcCollapse(ctx.x.data(), a_pre.data(), T, hc, D, u0.data());
-    Emit(ctx, name + "ffn_in", u0.data(), T, D);
+    backend_->HcCollapse(b.x.data(), a_pre.data(), T, hc, D, u0.data());
+    Emit(name + "ffn_in", u0.data(), T, D);
     backend_->RmsNorm(u0.data(), T, D, D, lw.ffn_norm.data(), eps, u.data(), D);
     moe_->Forward(lw.ffn, u.data(), T, D, y.data());
-    Emit(ctx, name + "ffn_out", y.data(), T, D);
-    backend_->HcExpand(y.data(), f_post.data(), f_comb.data(), T, hc, D, ctx.x.data());
-    Emit(ctx, name + "streams_out", ctx.x.data(), T, hc * D);
+    Emit(name + "ffn_out", y.data(), T, D);
+    backend_->HcExpand(y.data(), f_post.data(), f_comb.data(), T, hc, D, b.x.data());
+    Emit(name + "streams_out", b.x.data(), T, hc * D);
   }
-  backend_->HcCollapse(ctx.x.data(), carry_pre.data(), T, hc, D, u0.data());
+  backend_->HcCollapse(b.x.data(), carry_pre.data(), T, hc, D, u0.data());
   backend_->RmsNorm(u0.data(), T, D, D, weights_->norm.data(), eps, u.data(), D);
-  Emit(ctx, "final_norm_out", u.data(), T, D);
-
-  const int64_t rows = chunk.all_logits ? T : 1;
-  const float* h = u.data() + (T - rows) * D;
-  DeviceFloats logits(backend_, rows * t.vocab_size);
-  backend_->Linear(h, rows, D, weights_->head, 0, t.vocab_size, logits.data(), t.vocab_size);
-  const size_t old = out->logits.size();
-  out->logits.resize(old + rows * t.vocab_size);
-  backend_->CopyToHost(out->logits.data() + old, logits.data(),
-                       rows * t.vocab_size * sizeof(float));
-  out->rows += rows;
+  Emit("final_norm_out", u.data(), T, D);
+  Logits(batch, b, u.data(), out);
 
   // Sequence bookkeeping (window rings and KV groups were updated by the layers).
-  SequenceState& s = *chunk.state;
-  s.length += T;
   const size_t keep = static_cast<size_t>(std::max(t.engram_max_ngram_size - 1, 0));
-  s.recent_tokens.insert(s.recent_tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
-  if (s.recent_tokens.size() > keep) {
-    s.recent_tokens.erase(s.recent_tokens.begin(), s.recent_tokens.end() - keep);
+  for (const ForwardChunk& chunk : batch.chunks) {
+    SequenceState& s = *chunk.state;
+    s.length += static_cast<int64_t>(chunk.tokens.size());
+    s.recent_tokens.insert(s.recent_tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+    if (s.recent_tokens.size() > keep) {
+      s.recent_tokens.erase(s.recent_tokens.begin(), s.recent_tokens.end() - keep);
+    }
   }
-  return Status::Ok();
 }
 
 }  // namespace deepinfer::model

@@ -73,7 +73,18 @@ class Model {
   base::StatusOr<int64_t> StateBlockFloats(int block_tokens) const;
   // The smallest multiple of every compress ratio that is >= 16.
   int DefaultBlockTokens() const;
-  // Runs every chunk (one after another) and appends their logits. All chunks are validated
+  // A standalone sequence with blocks of `block_tokens` tokens (InvalidArgument unless a
+  // positive multiple of every compress ratio). Larger blocks mean fewer, larger copies.
+  base::StatusOr<SequenceState> NewSequence(int block_tokens) const;
+  // For benchmarks: makes a fresh standalone sequence look as if `length` tokens had been
+  // consumed. Window rings, compressed entries, index keys and pending compressor rows are
+  // filled by cycling through `values` (backend memory, n_values > 0 floats); recent_tokens
+  // becomes the Engram history. The logits that follow are meaningless, but each later step
+  // does exactly the work of a real sequence of that length.
+  base::Status FillSyntheticContext(SequenceState& s, int64_t length, const float* values,
+                                    int64_t n_values, std::span<const int32_t> recent_tokens);
+  // Runs all chunks together (per-row work batched across chunks, per-sequence attention
+  // chunk by chunk) and appends their logits in chunk order. All chunks are validated
   // before any state changes; an error leaves every state untouched. Not reentrant: one
   // Forward at a time per Model (the weights are shared, read-only, by all sequences).
   base::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch);
@@ -85,20 +96,27 @@ class Model {
 
  private:
   struct ChunkContext;
+  struct BatchContext;
   Model() = default;
 
-  base::Status ForwardOne(const ForwardChunk& chunk, ForwardOutput* out);
-  void EngramLayer(int layer, ChunkContext& ctx);
-  void Attention(int layer, ChunkContext& ctx, const float* u, float* out);
-  void Compress(int layer, ChunkContext& ctx, const float* u, KvGroupState& group);
-  void Indexer(int layer, ChunkContext& ctx, const float* u, const float* q_r, KvGroupState& group);
+  base::Status ValidateBatch(const ForwardBatch& batch) const;
+  void ForwardAll(const ForwardBatch& batch, ForwardOutput* out);
+  void StartBatch(const ForwardBatch& batch, BatchContext& b);
+  void Logits(const ForwardBatch& batch, BatchContext& b, const float* h, ForwardOutput* out);
+  void EngramLayer(int layer, BatchContext& b);
+  void Attention(int layer, BatchContext& b, const float* u, float* out);
+  // The attention of one chunk over its window ring (+ selected compressed entries), after
+  // this step's window KV `kv_new` [chunk rows, head_dim] was computed; updates the ring.
+  void ChunkAttention(int layer, ChunkContext& c, const float* q, const float* kv_new, float* o);
+  // Compressor of KV source `layer` (group gi) over every chunk's new tokens.
+  void Compress(int layer, BatchContext& b, const float* u, int gi);
+  void Indexer(int layer, BatchContext& b, const float* u, const float* q_r, int gi);
   // Rows [0, n_entries) of group `gi` (entries [n, head_dim] or index keys [n, index_head_dim])
   // gathered from the blocks into a contiguous scratch, once per chunk and group.
   const float* GatheredEntries(ChunkContext& ctx, int gi);
   const float* GatheredIndexKeys(ChunkContext& ctx, int gi);
   SequenceState NewSequenceWithBlocks(int block_tokens, bool self_allocating) const;
-  void Emit(ChunkContext& ctx, const std::string& name, const float* data, int64_t rows,
-            int64_t cols);
+  void Emit(const std::string& name, const float* data, int64_t rows, int64_t cols);
 
   io::ModelConfig config_;
   Backend* backend_ = nullptr;

@@ -1,0 +1,116 @@
+// Cross-sequence batching and synthetic contexts: a Forward holding chunks of several
+// sequences (prefill and decode, different lengths, standalone and synthetic) gives each
+// sequence exactly the logits of running it alone (CPU reference: per-row work is independent
+// of the other rows), and FillSyntheticContext leaves a state a real sequence could have.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "model/golden_check.h"
+#include "model/model.h"
+
+namespace deepinfer::model {
+namespace {
+
+const std::filesystem::path kTinyB =
+    std::filesystem::path(DEEPINFER_SHARED_DIR) / "goldens/v41/tiny_b";
+
+class ModelBatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto engram = LoadGoldenEngramConstants(kTinyB / "engram_hash.safetensors");
+    ASSERT_TRUE(engram.ok()) << engram.status();
+    auto model = Model::Load(kTinyB, &backend_, *engram);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    values_.resize(1000);
+    for (size_t i = 0; i < values_.size(); ++i) values_[i] = std::sin(0.37f * i);
+  }
+  SequenceState Synthetic(int64_t length) {
+    auto s = model_->NewSequence(32);
+    EXPECT_TRUE(s.ok()) << s.status();
+    const std::vector<int32_t> recent = {5, 6, 7};
+    EXPECT_TRUE(model_
+                    ->FillSyntheticContext(*s, length, values_.data(),
+                                           static_cast<int64_t>(values_.size()), recent)
+                    .ok());
+    return std::move(*s);
+  }
+  std::vector<float> Run(std::vector<ForwardChunk> chunks) {
+    ForwardBatch batch;
+    batch.chunks = std::move(chunks);
+    auto out = model_->Forward(batch);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? out->logits : std::vector<float>{};
+  }
+
+  backend::cpu::CpuBackend backend_;
+  std::unique_ptr<Model> model_;
+  std::vector<float> values_;
+};
+
+TEST_F(ModelBatchTest, MixedBatchEqualsSeparateRuns) {
+  const std::vector<int32_t> prompt = {0, 11, 23, 35, 47, 59, 61, 73, 85, 97, 101, 7, 9};
+  const std::vector<int32_t> history = {0, 400, 300, 200, 100, 50, 25, 12, 6, 3, 4, 8};
+  const std::vector<int32_t> one = {77}, two = {88};
+  const int64_t V = model_->config().text().vocab_size;
+  // Alone: a prefill (all logits), a decode after a real history, a synthetic-context decode.
+  std::vector<float> alone;
+  {
+    SequenceState a = model_->NewSequence();
+    auto l = Run({{&a, prompt, 0, true}});
+    alone.insert(alone.end(), l.begin(), l.end());
+    SequenceState b = model_->NewSequence();
+    Run({{&b, history, 0, false}});
+    l = Run({{&b, one, b.length, false}});
+    alone.insert(alone.end(), l.begin(), l.end());
+    SequenceState c = Synthetic(301);
+    l = Run({{&c, two, c.length, false}});
+    alone.insert(alone.end(), l.begin(), l.end());
+  }
+  SequenceState a = model_->NewSequence();
+  SequenceState b = model_->NewSequence();
+  Run({{&b, history, 0, false}});
+  SequenceState c = Synthetic(301);
+  const std::vector<float> together =
+      Run({{&a, prompt, 0, true}, {&b, one, b.length, false}, {&c, two, c.length, false}});
+  ASSERT_EQ(together.size(), alone.size());
+  ASSERT_EQ(together.size(), (prompt.size() + 2) * V);
+  for (size_t i = 0; i < alone.size(); ++i) {
+    ASSERT_EQ(together[i], alone[i]) << "logit " << i << " (row " << i / V << ")";
+  }
+  EXPECT_EQ(a.length, 13);
+  EXPECT_EQ(b.length, 13);
+  EXPECT_EQ(c.length, 302);
+}
+
+TEST_F(ModelBatchTest, SyntheticContextState) {
+  const io::TextConfig& t = model_->config().text();
+  SequenceState s = Synthetic(301);
+  EXPECT_EQ(s.length, 301);
+  EXPECT_EQ(s.recent_tokens, (std::vector<int32_t>{5, 6, 7}));
+  for (const KvGroupState& g : s.groups) {
+    const int r = std::max(g.ratio, 1);
+    EXPECT_EQ(g.n_entries(), 301 / r);
+    EXPECT_EQ(g.n_pending, g.ratio > 1 ? 301 % r : 0);
+  }
+  for (const WindowRing& ring : s.windows) {
+    for (int64_t p = 301 - t.sliding_window; p < 301; ++p) {
+      EXPECT_EQ(ring.pos[p % t.sliding_window], p);
+    }
+  }
+  // A step after it runs and gives finite logits; a used sequence is refused.
+  const std::vector<int32_t> tok = {42};
+  const std::vector<float> logits = Run({{&s, tok, s.length, false}});
+  ASSERT_EQ(static_cast<int64_t>(logits.size()), t.vocab_size);
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_FALSE(
+      model_->FillSyntheticContext(s, 10, values_.data(), 10, std::vector<int32_t>{}).ok());
+  EXPECT_FALSE(model_->NewSequence(7).ok());  // not a multiple of the ratio 2
+}
+
+}  // namespace
+}  // namespace deepinfer::model
