@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Issue 9's GPU benchmark, everything in one call on the GPU machine; builds nothing.
+#
+#   bench/gpu/run.sh --build DIR [--model DIR] [--out DIR] [--quick] [--no-reference]
+#                    [--goldens DIR] [--bench-args "..."]
+#
+#   --build DIR      folder holding bin/{gpu_ceilings,make_bench_model,gpu_model_bench}
+#                    (+ gpu-libs.tar.xz from tools/gpu/bundle-libs.sh)
+#   --model DIR      where the random-weight flash4 checkpoint goes (default /tmp/flash4;
+#                    generated if absent, ~32 GB, never shipped)
+#   --out DIR        results (default $OUT, else ./bench-out): ceilings.json, model.json,
+#                    reference.json, summary.md and the logs
+#   --quick          a small grid (batches 1,32; context 4096; prefill 4096)
+#   --no-reference   skip the Hugging Face reference (bench/gpu/hf_reference.py, needs .ref/)
+#   --goldens DIR    tiny_a golden case for the reference's self-check (default
+#                    gpu-carry/goldens/tiny_a)
+#
+# Steps: ceilings (HBM copy/read, cuBLASLt BF16/FP8 GEMM) -> checkpoint -> our decode grid,
+# prefill and per-op breakdown -> the reference on the same checkpoint -> projection and
+# summary (bench/gpu/project.py). The last lines printed are the summary table.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=""
+MODEL=/tmp/flash4
+RESULTS=${OUT:-$PWD/bench-out}
+QUICK=0
+REFERENCE=1
+GOLDENS="$ROOT/gpu-carry/goldens/tiny_a"
+BENCH_ARGS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
+    --model) MODEL="$2"; shift 2 ;;
+    --out) RESULTS="$2"; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    --no-reference) REFERENCE=0; shift ;;
+    --goldens) GOLDENS="$2"; shift 2 ;;
+    --bench-args) BENCH_ARGS="$2"; shift 2 ;;
+    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$BUILD" ] || { echo "--build DIR is required" >&2; exit 2; }
+mkdir -p "$RESULTS"
+BIN="$BUILD/bin"
+if [ -f "$BUILD/gpu-libs.tar.xz" ]; then
+  LIBDIR=$(mktemp -d)
+  tar -xJf "$BUILD/gpu-libs.tar.xz" -C "$LIBDIR" && export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+PYLIB=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
+[ -n "$PYLIB" ] && [ -d "$PYLIB" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PYLIB"
+export PYTHONUNBUFFERED=1
+
+step() { echo; echo "== $* ($(date +%T))"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee "$RESULTS/gpu.txt"
+nproc; free -g | head -2; df -h /tmp | tail -1
+
+step "ceilings"
+"$BIN/gpu_ceilings" --json "$RESULTS/ceilings.json" 2>&1 | tee "$RESULTS/ceilings.log"
+
+step "checkpoint"
+if [ ! -f "$MODEL/config.json" ]; then
+  /usr/bin/time -v "$BIN/make_bench_model" --out "$MODEL" --layers-preset flash4 --scale real \
+      --threads "$(nproc)" 2>&1 | grep -v -E '^\s+(Page|Swaps|File|Socket|Signals|Voluntary|Involuntary|Average|Exit|Minor|Major)' | tee "$RESULTS/make_model.log"
+fi
+du -sh "$MODEL"
+
+if [ "$QUICK" = 1 ]; then
+  GRID="--batches 1,32 --contexts 4096 --prefill 4096 --breakdown 1:4096,32:4096 --steps 3"
+else
+  GRID="--batches 1,8,32,128,256 --contexts 4096,32768 --prefill 4096,16384 --breakdown 1:4096,32:4096,256:4096 --steps 5"
+fi
+step "our engine: decode grid, prefill, per-op breakdown"
+# shellcheck disable=SC2086
+"$BIN/gpu_model_bench" --model "$MODEL" --ceilings "$RESULTS/ceilings.json" $GRID $BENCH_ARGS \
+    --json "$RESULTS/model.json" 2>&1 | tee "$RESULTS/model.log"
+
+REF_JSON=""
+if [ "$REFERENCE" = 1 ]; then
+  if [ -d "$ROOT/.ref" ]; then
+    step "reference: golden self-check (tiny_a, fp32)"
+    python3 "$ROOT/bench/gpu/hf_reference.py" --check-goldens "$GOLDENS" 2>&1 | tee "$RESULTS/reference_check.log"
+    step "reference: decode on the same checkpoint (bf16)"
+    if [ "$QUICK" = 1 ]; then RB=1; RC=4096; else RB=1,8,32; RC=4096; fi
+    timeout 900 python3 "$ROOT/bench/gpu/hf_reference.py" --bench "$MODEL" --dtype bfloat16 \
+        --batches "$RB" --contexts "$RC" --steps 3 --time-limit 120 --total-limit 420 \
+        --json "$RESULTS/reference.json" 2>&1 | tee "$RESULTS/reference.log"
+    [ -f "$RESULTS/reference.json" ] && REF_JSON="--reference $RESULTS/reference.json"
+  else
+    echo "no .ref/ (upstream reference code): reference skipped (bench/gpu/REFERENCE.md)"
+  fi
+fi
+
+step "summary"
+# shellcheck disable=SC2086
+python3 "$ROOT/bench/gpu/project.py" --model-json "$RESULTS/model.json" \
+    --ceilings "$RESULTS/ceilings.json" $REF_JSON | tee "$RESULTS/summary.md"
