@@ -105,8 +105,8 @@ class Bench {
     const double state_gib = StateGiB(batch, context);
     if (state_gib > opt_.state_budget_gib) {
       r["skipped"] = "state " + std::to_string(state_gib) + " GiB over the budget";
-      std::printf("decode B=%lld C=%lld: skipped (state %.1f GiB)\n",
-                  static_cast<long long>(batch), static_cast<long long>(context), state_gib);
+      std::printf("decode B=%lld C=%lld: skipped (state %.1f GiB)\n", static_cast<long long>(batch),
+                  static_cast<long long>(context), state_gib);
       return r;
     }
     std::vector<model::SequenceState> seqs;
@@ -186,10 +186,12 @@ class Bench {
       }
       r["gemm_s"] = gemm_us / 1e6;
       r["gemm_tflops"] = cost.gemm_flops / (gemm_us / 1e6) / 1e12;
-      if (ceil_.fp8_tflops > 0) r["gemm_of_fp8_ceiling"] = r["gemm_tflops"].get<double>() / ceil_.fp8_tflops;
-      std::printf("  GEMM part: %.3f s, %.1f TFLOP/s (%.1f%% of the FP8 ceiling)\n", gemm_us / 1e6,
-                  r["gemm_tflops"].get<double>(),
-                  ceil_.fp8_tflops > 0 ? 100 * r["gemm_tflops"].get<double>() / ceil_.fp8_tflops : 0.0);
+      if (ceil_.fp8_tflops > 0)
+        r["gemm_of_fp8_ceiling"] = r["gemm_tflops"].get<double>() / ceil_.fp8_tflops;
+      std::printf(
+          "  GEMM part: %.3f s, %.1f TFLOP/s (%.1f%% of the FP8 ceiling)\n", gemm_us / 1e6,
+          r["gemm_tflops"].get<double>(),
+          ceil_.fp8_tflops > 0 ? 100 * r["gemm_tflops"].get<double>() / ceil_.fp8_tflops : 0.0);
     }
     return r;
   }
@@ -198,7 +200,8 @@ class Bench {
 
  private:
   std::vector<int32_t> Tokens(int64_t n) {
-    std::uniform_int_distribution<int32_t> id(3, static_cast<int32_t>(model_.config().text().vocab_size) - 2);
+    std::uniform_int_distribution<int32_t> id(
+        3, static_cast<int32_t>(model_.config().text().vocab_size) - 2);
     std::vector<int32_t> v(n);
     for (int32_t& x : v) x = id(rng_);
     return v;
@@ -217,7 +220,8 @@ class Bench {
   // fp32 state of `batch` sequences of `context` tokens, twice (blocks + the per-step gather).
   double StateGiB(int64_t batch, int64_t context) const {
     auto floats = model_.StateBlockFloats(opt_.block_tokens);
-    const double blocks = std::ceil(static_cast<double>(context + opt_.steps + 2) / opt_.block_tokens);
+    const double blocks =
+        std::ceil(static_cast<double>(context + opt_.steps + 2) / opt_.block_tokens);
     const double per_seq = 2 * blocks * (floats.ok() ? *floats : 0) * 4;
     return batch * per_seq / double(1 << 30);
   }

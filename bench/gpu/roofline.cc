@@ -128,9 +128,8 @@ StepCost PrefillCost(const io::ModelConfig& config, int64_t prompt) {
     const LayerWeights w = DenseLayer(config, l);
     c.weight_bytes += w.bytes;
     c.gemm_flops += 2 * P * (w.params + t.num_experts_per_tok * 3 * D * I);
-    c.expert_bytes +=
-        ExpectedDistinctExperts(t.n_routed_experts, t.num_experts_per_tok, prompt) *
-        ExpertBytes(config);
+    c.expert_bytes += ExpectedDistinctExperts(t.n_routed_experts, t.num_experts_per_tok, prompt) *
+                      ExpertBytes(config);
     if (config.IsEngramLayer(l)) c.state_bytes += P * EngramRowBytes(t);
     // Attention of every position; sampled every `step` positions to keep this cheap.
     const int64_t step = std::max<int64_t>(1, prompt / 4096);

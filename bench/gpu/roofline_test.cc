@@ -82,8 +82,7 @@ TEST(RooflineTest, PrefillReadsEveryExpertOnce) {
   const StepCost d = DecodeStepCost(c, 1, 0);
   // GEMM FLOPs: 4096 rows through the layer, one row through the head.
   const double head_flops = 2.0 * 129280 * 5120;
-  EXPECT_NEAR(p.gemm_flops - head_flops, 4096 * (d.gemm_flops - head_flops),
-              1e-9 * p.gemm_flops);
+  EXPECT_NEAR(p.gemm_flops - head_flops, 4096 * (d.gemm_flops - head_flops), 1e-9 * p.gemm_flops);
 }
 
 }  // namespace
