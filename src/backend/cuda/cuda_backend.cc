@@ -82,6 +82,8 @@ base::Status CudaBackend::Init() {
   sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
   const char* gemv = std::getenv("DEEPINFER_CUDA_GEMV");
   gemv_max_tokens_ = gemv != nullptr && std::strcmp(gemv, "0") == 0 ? 0 : kernels::kMaxGemvTokens;
+  const char* fused = std::getenv("DEEPINFER_CUDA_FUSED_MOE");
+  fused_experts_ = fused == nullptr || std::strcmp(fused, "0") != 0;
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}", device_, prop.name,
            prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30),
            sync_each_op_ ? ", synchronising after every op" : "");
@@ -92,6 +94,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   ReleaseTemps();
+  FreeExpertTables();
   if (linear_scratch_) arena_.Release(linear_scratch_).IgnoreError();
   if (error_word_) cudaFree(error_word_);
   if (cublas_lt_) cublasLtDestroy(cublas_lt_);
@@ -153,6 +156,9 @@ base::Status CudaBackend::Synchronize() {
       if (word & kernels::kErrSelectionOutOfRange) {
         Fail(base::InvalidArgumentError(
             "SparseAttention: a selected compressed entry id was >= n_comp"));
+      }
+      if (word & kernels::kErrExpertOutOfRange) {
+        Fail(base::InvalidArgumentError("RoutedExperts: an expert id was outside [0, n_experts)"));
       }
     }
   }

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/device_arena.h"
@@ -49,8 +50,9 @@ class CudaBackend final : public model::Backend {
   base::Status Synchronize() override;
   // Uploads a weight now (load time) instead of at its first use.
   base::Status UploadWeight(const model::WeightRef& w);
-  // Frees every uploaded weight (call when the checkpoint they came from is unloaded).
-  void ForgetWeights() { weights_.Clear(); }
+  // Frees every uploaded weight and the cached routed-expert tables (call when the
+  // checkpoint they came from is unloaded).
+  void ForgetWeights();
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -60,6 +62,9 @@ class CudaBackend final : public model::Backend {
   // (default kernels::kMaxGemvTokens; 0 = always dequantise + SGEMM;
   // DEEPINFER_CUDA_GEMV=0 sets 0 at creation).
   void set_gemv_max_tokens(int64_t t) { gemv_max_tokens_ = t; }
+  // Whether CanFuseRoutedExperts may say yes (default on; DEEPINFER_CUDA_FUSED_MOE=0 turns
+  // it off at creation).
+  void set_fused_experts(bool on) { fused_experts_ = on; }
 
   // --- model::Backend ------------------------------------------------------------------
   float* AllocFloats(int64_t n) override;
@@ -107,6 +112,12 @@ class CudaBackend final : public model::Backend {
                          float* weights) override;
   void SwiGlu(const float* gate, const float* up, int64_t T, int64_t n, float limit,
               const float* row_scale, float* h) override;
+  // Fused for 1 <= T <= kernels::kMaxFusedExpertTokens rows, experts in MXFP4 / FP8-block32
+  // / BF16 with D and I multiples of 32. The first call for an expert table uploads every
+  // expert of it and caches a device array of their pointers (keyed by the table's address;
+  // dropped by ForgetWeights).
+  bool CanFuseRoutedExperts(int64_t T, const model::ExpertWeights& e) const override;
+  void RoutedExperts(const model::RoutedExpertsArgs& args) override;
   void GatherTokenRows(const float* x, int64_t ld, const int32_t* host_rows, int64_t n,
                        int64_t width, float* out) override;
   void ScatterAddRows(const float* v, int64_t n, int64_t width, const int32_t* host_rows, float* y,
@@ -146,6 +157,22 @@ class CudaBackend final : public model::Backend {
   // The persistent fp32 dequantisation tile for Linear, grown on demand.
   float* LinearScratch(int64_t floats);
 
+  // The device pointer table of a routed-expert table (uploads its experts the first time);
+  // null after a failure (recorded).
+  struct ExpertTable {
+    kernels::ExpertPointers* device = nullptr;  // cudaMalloc'ed [n_experts]
+    int64_t n_experts = 0;
+    // Identity of the host table it was built from (checked on every use).
+    const void* first_w1 = nullptr;
+    const void* last_w2 = nullptr;
+    model::WeightFormat up_format = model::WeightFormat::kMxFp4;
+    model::WeightFormat down_format = model::WeightFormat::kMxFp4;
+    int64_t D = 0, I = 0;
+  };
+  const ExpertTable* ExpertTableFor(const model::RoutedExpertsArgs& args);
+  base::StatusOr<ExpertTable> BuildExpertTable(const model::RoutedExpertsArgs& args);
+  void FreeExpertTables();
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -153,6 +180,8 @@ class CudaBackend final : public model::Backend {
   int* error_word_ = nullptr;             // device int, DeviceErrorBit flags
   bool sync_each_op_ = false;
   int64_t gemv_max_tokens_ = 0;  // set in Init()
+  bool fused_experts_ = true;    // set in Init()
+  std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   DeviceArena arena_;
   WeightCache weights_;
   std::vector<void*> temps_;

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -26,11 +27,14 @@ std::unique_ptr<CudaBackend> Backend(benchmark::State& state) {
   return std::move(b).value();
 }
 
-std::vector<uint8_t> RandomBytes(size_t n, int lo, int hi, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> d(lo, hi);
+// Fast random bytes in [lo, hi] (xorshift; the values only need to be plausible).
+std::vector<uint8_t> QuickBytes(size_t n, int lo, int hi, uint64_t seed) {
   std::vector<uint8_t> v(n);
-  for (auto& x : v) x = static_cast<uint8_t>(d(rng));
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& x : v) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    x = static_cast<uint8_t>(lo + static_cast<int>((s >> 24) % static_cast<uint64_t>(hi - lo + 1)));
+  }
   return v;
 }
 
@@ -68,6 +72,8 @@ void TimeOp(benchmark::State& state, CudaBackend* b, Op op) {
 
 // args: format, T, rows, cols, gemv (0/1)
 void BM_Linear(benchmark::State& state) {
+  state.SetLabel("T=" + std::to_string(state.range(1)) + " " + std::to_string(state.range(2)) +
+                 "x" + std::to_string(state.range(3)) + (state.range(4) ? " gemv" : " sgemm"));
   auto b = Backend(state);
   if (!b) return;
   const auto format = static_cast<WeightFormat>(state.range(0));
@@ -76,12 +82,12 @@ void BM_Linear(benchmark::State& state) {
   size_t data_bytes = 0, scale_bytes = 0;
   std::vector<uint8_t> data, scale;
   if (format == WeightFormat::kMxFp4) {
-    data = RandomBytes(N * K / 2, 0, 255, 1), scale = RandomBytes(N * K / 32, 118, 124, 2);
+    data = QuickBytes(N * K / 2, 0, 255, 1), scale = QuickBytes(N * K / 32, 118, 124, 2);
   } else if (format == WeightFormat::kBF16) {
-    data = RandomBytes(N * K * 2, 0, 0x3e, 1);  // small positive/negative bf16s
+    data = QuickBytes(N * K * 2, 0, 0x3e, 1);  // small positive/negative bf16s
   } else {
-    data = RandomBytes(N * K, 0, 0x7e, 1),
-    scale = RandomBytes(((N + 31) / 32) * (K / 32), 118, 124, 2);
+    data = QuickBytes(N * K, 0, 0x7e, 1),
+    scale = QuickBytes(((N + 31) / 32) * (K / 32), 118, 124, 2);
   }
   data_bytes = data.size(), scale_bytes = scale.size();
   model::WeightRef w{"bench", format, N, K, data.data(), scale.empty() ? nullptr : scale.data()};
@@ -98,16 +104,75 @@ void LinearArgs(benchmark::internal::Benchmark* bm) {
   const int64_t fp8 = static_cast<int64_t>(WeightFormat::kFp8Block32);
   const int64_t fp4 = static_cast<int64_t>(WeightFormat::kMxFp4);
   const int64_t bf16 = static_cast<int64_t>(WeightFormat::kBF16);
+  // Decode shapes at T = 1, 8, 32 (GEMV when T <= kMaxGemvTokens, else dequant + SGEMM),
+  // then the same without the GEMV for comparison.
   for (int64_t gemv : {1, 0}) {
-    for (int64_t T : {1, 8}) {
-      bm->Args({fp8, T, 1280, 5120, gemv});    // wq_a
-      bm->Args({fp4, T, 2304, 5120, gemv});    // routed expert w1
-      bm->Args({bf16, T, 16384, 5120, gemv});  // head slice
+    for (int64_t T : {1, 8, 32}) {
+      bm->Args({fp8, T, 1280, 5120, gemv});               // wq_a
+      bm->Args({fp8, T, 16384, 5120, gemv});              // a large FP8 projection
+      bm->Args({fp4, T, 2304, 5120, gemv});               // routed expert w1
+      bm->Args({bf16, T, 16384, 5120, gemv});             // head slice
+      if (gemv) bm->Args({bf16, T, 129280, 5120, gemv});  // whole head
     }
   }
   for (int64_t T : {128, 1024}) bm->Args({fp8, T, 1280, 5120, 0});
 }
 BENCHMARK(BM_Linear)->Apply(LinearArgs)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// args: T, k, n_experts (MXFP4 experts, D 5120, I 2304; routing spread over all experts).
+// weight_GBps counts the stored bytes of the distinct experts the routing touches.
+void BM_RoutedExperts(benchmark::State& state) {
+  auto b = Backend(state);
+  if (!b) return;
+  const int64_t T = state.range(0), k = state.range(1), n = state.range(2);
+  const int64_t D = 5120, I = 2304;
+  std::vector<std::vector<uint8_t>> bytes;
+  bytes.reserve(6 * n);
+  std::vector<model::ExpertWeights> table(n);
+  auto matrix = [&](int64_t rows, int64_t cols, uint64_t seed) {
+    bytes.push_back(QuickBytes(rows * cols / 2, 0, 255, seed));
+    const uint8_t* data = bytes.back().data();
+    bytes.push_back(QuickBytes(rows * cols / 32, 118, 124, seed + 1));
+    return model::WeightRef{"bench.expert", WeightFormat::kMxFp4, rows, cols,
+                            data,           bytes.back().data()};
+  };
+  for (int64_t e = 0; e < n; ++e) {
+    table[e] = {matrix(I, D, 10 * e), matrix(D, I, 10 * e + 2), matrix(I, D, 10 * e + 4)};
+  }
+  std::vector<int32_t> ids(T * k);
+  std::vector<bool> used(n, false);
+  for (int64_t p = 0; p < T * k; ++p) {
+    ids[p] = static_cast<int32_t>((p * 7 + (p / k) * 3) % n);  // distinct within a token if k <= n
+    used[ids[p]] = true;
+  }
+  const std::vector<float> w(T * k, 0.3f);
+  model::RoutedExpertsArgs a;
+  a.x = RandomDevice(b.get(), T * D, 1), a.T = T, a.D = D, a.k = k;
+  int32_t* dids = b->AllocInts(T * k);
+  float* dw = b->AllocFloats(T * k);
+  b->CopyToDevice(dids, ids.data(), T * k * 4);
+  b->CopyToDevice(dw, w.data(), T * k * 4);
+  a.experts = dids, a.weights = dw, a.table = table.data(), a.n_experts = n;
+  a.swiglu_limit = 10.0f, a.y = b->AllocFloats(T * D);
+  if (!b->CanFuseRoutedExperts(T, table[0])) {
+    state.SkipWithError("not fusable");
+    return;
+  }
+  TimeOp(state, b.get(), [&] { b->RoutedExperts(a); });
+  int64_t distinct = 0;
+  for (bool u : used) distinct += u ? 1 : 0;
+  const double per_expert = 3.0 * (I * D / 2 + I * D / 32);
+  state.counters["experts"] = static_cast<double>(distinct);
+  state.counters["weight_GBps"] =
+      benchmark::Counter(distinct * per_expert, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_RoutedExperts)
+    ->Args({1, 6, 64})
+    ->Args({8, 6, 64})
+    ->Args({32, 6, 64})
+    ->Args({64, 6, 64})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // args: tokens, n_select
 void BM_SparseAttention(benchmark::State& state) {

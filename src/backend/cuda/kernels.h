@@ -21,11 +21,14 @@ inline constexpr int64_t kMaxAttnHeadDim = 1024;   // SparseAttention: 8 channel
 inline constexpr int64_t kMaxTopK = 4096;          // TopK / CandidateMask kept blocks
 inline constexpr int64_t kMaxRouteExperts = 8192;  // RouteSqrtSoftplus: shared-memory row
 inline constexpr int64_t kMaxSharedBytes = 200 * 1024;
-inline constexpr int64_t kMaxGemvTokens = 8;  // Linear: fused GEMV up to this many rows
+inline constexpr int64_t kMaxGemvTokens = 8;          // Linear: fused GEMV up to this many rows
+inline constexpr int64_t kMaxFusedExpertTokens = 64;  // RoutedExperts: token rows per call
+inline constexpr int64_t kMaxFusedExpertSlots = 64;   // RoutedExperts: experts per token (k)
 
 // Bits of the device error word (CudaBackend::Synchronize turns them into a Status).
 enum DeviceErrorBit : int {
   kErrSelectionOutOfRange = 1,  // SparseAttention selection id >= n_comp
+  kErrExpertOutOfRange = 2,     // RoutedExperts expert id outside [0, n_experts)
 };
 
 // A weight matrix in device memory, in its stored format (see model::WeightFormat).
@@ -88,6 +91,40 @@ bool GemvApplicable(const DeviceWeight& w, int64_t T);
 cudaError_t LinearGemv(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
                        int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                        cudaStream_t stream);
+
+// --- fused routed experts for few token rows (k_moe.cu) ----------------------------
+// Device pointers of one expert's stored weights: [0] w1 (gate) [I, D], [1] w2 (down)
+// [D, I], [2] w3 (up) [I, D]; data 16-byte aligned, scale null for BF16.
+struct ExpertPointers {
+  const void* data[3];
+  const uint8_t* scale[3];
+};
+
+// One RoutedExperts launch (model::RoutedExpertsArgs with the expert table on the device).
+struct RoutedExpertsLaunch {
+  const ExpertPointers* table = nullptr;  // device [n_experts]
+  int64_t n_experts = 0;
+  model::WeightFormat up_format = model::WeightFormat::kMxFp4;    // w1 and w3
+  model::WeightFormat down_format = model::WeightFormat::kMxFp4;  // w2
+  int64_t D = 0, I = 0;
+  const float* x = nullptr;  // [T, D]
+  int64_t T = 0;
+  const int32_t* experts = nullptr;  // [T, k]
+  const float* weights = nullptr;    // [T, k]
+  int64_t k = 0;
+  float swiglu_limit = 0.0f;
+  float* y = nullptr;  // [T, D], overwritten
+  int* error_word = nullptr;
+};
+
+// True if RoutedExperts handles these formats and shapes: MXFP4 / FP8-block32 / BF16,
+// D and I multiples of 32, 1 <= T <= kMaxFusedExpertTokens, 1 <= k <= kMaxFusedExpertSlots,
+// a padded D (and I) vector within 48 KiB of shared memory.
+bool RoutedExpertsApplicable(model::WeightFormat up_format, model::WeightFormat down_format,
+                             int64_t D, int64_t I, int64_t T, int64_t k);
+// Runs the routed experts; h is scratch of RoutedExpertsScratchFloats floats.
+cudaError_t RoutedExperts(const RoutedExpertsLaunch& launch, float* h, cudaStream_t stream);
+inline int64_t RoutedExpertsScratchFloats(int64_t T, int64_t k, int64_t I) { return T * k * I; }
 
 // --- attention pieces (k_attention.cu) ------------------------------------------------
 cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_word,

@@ -1,0 +1,168 @@
+// CudaBackend: fused routed experts (decode) and the cached per-layer expert tables.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
+#include "base/check.h"
+
+namespace deepinfer::backend::cuda {
+namespace {
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A device-resident pointer (used in place by the WeightCache) that is not 16-byte aligned
+// cannot feed the kernels; host pointers are uploaded to aligned memory.
+bool UsableInPlace(const void* p) {
+  if (Aligned16(p)) return true;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+    cudaGetLastError();
+    return true;  // plain host memory
+  }
+  return attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged;
+}
+
+// Shape and formats of one expert: w1, w3 [I, D] in one format, w2 [D, I].
+bool ExpertShapeOk(const model::ExpertWeights& e) {
+  return e.w1.valid() && e.w2.valid() && e.w3.valid() && e.w1.format == e.w3.format &&
+         e.w1.rows == e.w3.rows && e.w1.cols == e.w3.cols && e.w2.rows == e.w1.cols &&
+         e.w2.cols == e.w1.rows;
+}
+
+bool SameShape(const model::ExpertWeights& a, const model::ExpertWeights& b) {
+  auto same = [](const model::WeightRef& x, const model::WeightRef& y) {
+    return x.format == y.format && x.rows == y.rows && x.cols == y.cols;
+  };
+  return same(a.w1, b.w1) && same(a.w2, b.w2) && same(a.w3, b.w3);
+}
+
+}  // namespace
+
+bool CudaBackend::CanFuseRoutedExperts(int64_t T, const model::ExpertWeights& e) const {
+  if (!fused_experts_ || !ExpertShapeOk(e)) return false;
+  const int64_t I = e.w1.rows, D = e.w1.cols;
+  // k is not known here; 1 stands for "some valid k" (RoutedExperts checks the real one).
+  if (!kernels::RoutedExpertsApplicable(e.w1.format, e.w2.format, D, I, T, 1)) return false;
+  return UsableInPlace(e.w1.data) && UsableInPlace(e.w2.data) && UsableInPlace(e.w3.data);
+}
+
+void CudaBackend::ForgetWeights() {
+  FreeExpertTables();
+  weights_.Clear();
+}
+
+void CudaBackend::FreeExpertTables() {
+  if (expert_tables_.empty()) return;
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);  // no kernel still reads a table
+  for (auto& [key, table] : expert_tables_) cudaFree(table.device);
+  expert_tables_.clear();
+}
+
+base::StatusOr<CudaBackend::ExpertTable> CudaBackend::BuildExpertTable(
+    const model::RoutedExpertsArgs& a) {
+  const model::ExpertWeights& first = a.table[0];
+  ExpertTable table;
+  table.n_experts = a.n_experts;
+  table.first_w1 = first.w1.data;
+  table.last_w2 = a.table[a.n_experts - 1].w2.data;
+  table.up_format = first.w1.format;
+  table.down_format = first.w2.format;
+  table.I = first.w1.rows;
+  table.D = first.w1.cols;
+  std::vector<kernels::ExpertPointers> host(static_cast<size_t>(a.n_experts));
+  for (int64_t e = 0; e < a.n_experts; ++e) {
+    const model::ExpertWeights& ew = a.table[e];
+    if (!ExpertShapeOk(ew) || !SameShape(ew, first)) {
+      return base::InvalidArgumentError("RoutedExperts: expert " + std::to_string(e) + " (" +
+                                        ew.w1.name + ") differs in shape or format from expert 0");
+    }
+    const model::WeightRef* refs[3] = {&ew.w1, &ew.w2, &ew.w3};
+    for (int m = 0; m < 3; ++m) {
+      DI_ASSIGN_OR_RETURN(const kernels::DeviceWeight dw, weights_.Get(*refs[m]));
+      if (!Aligned16(dw.data)) {
+        return base::UnimplementedError("RoutedExperts: " + refs[m]->name +
+                                        " is device memory not aligned to 16 bytes");
+      }
+      host[e].data[m] = dw.data;
+      host[e].scale[m] = dw.scale;
+    }
+  }
+  const size_t bytes = host.size() * sizeof(kernels::ExpertPointers);
+  cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&table.device), bytes);
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(table.device, host.data(), bytes, cudaMemcpyHostToDevice, stream_);
+  }
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);  // `host` dies here
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    if (table.device) cudaFree(table.device);
+    return base::ResourceExhaustedError(std::string("RoutedExperts: expert table upload: ") +
+                                        cudaGetErrorString(err));
+  }
+  return table;
+}
+
+const CudaBackend::ExpertTable* CudaBackend::ExpertTableFor(const model::RoutedExpertsArgs& a) {
+  const model::ExpertWeights& first = a.table[0];
+  auto it = expert_tables_.find(a.table);
+  if (it != expert_tables_.end()) {
+    const ExpertTable& t = it->second;
+    if (t.n_experts == a.n_experts && t.first_w1 == first.w1.data &&
+        t.last_w2 == a.table[a.n_experts - 1].w2.data && t.up_format == first.w1.format &&
+        t.down_format == first.w2.format && t.I == first.w1.rows && t.D == first.w1.cols) {
+      return &t;
+    }
+    // Another table now lives at this address: rebuild.
+    if (!Check(cudaStreamSynchronize(stream_), "RoutedExperts table refresh")) return nullptr;
+    cudaFree(it->second.device);
+    expert_tables_.erase(it);
+  }
+  base::StatusOr<ExpertTable> built = BuildExpertTable(a);
+  if (!built.ok()) {
+    Fail(built.status());
+    return nullptr;
+  }
+  return &expert_tables_.emplace(a.table, *built).first->second;
+}
+
+void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
+  CHECK(a.table != nullptr && a.n_experts > 0) << "RoutedExperts: empty expert table";
+  if (a.T <= 0 || !Usable()) return;
+  const model::ExpertWeights& first = a.table[0];
+  if (!CanFuseRoutedExperts(a.T, first) || first.w1.cols != a.D ||
+      !kernels::RoutedExpertsApplicable(first.w1.format, first.w2.format, a.D, first.w1.rows, a.T,
+                                        a.k)) {
+    return Fail(base::UnimplementedError(
+        "CudaBackend::RoutedExperts: T " + std::to_string(a.T) + ", k " + std::to_string(a.k) +
+        ", D " + std::to_string(a.D) + ", expert " + first.w1.name + " (" +
+        std::string(model::WeightFormatName(first.w1.format)) + " " +
+        std::to_string(first.w1.rows) + "x" + std::to_string(first.w1.cols) + ") is not fusable"));
+  }
+  const ExpertTable* table = ExpertTableFor(a);
+  if (table == nullptr) return;
+  auto* h = static_cast<float*>(
+      TempBytes(kernels::RoutedExpertsScratchFloats(a.T, a.k, table->I) * sizeof(float)));
+  if (h == nullptr) return;
+  kernels::RoutedExpertsLaunch launch;
+  launch.table = table->device;
+  launch.n_experts = a.n_experts;
+  launch.up_format = table->up_format;
+  launch.down_format = table->down_format;
+  launch.D = a.D;
+  launch.I = table->I;
+  launch.x = a.x;
+  launch.T = a.T;
+  launch.experts = a.experts;
+  launch.weights = a.weights;
+  launch.k = a.k;
+  launch.swiglu_limit = a.swiglu_limit;
+  launch.y = a.y;
+  launch.error_word = error_word_;
+  Check(kernels::RoutedExperts(launch, h, stream_), "RoutedExperts");
+  Done("RoutedExperts");
+}
+
+}  // namespace deepinfer::backend::cuda
