@@ -1,0 +1,151 @@
+// WriteBenchModel: the files of the GPU benchmark checkpoint (bench_model_spec.h).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <system_error>
+
+#include "base/clock.h"
+#include "bench/gpu/bench_model_spec.h"
+#include "fmt/format.h"
+#include "io/safetensors_writer.h"
+#include "model/engram_hash_token_map.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+base::Status WriteText(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out || !(out << text) || !out.flush()) {
+    return base::UnavailableError("cannot write " + path.string());
+  }
+  return base::Status::Ok();
+}
+
+// Copies `from` to `to`, owner-writable (the source may be read-only).
+base::Status CopyFile(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::copy_file(from, to, ec);
+  if (!ec) {
+    fs::permissions(to,
+                    fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                        fs::perms::others_read,
+                    ec);
+  }
+  if (ec) return base::UnavailableError("cannot copy " + from.string() + ": " + ec.message());
+  return base::Status::Ok();
+}
+
+base::Status CopyTokenizer(const fs::path& tokenizer_json, const fs::path& dir) {
+  DI_RETURN_IF_ERROR(CopyFile(tokenizer_json, dir / "tokenizer.json"));
+  const fs::path config = tokenizer_json.parent_path() / "tokenizer_config.json";
+  std::error_code ec;
+  if (fs::exists(config, ec)) DI_RETURN_IF_ERROR(CopyFile(config, dir / "tokenizer_config.json"));
+  return base::Status::Ok();
+}
+
+base::Status ErrnoError(const std::string& what, const fs::path& path) {
+  return base::UnavailableError(what + " " + path.string() + ": " + std::strerror(errno));
+}
+
+// Writes the file through a shared mapping: header, then the data filled in parallel.
+// Goes to `path`.tmp, renamed into place when complete.
+base::Status WriteSafetensors(const fs::path& path, const CheckpointPlan& plan, uint64_t seed,
+                              int threads) {
+  const fs::path tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  const uint64_t size = plan.file_bytes();
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const base::Status status = ErrnoError("cannot size", tmp);
+    ::close(fd);
+    return status;
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
+    const base::Status status = ErrnoError("cannot mmap", tmp);
+    ::close(fd);
+    return status;
+  }
+  auto* bytes = static_cast<uint8_t*>(map);
+  const uint64_t header_len = plan.header.size();
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<uint8_t>(header_len >> (8 * i));
+  std::memcpy(bytes + 8, plan.header.data(), header_len);
+  FillCheckpoint(plan, seed, threads, bytes + 8 + header_len);
+  ::munmap(map, size);
+  if (::close(fd) != 0) return ErrnoError("cannot close", tmp);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return base::UnavailableError("cannot rename " + tmp.string() + ": " + ec.message());
+  return base::Status::Ok();
+}
+
+std::string Gigabytes(uint64_t bytes) { return fmt::format("{:.3f} GB", bytes / 1e9); }
+
+}  // namespace
+
+std::string BenchModelSummary::ToString() const {
+  std::string line = fmt::format("make_bench_model: {} tensors", num_tensors);
+  for (const auto& [cls, bytes] : bytes_by_class)
+    line += fmt::format(", {} {}", cls, Gigabytes(bytes));
+  line += fmt::format(", total {} in {:.1f} s (safetensors {:.1f} s, {:.2f} GB/s)",
+                      Gigabytes(total_bytes), seconds, write_seconds,
+                      write_seconds > 0 ? total_bytes / 1e9 / write_seconds : 0.0);
+  return line;
+}
+
+base::StatusOr<BenchModelSummary> WriteBenchModel(const fs::path& dir,
+                                                  const BenchModelOptions& options) {
+  const base::Stopwatch stopwatch;
+  DI_RETURN_IF_ERROR(CheckBenchPreset(options.preset));
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+    return base::AlreadyExistsError(dir.string() + " exists and is not empty");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return base::UnavailableError("cannot create " + dir.string() + ": " + ec.message());
+
+  const std::string tokenizer_json = options.tokenizer_json.empty()
+                                         ? tokenizer::DefaultTokenizerPath("deepseek-v4.1")
+                                         : options.tokenizer_json;
+  DI_ASSIGN_OR_RETURN(const std::vector<model::EngramVocabEntry> vocab,
+                      model::LoadEngramVocab(tokenizer_json));
+  if (static_cast<int64_t>(vocab.size()) != model::kDemoVocabSize) {
+    return base::InvalidArgumentError(tokenizer_json + ": has " + std::to_string(vocab.size()) +
+                                      " tokens, the bench model needs the V4.1 tokenizer (" +
+                                      std::to_string(model::kDemoVocabSize) + ")");
+  }
+  const int64_t compressed_vocab = model::BuildCompressedTokenMap(vocab).compressed_vocab_size;
+  const std::string config_text =
+      BenchModelConfigJson(options.scale, compressed_vocab).dump(2) + "\n";
+  DI_ASSIGN_OR_RETURN(const io::ModelConfig config,
+                      io::ParseModelConfig(config_text, "bench model config.json"));
+  DI_RETURN_IF_ERROR(WriteText(dir / "config.json", config_text));
+  DI_RETURN_IF_ERROR(WriteText(dir / "generation_config.json",
+                               "{\n  \"bos_token_id\": 0,\n  \"eos_token_id\": 1\n}\n"));
+  DI_RETURN_IF_ERROR(CopyTokenizer(tokenizer_json, dir));
+
+  const CheckpointPlan plan = PlanCheckpoint(config);
+  const base::Stopwatch write_stopwatch;
+  DI_RETURN_IF_ERROR(
+      WriteSafetensors(dir / "model.safetensors", plan, options.seed, options.threads));
+  std::map<std::string, std::string> weight_map;
+  for (const PlannedTensor& t : plan.tensors) weight_map[t.name] = "model.safetensors";
+  DI_RETURN_IF_ERROR(io::WriteSafetensorsIndex(dir, plan.data_bytes, weight_map));
+
+  BenchModelSummary summary;
+  summary.bytes_by_class = BytesByClass(plan);
+  summary.total_bytes = plan.file_bytes();
+  summary.num_tensors = static_cast<int>(plan.tensors.size());
+  summary.seconds = stopwatch.ElapsedSeconds();
+  summary.write_seconds = write_stopwatch.ElapsedSeconds();
+  return summary;
+}
+
+}  // namespace deepinfer::bench
