@@ -95,6 +95,7 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   ReleaseTemps();
   FreeExpertTables();
+  FreeTimingEvents();
   if (linear_scratch_) arena_.Release(linear_scratch_).IgnoreError();
   if (error_word_) cudaFree(error_word_);
   if (cublas_lt_) cublasLtDestroy(cublas_lt_);
@@ -134,10 +135,13 @@ bool CudaBackend::CheckBlas(cublasStatus_t s, const char* what) {
 
 bool CudaBackend::Usable() {
   if (failed_) return false;
-  return Check(cudaSetDevice(device_), "cudaSetDevice");
+  if (!Check(cudaSetDevice(device_), "cudaSetDevice")) return false;
+  if (timing_on_) TimingStart();
+  return true;
 }
 
-void CudaBackend::Done(const char* what) {
+void CudaBackend::Done(const char* what, std::string_view weight_name) {
+  if (timing_on_) TimingEnd(what, weight_name);
   ReleaseTemps();
   if (sync_each_op_ && !failed_) {
     Check(cudaStreamSynchronize(stream_), what);
@@ -307,11 +311,11 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   if (T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
     Check(kernels::LinearGemv(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
           "Linear gemv");
-    return Done("Linear");
+    return Done("Linear", w.name);
   }
   if (dw->format == model::WeightFormat::kF32) {
     gemm(static_cast<const float*>(dw->data) + row0 * K, n_rows, y);
-    return Done("Linear");
+    return Done("Linear", w.name);
   }
   const int64_t tile = std::min(TileRows(K), n_rows);
   float* scratch = LinearScratch(tile * K);
@@ -323,7 +327,7 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
       break;
     }
   }
-  Done("Linear");
+  Done("Linear", w.name);
 }
 
 void CudaBackend::GatherRows(const model::WeightRef& w, const int64_t* host_ids, int64_t n,
@@ -338,7 +342,7 @@ void CudaBackend::GatherRows(const model::WeightRef& w, const int64_t* host_ids,
   if (!dw.ok()) return Fail(dw.status());
   const int64_t* ids = StageToDevice(host_ids, n);
   if (ids) Check(kernels::GatherWeightRows(*dw, ids, n, out, stream_), "GatherRows");
-  Done("GatherRows");
+  Done("GatherRows", w.name);
 }
 
 }  // namespace deepinfer::backend::cuda

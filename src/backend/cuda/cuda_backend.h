@@ -22,6 +22,8 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +34,17 @@
 #include "model/backend.h"
 
 namespace deepinfer::backend::cuda {
+
+// Device time of one kind of op (CudaBackend::TakeOpTimings).
+struct OpTiming {
+  std::string label;  // op name, e.g. "RmsNorm", "Linear[attn.wq_a.weight]"
+  int64_t calls = 0;
+  double total_us = 0.0;  // summed device time between the op's start and end events
+};
+
+// The timing label of an op: the op name, with the weight name for Linear / GatherRows
+// ("layers.<n>." removed, "ffn.experts.<e>." collapsed to "ffn.experts.*.").
+std::string OpTimingLabel(std::string_view op, std::string_view weight_name);
 
 class CudaBackend final : public model::Backend {
  public:
@@ -62,6 +75,12 @@ class CudaBackend final : public model::Backend {
   // (default kernels::kMaxGemvTokens; 0 = always dequantise + SGEMM;
   // DEEPINFER_CUDA_GEMV=0 sets 0 at creation).
   void set_gemv_max_tokens(int64_t t) { gemv_max_tokens_ = t; }
+  // Per-op device timing (off by default; no cost when off). When on, each op records a
+  // CUDA event (from a pool) at its start and end on the stream. TakeOpTimings waits for
+  // the stream, returns the summed time per label (descending total time) and clears.
+  void SetOpTiming(bool on);
+  std::vector<OpTiming> TakeOpTimings();
+
   // Whether CanFuseRoutedExperts may say yes (default on; DEEPINFER_CUDA_FUSED_MOE=0 turns
   // it off at creation).
   void set_fused_experts(bool on) { fused_experts_ = on; }
@@ -137,8 +156,14 @@ class CudaBackend final : public model::Backend {
   // Records a failed CUDA / cuBLAS call; returns true on success.
   bool Check(cudaError_t e, const char* what);
   bool CheckBlas(cublasStatus_t s, const char* what);
-  // After each op: optional per-op synchronisation (DEEPINFER_CUDA_SYNC=1).
-  void Done(const char* what);
+  // After each op: optional per-op synchronisation (DEEPINFER_CUDA_SYNC=1); with op timing
+  // on, closes the op's timing record (labelled with `weight_name` if not empty).
+  void Done(const char* what, std::string_view weight_name = {});
+  // Op timing: the start event of the op in progress, and its end.
+  void TimingStart();
+  void TimingEnd(const char* what, std::string_view weight_name);
+  cudaEvent_t TimingEvent();
+  void FreeTimingEvents();
 
   // Scratch device memory that lives until the end of the current op (stream-ordered reuse
   // is safe: all work is on stream_).
@@ -185,6 +210,15 @@ class CudaBackend final : public model::Backend {
   DeviceArena arena_;
   WeightCache weights_;
   std::vector<void*> temps_;
+  struct TimingRecord {
+    std::string label;
+    int start, end;  // indices into timing_events_
+  };
+  bool timing_on_ = false;
+  int timing_pending_ = -1;  // start event of the op in progress, -1 if none
+  int timing_next_ = 0;      // next free event of the pool
+  std::vector<cudaEvent_t> timing_events_;
+  std::vector<TimingRecord> timing_records_;
   float* linear_scratch_ = nullptr;
   int64_t linear_scratch_floats_ = 0;
 
