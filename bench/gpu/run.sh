@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Issue 9's GPU benchmark, everything in one call on the GPU machine; builds nothing.
 #
-#   bench/gpu/run.sh --build DIR [--model DIR] [--out DIR] [--quick] [--no-reference]
+#   bench/gpu/run.sh --build DIR [--stages LIST] [--model DIR] [--out DIR] [--quick]
 #                    [--goldens DIR] [--bench-args "..."]
 #
+#   --stages LIST    comma-separated subset of ceilings,ours,reference,summary (default: all).
+#                    One device call may run 10 minutes at most: run "ceilings,ours" in one
+#                    call and "reference" in the next (the checkpoint is regenerated when a
+#                    fresh machine lacks it), then summary (here or there).
 #   --build DIR      folder holding bin/{gpu_ceilings,make_bench_model,gpu_model_bench}
 #                    (+ gpu-libs.tar.xz from tools/gpu/bundle-libs.sh)
 #   --model DIR      where the random-weight flash4 checkpoint goes (default /tmp/flash4;
 #                    generated if absent, ~32 GB, never shipped)
 #   --out DIR        results (default $OUT, else ./bench-out): ceilings.json, model.json,
-#                    reference.json, summary.md and the logs
+#                    reference.json, summary.md and run.log
 #   --quick          a small grid (batches 1,32; context 4096; prefill 4096)
-#   --no-reference   skip the Hugging Face reference (bench/gpu/hf_reference.py, needs .ref/)
 #   --goldens DIR    tiny_a golden case for the reference's self-check (default
 #                    gpu-carry/goldens/tiny_a)
 #
@@ -24,7 +27,7 @@ BUILD=""
 MODEL=/tmp/flash4
 RESULTS=${OUT:-$PWD/bench-out}
 QUICK=0
-REFERENCE=1
+STAGES="ceilings,ours,reference,summary"
 GOLDENS="$ROOT/gpu-carry/goldens/tiny_a"
 BENCH_ARGS=""
 while [ $# -gt 0 ]; do
@@ -33,7 +36,7 @@ while [ $# -gt 0 ]; do
     --model) MODEL="$2"; shift 2 ;;
     --out) RESULTS="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    --no-reference) REFERENCE=0; shift ;;
+    --stages) STAGES="$2"; shift 2 ;;
     --goldens) GOLDENS="$2"; shift 2 ;;
     --bench-args) BENCH_ARGS="$2"; shift 2 ;;
     -h|--help) sed -n 2,20p "$0"; exit 0 ;;
@@ -42,6 +45,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$BUILD" ] || { echo "--build DIR is required" >&2; exit 2; }
 mkdir -p "$RESULTS"
+LOG="$RESULTS/run.log"  # every step's output (the device tool returns at most 8 files)
 BIN="$BUILD/bin"
 if [ -f "$BUILD/gpu-libs.tar.xz" ]; then
   LIBDIR=$(mktemp -d)
@@ -55,48 +59,55 @@ PYLIB=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cub
 export PYTHONUNBUFFERED=1
 
 step() { echo; echo "== $* ($(date +%T))"; }
+want() { case ",$STAGES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 step "machine"
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee "$RESULTS/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee -a "$LOG"
 nproc; free -g | head -2; df -h /tmp | tail -1
 
-step "ceilings"
-"$BIN/gpu_ceilings" --json "$RESULTS/ceilings.json" 2>&1 | tee "$RESULTS/ceilings.log"
-
-step "checkpoint"
-if [ ! -f "$MODEL/config.json" ]; then
-  /usr/bin/time -v "$BIN/make_bench_model" --out "$MODEL" --layers-preset flash4 --scale real \
-      --threads "$(nproc)" 2>&1 | grep -v -E '^\s+(Page|Swaps|File|Socket|Signals|Voluntary|Involuntary|Average|Exit|Minor|Major)' | tee "$RESULTS/make_model.log"
+if want ceilings; then
+  step "ceilings"
+  "$BIN/gpu_ceilings" --json "$RESULTS/ceilings.json" 2>&1 | tee -a "$LOG"
 fi
-du -sh "$MODEL"
+
+if (want ours || want reference) && [ ! -f "$MODEL/config.json" ]; then
+  step "checkpoint"
+  time "$BIN/make_bench_model" --out "$MODEL" --layers-preset flash4 --scale real \
+      --threads "$(nproc)" 2>&1 | tee -a "$LOG"
+  du -sh "$MODEL"
+fi
 
 if [ "$QUICK" = 1 ]; then
   GRID="--batches 1,32 --contexts 4096 --prefill 4096 --breakdown 1:4096,32:4096 --steps 3"
 else
   GRID="--batches 1,8,32,128,256 --contexts 4096,32768 --prefill 4096,16384 --breakdown 1:4096,32:4096,256:4096 --steps 5"
 fi
-step "our engine: decode grid, prefill, per-op breakdown"
-# shellcheck disable=SC2086
-"$BIN/gpu_model_bench" --model "$MODEL" --ceilings "$RESULTS/ceilings.json" $GRID $BENCH_ARGS \
-    --json "$RESULTS/model.json" 2>&1 | tee "$RESULTS/model.log"
+if want ours; then
+  step "our engine: decode grid, prefill, per-op breakdown"
+  # shellcheck disable=SC2086
+  "$BIN/gpu_model_bench" --model "$MODEL" --ceilings "$RESULTS/ceilings.json" $GRID $BENCH_ARGS \
+      --json "$RESULTS/model.json" 2>&1 | tee -a "$LOG"
+fi
 
 REF_JSON=""
-if [ "$REFERENCE" = 1 ]; then
+if want reference; then
   if [ -d "$ROOT/.ref" ]; then
     step "reference: golden self-check (tiny_a, fp32)"
-    python3 "$ROOT/bench/gpu/hf_reference.py" --check-goldens "$GOLDENS" 2>&1 | tee "$RESULTS/reference_check.log"
+    python3 "$ROOT/bench/gpu/hf_reference.py" --check-goldens "$GOLDENS" 2>&1 | tee -a "$LOG"
     step "reference: decode on the same checkpoint (bf16)"
-    if [ "$QUICK" = 1 ]; then RB=1; RC=4096; else RB=1,8,32; RC=4096; fi
-    timeout 900 python3 "$ROOT/bench/gpu/hf_reference.py" --bench "$MODEL" --dtype bfloat16 \
-        --batches "$RB" --contexts "$RC" --steps 3 --time-limit 120 --total-limit 420 \
-        --json "$RESULTS/reference.json" 2>&1 | tee "$RESULTS/reference.log"
-    [ -f "$RESULTS/reference.json" ] && REF_JSON="--reference $RESULTS/reference.json"
+    if [ "$QUICK" = 1 ]; then RB=1; RC=4096; else RB=1,8,32; RC=4096,32768; fi
+    python3 "$ROOT/bench/gpu/hf_reference.py" --bench "$MODEL" --dtype bfloat16 \
+        --batches "$RB" --contexts "$RC" --steps 8 --fill auto --time-limit 60 --total-limit 360 \
+        --json "$RESULTS/reference.json" 2>&1 | tee -a "$LOG"
   else
     echo "no .ref/ (upstream reference code): reference skipped (bench/gpu/REFERENCE.md)"
   fi
 fi
 
-step "summary"
-# shellcheck disable=SC2086
-python3 "$ROOT/bench/gpu/project.py" --model-json "$RESULTS/model.json" \
-    --ceilings "$RESULTS/ceilings.json" $REF_JSON | tee "$RESULTS/summary.md"
+[ -f "$RESULTS/reference.json" ] && REF_JSON="--reference $RESULTS/reference.json"
+if want summary && [ -f "$RESULTS/model.json" ]; then
+  step "summary"
+  # shellcheck disable=SC2086
+  python3 "$ROOT/bench/gpu/project.py" --model-json "$RESULTS/model.json" \
+      --ceilings "$RESULTS/ceilings.json" $REF_JSON | tee "$RESULTS/summary.md"
+fi
