@@ -108,4 +108,10 @@ struct BenchModelSummary {
 base::StatusOr<BenchModelSummary> WriteBenchModel(const std::filesystem::path& dir,
                                                   const BenchModelOptions& options);
 
+// Cheap checks of a written checkpoint (headers only, no data read): config.json validates,
+// model.safetensors holds exactly io::ExpectedTensors (names, dtypes, shapes), and the Engram
+// hash constants derive from tokenizer.json (table sizes match engram_num_embeddings).
+// Returns the number of tensors checked; errors name the file / tensor.
+base::StatusOr<int64_t> VerifyBenchModel(const std::filesystem::path& dir);
+
 }  // namespace deepinfer::bench

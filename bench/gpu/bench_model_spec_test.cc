@@ -14,6 +14,7 @@
 #include "io/checkpoint_schema.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 #include "model/engram_hash.h"
 #include "model/model.h"
 
@@ -124,6 +125,26 @@ TEST_F(BenchModelTest, HoldsExactlyTheExpectedTensorsWithoutNaNCodes) {
     }
   }
   EXPECT_GT(fp8_bytes, 0);
+  const auto verified = VerifyBenchModel(dir);
+  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+  EXPECT_EQ(*verified, static_cast<int64_t>(expected.size()));
+}
+
+TEST_F(BenchModelTest, VerifyNamesAMissingTensor) {
+  const fs::path dir = Generate("a", 7, 2);
+  const fs::path broken = *root_ / "broken";
+  fs::create_directories(broken);
+  for (const char* name : {"config.json", "tokenizer.json"})
+    fs::copy_file(dir / name, broken / name);
+  // A checkpoint with one tensor only.
+  io::SafetensorsWriter writer;
+  const std::vector<uint8_t> bytes(256 * 2, 0);
+  ASSERT_TRUE(writer.Add("norm.weight", tensor::DType::kBF16, {256}, bytes).ok());
+  ASSERT_TRUE(writer.WriteFile(broken / "model.safetensors").ok());
+  const auto verified = VerifyBenchModel(broken);
+  ASSERT_FALSE(verified.ok());
+  EXPECT_NE(verified.status().message().find("missing"), std::string::npos)
+      << verified.status().ToString();
 }
 
 TEST_F(BenchModelTest, ForwardOnTheCpuGivesFiniteLogitsWithASaneSpread) {

@@ -11,7 +11,10 @@
 #include "base/clock.h"
 #include "bench/gpu/bench_model_spec.h"
 #include "fmt/format.h"
+#include "io/checkpoint_schema.h"
+#include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "model/engram_hash.h"
 #include "model/engram_hash_token_map.h"
 #include "tokenizer/tokenizer.h"
 
@@ -146,6 +149,32 @@ base::StatusOr<BenchModelSummary> WriteBenchModel(const fs::path& dir,
   summary.seconds = stopwatch.ElapsedSeconds();
   summary.write_seconds = write_stopwatch.ElapsedSeconds();
   return summary;
+}
+
+base::StatusOr<int64_t> VerifyBenchModel(const fs::path& dir) {
+  DI_ASSIGN_OR_RETURN(const io::ModelConfig config, io::LoadModelConfig(dir / "config.json"));
+  DI_ASSIGN_OR_RETURN(const auto file, io::SafetensorsFile::Open(dir / "model.safetensors"));
+  std::vector<io::ActualTensor> actual;
+  for (const auto& info : file->tensors()) {
+    actual.push_back({info.name, info.dtype, info.shape.ToVector()});
+  }
+  const io::SchemaCheckResult check =
+      io::CheckTensorsAgainstSchema(config, io::ExpectedTensors(config), actual);
+  if (!check.ok() || !check.unchecked.empty()) {
+    return base::InvalidArgumentError(
+        fmt::format("{}: {} missing, {} extra, {} mismatched, {} unchecked tensors (first: {})",
+                    (dir / "model.safetensors").string(), check.missing.size(), check.extra.size(),
+                    check.mismatched.size(), check.unchecked.size(),
+                    !check.missing.empty()      ? check.missing[0]
+                    : !check.extra.empty()      ? check.extra[0]
+                    : !check.mismatched.empty() ? check.mismatched[0].name
+                    : !check.unchecked.empty()  ? check.unchecked[0]
+                                                : std::string()));
+  }
+  DI_RETURN_IF_ERROR(
+      model::DeriveEngramHashConstants(config.text_config, (dir / "tokenizer.json").string())
+          .status());
+  return check.num_checked;
 }
 
 }  // namespace deepinfer::bench

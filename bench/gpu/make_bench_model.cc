@@ -1,10 +1,10 @@
 // make_bench_model: writes the GPU benchmark's random-weight checkpoint (bench_model_spec.h).
 //
 //   make_bench_model --out DIR [--layers-preset flash4] [--scale real|tiny] [--seed N]
-//                    [--threads N] [--tokenizer PATH]
+//                    [--threads N] [--tokenizer PATH] [--verify]
 //
-// Prints one summary line (bytes per storage class, total, seconds). Exit 0 on success,
-// 1 on a generation error, 2 on bad arguments.
+// Prints one summary line (bytes per storage class, total, seconds). Exit 0 on success (and a
+// passing --verify), 1 on a generation error, 2 on bad arguments.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   app.add_option("--scale", scale_text, "real (release sizes, ~32 GB) | tiny (tests)");
   app.add_option("--seed", options.seed, "random seed");
   app.add_option("--threads", options.threads, "worker threads (0 = all cores)");
+  bool verify = false;
+  app.add_flag(
+      "--verify", verify,
+      "afterwards, check the files (config, tensor names/dtypes/shapes, Engram constants)");
   app.add_option("--tokenizer", options.tokenizer_json,
                  "V4.1 tokenizer.json (default: the bundled one)");
   try {
@@ -41,5 +45,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("%s\n", summary->ToString().c_str());
+  if (verify) {
+    const base::StatusOr<int64_t> checked = bench::VerifyBenchModel(out);
+    if (!checked.ok()) {
+      std::fprintf(stderr, "make_bench_model: verify: %s\n", checked.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("make_bench_model: verify ok (%lld tensors)\n", static_cast<long long>(*checked));
+  }
   return 0;
 }
