@@ -11,7 +11,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 SKIP='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libnv)'
 LIBS=()
-for bin in "$BUILD"/bin/*cuda*_test "$BUILD"/bin/*gpu*_test "$BUILD"/bin/cuda_backend_bench "$BUILD"/bin/deepinfer; do
+for bin in "$BUILD"/bin/*cuda*_test "$BUILD"/bin/*gpu*_test "$BUILD"/bin/cuda_backend_bench "$BUILD"/bin/deepinfer \
+    "$BUILD"/bin/make_bench_model "$BUILD"/bin/gpu_model_bench "$BUILD"/bin/gpu_ceilings; do
   [ -x "$bin" ] || continue
   while read -r name _ path _; do
     [[ "$name" =~ $SKIP ]] && continue
