@@ -1,6 +1,22 @@
 // Sparse sink attention over window + selected compressed entries, and the lightning
 // indexer scores. fp32; online (running-max) softmax, equivalent to the CPU reference's
 // two-pass softmax up to fp32 rounding.
+//
+// SparseAttention is MQA: every query head attends to the SAME latent K=V rows. One block
+// serves one token and a group of kAttnGroup heads, so each candidate row is staged in
+// shared memory once (cp.async, double-buffered chunks of kAttnChunk rows) and reused by
+// all heads of the group. When tokens x groups would leave most SMs idle (decode), the
+// candidate range is also split over a thread-block cluster of up to kAttnMaxSplits blocks;
+// the partial (max, denominator, weighted sum) of each split are merged through distributed
+// shared memory, so no global workspace is needed.
+//
+// Decode traffic (T = 1, 64 heads, 640 candidates x 512 fp32 = 1.3 MB of rows): the
+// per-(token, head) kernel read the rows 64 times (84 MB through L2); grouped by 8 heads
+// they are read 8 times (10.5 MB through L2, 1.3 MB from HBM).
+#include <cooperative_groups.h>
+
+#include <cstdint>
+
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
@@ -8,21 +24,46 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
-constexpr int kAttnThreads = 128;  // 4 warps
+namespace cg = cooperative_groups;
+
+constexpr int kAttnThreads = 256;  // 8 warps
 constexpr int kAttnWarps = kAttnThreads / 32;
-constexpr int kAttnChunk = 32;  // keys scored per round
-constexpr int kAttnPerThread = static_cast<int>(kMaxAttnHeadDim / kAttnThreads);
+constexpr int kAttnGroup = 8;                              // heads per block
+constexpr int kAttnChunk = 16;                             // candidate rows staged per round
+constexpr int kAttnRowsPerWarp = kAttnChunk / kAttnWarps;  // scoring: rows per warp
+constexpr int kAttnMaxSplits = 8;                          // portable cluster size
+static_assert(kAttnChunk % kAttnWarps == 0, "every warp scores whole rows");
+static_assert(kAttnChunk <= 32, "softmax: one lane per staged row");
+// Each thread owns at most one float4 quad of channels in the PV phase.
+static_assert(kMaxAttnHeadDim <= 4 * kAttnThreads, "head_dim quads must fit one pass");
 
 constexpr int kIdxThreads = 256;  // 8 warps
 constexpr int kIdxKeysPerBlock = 64;
 
 __device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
 
+// --- cp.async helpers (sm_80+) ----------------------------------------------------------
+template <int kBytes>
+__device__ __forceinline__ void CpAsync(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(gmem), "n"(kBytes));
+  }
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
 // The key/value row of candidate j of query token t, or null if it is not attended:
 // j < n_window: window row j if its position is in (p - window, p];
-// else: selection slot j - n_window (-1 = empty; ids >= n_comp flag an error).
-__device__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t, int64_t p,
-                                     int64_t j, int* error_word) {
+// else: selection slot j - n_window (-1 = empty; ids >= n_comp flag an error if `report`).
+__device__ __forceinline__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t,
+                                                     int64_t p, int64_t j, bool report,
+                                                     int* error_word) {
   if (j < a.n_window) {
     const int64_t wp = a.window_pos[j];
     return (wp <= p && wp > p - a.window) ? a.window_kv + j * a.head_dim : nullptr;
@@ -30,71 +71,302 @@ __device__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_
   const int32_t g = a.selection[t * a.n_select + (j - a.n_window)];
   if (g < 0) return nullptr;
   if (g >= a.n_comp) {
-    atomicOr(error_word, kErrSelectionOutOfRange);
+    if (report) atomicOr(error_word, kErrSelectionOutOfRange);
     return nullptr;
   }
   return a.comp_kv + static_cast<int64_t>(g) * a.head_dim;
 }
 
-// Grid (tokens, heads). Each thread owns channels c = threadIdx.x + i * 128.
-__global__ void __launch_bounds__(kAttnThreads)
-    SparseAttentionKernel(model::SparseAttentionArgs a, int* error_word) {
-  extern __shared__ float q_s[];         // [head_dim]
-  __shared__ float score_s[kAttnChunk];  // scaled scores of the current chunk
-  const int64_t t = blockIdx.x, h = blockIdx.y, d = a.head_dim;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float* q = a.q + (t * a.heads + h) * d;
-  for (int64_t c = threadIdx.x; c < d; c += kAttnThreads) q_s[c] = q[c];
-  __syncthreads();
+// Shared-memory layout of SparseAttentionKernel (floats unless noted). dp = head_dim
+// rounded up to 4; channels >= head_dim are zero in q_s and kv_s.
+struct AttnSmem {
+  float* q;      // [kAttnGroup, dp] the group's queries (zero for heads >= heads)
+  float* kv;     // [2, kAttnChunk, dp] double-buffered staged rows (zero if not attended)
+  float* score;  // [kAttnChunk, kAttnGroup] scaled scores of the current chunk
+  float* prob;   // [kAttnChunk, kAttnGroup] exp(score - running max)
+  float* m;      // [kAttnGroup] running max (starts at the sink logit)
+  float* l;      // [kAttnGroup] running denominator
+  float* alpha;  // [kAttnGroup] rescale of the accumulators for the current chunk
+  float* coef;   // [kAttnGroup, kAttnMaxSplits] split merge weights
+  int* valid;    // [2, kAttnChunk] 1 if the staged row is attended
+  float* part;   // [kAttnGroup, dp] the split's weighted sums (aliases kv after the loop)
 
+  __device__ AttnSmem(float* base, int64_t dp) {
+    q = base;
+    kv = q + kAttnGroup * dp;
+    score = kv + 2 * kAttnChunk * dp;
+    prob = score + kAttnChunk * kAttnGroup;
+    m = prob + kAttnChunk * kAttnGroup;
+    l = m + kAttnGroup;
+    alpha = l + kAttnGroup;
+    coef = alpha + kAttnGroup;
+    valid = reinterpret_cast<int*>(coef + kAttnGroup * kAttnMaxSplits);
+    part = kv;
+  }
+};
+static_assert(2 * kAttnChunk >= kAttnGroup, "the split partials fit in the staging buffers");
+
+__host__ __device__ inline int64_t AttnPaddedDim(int64_t d) { return (d + 3) / 4 * 4; }
+
+int64_t AttnSharedBytes(int64_t d) {
+  const int64_t dp = AttnPaddedDim(d);
+  const int64_t floats = kAttnGroup * dp + 2 * kAttnChunk * dp + 2 * kAttnChunk * kAttnGroup +
+                         3 * kAttnGroup + kAttnGroup * kAttnMaxSplits;
+  return floats * static_cast<int64_t>(sizeof(float)) + 2 * kAttnChunk * sizeof(int);
+}
+
+// Issues the copies of chunk rows [row0, row0 + kAttnChunk) (clipped to row_end) into
+// buffer `buf`; rows that are not attended are zero-filled. kVec floats per copy (4 needs
+// 16-byte aligned rows and head_dim % 4 == 0).
+template <int kVec>
+__device__ void StageChunk(const model::SparseAttentionArgs& a, int64_t t, int64_t p, int64_t row0,
+                           int64_t row_end, int buf, const AttnSmem& s, int64_t dp,
+                           int* error_word) {
+  const int64_t pieces = dp / kVec;
+  float* kv = s.kv + static_cast<int64_t>(buf) * kAttnChunk * dp;
+  for (int64_t e = threadIdx.x; e < kAttnChunk * pieces; e += kAttnThreads) {
+    const int r = static_cast<int>(e / pieces);
+    const int64_t c = (e - r * pieces) * kVec;
+    const int64_t j = row0 + r;
+    const float* row = j < row_end ? CandidateRow(a, t, p, j, c == 0, error_word) : nullptr;
+    float* dst = kv + r * dp + c;
+    if (row != nullptr && c < a.head_dim) {
+      CpAsync<kVec * 4>(dst, row + c);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) dst[i] = 0.0f;
+    }
+    if (c == 0) s.valid[buf * kAttnChunk + r] = row != nullptr;
+  }
+}
+
+// Scores of the staged chunk for every (row, head): warp w scores rows
+// w*kAttnRowsPerWarp.. for all heads; lanes split the channels in float4 quads.
+__device__ void ScoreChunk(const AttnSmem& s, int buf, int64_t dp, float scale) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r0 = warp * kAttnRowsPerWarp;
+  const float* kv = s.kv + static_cast<int64_t>(buf) * kAttnChunk * dp;
+  float acc[kAttnRowsPerWarp][kAttnGroup] = {};
+  for (int64_t c = 4 * lane; c < dp; c += 128) {
+    float4 k[kAttnRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+      k[r] = *reinterpret_cast<const float4*>(kv + (r0 + r) * dp + c);
+    }
+#pragma unroll
+    for (int h = 0; h < kAttnGroup; ++h) {
+      const float4 q = *reinterpret_cast<const float4*>(s.q + h * dp + c);
+#pragma unroll
+      for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+        acc[r][h] += q.x * k[r].x + q.y * k[r].y + q.z * k[r].z + q.w * k[r].w;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+    const bool valid = s.valid[buf * kAttnChunk + r0 + r] != 0;
+#pragma unroll
+    for (int h = 0; h < kAttnGroup; ++h) {
+      const float dot = WarpSum(acc[r][h]);
+      if (lane == 0) s.score[(r0 + r) * kAttnGroup + h] = valid ? dot * scale : NegInf();
+    }
+  }
+}
+
+// Online softmax step per head (warp w handles heads w, w + kAttnWarps, ...; lane r holds
+// row r): new running max, probabilities of the chunk, rescale factor, denominator.
+__device__ void SoftmaxChunk(const AttnSmem& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int h = warp; h < kAttnGroup; h += kAttnWarps) {
+    const float sc = lane < kAttnChunk ? s.score[lane * kAttnGroup + h] : NegInf();
+    float cmax = sc;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+      cmax = MaxF(cmax, __shfl_xor_sync(0xffffffffu, cmax, off));
+    const float m_old = s.m[h];
+    const float m_new = MaxF(m_old, cmax);
+    const float pr = sc == NegInf() ? 0.0f : expf(sc - m_new);
+    const float sum = WarpSum(pr);
+    if (lane < kAttnChunk) s.prob[lane * kAttnGroup + h] = pr;
+    if (lane == 0) {
+      const float alpha = expf(m_old - m_new);
+      s.alpha[h] = alpha;
+      s.l[h] = s.l[h] * alpha + sum;
+      s.m[h] = m_new;
+    }
+  }
+}
+
+// PV ownership: thread t accumulates channel quad t % quads for heads
+// t / quads + k * head_lanes (k < kAttnGroup); threads with t / quads >= head_lanes idle.
+struct PvOwner {
+  int64_t quad;
+  int head0, head_lanes;
+  bool active;
+
+  __device__ explicit PvOwner(int64_t dp) {
+    const int64_t quads = dp / 4;
+    const int64_t lanes = kAttnThreads / quads;
+    head_lanes = static_cast<int>(lanes < kAttnGroup ? lanes : kAttnGroup);
+    quad = threadIdx.x % quads;
+    head0 = static_cast<int>(threadIdx.x / quads);
+    active = head0 < head_lanes;
+  }
+};
+
+// acc[k] (head o.head0 + k * o.head_lanes) = acc[k] * alpha + sum_r prob[r] * kv[r].
+__device__ void AccumulateChunk(const AttnSmem& s, int buf, int64_t dp, const PvOwner& o,
+                                float4 (&acc)[kAttnGroup]) {
+  if (!o.active) return;
+  const float* kv = s.kv + static_cast<int64_t>(buf) * kAttnChunk * dp + 4 * o.quad;
+#pragma unroll
+  for (int k = 0; k < kAttnGroup; ++k) {
+    const int h = o.head0 + k * o.head_lanes;
+    if (h < kAttnGroup) {
+      const float al = s.alpha[h];
+      acc[k].x *= al, acc[k].y *= al, acc[k].z *= al, acc[k].w *= al;
+    }
+  }
+  for (int r = 0; r < kAttnChunk; ++r) {
+    const float4 v = *reinterpret_cast<const float4*>(kv + r * dp);
+#pragma unroll
+    for (int k = 0; k < kAttnGroup; ++k) {
+      const int h = o.head0 + k * o.head_lanes;
+      if (h < kAttnGroup) {
+        const float pr = s.prob[r * kAttnGroup + h];
+        acc[k].x += pr * v.x, acc[k].y += pr * v.y, acc[k].z += pr * v.z, acc[k].w += pr * v.w;
+      }
+    }
+  }
+}
+
+// Writes out[t, head, c] = value for the channels c < head_dim of one quad.
+__device__ __forceinline__ void StoreQuad(const model::SparseAttentionArgs& a, int64_t t,
+                                          int64_t head, int64_t c, float4 v) {
+  float* out = a.out + (t * a.heads + head) * a.head_dim + c;
+  const float vals[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (c + i < a.head_dim) out[i] = vals[i];
+  }
+}
+
+// Merges the splits of the cluster: with M = max_b m_b and L = sum_b l_b exp(m_b - M),
+// out = sum_b part_b exp(m_b - M) / L. Block rank b writes elements b, b + S, ... (in
+// units of kAttnThreads). Every block of the cluster must call it.
+__device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int64_t head_base,
+                            const AttnSmem& s, int64_t dp) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const int splits = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  cluster.sync();  // every split's m, l, part are final
+  if (threadIdx.x < kAttnGroup) {
+    const int h = threadIdx.x;
+    float mx = NegInf();
+    for (int b = 0; b < splits; ++b) mx = MaxF(mx, *cluster.map_shared_rank(s.m + h, b));
+    float denom = 0.0f;
+    for (int b = 0; b < splits; ++b) {
+      const float e = expf(*cluster.map_shared_rank(s.m + h, b) - mx);
+      s.coef[h * kAttnMaxSplits + b] = e;
+      denom += *cluster.map_shared_rank(s.l + h, b) * e;
+    }
+    for (int b = 0; b < splits; ++b) s.coef[h * kAttnMaxSplits + b] /= denom;
+  }
+  __syncthreads();
+  const int64_t n_heads = a.heads - head_base < kAttnGroup ? a.heads - head_base : kAttnGroup;
+  const int64_t n = n_heads * a.head_dim;
+  for (int64_t e = rank * int64_t{kAttnThreads} + threadIdx.x; e < n;
+       e += int64_t{splits} * kAttnThreads) {
+    const int64_t h = e / a.head_dim, c = e - h * a.head_dim;
+    float v = 0.0f;
+    for (int b = 0; b < splits; ++b) {
+      v += *cluster.map_shared_rank(s.part + h * dp + c, b) * s.coef[h * kAttnMaxSplits + b];
+    }
+    a.out[(t * a.heads + head_base + h) * a.head_dim + c] = v;
+  }
+  cluster.sync();  // keep this block's shared memory alive until every block has read it
+}
+
+// Grid (tokens, ceil(heads / kAttnGroup), splits); a cluster spans the splits of one
+// (token, group). Split z handles chunks [z * chunks_per_split, (z+1) * chunks_per_split)
+// of the candidates (window rows, then selection slots).
+template <int kVec>
+__global__ void __launch_bounds__(kAttnThreads)
+    SparseAttentionKernel(model::SparseAttentionArgs a, int64_t chunks_per_split, int* error_word) {
+  extern __shared__ __align__(16) float smem[];
+  const int64_t d = a.head_dim, dp = AttnPaddedDim(d);
+  const AttnSmem s(smem, dp);
+  const int64_t t = blockIdx.x, head_base = int64_t{blockIdx.y} * kAttnGroup;
+  const int split = blockIdx.z;
   const int64_t p = a.q_pos[t];
   const int64_t total = a.n_window + a.n_select;
-  float m = a.sinks[h];  // running max, starts at the sink logit
-  float denom = 1.0f;    // exp(sink - m)
-  float o[kAttnPerThread];
-#pragma unroll
-  for (int i = 0; i < kAttnPerThread; ++i) o[i] = 0.0f;
 
-  for (int64_t base = 0; base < total; base += kAttnChunk) {
-    for (int jj = warp; jj < kAttnChunk; jj += kAttnWarps) {
-      const int64_t j = base + jj;
-      const float* row = j < total ? CandidateRow(a, t, p, j, error_word) : nullptr;
-      float score = NegInf();
-      if (row) {
-        float dot = 0.0f;
-        for (int64_t c = lane; c < d; c += 32) dot += q_s[c] * row[c];
-        score = WarpSum(dot) * a.scale;
-      }
-      if (lane == 0) score_s[jj] = score;
+  for (int64_t e = threadIdx.x; e < kAttnGroup * dp; e += kAttnThreads) {
+    const int64_t h = e / dp, c = e - h * dp, head = head_base + h;
+    s.q[e] = head < a.heads && c < d ? a.q[(t * a.heads + head) * d + c] : 0.0f;
+  }
+  if (threadIdx.x < kAttnGroup) {
+    const int64_t head = head_base + threadIdx.x;
+    s.m[threadIdx.x] = head < a.heads ? a.sinks[head] : 0.0f;
+    s.l[threadIdx.x] = split == 0 ? 1.0f : 0.0f;  // exp(sink - m): counted by one split only
+  }
+
+  const int64_t row_begin = int64_t{split} * chunks_per_split * kAttnChunk;
+  const int64_t row_limit = row_begin + chunks_per_split * kAttnChunk;
+  const int64_t row_end = total < row_limit ? total : row_limit;
+  const int64_t n_chunks =
+      row_end > row_begin ? (row_end - row_begin + kAttnChunk - 1) / kAttnChunk : 0;
+  const PvOwner owner(dp);
+  float4 acc[kAttnGroup];
+#pragma unroll
+  for (int k = 0; k < kAttnGroup; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+  if (n_chunks > 0) StageChunk<kVec>(a, t, p, row_begin, row_end, 0, s, dp, error_word);
+  CpAsyncCommit();
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const int buf = static_cast<int>(ch & 1);
+    if (ch + 1 < n_chunks) {
+      StageChunk<kVec>(a, t, p, row_begin + (ch + 1) * kAttnChunk, row_end, buf ^ 1, s, dp,
+                       error_word);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
     }
+    __syncthreads();  // chunk ch staged; q, m, l initialised
+    ScoreChunk(s, buf, dp, a.scale);
     __syncthreads();
-    float chunk_max = m;
-    for (int jj = 0; jj < kAttnChunk; ++jj) chunk_max = MaxF(chunk_max, score_s[jj]);
-    const float alpha = expf(m - chunk_max);
-    denom *= alpha;
+    SoftmaxChunk(s);
+    __syncthreads();
+    AccumulateChunk(s, buf, dp, owner, acc);
+    __syncthreads();  // buffer buf is restaged by the next round
+  }
+  CpAsyncWait<0>();
+  __syncthreads();
+
+  if (gridDim.z == 1) {
+    if (owner.active) {
 #pragma unroll
-    for (int i = 0; i < kAttnPerThread; ++i) o[i] *= alpha;
-    for (int jj = 0; jj < kAttnChunk; ++jj) {
-      const float s = score_s[jj];
-      if (s == NegInf()) continue;  // not attended (or a -inf score: weight 0)
-      const float e = expf(s - chunk_max);
-      denom += e;
-      const float* row = CandidateRow(a, t, p, base + jj, error_word);
-#pragma unroll
-      for (int i = 0; i < kAttnPerThread; ++i) {
-        const int64_t c = threadIdx.x + int64_t{i} * kAttnThreads;
-        if (c < d) o[i] += e * row[c];
+      for (int k = 0; k < kAttnGroup; ++k) {
+        const int h = owner.head0 + k * owner.head_lanes;
+        if (h < kAttnGroup && head_base + h < a.heads) {
+          const float l = s.l[h];
+          const float4 v = acc[k];
+          StoreQuad(a, t, head_base + h, 4 * owner.quad,
+                    make_float4(v.x / l, v.y / l, v.z / l, v.w / l));
+        }
       }
     }
-    m = chunk_max;
-    __syncthreads();  // score_s is rewritten by the next chunk
+    return;
   }
-  float* out = a.out + (t * a.heads + h) * d;
+  if (owner.active) {
 #pragma unroll
-  for (int i = 0; i < kAttnPerThread; ++i) {
-    const int64_t c = threadIdx.x + int64_t{i} * kAttnThreads;
-    if (c < d) out[c] = o[i] / denom;
+    for (int k = 0; k < kAttnGroup; ++k) {
+      const int h = owner.head0 + k * owner.head_lanes;
+      if (h < kAttnGroup) *reinterpret_cast<float4*>(s.part + h * dp + 4 * owner.quad) = acc[k];
+    }
   }
+  MergeSplits(a, t, head_base, s, dp);
 }
 
 // Grid (key blocks of 64, tokens); one warp per key; lane h accumulates head h's dot.
@@ -136,16 +408,76 @@ __global__ void __launch_bounds__(kIdxThreads)
   }
 }
 
+int MultiprocessorCount() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 132;  // H200
+    }
+    return n;
+  }();
+  return count;
+}
+
+// Splits of the candidate range per (token, group): enough blocks to cover the SMs twice,
+// at most kAttnMaxSplits, at least one chunk each.
+int AttnSplits(int64_t blocks, int64_t chunks) {
+  const int64_t want = (2 * int64_t{MultiprocessorCount()} + blocks - 1) / blocks;
+  int64_t splits = want < kAttnMaxSplits ? want : kAttnMaxSplits;
+  if (splits > chunks) splits = chunks;
+  return static_cast<int>(splits < 1 ? 1 : splits);
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <int kVec>
+cudaError_t LaunchSparseAttention(const model::SparseAttentionArgs& args, int* error_word,
+                                  cudaStream_t stream) {
+  const auto kernel = SparseAttentionKernel<kVec>;
+  const int64_t smem = AttnSharedBytes(args.head_dim);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  const int64_t groups = (args.heads + kAttnGroup - 1) / kAttnGroup;
+  const int64_t chunks = (args.n_window + args.n_select + kAttnChunk - 1) / kAttnChunk;
+  int splits = AttnSplits(args.tokens * groups, chunks);
+  for (;;) {
+    const int64_t per_split = (chunks + splits - 1) / splits;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(groups),
+                          static_cast<unsigned>(splits));
+    config.blockDim = dim3(kAttnThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = stream;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 1;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    config.attrs = cluster;
+    config.numAttrs = splits > 1 ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&config, kernel, args, per_split, error_word);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e == cudaSuccess || splits == 1) return e;
+    splits = 1;  // a cluster that cannot be scheduled: run each (token, group) in one block
+  }
+}
+
 }  // namespace
 
 cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_word,
                             cudaStream_t stream) {
-  if (args.tokens <= 0 || args.heads <= 0) return cudaSuccess;
-  if (args.head_dim > kMaxAttnHeadDim || args.heads > 65535) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(args.tokens), static_cast<unsigned>(args.heads));
-  const size_t smem = static_cast<size_t>(args.head_dim) * sizeof(float);
-  SparseAttentionKernel<<<grid, kAttnThreads, smem, stream>>>(args, error_word);
-  return cudaGetLastError();
+  if (args.tokens <= 0 || args.heads <= 0 || args.head_dim <= 0) return cudaSuccess;
+  if (args.head_dim > kMaxAttnHeadDim || args.heads > 65535 || args.tokens > 0x7fffffff) {
+    return cudaErrorInvalidValue;
+  }
+  const bool vec4 = args.head_dim % 4 == 0 && Aligned16(args.window_kv) && Aligned16(args.comp_kv);
+  return vec4 ? LaunchSparseAttention<4>(args, error_word, stream)
+              : LaunchSparseAttention<1>(args, error_word, stream);
 }
 
 int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim) {
