@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -32,6 +33,34 @@ class CudaAttentionTest : public CudaVsCpuTest {
   // elementwise |gpu - cpu| <= atol + rtol |cpu| (atol < 0: 1e-5 max(1, max |cpu|)) and
   // relative L2 <= rtol.
   void CheckSparseAttention(const AttnShape& s, const AttnInputs& in, double rtol, double atol);
+
+  // Device microseconds per call of `call` (enqueues on gpu_'s stream), averaged over 200
+  // calls after 10 warm-up calls; -1 (and a test failure) on a CUDA or backend error.
+  double DeviceMicrosPerCall(const std::function<void()>& call) {
+    for (int i = 0; i < 10; ++i) call();
+    if (!gpu_->Synchronize().ok()) return Failed("warm-up");
+    cudaEvent_t start = nullptr, stop = nullptr;
+    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+      return Failed("cudaEventCreate");
+    }
+    const int iters = 200;
+    cudaEventRecord(start, gpu_->stream());
+    for (int i = 0; i < iters; ++i) call();
+    cudaEventRecord(stop, gpu_->stream());
+    float ms = -1.0f;
+    const bool timed = cudaEventSynchronize(stop) == cudaSuccess &&
+                       cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    if (!timed || !gpu_->Synchronize().ok()) return Failed("timed calls");
+    return 1000.0 * ms / iters;
+  }
+
+ private:
+  static double Failed(const char* what) {
+    ADD_FAILURE() << what << " failed";
+    return -1.0;
+  }
 };
 
 void CudaAttentionTest::CheckSparseAttention(const AttnShape& s, const AttnInputs& in, double rtol,
@@ -206,28 +235,34 @@ TEST_F(CudaAttentionTest, DISABLED_BenchDecodeAttention) {
     a.n_comp = n_comp, a.selection = ToGpu(Ints(T * n_select, 0, static_cast<int32_t>(n_comp - 1)));
     a.n_select = n_select, a.sinks = ToGpu(Normal(heads)), a.scale = 0.044f;
     a.out = PoisonedFloats(T * heads * d);
-    for (int i = 0; i < 10; ++i) gpu_->SparseAttention(a);  // warm-up
-    ASSERT_TRUE(gpu_->Synchronize().ok());
-    cudaEvent_t start, stop;
-    ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
-    ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
-    const int iters = 200;
-    ASSERT_EQ(cudaEventRecord(start, gpu_->stream()), cudaSuccess);
-    for (int i = 0; i < iters; ++i) gpu_->SparseAttention(a);
-    ASSERT_EQ(cudaEventRecord(stop, gpu_->stream()), cudaSuccess);
-    ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
-    float ms = 0.0f;
-    ASSERT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    ASSERT_TRUE(gpu_->Synchronize().ok());
-    const double us = 1000.0 * ms / iters;
+    const double us = DeviceMicrosPerCall([&] { gpu_->SparseAttention(a); });
     const double mb = static_cast<double>((n_window + n_select) * d * 4) / 1e6;
     std::printf(
         "SparseAttention T=%lld heads=%lld d=%lld keys=%lld: %.2f us/call (%.2f MB of "
         "unique K/V rows per token)\n",
         static_cast<long long>(T), static_cast<long long>(heads), static_cast<long long>(d),
         static_cast<long long>(n_window + n_select), us, mb);
+    EXPECT_GT(us, 0.0);
+  }
+}
+
+// Device time per IndexerScores call at V4.1-Flash shapes (64 heads x 128, 16384 visible
+// compressed entries = a 64K-token context at ratio 4), decode T = 1 and T = 32.
+TEST_F(CudaAttentionTest, DISABLED_BenchIndexerScores) {
+  const int64_t heads = 64, dim = 128, n_keys = 16384, ratio = 4;
+  for (int64_t T : {1, 32}) {
+    std::vector<int32_t> q_pos(T);
+    for (int64_t t = 0; t < T; ++t) q_pos[t] = static_cast<int32_t>(ratio * n_keys + t);
+    const float* q = ToGpu(Normal(T * heads * dim));
+    const float* w = ToGpu(Normal(T * heads));
+    const float* keys = ToGpu(Normal(n_keys * dim));
+    const int32_t* pos = ToGpu(q_pos);
+    float* out = PoisonedFloats(T * n_keys);
+    const double us = DeviceMicrosPerCall(
+        [&] { gpu_->IndexerScores(q, w, T, heads, dim, keys, n_keys, pos, ratio, 0.088f, out); });
+    std::printf("IndexerScores T=%lld heads=%lld dim=%lld keys=%lld: %.2f us/call\n",
+                static_cast<long long>(T), static_cast<long long>(heads),
+                static_cast<long long>(dim), static_cast<long long>(n_keys), us);
     EXPECT_GT(us, 0.0);
   }
 }
@@ -270,6 +305,38 @@ TEST_F(CudaAttentionTest, IndexerScoresMaskInvisibleEntries) {
                         ToGpu(q_pos), s.ratio, scale, out);
     EXPECT_TRUE(AllClose(FromGpu(out, s.T * s.n_keys), expected, 1e-4,
                          1e-5 * std::max(1.0f, MaxAbs(expected))));
+  }
+}
+
+// The staged-key-tile kernel at V4.1 indexer shapes (64 / 32 heads x 128) and odd ones
+// (heads > 32 but not a multiple of 32, dim not a multiple of 4, partial key tiles, whole
+// tiles not yet visible), at tighter bounds.
+TEST_F(CudaAttentionTest, IndexerScoresTiledKeysStrict) {
+  std::vector<IndexerShape> shapes = {{1, 64, 128, 1000, 4, 2000}, {5, 64, 128, 777, 4, 1500},
+                                      {2, 40, 30, 130, 2, 100},    {3, 33, 7, 65, 1, 40},
+                                      {2, 1, 4, 64, 1, 0},         {33, 32, 128, 300, 4, 500}};
+  for (const IndexerShape& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << "T " << s.T << " heads " << s.heads << " dim " << s.dim
+                                      << " keys " << s.n_keys);
+    const std::vector<float> q = Normal(s.T * s.heads * s.dim), w = Normal(s.T * s.heads),
+                             keys = Normal(s.n_keys * s.dim);
+    std::vector<int32_t> q_pos(s.T);
+    for (int64_t t = 0; t < s.T; ++t) q_pos[t] = s.p0 + static_cast<int32_t>(7 * t);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
+    std::vector<float> expected(s.T * s.n_keys);
+    cpu_.IndexerScores(q.data(), w.data(), s.T, s.heads, s.dim, keys.data(), s.n_keys, q_pos.data(),
+                       s.ratio, scale, expected.data());
+    float* out = PoisonedFloats(s.T * s.n_keys);
+    gpu_->IndexerScores(ToGpu(q), ToGpu(w), s.T, s.heads, s.dim, ToGpu(keys), s.n_keys,
+                        ToGpu(q_pos), s.ratio, scale, out);
+    const std::vector<float> got = FromGpu(out, s.T * s.n_keys);
+    EXPECT_TRUE(AllClose(got, expected, 1e-5, 2e-6 * std::max(1.0f, MaxAbs(expected))));
+    // Every case has invisible entries (exactly -inf: AllClose demands equal infinities)
+    // and visible ones.
+    int64_t invisible = 0;
+    for (float v : expected) invisible += std::isinf(v) ? 1 : 0;
+    EXPECT_GT(invisible, 0);
+    EXPECT_LT(invisible, s.T * s.n_keys);
   }
 }
 

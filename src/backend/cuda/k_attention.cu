@@ -369,42 +369,71 @@ __global__ void __launch_bounds__(kAttnThreads)
   MergeSplits(a, t, head_base, s, dp);
 }
 
-// Grid (key blocks of 64, tokens); one warp per key; lane h accumulates head h's dot.
+// Row stride of the indexer's shared q and key tiles: dim rounded up to 4, then to an odd
+// number of float4 quads (lanes reading float4 at rows h*stride are bank-conflict free).
+__host__ __device__ inline int64_t IdxStride(int64_t dim) {
+  const int64_t quads = (dim + 3) / 4;
+  return 4 * (quads | 1);
+}
+
+constexpr int kIdxKeysPerWarp = kIdxKeysPerBlock / (kIdxThreads / 32);
+static_assert(kIdxKeysPerBlock % (kIdxThreads / 32) == 0, "whole keys per warp");
+
+// Grid (key blocks of kIdxKeysPerBlock, tokens). The block's keys are staged in shared
+// memory once (coalesced); warp w scores keys w*kIdxKeysPerWarp.. and lane h accumulates
+// the dots of heads h, h + 32, ... (float4 steps; channels >= dim are zero on both sides).
 __global__ void __launch_bounds__(kIdxThreads)
     IndexerScoresKernel(const float* q, const float* w, int64_t heads, int64_t dim,
                         const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
                         float scale, float* scores) {
-  extern __shared__ float smem[];
-  const int64_t stride = dim + 1;      // padded rows: lane h reads q_s[h*stride + i] conflict-free
-  float* q_s = smem;                   // [heads, dim + 1]
-  float* w_s = smem + heads * stride;  // [heads]
-  const int64_t t = blockIdx.y;
-  for (int64_t i = threadIdx.x; i < heads * dim; i += blockDim.x) {
-    q_s[(i / dim) * stride + i % dim] = q[t * heads * dim + i];
+  extern __shared__ __align__(16) float smem[];
+  const int64_t stride = IdxStride(dim);
+  float* q_s = smem;                             // [heads, stride]
+  float* k_s = q_s + heads * stride;             // [kIdxKeysPerBlock, stride]
+  float* w_s = k_s + kIdxKeysPerBlock * stride;  // [heads]
+  const int64_t t = blockIdx.y, g0 = int64_t{blockIdx.x} * kIdxKeysPerBlock;
+  const int64_t visible = (static_cast<int64_t>(q_pos[t]) + 1) / ratio;
+  const int64_t n_tile = n_keys - g0 < kIdxKeysPerBlock ? n_keys - g0 : kIdxKeysPerBlock;
+  if (g0 >= visible) {  // nothing visible in this block (uniform: before any barrier)
+    for (int64_t kk = threadIdx.x; kk < n_tile; kk += kIdxThreads) {
+      scores[t * n_keys + g0 + kk] = NegInf();
+    }
+    return;
   }
-  for (int64_t i = threadIdx.x; i < heads; i += blockDim.x) w_s[i] = w[t * heads + i];
+  for (int64_t e = threadIdx.x; e < heads * stride; e += kIdxThreads) {
+    const int64_t h = e / stride, i = e - h * stride;
+    q_s[e] = i < dim ? q[(t * heads + h) * dim + i] : 0.0f;
+  }
+  for (int64_t e = threadIdx.x; e < kIdxKeysPerBlock * stride; e += kIdxThreads) {
+    const int64_t kk = e / stride, i = e - kk * stride;
+    k_s[e] = kk < n_tile && i < dim ? keys[(g0 + kk) * dim + i] : 0.0f;
+  }
+  for (int64_t h = threadIdx.x; h < heads; h += kIdxThreads) w_s[h] = w[t * heads + h];
   __syncthreads();
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t visible = (static_cast<int64_t>(q_pos[t]) + 1) / ratio;
-  for (int kk = warp; kk < kIdxKeysPerBlock; kk += kIdxThreads / 32) {
-    const int64_t g = blockIdx.x * int64_t{kIdxKeysPerBlock} + kk;
-    if (g >= n_keys) break;
-    float* s = scores + t * n_keys + g;
-    if (g >= visible) {
-      if (lane == 0) *s = NegInf();
-      continue;
+  const int k0 = warp * kIdxKeysPerWarp;
+  if (g0 + k0 >= n_keys) return;  // no barrier follows
+  float total[kIdxKeysPerWarp] = {};
+  for (int64_t h = lane; h < heads; h += 32) {
+    float dot[kIdxKeysPerWarp] = {};
+    for (int64_t i = 0; i < stride; i += 4) {
+      const float4 qv = *reinterpret_cast<const float4*>(q_s + h * stride + i);
+#pragma unroll
+      for (int k = 0; k < kIdxKeysPerWarp; ++k) {
+        const float4 kv = *reinterpret_cast<const float4*>(k_s + (k0 + k) * stride + i);
+        dot[k] += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
+      }
     }
-    const float* key = keys + g * dim;
-    float acc = 0.0f;
-    for (int64_t h = lane; h < heads; h += 32) {
-      const float* qh = q_s + h * stride;
-      float dot = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) dot += qh[i] * key[i];
-      acc += MaxF(dot, 0.0f) * scale * w_s[h];
-    }
-    acc = WarpSum(acc);
-    if (lane == 0) *s = acc;
+    const float wh = w_s[h];
+#pragma unroll
+    for (int k = 0; k < kIdxKeysPerWarp; ++k) total[k] += MaxF(dot[k], 0.0f) * scale * wh;
+  }
+#pragma unroll
+  for (int k = 0; k < kIdxKeysPerWarp; ++k) {
+    const float sum = WarpSum(total[k]);
+    const int64_t g = g0 + k0 + k;
+    if (lane == 0 && g < n_keys) scores[t * n_keys + g] = g < visible ? sum : NegInf();
   }
 }
 
@@ -463,7 +492,10 @@ cudaError_t LaunchSparseAttention(const model::SparseAttentionArgs& args, int* e
     cudaError_t e = cudaLaunchKernelEx(&config, kernel, args, per_split, error_word);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e == cudaSuccess || splits == 1) return e;
-    splits = 1;  // a cluster that cannot be scheduled: run each (token, group) in one block
+    // A cluster that cannot be scheduled: clear the (non-sticky) launch error and run each
+    // (token, group) in one block.
+    cudaGetLastError();
+    splits = 1;
   }
 }
 
@@ -481,7 +513,8 @@ cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_w
 }
 
 int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim) {
-  return (heads * (dim + 1) + heads) * static_cast<int64_t>(sizeof(float));
+  return ((heads + kIdxKeysPerBlock) * IdxStride(dim) + heads) *
+         static_cast<int64_t>(sizeof(float));
 }
 
 cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
