@@ -97,8 +97,8 @@ class CudaDenseTest : public CudaVsCpuTest {
   }
 };
 
-// Both Linear paths: dequantise + SGEMM (gemv off) and the fused GEMV (T <= 8, K a
-// multiple of the 16-byte chunk; K = 70 always takes the SGEMM path).
+// Both Linear paths: dequantise + SGEMM (gemv off) and the fused GEMV (T <= 32 in passes
+// of up to 8 tokens, K a multiple of the 16-byte chunk; K = 70 always takes SGEMM).
 TEST_F(CudaDenseTest, LinearAllFormatsSmallOddShapes) {
   for (bool gemv : {false, true}) {
     gpu_->set_gemv_max_tokens(gemv ? kernels::kMaxGemvTokens : 0);
@@ -111,7 +111,10 @@ TEST_F(CudaDenseTest, LinearAllFormatsSmallOddShapes) {
         CheckLinear(f, 7, K, 77, 5, 41, 3, 2, false);  // row offset crosses a 32-row block
         CheckLinear(f, 5, K, 64, 32, 32, 0, 1, true);
         CheckLinear(f, 8, K, 40, 0, 40, 0, 0, true);
-        CheckLinear(f, 9, K, 40, 0, 40, 1, 0, false);  // above the GEMV limit
+        CheckLinear(f, 9, K, 40, 0, 40, 1, 0, false);   // GEMV passes of 8 + 1 tokens
+        CheckLinear(f, 3, K, 300, 7, 290, 2, 0, true);  // pass of 4 (3 used), split warps
+        CheckLinear(f, 32, K, 70, 0, 70, 0, 3, false);  // 4 passes of 8
+        CheckLinear(f, 33, K, 40, 0, 40, 0, 0, false);  // above the GEMV limit
       }
     }
   }
@@ -125,6 +128,14 @@ TEST_F(CudaDenseTest, LinearRealV41Dims) {
   CheckLinear(WeightFormat::kBF16, 2, 5120, 384, 0, 384, 0, 0, false);           // router
   CheckLinear(WeightFormat::kFp8Block32, 17, 1024, 5120, 0, 5120, 0, 0, false);  // wo_b
   CheckLinear(WeightFormat::kFp8Block32, 1, 1024, 5120, 0, 5120, 0, 0, true);    // decode
+  // Decode at T = 1, 8, 32 on V4.1 shapes (GEMV), then the SGEMM path.
+  for (int64_t T : {1, 8, 32}) {
+    CheckLinear(WeightFormat::kFp8Block32, T, 5120, 1280, 0, 1280, 0, 0, false);  // wq_a
+    CheckLinear(WeightFormat::kMxFp4, T, 5120, 2304, 0, 2304, 0, 0, false);       // expert w1
+    CheckLinear(WeightFormat::kMxFp4, T, 2304, 5120, 0, 5120, 0, 0, true);        // expert w2
+    CheckLinear(WeightFormat::kBF16, T, 5120, 4096, 0, 4096, 0, 0, false);        // head slice
+  }
+  CheckLinear(WeightFormat::kFp8Block32, 1, 5120, 16384, 0, 16384, 0, 0, false);
   gpu_->set_gemv_max_tokens(0);
   CheckLinear(WeightFormat::kMxFp4, 2, 5120, 2304, 0, 2304, 0, 0, false);  // SGEMM path
 }

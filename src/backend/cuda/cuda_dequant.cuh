@@ -6,6 +6,7 @@
 // loads are in flight before any math, then dequantised 4 values at a time. The scale is
 // applied once to the chunk's partial dot product: scales are powers of two, so
 // (sum v*x) * s equals sum (v*s)*x up to the summation order (no extra rounding).
+// e4m3 pairs use the hardware fp8x2 -> f16x2 conversion; e2m1 pairs a bit-exact fp16 trick.
 //
 // The activation vectors a chunk is dotted with live in shared memory in a padded layout
 // (PaddedIndex): the values of chunk c start at c * (ChunkValues + 4), so that the float4
@@ -45,11 +46,26 @@ __device__ __forceinline__ int64_t PaddedIndex(int64_t k) {
   return (k / kValues) * PaddedStride(kFormat) + k % kValues;
 }
 
-// Copies v[0 .. n) (global) into the padded layout at `dst` (shared); all threads of the
-// block call it (no barrier inside).
+// Copies v[0 .. n) (global, read-only for the kernel) into the padded layout at `dst`
+// (shared); all threads of the block call it (no barrier inside). Each thread issues 8
+// independent loads before storing, so staging costs a few memory latencies, not n/threads.
 template <model::WeightFormat kFormat>
 __device__ __forceinline__ void StagePadded(const float* v, int64_t n, float* dst) {
-  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) dst[PaddedIndex<kFormat>(k)] = v[k];
+  constexpr int kBatch = 8;
+  const int64_t stride = blockDim.x;
+  for (int64_t base = threadIdx.x; base < n; base += kBatch * stride) {
+    float r[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t k = base + j * stride;
+      r[j] = k < n ? __ldg(v + k) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t k = base + j * stride;
+      if (k < n) dst[PaddedIndex<kFormat>(k)] = r[j];
+    }
+  }
 }
 
 struct RawChunk {
@@ -83,20 +99,37 @@ __device__ __forceinline__ uint32_t ChunkWord(const uint4& q, int i) {
   return i == 0 ? q.x : (i == 1 ? q.y : (i == 2 ? q.z : q.w));
 }
 
-__device__ __forceinline__ float Fp8E4m3ToFloat(uint32_t byte) {
-  const __half_raw h =
-      __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(byte & 0xFF), __NV_E4M3);
-  return __half2float(__half(h));
+// Dequant4 yields value * ValueScale(format)^-1 (MXFP4 decodes through fp16 bit patterns
+// that are 2^-14 times the e2m1 value); DotChunks multiplies the scale back (exact).
+__host__ __device__ constexpr float ValueScale(model::WeightFormat f) {
+  return f == model::WeightFormat::kMxFp4 ? 16384.0f : 1.0f;
 }
 
-__device__ __forceinline__ float Fp4E2m1ToFloat(uint32_t nibble) {
-  const uint32_t code = nibble & 0x7;
-  const float v = code < 4 ? 0.5f * static_cast<float>(code)
-                           : (code == 7 ? 6.0f : static_cast<float>(code) - 2.0f);
-  return (nibble & 0x8) ? -v : v;
+__device__ __forceinline__ float2 Half2BitsToFloat2(uint32_t bits) {
+  __half2_raw raw;
+  raw.x = static_cast<unsigned short>(bits & 0xFFFFu);
+  raw.y = static_cast<unsigned short>(bits >> 16);
+  return __half22float2(__half2(raw));
 }
 
-// Unscaled values 4g .. 4g+3 of a chunk (g < ChunkValues / 4; call with a constant g).
+// Two e2m1 nibbles (low byte of b: low nibble first) as 2^-14 times their values: the
+// 3 magnitude bits become the low exponent bits and top mantissa bit of an fp16 (exact,
+// zero and 0.5 included through fp16 subnormals), the sign bit its sign.
+__device__ __forceinline__ float2 Fp4PairToFloat2(uint32_t b) {
+  const uint32_t bits =
+      ((b & 0x7u) << 9) | ((b & 0x8u) << 12) | ((b & 0x70u) << 21) | ((b & 0x80u) << 24);
+  return Half2BitsToFloat2(bits);
+}
+
+// Two e4m3 bytes (low 16 bits of b: low byte first) through the hardware fp8x2 -> f16x2.
+__device__ __forceinline__ float2 Fp8PairToFloat2(uint32_t b) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(b & 0xFFFFu), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+// Values 4g .. 4g+3 of a chunk divided by ValueScale (g < ChunkValues / 4; call with a
+// constant g).
 template <model::WeightFormat kFormat>
 __device__ __forceinline__ void Dequant4(const RawChunk& ch, int g, float v[4]) {
   using model::WeightFormat;
@@ -109,13 +142,13 @@ __device__ __forceinline__ void Dequant4(const RawChunk& ch, int g, float v[4]) 
     v[2] = __uint_as_float(hi << 16), v[3] = __uint_as_float(hi & 0xFFFF0000u);
   } else if constexpr (kFormat == WeightFormat::kMxFp4) {
     // Column 8i+j is nibble j of word i (low nibble = even column).
-    const uint32_t word = ChunkWord(ch.q, g / 2) >> (16 * (g % 2));
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = Fp4E2m1ToFloat(word >> (4 * j));
+    const uint32_t bits = ChunkWord(ch.q, g / 2) >> (16 * (g % 2));
+    const float2 a = Fp4PairToFloat2(bits), b = Fp4PairToFloat2(bits >> 8);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
   } else {  // FP8: column 4i+j is byte j of word i
     const uint32_t word = ChunkWord(ch.q, g);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = Fp8E4m3ToFloat(word >> (8 * j));
+    const float2 a = Fp8PairToFloat2(word), b = Fp8PairToFloat2(word >> 16);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
   }
 }
 
@@ -151,7 +184,7 @@ __device__ __forceinline__ void DotChunks(const RawChunk (&ch)[kRows], const flo
 #pragma unroll
   for (int n = 0; n < kRows; ++n) {
 #pragma unroll
-    for (int t = 0; t < kTokens; ++t) acc[n][t] += part[n][t] * ch[n].s;
+    for (int t = 0; t < kTokens; ++t) acc[n][t] += (part[n][t] * ValueScale(kFormat)) * ch[n].s;
   }
 }
 

@@ -1,11 +1,19 @@
-// Fused dequantise + GEMV for Linear with few token rows (decode): one warp per output row
-// reads the stored weight row once (16-byte loads: 16 e4m3, 32 e2m1, 8 bf16 or 4 fp32
-// values), dequantises in registers and accumulates up to kMaxGemvTokens dot products.
-// fp32 accumulation; the summation order differs from SGEMM (fp32 rounding only).
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
-#include "backend/cuda/cuda_numerics.cuh"
+// Fused dequantise + GEMV for Linear with few token rows (decode).
+//
+// A block (8 warps) computes a tile of output rows for a pass of up to kTok tokens:
+// * the pass's x rows are staged in shared memory (padded layout, cuda_dequant.cuh), a
+//   slice of K at a time so that a block needs at most ~46 KiB (several blocks per SM);
+// * each warp owns kRows weight rows and reads them in 16-byte chunks (one chunk per lane
+//   per step), double-buffered: the next step's kRows loads are issued before the current
+//   chunks are dequantised, so 2 x kRows independent 16-byte loads are in flight per lane
+//   (the first ones even before x is staged);
+// * every float4 of x read from shared memory feeds all kRows rows (DotChunks);
+// * for short weights (few row tiles) `split` warps share a row group, each taking every
+//   split-th chunk step; their sums are added in warp order through shared memory
+//   (deterministic).
+// Tokens beyond kTok run as further passes (each pass reads the weight again). fp32
+// accumulation; the summation order differs from SGEMM (fp32 rounding only).
+#include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -14,108 +22,173 @@ namespace {
 
 using model::WeightFormat;
 
-constexpr int kGemvThreads = 256;  // 8 warps = 8 output rows per block
-constexpr int kMaxT = static_cast<int>(kMaxGemvTokens);
+constexpr int kGemvThreads = 256;
+constexpr int kGemvWarps = kGemvThreads / 32;
+constexpr int64_t kMaxXShared = 46 * 1024;  // staged x slice (+ 1 KiB of partial sums)
+constexpr int kMaxPassTokens = 8;
+constexpr int kTargetBlocks = 2 * 132;  // enough row tiles to cover an H200's SMs twice
 
-// Values of one 16-byte chunk for each format.
-__host__ __device__ constexpr int ChunkValues(WeightFormat f) {
-  return f == WeightFormat::kMxFp4  ? 32
-         : f == WeightFormat::kF32  ? 4
-         : f == WeightFormat::kBF16 ? 8
-                                    : 16;
-}
+// Weight rows per warp: more rows reuse each x value more; fewer keep registers low when
+// many tokens are accumulated.
+__host__ __device__ constexpr int RowsPerWarp(int tokens) { return tokens >= 4 ? 2 : 4; }
 
-__device__ __forceinline__ float Fp8ToFloat(uint8_t b) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3);
-  return __half2float(__half(h));
-}
-
-__device__ __forceinline__ float Fp4ToFloat(uint32_t nibble) {
-  const uint32_t code = nibble & 0x7;
-  const float v = code < 4 ? 0.5f * static_cast<float>(code)
-                           : (code == 7 ? 6.0f : static_cast<float>(code) - 2.0f);
-  return (nibble & 0x8) ? -v : v;
-}
-
-// Dequantises the chunk `c` (16 stored bytes) of weight row `r` into v[0 .. ChunkValues).
+// Chunks of K staged at once for `tok` tokens: all of K if it fits, else a multiple of 32
+// (whole warp steps) when possible.
 template <WeightFormat kFormat>
-__device__ __forceinline__ void LoadChunk(const DeviceWeight& w, int64_t r, int64_t c, float* v) {
-  const int64_t K = w.cols;
-  if constexpr (kFormat == WeightFormat::kF32) {
-    const float4 q = reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + r * K)[c];
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-  } else if constexpr (kFormat == WeightFormat::kBF16) {
-    const uint4 q = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + r * K)[c];
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(words[i] << 16);
-      v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-    }
-  } else if constexpr (kFormat == WeightFormat::kMxFp4) {
-    const uint4 q =
-        reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + r * (K / 2))[c];
-    const float s = E8m0ToF32(w.scale[r * (K / 32) + c]);  // a chunk is one 32-value block
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[8 * i + j] = Fp4ToFloat(words[i] >> (4 * j)) * s;
-    }
-  } else {  // kFp8Block32 / kFp8Row32: a chunk is half of one 32-column scale block
-    const uint4 q = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + r * K)[c];
-    const int64_t scale_cols = (K + 31) / 32;
-    const int64_t scale_row = kFormat == WeightFormat::kFp8Block32 ? r / 32 : r;
-    const float s = E8m0ToF32(w.scale[scale_row * scale_cols + (c * 16) / 32]);
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[4 * i + j] = Fp8ToFloat(static_cast<uint8_t>(words[i] >> (8 * j))) * s;
-      }
-    }
-  }
+int64_t SliceChunks(int tok, int64_t K) {
+  const int64_t chunks = K / ChunkValues(kFormat);
+  int64_t slice = kMaxXShared / (int64_t{4} * tok * PaddedStride(kFormat));
+  if (slice >= 32) slice = slice / 32 * 32;
+  if (slice < 1) slice = 1;
+  return slice < chunks ? slice : chunks;
 }
 
 template <WeightFormat kFormat>
+int64_t GemvSharedBytes(int tok, int64_t K) {
+  return (tok * SliceChunks<kFormat>(tok, K) * PaddedStride(kFormat) +
+          kGemvWarps * RowsPerWarp(tok) * tok) *
+         4;
+}
+
+template <WeightFormat kFormat, int kTok>
 __global__ void __launch_bounds__(kGemvThreads)
-    GemvKernel(DeviceWeight w, int64_t row0, int64_t n_rows, const float* x, int64_t T, int64_t ldx,
-               float* y, int64_t ldy, bool accumulate) {
+    GemvKernel(DeviceWeight w, int64_t row0, int64_t n_rows, const float* x, int T, int64_t ldx,
+               float* y, int64_t ldy, bool accumulate, int split, int64_t slice_chunks) {
+  constexpr int kRows = RowsPerWarp(kTok);
   constexpr int kValues = ChunkValues(kFormat);
-  const int lane = threadIdx.x & 31;
-  const int64_t i = blockIdx.x * int64_t{kGemvThreads / 32} + (threadIdx.x >> 5);
-  if (i >= n_rows) return;  // whole warps leave together
-  const int64_t r = row0 + i;
-  const int64_t chunks = w.cols / kValues;
-  float acc[kMaxT];
+  constexpr int kStride = PaddedStride(kFormat);
+  extern __shared__ float4 shared4[];
+  const int64_t K = w.cols;
+  const int64_t x_stride = slice_chunks * kStride;  // floats per staged token
+  float* xs = reinterpret_cast<float*>(shared4);
+  float* red = xs + kTok * x_stride;  // [warp][kRows][kTok] partial sums when split > 1
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = warp / split, part = warp % split;
+  const int64_t i0 =
+      (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) + group) * kRows;  // first row
+  int64_t rows[kRows];
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) acc[t] = 0.0f;
-  for (int64_t c = lane; c < chunks; c += 32) {
-    float v[kValues];
-    LoadChunk<kFormat>(w, r, c, v);
-    const int64_t k0 = c * kValues;
+  for (int n = 0; n < kRows; ++n) {  // rows past the end re-read the last row (not written)
+    rows[n] = row0 + (i0 + n < n_rows ? i0 + n : n_rows - 1);
+  }
+  const int64_t chunks = K / ChunkValues(kFormat);
+  const int64_t step = int64_t{32} * split;
+  int64_t c = int64_t{32} * part + lane;
+
+  RawChunk cur[kRows] = {};
+  if (c < chunks) {
 #pragma unroll
-    for (int t = 0; t < kMaxT; ++t) {
-      if (t < T) {
-        const float* xt = x + t * ldx + k0;
-        float a = 0.0f;
+    for (int n = 0; n < kRows; ++n) cur[n] = LoadRawChunk<kFormat>(w.data, w.scale, K, rows[n], c);
+  }
+  float acc[kRows][kTok];
 #pragma unroll
-        for (int e = 0; e < kValues; ++e) a += v[e] * __ldg(xt + e);
-        acc[t] += a;
+  for (int n = 0; n < kRows; ++n) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) acc[n][t] = 0.0f;
+  }
+  // Slices [s0, s1) of chunks: stage x's columns, then each thread's chunks c in the slice
+  // (c runs through 32*part + lane + j*step across slices; the prefetch of the next chunk
+  // may reach into the next slice: it needs no x).
+  for (int64_t s0 = 0; s0 < chunks; s0 += slice_chunks) {
+    const int64_t s1 = s0 + slice_chunks < chunks ? s0 + slice_chunks : chunks;
+    if (s0 > 0) __syncthreads();  // the previous slice's readers are done
+    for (int t = 0; t < T; ++t) {
+      StagePadded<kFormat>(x + t * ldx + s0 * kValues, (s1 - s0) * kValues, xs + t * x_stride);
+    }
+    __syncthreads();
+    for (; c < s1; c += step) {
+      RawChunk next[kRows] = {};
+      if (c + step < chunks) {
+#pragma unroll
+        for (int n = 0; n < kRows; ++n) {
+          next[n] = LoadRawChunk<kFormat>(w.data, w.scale, K, rows[n], c + step);
+        }
       }
+      DotChunks<kFormat, kRows, kTok>(cur, xs + (c - s0) * kStride, x_stride, T, acc);
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) cur[n] = next[n];
     }
   }
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) {
-    if (t < T) {
-      const float sum = WarpSum(acc[t]);
-      if (lane == 0) {
-        float* out = y + t * ldy + i;
-        *out = accumulate ? *out + sum : sum;
+  for (int n = 0; n < kRows; ++n) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) acc[n][t] = WarpSum(acc[n][t]);
+  }
+  if (split > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) {
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) red[(warp * kRows + n) * kTok + t] = acc[n][t];
+      }
+    }
+    __syncthreads();
+    if (part != 0) return;  // no barrier follows
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) {
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        float sum = 0.0f;
+        for (int p = 0; p < split; ++p) sum += red[((warp + p) * kRows + n) * kTok + t];
+        acc[n][t] = sum;
       }
     }
   }
+  if (lane != 0) return;
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      if (t < T && i0 + n < n_rows) {
+        float* out = y + t * ldy + i0 + n;
+        *out = accumulate ? *out + acc[n][t] : acc[n][t];
+      }
+    }
+  }
+}
+
+// Launches one pass of T <= kTok tokens.
+template <WeightFormat kFormat, int kTok>
+cudaError_t LaunchPass(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x, int T,
+                       int64_t ldx, float* y, int64_t ldy, bool accumulate, cudaStream_t stream) {
+  constexpr int kRows = RowsPerWarp(kTok);
+  const int64_t smem = GemvSharedBytes<kFormat>(kTok, w.cols);
+  // Fewest warps per row group that still gives about kTargetBlocks blocks.
+  int split = 1;
+  auto blocks_for = [&](int s) {
+    const int64_t rows_per_block = (kGemvWarps / s) * kRows;
+    return (n_rows + rows_per_block - 1) / rows_per_block;
+  };
+  while (split < kGemvWarps && blocks_for(split) < kTargetBlocks) split *= 2;
+  const int64_t blocks = blocks_for(split);
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  GemvKernel<kFormat, kTok><<<static_cast<unsigned>(blocks), kGemvThreads, smem, stream>>>(
+      w, row0, n_rows, x, T, ldx, y, ldy, accumulate, split, SliceChunks<kFormat>(kTok, w.cols));
+  return cudaGetLastError();
+}
+
+template <WeightFormat kFormat>
+cudaError_t GemvAllTokens(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
+                          int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
+                          cudaStream_t stream) {
+  for (int64_t t0 = 0; t0 < T;) {
+    const int left = static_cast<int>(T - t0 < kMaxPassTokens ? T - t0 : kMaxPassTokens);
+    const float* xp = x + t0 * ldx;
+    float* yp = y + t0 * ldy;
+    cudaError_t e;
+    if (left == 1) {  // smallest pass that holds `left` tokens
+      e = LaunchPass<kFormat, 1>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, stream);
+    } else if (left == 2) {
+      e = LaunchPass<kFormat, 2>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, stream);
+    } else if (left <= 4) {
+      e = LaunchPass<kFormat, 4>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, stream);
+    } else {
+      e = LaunchPass<kFormat, 8>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, stream);
+    }
+    if (e != cudaSuccess) return e;
+    t0 += left;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -123,9 +196,8 @@ __global__ void __launch_bounds__(kGemvThreads)
 bool GemvApplicable(const DeviceWeight& w, int64_t T) {
   if (T < 1 || T > kMaxGemvTokens) return false;
   if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return false;
-  const int64_t values = ChunkValues(w.format);
   // Every row must start on a 16-byte boundary and hold whole chunks.
-  return w.cols % values == 0 && (w.format != WeightFormat::kMxFp4 || w.cols % 32 == 0);
+  return w.cols > 0 && w.cols % ChunkValues(w.format) == 0;
 }
 
 cudaError_t LinearGemv(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
@@ -133,31 +205,24 @@ cudaError_t LinearGemv(const DeviceWeight& w, int64_t row0, int64_t n_rows, cons
                        cudaStream_t stream) {
   if (n_rows <= 0 || T <= 0) return cudaSuccess;
   if (!GemvApplicable(w, T)) return cudaErrorInvalidValue;
-  const unsigned blocks =
-      static_cast<unsigned>((n_rows + kGemvThreads / 32 - 1) / (kGemvThreads / 32));
   switch (w.format) {
     case WeightFormat::kF32:
-      GemvKernel<WeightFormat::kF32>
-          <<<blocks, kGemvThreads, 0, stream>>>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate);
-      break;
+      return GemvAllTokens<WeightFormat::kF32>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate,
+                                               stream);
     case WeightFormat::kBF16:
-      GemvKernel<WeightFormat::kBF16>
-          <<<blocks, kGemvThreads, 0, stream>>>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate);
-      break;
+      return GemvAllTokens<WeightFormat::kBF16>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate,
+                                                stream);
     case WeightFormat::kFp8Block32:
-      GemvKernel<WeightFormat::kFp8Block32>
-          <<<blocks, kGemvThreads, 0, stream>>>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate);
-      break;
+      return GemvAllTokens<WeightFormat::kFp8Block32>(w, row0, n_rows, x, T, ldx, y, ldy,
+                                                      accumulate, stream);
     case WeightFormat::kFp8Row32:
-      GemvKernel<WeightFormat::kFp8Row32>
-          <<<blocks, kGemvThreads, 0, stream>>>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate);
-      break;
+      return GemvAllTokens<WeightFormat::kFp8Row32>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate,
+                                                    stream);
     case WeightFormat::kMxFp4:
-      GemvKernel<WeightFormat::kMxFp4>
-          <<<blocks, kGemvThreads, 0, stream>>>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate);
-      break;
+      return GemvAllTokens<WeightFormat::kMxFp4>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate,
+                                                 stream);
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

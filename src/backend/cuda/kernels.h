@@ -86,6 +86,7 @@ cudaError_t GatherWeightRows(const DeviceWeight& w, const int64_t* ids, int64_t 
 // --- fused dequant GEMV for few token rows (k_gemv.cu) -----------------------------
 // True if LinearGemv handles w with T rows (1 <= T <= kMaxGemvTokens, whole 16-byte
 // chunks per row, 16-byte aligned data).
+// Tokens run in passes of up to 8 (each pass reads the weight once).
 bool GemvApplicable(const DeviceWeight& w, int64_t T);
 // y[t, i] (+)= sum_k x[t, k] * W[row0 + i, k] for i < n_rows, t < T.
 cudaError_t LinearGemv(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
