@@ -15,6 +15,9 @@
 #   --out DIR        results (default $OUT, else ./bench-out): ceilings.json, model.json,
 #                    reference.json, summary.md and run.log
 #   --quick          a small grid (batches 1,32; context 4096; prefill 4096)
+#   --grid "ARGS"    gpu_model_bench grid arguments instead of the default grid
+#   --ref-args "ARGS" hf_reference.py --bench arguments instead of the default ones
+#   OURS_TIMEOUT / REF_TIMEOUT (env, seconds): stage time limits (default 420 / 360)
 #   --goldens DIR    tiny_a golden case for the reference's self-check (default
 #                    gpu-carry/goldens/tiny_a)
 #
@@ -30,6 +33,10 @@ QUICK=0
 STAGES="ceilings,ours,reference,summary"
 GOLDENS="$ROOT/gpu-carry/goldens/tiny_a"
 BENCH_ARGS=""
+GRID_OVERRIDE=""
+REF_ARGS=""
+OURS_TIMEOUT=${OURS_TIMEOUT:-420}  # seconds per stage (a device call runs 600 s at most)
+REF_TIMEOUT=${REF_TIMEOUT:-360}
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD=$(cd "$2" && pwd); shift 2 ;;
@@ -39,6 +46,8 @@ while [ $# -gt 0 ]; do
     --stages) STAGES="$2"; shift 2 ;;
     --goldens) GOLDENS="$2"; shift 2 ;;
     --bench-args) BENCH_ARGS="$2"; shift 2 ;;
+    --grid) GRID_OVERRIDE="$2"; shift 2 ;;
+    --ref-args) REF_ARGS="$2"; shift 2 ;;
     -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -82,10 +91,11 @@ if [ "$QUICK" = 1 ]; then
 else
   GRID="--batches 1,8,32,128,256 --contexts 4096,32768 --prefill 4096,16384 --breakdown 1:4096,32:4096,256:4096 --steps 5"
 fi
+[ -n "$GRID_OVERRIDE" ] && GRID="$GRID_OVERRIDE"
 if want ours; then
   step "our engine: decode grid, prefill, per-op breakdown"
   # shellcheck disable=SC2086
-  "$BIN/gpu_model_bench" --model "$MODEL" --ceilings "$RESULTS/ceilings.json" $GRID $BENCH_ARGS \
+  timeout "$OURS_TIMEOUT" "$BIN/gpu_model_bench" --model "$MODEL" --ceilings "$RESULTS/ceilings.json" $GRID $BENCH_ARGS \
       --json "$RESULTS/model.json" 2>&1 | tee -a "$LOG"
 fi
 
@@ -96,9 +106,10 @@ if want reference; then
     python3 "$ROOT/bench/gpu/hf_reference.py" --check-goldens "$GOLDENS" 2>&1 | tee -a "$LOG"
     step "reference: decode on the same checkpoint (bf16)"
     if [ "$QUICK" = 1 ]; then RB=1; RC=4096; else RB=1,8,32; RC=4096,32768; fi
-    python3 "$ROOT/bench/gpu/hf_reference.py" --bench "$MODEL" --dtype bfloat16 \
-        --batches "$RB" --contexts "$RC" --steps 8 --fill auto --time-limit 60 --total-limit 360 \
-        --json "$RESULTS/reference.json" 2>&1 | tee -a "$LOG"
+    [ -n "$REF_ARGS" ] || REF_ARGS="--batches $RB --contexts $RC --steps 8 --fill auto --time-limit 60 --total-limit $((REF_TIMEOUT - 30))"
+    # shellcheck disable=SC2086
+    timeout "$REF_TIMEOUT" python3 "$ROOT/bench/gpu/hf_reference.py" --bench "$MODEL" --dtype bfloat16 \
+        $REF_ARGS --json "$RESULTS/reference.json" 2>&1 | tee -a "$LOG"
   else
     echo "no .ref/ (upstream reference code): reference skipped (bench/gpu/REFERENCE.md)"
   fi
