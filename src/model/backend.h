@@ -105,6 +105,15 @@ struct SparseAttentionArgs {
   const float* sinks = nullptr;  // [heads] sink logits (denominator only)
   float scale = 1.0f;            // softmax scale applied to q.k
   float* out = nullptr;          // [T, heads, head_dim]
+  // Several sequences in one call (varlen), all optional (null = the single-sequence meaning
+  // above): token t sees only window rows [window_start[t], window_start[t] + window_len[t])
+  // of window_kv / window_pos, and its selection ids index comp_kv rows from comp_offset[t]
+  // (row comp_offset[t] + id, id < comp_len[t]; an id >= comp_len[t] is out of range).
+  // n_window and n_comp are then the total rows of the shared buffers.
+  const int32_t* window_start = nullptr;  // [T]
+  const int32_t* window_len = nullptr;    // [T]
+  const int32_t* comp_offset = nullptr;   // [T]
+  const int32_t* comp_len = nullptr;      // [T]
 };
 
 class Backend {
