@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_hc.h"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
@@ -55,8 +56,19 @@ void CudaBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
     return Fail(
         Unsupported("HcMix", "hc " + std::to_string(hc) + " > " + std::to_string(kernels::kMaxHc)));
   }
-  Check(kernels::HcMix(x, T, hc, D, w, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb, stream_),
+  if (T <= 64) {  // few tokens: split each token's 2 MB projection over many SMs
+    auto* scratch = static_cast<float*>(
+        TempBytes(static_cast<size_t>(T * kernels::HcMixSplits(T, hc, D) * 25) * sizeof(float)));
+    if (scratch) {
+      Check(kernels::HcMixSplit(x, T, hc, D, w, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb,
+                                scratch, stream_),
+            "HcMix");
+    }
+  } else {
+    Check(
+        kernels::HcMix(x, T, hc, D, w, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb, stream_),
         "HcMix");
+  }
   Done("HcMix");
 }
 

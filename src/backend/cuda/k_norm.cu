@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_hc.h"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -106,6 +107,69 @@ __global__ void HcMixKernel(const float* x, int64_t hc, int64_t D, const float* 
   for (int i = 0; i < h * h; ++i) comb[t * hc * hc + i] = c[i];
 }
 
+// Split pre-mix for few tokens (decode): block (t, s) reduces slice s of token t's flattened
+// streams: partial[t, s, j] = sum_i x[i] * fn[j, i] for the n_mix logits and, at j = n_mix,
+// sum_i x[i]^2. The rms normalisation is a per-token scalar, applied in the finish kernel.
+__global__ void __launch_bounds__(kThreads)
+    HcMixPartialKernel(const float* x, int64_t width, int n_mix, const float* fn, int64_t slice,
+                       float* partial) {
+  __shared__ float part[kThreads / 32][kMaxMix + 1];
+  const int64_t t = blockIdx.x, s = blockIdx.y, splits = gridDim.y;
+  const float* xt = x + t * width;
+  const int64_t begin = s * slice, end = begin + slice < width ? begin + slice : width;
+  float acc[kMaxMix + 1];
+#pragma unroll
+  for (int j = 0; j <= kMaxMix; ++j) acc[j] = 0.0f;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float v = xt[i];
+    acc[kMaxMix] += v * v;
+#pragma unroll
+    for (int j = 0; j < kMaxMix; ++j) {
+      if (j < n_mix) acc[j] += v * __ldg(fn + j * width + i);
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j <= kMaxMix; ++j) {
+    const float v = WarpSum(acc[j]);
+    if (lane == 0) part[warp][j] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x <= kMaxMix) {
+    float v = 0.0f;
+    for (int w = 0; w < kThreads / 32; ++w) v += part[w][threadIdx.x];
+    partial[(t * splits + s) * (kMaxMix + 1) + threadIdx.x] = v;
+  }
+}
+
+// One warp per token: sums the slices in order (deterministic), then pre / post / comb.
+__global__ void HcMixFinishKernel(const float* partial, int64_t splits, int64_t hc, int64_t width,
+                                  const float* scale, const float* base, float norm_eps,
+                                  float hc_eps, int sinkhorn_iters, float* pre, float* post,
+                                  float* comb) {
+  __shared__ float z[kMaxMix + 1];
+  const int64_t t = blockIdx.x;
+  const int n_mix = static_cast<int>((2 + hc) * hc);
+  for (int j = threadIdx.x; j <= kMaxMix; j += blockDim.x) {
+    float v = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) v += partial[(t * splits + s) * (kMaxMix + 1) + j];
+    z[j] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const float inv = 1.0f / sqrtf(z[kMaxMix] / static_cast<float>(width) + norm_eps);
+  for (int j = 0; j < n_mix; ++j) z[j] *= inv;
+  const int h = static_cast<int>(hc);
+  for (int k = 0; k < h; ++k) {
+    pre[t * hc + k] = Sigmoid(z[k] * scale[0] + base[k]) + hc_eps;
+    post[t * hc + k] = 2.0f * Sigmoid(z[h + k] * scale[1] + base[h + k]);
+  }
+  float c[kMaxHc * kMaxHc];
+  for (int i = 0; i < h * h; ++i) c[i] = z[2 * h + i] * scale[2] + base[2 * h + i];
+  SinkhornComb(c, h, hc_eps, sinkhorn_iters);
+  for (int i = 0; i < h * h; ++i) comb[t * hc * hc + i] = c[i];
+}
+
 // One block per (token, stream).
 __global__ void EngramGateKernel(float* x, const float* key, const float* value,
                                  const float* q_weight, const float* k_weight, int64_t hc,
@@ -151,6 +215,30 @@ cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model:
   if (hc > kMaxHc || hc <= 0) return cudaErrorInvalidValue;
   HcMixKernel<<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
       x, hc, D, w.fn, w.scale, w.base, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb);
+  return cudaGetLastError();
+}
+
+int64_t HcMixSplits(int64_t T, int64_t hc, int64_t D) {
+  // Enough blocks to fill the chip twice over, each thread summing >= 4 values.
+  const int64_t by_width = (hc * D) / (kThreads * 4);
+  const int64_t wanted = (2 * 132 + T - 1) / T;
+  const int64_t s = wanted < by_width ? wanted : by_width;
+  return s < 1 ? 1 : s;
+}
+
+cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
+                       const model::HcSiteWeights& w, float norm_eps, float hc_eps,
+                       int sinkhorn_iters, float* pre, float* post, float* comb, float* scratch,
+                       cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  if (hc > kMaxHc || hc <= 0 || T > 65535) return cudaErrorInvalidValue;
+  const int64_t splits = HcMixSplits(T, hc, D), width = hc * D;
+  const int64_t slice = (width + splits - 1) / splits;
+  HcMixPartialKernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(splits)), kThreads, 0,
+                       stream>>>(x, width, static_cast<int>((2 + hc) * hc), w.fn, slice, scratch);
+  HcMixFinishKernel<<<static_cast<unsigned>(T), 32, 0, stream>>>(scratch, splits, hc, width,
+                                                                 w.scale, w.base, norm_eps, hc_eps,
+                                                                 sinkhorn_iters, pre, post, comb);
   return cudaGetLastError();
 }
 
