@@ -21,6 +21,10 @@ double Dot(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
+// Varlen (several sequences in one call): token t sees window rows
+// [window_start[t], window_start[t] + window_len[t]) and comp rows comp_offset[t] + id for
+// ids < comp_len[t]. A null pointer keeps the single-sequence meaning: start / offset 0,
+// length = the rest of the buffer (n_window - start, n_comp - offset).
 void CpuBackend::SparseAttention(const model::SparseAttentionArgs& a) {
   const int64_t d = a.head_dim;
   base::ThreadPool::Default().ParallelFor(a.tokens, 1, [&](int64_t t0, int64_t t1) {
@@ -28,8 +32,17 @@ void CpuBackend::SparseAttention(const model::SparseAttentionArgs& a) {
     std::vector<double> scores, acc(d);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t p = a.q_pos[t];
+      const int64_t w0 = a.window_start ? a.window_start[t] : 0;
+      const int64_t w_len = a.window_len ? a.window_len[t] : a.n_window - w0;
+      CHECK(w0 >= 0 && w_len >= 0 && w0 + w_len <= a.n_window)
+          << "token " << t << " window rows [" << w0 << ", " << w0 + w_len << ") of " << a.n_window;
+      const int64_t c0 = a.comp_offset ? a.comp_offset[t] : 0;
+      const int64_t c_len = a.comp_len ? a.comp_len[t] : a.n_comp - c0;
+      CHECK(c0 >= 0 && c_len >= 0 && c0 + c_len <= a.n_comp)
+          << "token " << t << " compressed rows [" << c0 << ", " << c0 + c_len << ") of "
+          << a.n_comp;
       keys.clear();
-      for (int64_t i = 0; i < a.n_window; ++i) {
+      for (int64_t i = w0; i < w0 + w_len; ++i) {
         if (a.window_pos[i] <= p && a.window_pos[i] > p - a.window) {
           keys.push_back(a.window_kv + i * d);
         }
@@ -37,8 +50,8 @@ void CpuBackend::SparseAttention(const model::SparseAttentionArgs& a) {
       for (int64_t s = 0; s < a.n_select; ++s) {
         const int32_t g = a.selection[t * a.n_select + s];
         if (g < 0) continue;
-        CHECK(g < a.n_comp) << "selected compressed entry " << g << " of " << a.n_comp;
-        keys.push_back(a.comp_kv + static_cast<int64_t>(g) * d);
+        CHECK(g < c_len) << "selected compressed entry " << g << " of " << c_len;
+        keys.push_back(a.comp_kv + (c0 + g) * d);
       }
       scores.resize(keys.size());
       for (int64_t h = 0; h < a.heads; ++h) {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 namespace deepinfer::backend::cpu {
@@ -195,6 +197,119 @@ TEST(CpuBackendTest, LinearRowRangeAndAccumulate) {
   b.Linear(x.data(), 1, 2, ref, 1, 2, y.data(), 2, true);
   EXPECT_EQ(y[0], 107.0f);
   EXPECT_EQ(y[1], 211.0f);
+}
+
+// Three sequences packed into shared window / compressed buffers (the varlen layout).
+struct VarlenAttentionCase {
+  static constexpr int64_t kHeads = 3, kDim = 8, kWindow = 4, kSelect = 5;
+  std::vector<int64_t> seq_tokens = {1, 4, 2};
+  std::vector<int64_t> seq_window_rows = {5, 9, 3};
+  std::vector<int64_t> seq_comp_rows = {7, 0, 12};        // sequence 1: no compressed entries yet
+  std::vector<int64_t> tok_begin, win_begin, comp_begin;  // per sequence, + total at the end
+  std::vector<float> q, window_kv, comp_kv, sinks;
+  std::vector<int32_t> q_pos, window_pos, selection;
+  std::vector<int32_t> window_start, window_len, comp_offset, comp_len;  // per token
+
+  VarlenAttentionCase() {
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto fill = [&](std::vector<float>& v, int64_t n) {
+      v.resize(n);
+      for (float& x : v) x = normal(rng);
+    };
+    auto prefix = [](const std::vector<int64_t>& n) {
+      std::vector<int64_t> b = {0};
+      for (int64_t x : n) b.push_back(b.back() + x);
+      return b;
+    };
+    tok_begin = prefix(seq_tokens), win_begin = prefix(seq_window_rows);
+    comp_begin = prefix(seq_comp_rows);
+    const int64_t T = tok_begin.back();
+    fill(q, T * kHeads * kDim), fill(window_kv, win_begin.back() * kDim);
+    fill(comp_kv, comp_begin.back() * kDim), fill(sinks, kHeads);
+    for (size_t s = 0; s < seq_tokens.size(); ++s) {
+      // Every sequence uses the same positions, so rows of another sequence would pass the
+      // window test: only the per-token ranges keep them apart.
+      for (int64_t i = 0; i < seq_window_rows[s]; ++i) {
+        window_pos.push_back(static_cast<int32_t>(20 - seq_window_rows[s] + 1 + i));
+      }
+      for (int64_t t = 0; t < seq_tokens[s]; ++t) {
+        q_pos.push_back(static_cast<int32_t>(20 - seq_tokens[s] + 1 + t));
+        window_start.push_back(static_cast<int32_t>(win_begin[s]));
+        window_len.push_back(static_cast<int32_t>(seq_window_rows[s]));
+        comp_offset.push_back(static_cast<int32_t>(comp_begin[s]));
+        comp_len.push_back(static_cast<int32_t>(seq_comp_rows[s]));
+        for (int64_t k = 0; k < kSelect; ++k) {
+          const int64_t id = (3 * t + 5 * k + static_cast<int64_t>(s)) % (seq_comp_rows[s] + 2);
+          selection.push_back(id < seq_comp_rows[s] ? static_cast<int32_t>(id) : -1);
+        }
+      }
+    }
+  }
+
+  int64_t tokens() const { return tok_begin.back(); }
+
+  // The varlen call over every sequence.
+  model::SparseAttentionArgs Varlen(float* out) const {
+    model::SparseAttentionArgs a = Sequence(0, out);
+    a.q = q.data(), a.q_pos = q_pos.data(), a.tokens = tokens();
+    a.window_kv = window_kv.data(), a.window_pos = window_pos.data();
+    a.n_window = win_begin.back(), a.comp_kv = comp_kv.data(), a.n_comp = comp_begin.back();
+    a.selection = selection.data();
+    a.window_start = window_start.data(), a.window_len = window_len.data();
+    a.comp_offset = comp_offset.data(), a.comp_len = comp_len.data();
+    return a;
+  }
+
+  // The single-sequence call of sequence s (out = that sequence's rows).
+  model::SparseAttentionArgs Sequence(size_t s, float* out) const {
+    model::SparseAttentionArgs a;
+    const int64_t t0 = tok_begin[s];
+    a.q = q.data() + t0 * kHeads * kDim, a.q_pos = q_pos.data() + t0;
+    a.tokens = seq_tokens[s], a.heads = kHeads, a.head_dim = kDim;
+    a.window_kv = window_kv.data() + win_begin[s] * kDim;
+    a.window_pos = window_pos.data() + win_begin[s];
+    a.n_window = seq_window_rows[s], a.window = kWindow;
+    a.comp_kv = comp_kv.data() + comp_begin[s] * kDim, a.n_comp = seq_comp_rows[s];
+    a.selection = selection.data() + t0 * kSelect, a.n_select = kSelect;
+    a.sinks = sinks.data(), a.scale = 0.35f, a.out = out;
+    return a;
+  }
+};
+
+TEST(CpuBackendTest, VarlenAttentionEqualsSeparateCallsBitwise) {
+  const VarlenAttentionCase c;
+  const int64_t row = VarlenAttentionCase::kHeads * VarlenAttentionCase::kDim;
+  std::vector<float> varlen(c.tokens() * row, std::nanf("")), single(varlen.size(), 1e30f);
+  CpuBackend b;
+  b.SparseAttention(c.Varlen(varlen.data()));
+  for (size_t s = 0; s < c.seq_tokens.size(); ++s) {
+    b.SparseAttention(c.Sequence(s, single.data() + c.tok_begin[s] * row));
+  }
+  ASSERT_EQ(std::memcmp(varlen.data(), single.data(), varlen.size() * sizeof(float)), 0);
+  // The case is not degenerate: sequence 1 (only the sink and window rows) differs from
+  // sequence 0 and 2 with their compressed entries, and every output is finite.
+  for (float v : varlen) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_NE(varlen[0], varlen[c.tok_begin[1] * row]);
+  // Ignoring the ranges (every token sees every window row) changes the result.
+  model::SparseAttentionArgs unranged = c.Varlen(single.data());
+  unranged.window_start = nullptr, unranged.window_len = nullptr;
+  b.SparseAttention(unranged);
+  EXPECT_NE(std::memcmp(varlen.data(), single.data(), varlen.size() * sizeof(float)), 0);
+}
+
+// An id >= comp_len[t] is out of range even when row comp_offset[t] + id exists: the same
+// CHECK failure as an id >= n_comp in a single-sequence call.
+TEST(CpuBackendDeathTest, VarlenAttentionIdBeyondCompLenIsOutOfRange) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  VarlenAttentionCase c;
+  std::vector<float> out(c.tokens() * VarlenAttentionCase::kHeads * VarlenAttentionCase::kDim);
+  CpuBackend b;
+  b.SparseAttention(c.Varlen(out.data()));  // in range: no failure
+  ASSERT_EQ(c.selection[2], 1);
+  c.selection[2] = 7;  // token 0 (sequence 0): comp_len 7, n_comp 19
+  EXPECT_DEATH(b.SparseAttention(c.Sequence(0, out.data())), "selected compressed entry 7 of 7");
+  EXPECT_DEATH(b.SparseAttention(c.Varlen(out.data())), "selected compressed entry 7 of 7");
 }
 
 }  // namespace
