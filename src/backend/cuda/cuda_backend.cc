@@ -81,7 +81,8 @@ base::Status CudaBackend::Init() {
   const char* sync = std::getenv("DEEPINFER_CUDA_SYNC");
   sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
   const char* gemv = std::getenv("DEEPINFER_CUDA_GEMV");
-  gemv_max_tokens_ = gemv != nullptr && std::strcmp(gemv, "0") == 0 ? 0 : kernels::kMaxGemvTokens;
+  gemv_max_tokens_ =
+      gemv != nullptr && std::strcmp(gemv, "0") == 0 ? 0 : kernels::kDefaultGemvTokens;
   const char* fused = std::getenv("DEEPINFER_CUDA_FUSED_MOE");
   fused_experts_ = fused == nullptr || std::strcmp(fused, "0") != 0;
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}", device_, prop.name,

@@ -72,8 +72,8 @@ class CudaBackend final : public model::Backend {
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t arena_bytes_live() const { return arena_.bytes_live(); }
   // Linear calls with at most this many token rows use the fused dequant GEMV kernel
-  // (default kernels::kMaxGemvTokens; 0 = always dequantise + SGEMM;
-  // DEEPINFER_CUDA_GEMV=0 sets 0 at creation).
+  // (default kernels::kDefaultGemvTokens, at most kernels::kMaxGemvTokens; 0 = always dequantise +
+  // SGEMM; DEEPINFER_CUDA_GEMV=0 sets 0 at creation).
   void set_gemv_max_tokens(int64_t t) { gemv_max_tokens_ = t; }
   // Per-op device timing (off by default; no cost when off). When on, each op records a
   // CUDA event (from a pool) at its start and end on the stream. TakeOpTimings waits for
@@ -92,6 +92,7 @@ class CudaBackend final : public model::Backend {
   void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
   void CopyToHost(void* dst, const void* src, int64_t bytes) override;
   void CopyDevice(void* dst, const void* src, int64_t bytes) override;
+  void CopyDeviceMany(std::span<const model::DeviceCopy> copies) override;
   void Fill(float* x, int64_t n, float value) override;
 
   void Linear(const float* x, int64_t T, int64_t ldx, const model::WeightRef& w, int64_t row0,

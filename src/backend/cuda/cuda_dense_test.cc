@@ -97,8 +97,9 @@ class CudaDenseTest : public CudaVsCpuTest {
   }
 };
 
-// Both Linear paths: dequantise + SGEMM (gemv off) and the fused GEMV (T <= 32 in passes
-// of up to 8 tokens, K a multiple of the 16-byte chunk; K = 70 always takes SGEMM).
+// Both Linear paths: dequantise + SGEMM (gemv off) and the fused GEMV allowed up to its
+// limit (T <= 32 in passes of up to 8 tokens, K a multiple of the 16-byte chunk; K = 70
+// always takes SGEMM).
 TEST_F(CudaDenseTest, LinearAllFormatsSmallOddShapes) {
   for (bool gemv : {false, true}) {
     gpu_->set_gemv_max_tokens(gemv ? kernels::kMaxGemvTokens : 0);
@@ -122,6 +123,7 @@ TEST_F(CudaDenseTest, LinearAllFormatsSmallOddShapes) {
 
 TEST_F(CudaDenseTest, LinearRealV41Dims) {
   if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  gpu_->set_gemv_max_tokens(kernels::kMaxGemvTokens);  // T = 32 below takes the GEMV too
   CheckLinear(WeightFormat::kFp8Block32, 3, 5120, 1280, 0, 1280, 0, 0, false);   // wq_a
   CheckLinear(WeightFormat::kMxFp4, 2, 5120, 2304, 0, 2304, 0, 0, false);        // expert w1
   CheckLinear(WeightFormat::kMxFp4, 5, 2304, 5120, 0, 5120, 0, 0, true);         // expert w2

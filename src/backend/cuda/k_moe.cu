@@ -2,11 +2,13 @@
 // the routing read on the device:
 //  1. gate/up: block (row tile of I, token-slot pair p = t*k + i). x_t is staged once in
 //     shared memory; each warp computes 2 rows of W1_e x_t and W3_e x_t (4 weight rows,
-//     4 16-byte loads in flight per lane) and writes
+//     double-buffered: 8 16-byte loads in flight per lane, the first issued before x is
+//     staged) and writes
 //     h[p, r] = silu(min(g, limit)) * clamp(u, -limit, limit) * weights[p].
 //  2. down: block (row tile of D, token t). For slot i = 0 .. k-1 in order, h[t*k+i] is
-//     staged in shared memory and each warp computes 2 rows of W2_e h; the per-slot dots
-//     are added in slot order (deterministic, no atomics) and y[t] is overwritten.
+//     staged in shared memory and each warp computes 2 rows of W2_e h (double-buffered; the
+//     next slot's first chunks load while its h is staged); the per-slot dots are added in
+//     slot order (deterministic, no atomics) and y[t] is overwritten.
 // An expert id outside [0, n_experts) sets kErrExpertOutOfRange and yields NaN outputs.
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
@@ -55,27 +57,41 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  StagePadded<kFormat>(x + (p / k) * D, D, xs);
-  __syncthreads();
   const ExpertPointers ep = table[e];
-  const float weight = weights[p];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t chunks = D / ChunkValues(kFormat);
   constexpr int kStride = PaddedStride(kFormat);
-  for (int pass = 0; pass < kUpTileRows / kPassRows; ++pass) {
-    const int64_t r = row_base + pass * kPassRows + warp * kRowsPerWarp;  // rows r, r+1
-    if (r + 1 >= I) break;  // warp-uniform; I % 32 == 0 keeps whole tiles in range
+  constexpr int kPasses = kUpTileRows / kPassRows;
+  // Rows r, r+1 of W1 and W3 for pass `pass` (in range: I % 32 == 0, whole tiles).
+  auto load = [&](RawChunk(&ch)[4], int pass, int64_t c) {
+    const int64_t r = row_base + pass * kPassRows + warp * kRowsPerWarp;
+    ch[0] = LoadRawChunk<kFormat>(ep.data[0], ep.scale[0], D, r, c);
+    ch[1] = LoadRawChunk<kFormat>(ep.data[0], ep.scale[0], D, r + 1, c);
+    ch[2] = LoadRawChunk<kFormat>(ep.data[2], ep.scale[2], D, r, c);
+    ch[3] = LoadRawChunk<kFormat>(ep.data[2], ep.scale[2], D, r + 1, c);
+  };
+  RawChunk cur[4] = {};
+  if (lane < chunks) load(cur, 0, lane);  // in flight while x is staged
+  StagePadded<kFormat>(x + (p / k) * D, D, xs);
+  __syncthreads();
+  const float weight = weights[p];
+  for (int pass = 0; pass < kPasses; ++pass) {
     float acc[4][1] = {{0.0f}, {0.0f}, {0.0f}, {0.0f}};  // gate r, gate r+1, up r, up r+1
     for (int64_t c = lane; c < chunks; c += 32) {
-      const RawChunk ch[4] = {LoadRawChunk<kFormat>(ep.data[0], ep.scale[0], D, r, c),
-                              LoadRawChunk<kFormat>(ep.data[0], ep.scale[0], D, r + 1, c),
-                              LoadRawChunk<kFormat>(ep.data[2], ep.scale[2], D, r, c),
-                              LoadRawChunk<kFormat>(ep.data[2], ep.scale[2], D, r + 1, c)};
-      DotChunks<kFormat, 4, 1>(ch, xs + c * kStride, 0, 1, acc);
+      RawChunk next[4] = {};  // double buffer: the next chunk (or the next pass's first)
+      if (c + 32 < chunks) {
+        load(next, pass, c + 32);
+      } else if (pass + 1 < kPasses) {
+        load(next, pass + 1, lane);
+      }
+      DotChunks<kFormat, 4, 1>(cur, xs + c * kStride, 0, 1, acc);
+#pragma unroll
+      for (int n = 0; n < 4; ++n) cur[n] = next[n];
     }
 #pragma unroll
     for (int n = 0; n < 4; ++n) acc[n][0] = WarpSum(acc[n][0]);
     if (lane < kRowsPerWarp) {
+      const int64_t r = row_base + pass * kPassRows + warp * kRowsPerWarp;
       const float g = lane == 0 ? acc[0][0] : acc[1][0];
       const float u = lane == 0 ? acc[2][0] : acc[3][0];
       hp[r + lane] = SwiGluScaled(g, u, limit, weight);
@@ -95,29 +111,44 @@ __global__ void __launch_bounds__(kThreads)
   const bool rows_valid = r + 1 < D;  // D % 32 == 0: always true (whole tiles)
   const int64_t chunks = I / ChunkValues(kFormat);
   constexpr int kStride = PaddedStride(kFormat);
+  // Expert of slot i, or -1 if out of range (block-uniform).
+  auto expert_of = [&](int64_t i) -> int32_t {
+    const int32_t e = experts[t * k + i];
+    return e >= 0 && e < n_experts ? e : -1;
+  };
+  auto load = [&](RawChunk(&ch)[kRowsPerWarp], int32_t e, int64_t c) {
+    const ExpertPointers& ep = table[e];
+    ch[0] = LoadRawChunk<kFormat>(ep.data[1], ep.scale[1], I, r, c);
+    ch[1] = LoadRawChunk<kFormat>(ep.data[1], ep.scale[1], I, r + 1, c);
+  };
   float total[kRowsPerWarp] = {0.0f, 0.0f};
   bool bad = false;
+  int32_t e = expert_of(0);
+  RawChunk cur[kRowsPerWarp] = {};
+  if (e >= 0 && rows_valid && lane < chunks) load(cur, e, lane);
   for (int64_t i = 0; i < k; ++i) {
-    const int64_t p = t * k + i;
-    const int32_t e = experts[p];  // block-uniform
-    if (e < 0 || e >= n_experts) {
-      bad = true;
-      continue;
-    }
+    const int32_t e_next = i + 1 < k ? expert_of(i + 1) : -1;
+    bad = bad || e < 0;
     __syncthreads();  // the previous slot's readers are done with hs
-    StagePadded<kFormat>(h + p * I, I, hs);
+    if (e >= 0) StagePadded<kFormat>(h + (t * k + i) * I, I, hs);
     __syncthreads();
-    if (!rows_valid) continue;
-    const ExpertPointers ep = table[e];
     float acc[kRowsPerWarp][1] = {{0.0f}, {0.0f}};
     for (int64_t c = lane; c < chunks; c += 32) {
-      const RawChunk ch[kRowsPerWarp] = {
-          LoadRawChunk<kFormat>(ep.data[1], ep.scale[1], I, r, c),
-          LoadRawChunk<kFormat>(ep.data[1], ep.scale[1], I, r + 1, c)};
-      DotChunks<kFormat, kRowsPerWarp, 1>(ch, hs + c * kStride, 0, 1, acc);
+      RawChunk next[kRowsPerWarp] = {};  // the next chunk, or the next slot's first
+      if (rows_valid) {
+        if (c + 32 < chunks) {
+          if (e >= 0) load(next, e, c + 32);
+        } else if (e_next >= 0) {
+          load(next, e_next, lane);
+        }
+      }
+      if (e >= 0) DotChunks<kFormat, kRowsPerWarp, 1>(cur, hs + c * kStride, 0, 1, acc);
+#pragma unroll
+      for (int n = 0; n < kRowsPerWarp; ++n) cur[n] = next[n];
     }
 #pragma unroll
-    for (int n = 0; n < kRowsPerWarp; ++n) total[n] += WarpSum(acc[n][0]);
+    for (int n = 0; n < kRowsPerWarp; ++n) total[n] += WarpSum(acc[n][0]);  // slot order
+    e = e_next;
   }
   if (bad && threadIdx.x == 0) atomicOr(error_word, kErrExpertOutOfRange);
   if (rows_valid && lane < kRowsPerWarp) {

@@ -21,7 +21,10 @@ inline constexpr int64_t kMaxAttnHeadDim = 1024;   // SparseAttention: 8 channel
 inline constexpr int64_t kMaxTopK = 4096;          // TopK / CandidateMask kept blocks
 inline constexpr int64_t kMaxRouteExperts = 8192;  // RouteSqrtSoftplus: shared-memory row
 inline constexpr int64_t kMaxSharedBytes = 200 * 1024;
-inline constexpr int64_t kMaxGemvTokens = 8;          // Linear: fused GEMV up to this many rows
+inline constexpr int64_t kMaxGemvTokens = 32;  // LinearGemv: token rows (passes of <= 8)
+// Linear uses the GEMV up to this many rows by default (above it dequant + SGEMM was
+// faster on an H200 for V4.1 shapes).
+inline constexpr int64_t kDefaultGemvTokens = 8;
 inline constexpr int64_t kMaxFusedExpertTokens = 64;  // RoutedExperts: token rows per call
 inline constexpr int64_t kMaxFusedExpertSlots = 64;   // RoutedExperts: experts per token (k)
 
