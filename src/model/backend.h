@@ -69,6 +69,13 @@ struct RoutedExpertsArgs {
   float* y = nullptr;  // [T, D]
 };
 
+// One device-to-device copy of CopyDeviceMany.
+struct DeviceCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  int64_t bytes = 0;
+};
+
 // QAT fake-quantisation points of the reference (goldens README "What the reference
 // computes" 1-3). Each rounds values in place to what the packed format can hold.
 enum class FakeQuantKind {
@@ -134,6 +141,12 @@ class Backend {
   virtual void CopyToDevice(void* dst, const void* src, int64_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, int64_t bytes) = 0;
   virtual void CopyDevice(void* dst, const void* src, int64_t bytes) = 0;
+  // Many copies in one call (a GPU backend runs them as one launch). Destinations must not
+  // overlap each other or any source. The default issues them one by one.
+  // (Pointer + count rather than std::span: this header is also compiled as C++17 by nvcc.)
+  virtual void CopyDeviceMany(const DeviceCopy* copies, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) CopyDevice(copies[i].dst, copies[i].src, copies[i].bytes);
+  }
   virtual void Fill(float* x, int64_t n, float value) = 0;
 
   // --- dense algebra ------------------------------------------------------------------

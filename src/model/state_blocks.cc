@@ -28,20 +28,37 @@ void ForEachRun(const StateBlocks& blocks, const KvGroupState& group, GroupRows 
 
 }  // namespace
 
+void AppendWriteGroupRows(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
+                          int64_t width, int64_t first_row, const float* src, int64_t n,
+                          std::vector<DeviceCopy>* copies) {
+  ForEachRun(blocks, group, which, width, first_row, n,
+             [&](float* rows, int64_t done, int64_t run) {
+               copies->push_back({rows, src + done * width,
+                                  static_cast<int64_t>(run * width * sizeof(float))});
+             });
+}
+
+void AppendGatherGroupRows(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
+                           int64_t width, int64_t n, float* dst, std::vector<DeviceCopy>* copies) {
+  ForEachRun(blocks, group, which, width, 0, n, [&](float* rows, int64_t done, int64_t run) {
+    copies->push_back(
+        {dst + done * width, rows, static_cast<int64_t>(run * width * sizeof(float))});
+  });
+}
+
 void WriteGroupRows(Backend* backend, const StateBlocks& blocks, const KvGroupState& group,
                     GroupRows which, int64_t width, int64_t first_row, const float* src,
                     int64_t n) {
-  ForEachRun(blocks, group, which, width, first_row, n,
-             [&](float* rows, int64_t done, int64_t run) {
-               backend->CopyDevice(rows, src + done * width, run * width * sizeof(float));
-             });
+  std::vector<DeviceCopy> copies;
+  AppendWriteGroupRows(blocks, group, which, width, first_row, src, n, &copies);
+  backend->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
 }
 
 void GatherGroupRows(Backend* backend, const StateBlocks& blocks, const KvGroupState& group,
                      GroupRows which, int64_t width, int64_t n, float* dst) {
-  ForEachRun(blocks, group, which, width, 0, n, [&](float* rows, int64_t done, int64_t run) {
-    backend->CopyDevice(dst + done * width, rows, run * width * sizeof(float));
-  });
+  std::vector<DeviceCopy> copies;
+  AppendGatherGroupRows(blocks, group, which, width, n, dst, &copies);
+  backend->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
 }
 
 int64_t BlocksForTokens(const StateBlocks& blocks, int64_t n_tokens) {

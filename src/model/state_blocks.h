@@ -2,11 +2,12 @@
 //
 // Rows of one group are addressed by entry index e: block e / entries_per_block, row
 // e % entries_per_block, at the group's entry (or index-key) offset. Reads gather a group's
-// rows into a contiguous scratch (one Backend::CopyDevice per block touched); a paged
+// rows into a contiguous scratch (one Backend::CopyDeviceMany per call); a paged
 // attention kernel reading blocks directly would remove that copy.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "base/status.h"
 #include "model/backend.h"
@@ -15,6 +16,14 @@
 namespace deepinfer::model {
 
 enum class GroupRows { kEntries, kIndexKeys };
+
+// The copies WriteGroupRows / GatherGroupRows would make, appended to `copies` (so that the
+// copies of many groups or sequences can run as one Backend::CopyDeviceMany).
+void AppendWriteGroupRows(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
+                          int64_t width, int64_t first_row, const float* src, int64_t n,
+                          std::vector<DeviceCopy>* copies);
+void AppendGatherGroupRows(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
+                           int64_t width, int64_t n, float* dst, std::vector<DeviceCopy>* copies);
 
 // Copies n rows [n, width] from backend memory `src` to rows first_row.. of the group.
 // CHECKs that the blocks cover them.

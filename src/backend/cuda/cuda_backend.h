@@ -92,6 +92,7 @@ class CudaBackend final : public model::Backend {
   void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
   void CopyToHost(void* dst, const void* src, int64_t bytes) override;
   void CopyDevice(void* dst, const void* src, int64_t bytes) override;
+  void CopyDeviceMany(const model::DeviceCopy* copies, int64_t n) override;
   void Fill(float* x, int64_t n, float value) override;
 
   void Linear(const float* x, int64_t T, int64_t ldx, const model::WeightRef& w, int64_t row0,

@@ -1,0 +1,21 @@
+// Batched device-to-device copies (Backend::CopyDeviceMany). Same conventions as kernels.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace deepinfer::backend::cuda::kernels {
+
+struct CopyDesc {
+  void* dst;
+  const void* src;
+  int64_t bytes;
+};
+
+// Runs n copies described by `device_descs` (device memory) in one launch; max_bytes is the
+// largest copy (sizes the grid). Destinations must not overlap each other or any source.
+cudaError_t CopyMany(const CopyDesc* device_descs, int64_t n, int64_t max_bytes,
+                     cudaStream_t stream);
+
+}  // namespace deepinfer::backend::cuda::kernels
