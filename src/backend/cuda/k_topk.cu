@@ -1,8 +1,10 @@
-// Selection kernels: per-row top-k (radix select + ordered compaction + rank by counting),
-// candidate-block scores / marking, and the sqrtsoftplus MoE router.
+// Selection kernels: per-row top-k (11-bit radix select + unordered compaction + bitonic
+// sort of the selected (key, id) pairs), candidate-block scores / marking, and the
+// sqrtsoftplus MoE router.
 //
 // Order contract (as the CPU reference's partial_sort): larger value first, equal values by
-// lower index; -0.0 and +0.0 are equal.
+// lower index; -0.0 and +0.0 are equal; slots whose value is -inf, and slots beyond
+// min(k, n), hold -1.
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
@@ -10,9 +12,16 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
-constexpr int kTopKThreads = 512;
+constexpr int kTopKThreads = 1024;
+constexpr int kTopKWarps = kTopKThreads / 32;
+constexpr int kRadixBins = 2048;  // 11-bit digits: passes over bits 31..21, 20..10, 9..0
+constexpr int kBinsPerThread = kRadixBins / kTopKThreads;
 constexpr int kThreads = 256;
 constexpr int kRouteThreads = 256;
+constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr uint32_t kNoDigit = 0xffffffffu;  // lanes that count nothing this radix pass
+static_assert(kTopKWarps == 32, "the warp-level scans assume 32 warps per TopK block");
+static_assert(kRadixBins % kTopKThreads == 0, "each thread owns whole radix bins");
 
 __device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
 
@@ -23,86 +32,202 @@ __device__ __forceinline__ uint32_t OrderedKey(float v) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
-// One block per row. Finds the k_eff = min(k, n) largest entries, writes their ids in
-// order to idx[row, 0..k_eff), -1 for -inf values and for slots k_eff..k.
+// (key, id) packed so that a larger pair comes first in the output order: key descending,
+// then id ascending. Every real pair is > 0 (the low word is ~id >= 2^31), so 0 pads.
+__device__ __forceinline__ uint64_t PackPair(uint32_t key, int64_t id) {
+  return (static_cast<uint64_t>(key) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(id));
+}
+__device__ __forceinline__ uint32_t PairKey(uint64_t p) { return static_cast<uint32_t>(p >> 32); }
+__device__ __forceinline__ int32_t PairId(uint64_t p) {
+  return static_cast<int32_t>(~static_cast<uint32_t>(p));
+}
+
+// Shared state of one TopKKernel block.
+struct TopKShared {
+  uint32_t hist[kRadixBins];
+  uint64_t sel[kMaxTopK];  // the selected pairs (unordered, then sorted in place)
+  int warp_scratch[kTopKWarps];
+  int found_bin, found_above, found_count;
+  int taken;  // pairs written to sel so far
+};
+
+// One radix pass's bin choice. Bins are walked from the top: thread t owns bins
+// kRadixBins-1-t*kBinsPerThread downwards. Finds the bin where the running count from the
+// top first reaches `remaining` (1 <= remaining <= sum of hist); every thread gets the bin,
+// the count strictly above it and its own count. Ends with a barrier.
+__device__ void FindRadixBin(TopKShared& sh, int remaining, int* bin, int* above, int* count) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int top = kRadixBins - 1 - static_cast<int>(threadIdx.x) * kBinsPerThread;
+  int local = 0;
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) local += static_cast<int>(sh.hist[top - j]);
+  int inclusive = local;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int v = __shfl_up_sync(kFullWarp, inclusive, offset);
+    if (lane >= offset) inclusive += v;
+  }
+  if (lane == 31) sh.warp_scratch[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    const int total = sh.warp_scratch[lane];  // kTopKWarps == 32
+    int scan = total;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const int v = __shfl_up_sync(kFullWarp, scan, offset);
+      if (lane >= offset) scan += v;
+    }
+    sh.warp_scratch[lane] = scan - total;  // exclusive over warps
+  }
+  __syncthreads();
+  int run = sh.warp_scratch[warp] + inclusive - local;  // count above this thread's bins
+  if (run < remaining && run + local >= remaining) {
+#pragma unroll
+    for (int j = 0; j < kBinsPerThread; ++j) {
+      const int h = static_cast<int>(sh.hist[top - j]);
+      if (run + h >= remaining) {
+        sh.found_bin = top - j, sh.found_above = run, sh.found_count = h;
+        break;
+      }
+      run += h;
+    }
+  }
+  __syncthreads();
+  *bin = sh.found_bin, *above = sh.found_above, *count = sh.found_count;
+}
+
+// Appends the pairs of the lanes with `take` set to sh.sel (one shared atomic per warp).
+// Every lane of the warp must call it.
+__device__ __forceinline__ void AppendPairs(TopKShared& sh, bool take, uint32_t key, int64_t id) {
+  const unsigned ballot = __ballot_sync(kFullWarp, take);
+  if (ballot == 0) return;
+  const int lane = threadIdx.x & 31;
+  int base = 0;
+  if (lane == 0) base = atomicAdd(&sh.taken, __popc(ballot));
+  base = __shfl_sync(kFullWarp, base, 0);
+  const int slot = base + __popc(ballot & ((1u << lane) - 1u));
+  if (take && slot < kMaxTopK) sh.sel[slot] = PackPair(key, id);
+}
+
+// Sorts sh.sel[0, p) descending (p a power of two <= kMaxTopK). Ends with a barrier.
+__device__ void BitonicSortDescending(TopKShared& sh, int p) {
+  for (int size = 2; size <= p; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < (p >> 1); t += blockDim.x) {
+        const int lo = 2 * t - (t & (stride - 1));
+        const int hi = lo + stride;
+        const bool descending = (lo & size) == 0;
+        const uint64_t a = sh.sel[lo], b = sh.sel[hi];
+        if ((a < b) == descending && a != b) sh.sel[lo] = b, sh.sel[hi] = a;
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// One block of kTopKThreads per row. Writes the ids of the k_eff = min(k, n) largest
+// entries in order to idx[row, 0..k_eff), -1 for -inf values and for slots k_eff..k.
+//
+// 1. Radix select, 11 bits per pass from the top: keeps a key prefix (prefix under mask)
+//    such that every key whose masked bits exceed it is selected, and of the eq_count keys
+//    matching it the `remaining` largest are. Stops early once remaining == eq_count.
+// 2. Compaction, unordered (sorted later): the keys above the prefix, plus the keys equal
+//    to it -- all of them, or (prefix fully resolved) the `remaining` of lowest index,
+//    found by a per-warp-segment count in index order.
+// 3. Bitonic sort of the k_eff packed (key, id) pairs; write ids.
 __global__ void __launch_bounds__(kTopKThreads)
     TopKKernel(const float* scores, int64_t n, int64_t k, int32_t* idx) {
-  __shared__ uint32_t hist[256];
-  __shared__ int32_t sel_id[kMaxTopK];
-  __shared__ uint32_t sel_key[kMaxTopK];
-  __shared__ int scan_scratch[33];
-  __shared__ uint32_t s_prefix;
-  __shared__ int64_t s_remaining;
-  const float* s = scores + blockIdx.x * n;
-  int32_t* out = idx + blockIdx.x * k;
-  const int64_t k_eff = k < n ? k : n;
-
+  __shared__ TopKShared sh;
+  const float* s = scores + static_cast<int64_t>(blockIdx.x) * n;
+  int32_t* out = idx + static_cast<int64_t>(blockIdx.x) * k;
+  const int k_eff = static_cast<int>(k < n ? k : n);
   for (int64_t i = k_eff + threadIdx.x; i < k; i += blockDim.x) out[i] = -1;
   if (k_eff <= 0) return;
 
-  // 1. Radix select (8 bits per pass, most significant first): the key of the k_eff-th
-  //    largest entry, and how many entries equal to it are taken (s_remaining).
-  if (threadIdx.x == 0) {
-    s_prefix = 0;
-    s_remaining = k_eff;
-  }
-  uint32_t mask = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+  // 1. Radix select.
+  uint32_t prefix = 0, mask = 0;
+  int remaining = k_eff;
+  int64_t eq_count = n;
+#pragma unroll 1
+  for (int pass = 0; pass < 3 && remaining < eq_count; ++pass) {
+    const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
+    const uint32_t digit_mask = pass == 2 ? 0x3FFu : 0x7FFu;
+    for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.hist[b] = 0;
     __syncthreads();
-    const uint32_t prefix = s_prefix;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const uint32_t key = OrderedKey(s[i]);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int64_t above = 0;
-      int bin = 255;
-      for (; bin > 0; --bin) {
-        if (above + hist[bin] >= s_remaining) break;
-        above += hist[bin];
+    // Warp-uniform trip count, so that lanes with the same digit add once (ties are common).
+    for (int64_t chunk = 0; chunk < n; chunk += blockDim.x) {
+      const int64_t i = chunk + threadIdx.x;
+      const uint32_t key = i < n ? OrderedKey(__ldg(s + i)) : 0;
+      const bool counted = i < n && (key & mask) == prefix;
+      const uint32_t digit = counted ? (key >> shift) & digit_mask : kNoDigit;
+      const unsigned peers = __match_any_sync(kFullWarp, digit);
+      if (counted && (threadIdx.x & 31) == __ffs(peers) - 1) {
+        atomicAdd(&sh.hist[digit], static_cast<uint32_t>(__popc(peers)));
       }
-      s_remaining -= above;
-      s_prefix = prefix | (static_cast<uint32_t>(bin) << shift);
     }
-    mask |= 0xFFu << shift;
     __syncthreads();
+    int bin, above, count;
+    FindRadixBin(sh, remaining, &bin, &above, &count);
+    prefix |= static_cast<uint32_t>(bin) << shift;
+    mask |= digit_mask << shift;
+    remaining -= above;
+    eq_count = count;
   }
-  const uint32_t threshold = s_prefix;
-  const int64_t ties_needed = s_remaining;
+  const bool take_all_equal = remaining == eq_count;
 
-  // 2. Ordered compaction: every key > threshold, and the first ties_needed keys equal to it.
-  int64_t ties_before = 0, taken_before = 0;
-  for (int64_t chunk = 0; chunk < n; chunk += blockDim.x) {
-    const int64_t i = chunk + threadIdx.x;
-    const uint32_t key = i < n ? OrderedKey(s[i]) : 0;
-    const bool greater = i < n && key > threshold;
-    const bool equal = i < n && key == threshold;
-    int eq_total = 0, take_total = 0;
-    const int eq_rank = BlockExclusiveCount(equal, &eq_total, scan_scratch);
-    const bool take = greater || (equal && ties_before + eq_rank < ties_needed);
-    const int slot = BlockExclusiveCount(take, &take_total, scan_scratch);
-    if (take) {
-      sel_id[taken_before + slot] = static_cast<int32_t>(i);
-      sel_key[taken_before + slot] = key;
-    }
-    ties_before += eq_total;
-    taken_before += take_total;
-  }
+  // 2. Compaction. Warp w scans the index range [w * seg, (w + 1) * seg).
+  if (threadIdx.x == 0) sh.taken = 0;
   __syncthreads();
-
-  // 3. Rank by counting (the order is total: key descending, then id ascending).
-  const uint32_t neg_inf_key = OrderedKey(NegInf());
-  for (int64_t a = threadIdx.x; a < k_eff; a += blockDim.x) {
-    const uint32_t ka = sel_key[a];
-    const int32_t ia = sel_id[a];
-    int64_t rank = 0;
-    for (int64_t b = 0; b < k_eff; ++b) {
-      const uint32_t kb = sel_key[b];
-      rank += (kb > ka || (kb == ka && sel_id[b] < ia)) ? 1 : 0;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t seg = ((n + kTopKWarps - 1) / kTopKWarps + 31) / 32 * 32;
+  const int64_t seg_begin = warp * seg < n ? warp * seg : n;
+  const int64_t seg_end = seg_begin + seg < n ? seg_begin + seg : n;
+  int warp_equal = 0;
+  for (int64_t base = seg_begin; base < seg_end; base += 32) {
+    const int64_t i = base + lane;
+    const uint32_t key = i < seg_end ? OrderedKey(__ldg(s + i)) : 0;
+    const uint32_t masked = key & mask;
+    const bool valid = i < seg_end;
+    const bool equal = valid && masked == prefix;
+    warp_equal += __popc(__ballot_sync(kFullWarp, equal));
+    AppendPairs(sh, valid && (masked > prefix || (take_all_equal && equal)), key, i);
+  }
+  if (!take_all_equal) {
+    // The prefix is the full key: take its first `remaining` occurrences in index order.
+    if (lane == 0) sh.warp_scratch[warp] = warp_equal;
+    __syncthreads();
+    if (warp == 0) {
+      const int total = sh.warp_scratch[lane];
+      int scan = total;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int v = __shfl_up_sync(kFullWarp, scan, offset);
+        if (lane >= offset) scan += v;
+      }
+      sh.warp_scratch[lane] = scan - total;
     }
-    out[rank] = ka == neg_inf_key ? -1 : ia;
+    __syncthreads();
+    int rank = sh.warp_scratch[warp];
+    for (int64_t base = seg_begin; base < seg_end && rank < remaining; base += 32) {
+      const int64_t i = base + lane;
+      const bool equal = i < seg_end && OrderedKey(__ldg(s + i)) == prefix;
+      const unsigned ballot = __ballot_sync(kFullWarp, equal);
+      const int my_rank = rank + __popc(ballot & ((1u << lane) - 1u));
+      AppendPairs(sh, equal && my_rank < remaining, prefix, i);
+      rank += __popc(ballot);
+    }
+  }
+
+  // 3. Sort the k_eff selected pairs (padded with zeros to a power of two) and write ids.
+  int p = 1;
+  while (p < k_eff) p <<= 1;
+  for (int i = k_eff + threadIdx.x; i < p; i += blockDim.x) sh.sel[i] = 0;
+  __syncthreads();
+  BitonicSortDescending(sh, p);
+  const uint32_t neg_inf_key = OrderedKey(NegInf());
+  for (int i = threadIdx.x; i < k_eff; i += blockDim.x) {
+    const uint64_t pair = sh.sel[i];
+    out[i] = PairKey(pair) == neg_inf_key ? -1 : PairId(pair);
   }
 }
 
