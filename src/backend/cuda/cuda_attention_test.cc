@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
@@ -17,6 +18,26 @@ namespace {
 
 struct AttnShape {
   int64_t T, heads, d, window, n_window, n_comp, n_select;
+};
+
+// One sequence of a varlen SparseAttention call: its query tokens, window rows and
+// compressed entries (each packed after the previous sequence's in the shared buffers).
+struct VarlenSeq {
+  int64_t tokens, window_rows, comp_rows;
+};
+
+// Host inputs of a varlen call over several sequences (see MakeVarlenInputs).
+struct VarlenInputs {
+  int64_t heads = 0, d = 0, window = 0, n_select = 0;
+  std::vector<VarlenSeq> seqs;
+  std::vector<int64_t> tok_begin, win_begin, comp_begin;  // per sequence, total at the end
+  std::vector<float> q, window_kv, comp_kv, sinks;
+  std::vector<int32_t> q_pos, window_pos, selection;
+  std::vector<int32_t> window_start, window_len, comp_offset, comp_len;  // per token
+  float scale = 1.0f;
+
+  int64_t tokens() const { return tok_begin.back(); }
+  int64_t out_size() const { return tokens() * heads * d; }
 };
 
 // How the inputs of a SparseAttention case are drawn.
@@ -33,6 +54,16 @@ class CudaAttentionTest : public CudaVsCpuTest {
   // elementwise |gpu - cpu| <= atol + rtol |cpu| (atol < 0: 1e-5 max(1, max |cpu|)) and
   // relative L2 <= rtol.
   void CheckSparseAttention(const AttnShape& s, const AttnInputs& in, double rtol, double atol);
+
+  // Runs one varlen SparseAttention over `seqs` (MakeVarlenInputs) and compares the GPU
+  // (NaN-poisoned output) with the CPU's varlen call (rel 1e-5, abs 1e-6, relative L2
+  // 1e-5) and with separate single-sequence GPU calls (rel 1e-5, abs 1e-6).
+  void CheckVarlenAttention(const std::vector<VarlenSeq>& seqs, int64_t heads, int64_t d,
+                            int64_t window, int64_t n_select);
+  VarlenInputs MakeVarlenInputs(const std::vector<VarlenSeq>& seqs, int64_t heads, int64_t d,
+                                int64_t window, int64_t n_select);
+  // The varlen call of `in` with every array copied to the device (out: NaN-poisoned).
+  model::SparseAttentionArgs VarlenGpuArgs(const VarlenInputs& in);
 
   // Device microseconds per call of `call` (enqueues on gpu_'s stream), averaged over 200
   // calls after 10 warm-up calls; -1 (and a test failure) on a CUDA or backend error.
@@ -130,6 +161,124 @@ void CudaAttentionTest::CheckSparseAttention(const AttnShape& s, const AttnInput
   }
 }
 
+// Sequence s ends at position 400 + 3s (positions overlap, so rows of another sequence
+// would pass the window test: only the per-token ranges keep sequences apart). Its window
+// rows hold its last window_rows positions in ring order (rotated), every 7th stale (-1);
+// its selection slots draw ids in [-1, comp_rows) with every 5th slot empty (all empty if
+// comp_rows == 0).
+VarlenInputs CudaAttentionTest::MakeVarlenInputs(const std::vector<VarlenSeq>& seqs, int64_t heads,
+                                                 int64_t d, int64_t window, int64_t n_select) {
+  VarlenInputs in;
+  in.heads = heads, in.d = d, in.window = window, in.n_select = n_select, in.seqs = seqs;
+  in.tok_begin = {0}, in.win_begin = {0}, in.comp_begin = {0};
+  for (const VarlenSeq& s : seqs) {
+    in.tok_begin.push_back(in.tok_begin.back() + s.tokens);
+    in.win_begin.push_back(in.win_begin.back() + s.window_rows);
+    in.comp_begin.push_back(in.comp_begin.back() + s.comp_rows);
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const VarlenSeq& s = seqs[i];
+    const int32_t last = 400 + 3 * static_cast<int32_t>(i);
+    for (int64_t r = 0; r < s.window_rows; ++r) {
+      const int64_t age = (r + 5 * static_cast<int64_t>(i)) % s.window_rows;  // ring order
+      in.window_pos.push_back(r % 7 == 3 ? -1 : last - static_cast<int32_t>(age));
+    }
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      in.q_pos.push_back(last - static_cast<int32_t>(s.tokens - 1 - t));
+      in.window_start.push_back(static_cast<int32_t>(in.win_begin[i]));
+      in.window_len.push_back(static_cast<int32_t>(s.window_rows));
+      in.comp_offset.push_back(static_cast<int32_t>(in.comp_begin[i]));
+      in.comp_len.push_back(static_cast<int32_t>(s.comp_rows));
+      std::vector<int32_t> ids = s.comp_rows > 0
+                                     ? Ints(n_select, -1, static_cast<int32_t>(s.comp_rows - 1))
+                                     : std::vector<int32_t>(n_select, -1);
+      for (int64_t k = 0; k < n_select; k += 5) ids[k] = -1;
+      if (s.comp_rows > 0 && n_select > 1) ids[1] = static_cast<int32_t>(s.comp_rows - 1);
+      in.selection.insert(in.selection.end(), ids.begin(), ids.end());
+    }
+  }
+  in.q = Normal(in.tokens() * heads * d);
+  in.window_kv = Normal(std::max<int64_t>(in.win_begin.back(), 1) * d);
+  in.comp_kv = Normal(std::max<int64_t>(in.comp_begin.back(), 1) * d);
+  in.sinks = Normal(heads, 2.0f);
+  in.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return in;
+}
+
+// The varlen call over every sequence of `in`, with host pointers.
+model::SparseAttentionArgs VarlenHostArgs(const VarlenInputs& in, float* out) {
+  model::SparseAttentionArgs a;
+  a.q = in.q.data(), a.q_pos = in.q_pos.data(), a.tokens = in.tokens(), a.heads = in.heads;
+  a.head_dim = in.d, a.window_kv = in.window_kv.data(), a.window_pos = in.window_pos.data();
+  a.n_window = in.win_begin.back(), a.window = in.window, a.comp_kv = in.comp_kv.data();
+  a.n_comp = in.comp_begin.back(), a.selection = in.selection.data(), a.n_select = in.n_select;
+  a.sinks = in.sinks.data(), a.scale = in.scale, a.out = out;
+  a.window_start = in.window_start.data(), a.window_len = in.window_len.data();
+  a.comp_offset = in.comp_offset.data(), a.comp_len = in.comp_len.data();
+  return a;
+}
+
+// The same call with every array copied to the device (out: NaN-poisoned).
+model::SparseAttentionArgs CudaAttentionTest::VarlenGpuArgs(const VarlenInputs& in) {
+  model::SparseAttentionArgs g = VarlenHostArgs(in, nullptr);
+  g.q = ToGpu(in.q), g.q_pos = ToGpu(in.q_pos);
+  g.window_kv = ToGpu(in.window_kv), g.comp_kv = ToGpu(in.comp_kv);
+  g.window_pos = in.window_pos.empty() ? nullptr : ToGpu(in.window_pos);
+  g.selection = in.selection.empty() ? nullptr : ToGpu(in.selection);
+  g.sinks = ToGpu(in.sinks);
+  g.window_start = ToGpu(in.window_start), g.window_len = ToGpu(in.window_len);
+  g.comp_offset = ToGpu(in.comp_offset), g.comp_len = ToGpu(in.comp_len);
+  g.out = PoisonedFloats(std::max<int64_t>(in.out_size(), 1));
+  return g;
+}
+
+// Sequence s of the device varlen call `g` as a single-sequence call (pointers into the
+// shared device buffers; null varlen arrays) writing into out + that sequence's rows.
+model::SparseAttentionArgs SequenceGpuArgs(const VarlenInputs& in,
+                                           const model::SparseAttentionArgs& g, size_t s,
+                                           float* out) {
+  model::SparseAttentionArgs a = g;
+  const int64_t t0 = in.tok_begin[s], d = in.d;
+  a.q = g.q + t0 * in.heads * d, a.q_pos = g.q_pos + t0, a.tokens = in.seqs[s].tokens;
+  a.window_kv = g.window_kv + in.win_begin[s] * d, a.window_pos = g.window_pos + in.win_begin[s];
+  a.n_window = in.seqs[s].window_rows;
+  a.comp_kv = g.comp_kv + in.comp_begin[s] * d, a.n_comp = in.seqs[s].comp_rows;
+  a.selection = g.selection + t0 * in.n_select, a.out = out + t0 * in.heads * d;
+  a.window_start = nullptr, a.window_len = nullptr, a.comp_offset = nullptr;
+  a.comp_len = nullptr;
+  return a;
+}
+
+void CudaAttentionTest::CheckVarlenAttention(const std::vector<VarlenSeq>& seqs, int64_t heads,
+                                             int64_t d, int64_t window, int64_t n_select) {
+  std::string layout;
+  for (const VarlenSeq& s : seqs) {
+    layout += " (" + std::to_string(s.tokens) + " tok, " + std::to_string(s.window_rows) +
+              " win, " + std::to_string(s.comp_rows) + " comp)";
+  }
+  SCOPED_TRACE(::testing::Message() << "heads " << heads << " d " << d << " window " << window
+                                    << " n_select " << n_select << layout);
+  const VarlenInputs in = MakeVarlenInputs(seqs, heads, d, window, n_select);
+  std::vector<float> expected(in.out_size());
+  cpu_.SparseAttention(VarlenHostArgs(in, expected.data()));
+
+  const model::SparseAttentionArgs g = VarlenGpuArgs(in);
+  gpu_->SparseAttention(g);
+  const std::vector<float> got = FromGpu(g.out, in.out_size());
+  EXPECT_TRUE(AllClose(got, expected, 1e-5, 1e-6)) << "varlen GPU vs varlen CPU";
+  EXPECT_TRUE(RelL2Close(got, expected, 1e-5)) << "varlen GPU vs varlen CPU";
+
+  // Separate single-sequence GPU calls on the same device buffers. Their split counts may
+  // differ from the varlen launch's, so they agree to rounding, not bitwise.
+  float* separate = PoisonedFloats(in.out_size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    gpu_->SparseAttention(SequenceGpuArgs(in, g, s, separate));
+  }
+  EXPECT_TRUE(AllClose(got, FromGpu(separate, in.out_size()), 1e-5, 1e-6))
+      << "varlen GPU vs separate GPU calls";
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+}
+
 TEST_F(CudaAttentionTest, SparseAttentionWindowPlusSelectedEntries) {
   std::vector<AttnShape> shapes = {{1, 1, 32, 4, 4, 0, 0},    // window only
                                    {3, 4, 64, 8, 10, 12, 5},  // odd sizes
@@ -191,6 +340,56 @@ TEST_F(CudaAttentionTest, SparseAttentionOnlySink) {
   }
 }
 
+// Varlen decode at V4.1 shapes: 3-5 sequences of one token each (different window lengths,
+// one with no compressed entries, others with few or many), and a mixed call with 3 + 1 + 1
+// tokens (the 3-token sequence's window rows include positions its early tokens may not see).
+TEST_F(CudaAttentionTest, SparseAttentionVarlenV41Shapes) {
+  if (SmallOnly()) GTEST_SKIP() << "V4.1-size case";
+  const int64_t heads = 64, d = 512, window = 128, n_select = 512;
+  CheckVarlenAttention({{1, 128, 3000}, {1, 57, 0}, {1, 1, 40}}, heads, d, window, n_select);
+  CheckVarlenAttention({{1, 128, 100}, {1, 128, 2000}, {1, 9, 0}, {1, 100, 700}}, heads, d, window,
+                       n_select);
+  CheckVarlenAttention({{1, 20, 513}, {1, 128, 1}, {1, 128, 0}, {1, 64, 4096}, {1, 3, 30}}, heads,
+                       d, window, n_select);
+  CheckVarlenAttention({{3, 130, 600}, {1, 128, 0}, {1, 33, 50}}, heads, d, window, n_select);
+  // Decode batch of 32 sequences (two splits per (token, group) on an H200).
+  std::vector<VarlenSeq> batch;
+  for (int64_t i = 0; i < 32; ++i) batch.push_back({1, 1 + (37 * i) % 128, (97 * i) % 900});
+  CheckVarlenAttention(batch, heads, d, window, n_select);
+}
+
+// Small varlen shapes: partial head groups, head_dim not a multiple of 4 (4-byte copies),
+// sequences with no window rows, no selection slots.
+TEST_F(CudaAttentionTest, SparseAttentionVarlenSmallShapes) {
+  CheckVarlenAttention({{2, 10, 12}, {1, 0, 5}, {3, 12, 0}}, 5, 64, 8, 17);
+  CheckVarlenAttention({{1, 6, 9}, {2, 7, 1}, {1, 3, 20}, {1, 1, 0}}, 12, 30, 4, 9);
+  CheckVarlenAttention({{1, 16, 0}, {2, 20, 0}}, 9, 72, 16, 0);
+}
+
+// An id >= comp_len[t] is out of range although row comp_offset[t] + id exists in the
+// shared buffer (it belongs to the next sequence): the error bit, then InvalidArgument.
+TEST_F(CudaAttentionTest, SparseAttentionVarlenIdBeyondCompLenBecomesStatus) {
+  VarlenInputs in =
+      MakeVarlenInputs({{1, 128, 100}, {1, 128, 300}, {1, 50, 200}}, 64, 512, 128, 512);
+  in.selection[in.n_select - 3] = 100;  // sequence 0 (comp_len 100; n_comp 600), last split
+  ASSERT_LT(in.comp_offset[0] + 100, in.comp_begin.back());
+  gpu_->SparseAttention(VarlenGpuArgs(in));
+  const base::Status s = gpu_->Synchronize();
+  EXPECT_EQ(s.code(), base::StatusCode::kInvalidArgument) << s;
+  gpu_.reset();  // skip TearDown's status check: this backend failed on purpose
+}
+
+// A token range outside the shared buffers (window_start + window_len > n_window) reads
+// nothing outside them and is reported like an out-of-range id.
+TEST_F(CudaAttentionTest, SparseAttentionVarlenRangeOutsideBuffersBecomesStatus) {
+  VarlenInputs in = MakeVarlenInputs({{1, 16, 10}, {2, 16, 10}}, 8, 64, 16, 8);
+  in.window_len[2] = 17;  // sequence 1's second token: rows [16, 33) of 32
+  gpu_->SparseAttention(VarlenGpuArgs(in));
+  const base::Status s = gpu_->Synchronize();
+  EXPECT_EQ(s.code(), base::StatusCode::kInvalidArgument) << s;
+  gpu_.reset();
+}
+
 // T = 0 writes nothing and reports no error.
 TEST_F(CudaAttentionTest, SparseAttentionNoTokens) {
   model::SparseAttentionArgs a;
@@ -220,7 +419,8 @@ TEST_F(CudaAttentionTest, SparseAttentionBadIdInSplitDecodeBecomesStatus) {
   gpu_.reset();  // skip TearDown's status check: this backend failed on purpose
 }
 
-// Device time per SparseAttention call at V4.1-Flash shapes (decode T = 1 and T = 32).
+// Device time per SparseAttention call at V4.1-Flash shapes (decode T = 1 and T = 32, and
+// varlen T = 32: 32 sequences x 1 token in one call).
 // Run with --gtest_also_run_disabled_tests --gtest_filter='*BenchDecodeAttention*'.
 TEST_F(CudaAttentionTest, DISABLED_BenchDecodeAttention) {
   const int64_t heads = 64, d = 512, n_window = 128, n_select = 512, n_comp = 4096;
@@ -244,6 +444,26 @@ TEST_F(CudaAttentionTest, DISABLED_BenchDecodeAttention) {
         static_cast<long long>(n_window + n_select), us, mb);
     EXPECT_GT(us, 0.0);
   }
+  // Varlen decode: 32 sequences x 1 token in one call (128 window rows and 1024 compressed
+  // entries each) against 32 single-sequence calls on the same buffers.
+  const int64_t seqs = 32;
+  const VarlenInputs in = MakeVarlenInputs(
+      std::vector<VarlenSeq>(seqs, VarlenSeq{1, n_window, 1024}), heads, d, 128, n_select);
+  const model::SparseAttentionArgs g = VarlenGpuArgs(in);
+  const double varlen_us = DeviceMicrosPerCall([&] { gpu_->SparseAttention(g); });
+  const double separate_us = DeviceMicrosPerCall([&] {
+    for (int64_t s = 0; s < seqs; ++s) {
+      gpu_->SparseAttention(SequenceGpuArgs(in, g, static_cast<size_t>(s), g.out));
+    }
+  });
+  std::printf(
+      "SparseAttention varlen %lld seqs x 1 token heads=%lld d=%lld keys=%lld: %.2f us/call "
+      "(%lld single-sequence calls: %.2f us)\n",
+      static_cast<long long>(seqs), static_cast<long long>(heads), static_cast<long long>(d),
+      static_cast<long long>(n_window + n_select), varlen_us, static_cast<long long>(seqs),
+      separate_us);
+  EXPECT_GT(varlen_us, 0.0);
+  EXPECT_GT(separate_us, 0.0);
 }
 
 // Device time per IndexerScores call at V4.1-Flash shapes (64 heads x 128, 16384 visible

@@ -10,6 +10,11 @@
 // the partial (max, denominator, weighted sum) of each split are merged through distributed
 // shared memory, so no global workspace is needed.
 //
+// Varlen (several sequences in one call, SparseAttentionArgs::window_start etc. non-null):
+// token t's candidates are its window_len[t] window rows from window_start[t], then its
+// n_select slots (ids relative to comp_offset[t], < comp_len[t]); each block splits the
+// candidate range of its own token, so a launch covers sequences of different lengths.
+//
 // Decode traffic (T = 1, 64 heads, 640 candidates x 512 fp32 = 1.3 MB of rows): the
 // per-(token, head) kernel read the rows 64 times (84 MB through L2); grouped by 8 heads
 // they are read 8 times (10.5 MB through L2, 1.3 MB from HBM).
@@ -58,23 +63,50 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// The key/value row of candidate j of query token t, or null if it is not attended:
-// j < n_window: window row j if its position is in (p - window, p];
-// else: selection slot j - n_window (-1 = empty; ids >= n_comp flag an error if `report`).
-__device__ __forceinline__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t,
-                                                     int64_t p, int64_t j, bool report,
-                                                     int* error_word) {
-  if (j < a.n_window) {
-    const int64_t wp = a.window_pos[j];
-    return (wp <= p && wp > p - a.window) ? a.window_kv + j * a.head_dim : nullptr;
+// The rows one query token may attend: window rows [win0, win0 + win_len) and compressed
+// rows comp0 + id for ids < comp_len. Without the varlen arrays (null pointers): the whole
+// window buffer and ids < n_comp, i.e. the single-sequence meaning.
+struct TokenRows {
+  int64_t p;  // query position
+  int64_t win0, win_len, comp0, comp_len;
+
+  // Ranges outside the shared buffers (a caller bug) are flagged as kErrSelectionOutOfRange
+  // (if `report`) and attend nothing there, so no read leaves the buffers.
+  __device__ TokenRows(const model::SparseAttentionArgs& a, int64_t t, bool report,
+                       int* error_word) {
+    p = a.q_pos[t];
+    win0 = a.window_start != nullptr ? a.window_start[t] : 0;
+    win_len = a.window_len != nullptr ? a.window_len[t] : a.n_window - win0;
+    comp0 = a.comp_offset != nullptr ? a.comp_offset[t] : 0;
+    comp_len = a.comp_len != nullptr ? a.comp_len[t] : a.n_comp - comp0;
+    const bool bad_window = win0 < 0 || win_len < 0 || win0 + win_len > a.n_window;
+    const bool bad_comp = comp0 < 0 || comp_len < 0 || comp0 + comp_len > a.n_comp;
+    if (bad_window) win0 = 0, win_len = 0;
+    if (bad_comp) comp0 = 0, comp_len = 0;
+    if (report && (bad_window || bad_comp)) atomicOr(error_word, kErrSelectionOutOfRange);
   }
-  const int32_t g = a.selection[t * a.n_select + (j - a.n_window)];
+
+  __device__ int64_t candidates(int64_t n_select) const { return win_len + n_select; }
+};
+
+// The key/value row of candidate j of query token t, or null if it is not attended:
+// j < win_len: window row win0 + j if its position is in (p - window, p];
+// else: selection slot j - win_len (-1 = empty; ids >= comp_len flag an error if `report`).
+__device__ __forceinline__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t,
+                                                     const TokenRows& rows, int64_t j, bool report,
+                                                     int* error_word) {
+  if (j < rows.win_len) {
+    const int64_t i = rows.win0 + j;
+    const int64_t wp = a.window_pos[i];
+    return (wp <= rows.p && wp > rows.p - a.window) ? a.window_kv + i * a.head_dim : nullptr;
+  }
+  const int32_t g = a.selection[t * a.n_select + (j - rows.win_len)];
   if (g < 0) return nullptr;
-  if (g >= a.n_comp) {
+  if (g >= rows.comp_len) {
     if (report) atomicOr(error_word, kErrSelectionOutOfRange);
     return nullptr;
   }
-  return a.comp_kv + static_cast<int64_t>(g) * a.head_dim;
+  return a.comp_kv + (rows.comp0 + g) * a.head_dim;
 }
 
 // Shared-memory layout of SparseAttentionKernel (floats unless noted). dp = head_dim
@@ -119,8 +151,8 @@ int64_t AttnSharedBytes(int64_t d) {
 // buffer `buf`; rows that are not attended are zero-filled. kVec floats per copy (4 needs
 // 16-byte aligned rows and head_dim % 4 == 0).
 template <int kVec>
-__device__ void StageChunk(const model::SparseAttentionArgs& a, int64_t t, int64_t p, int64_t row0,
-                           int64_t row_end, int buf, const AttnSmem& s, int64_t dp,
+__device__ void StageChunk(const model::SparseAttentionArgs& a, int64_t t, const TokenRows& rows,
+                           int64_t row0, int64_t row_end, int buf, const AttnSmem& s, int64_t dp,
                            int* error_word) {
   const int64_t pieces = dp / kVec;
   float* kv = s.kv + static_cast<int64_t>(buf) * kAttnChunk * dp;
@@ -128,7 +160,7 @@ __device__ void StageChunk(const model::SparseAttentionArgs& a, int64_t t, int64
     const int r = static_cast<int>(e / pieces);
     const int64_t c = (e - r * pieces) * kVec;
     const int64_t j = row0 + r;
-    const float* row = j < row_end ? CandidateRow(a, t, p, j, c == 0, error_word) : nullptr;
+    const float* row = j < row_end ? CandidateRow(a, t, rows, j, c == 0, error_word) : nullptr;
     float* dst = kv + r * dp + c;
     if (row != nullptr && c < a.head_dim) {
       CpAsync<kVec * 4>(dst, row + c);
@@ -288,18 +320,22 @@ __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int6
 }
 
 // Grid (tokens, ceil(heads / kAttnGroup), splits); a cluster spans the splits of one
-// (token, group). Split z handles chunks [z * chunks_per_split, (z+1) * chunks_per_split)
-// of the candidates (window rows, then selection slots).
+// (token, group). With chunks_per_split = ceil(ceil(token's candidates / kAttnChunk) /
+// splits), split z handles chunks [z * chunks_per_split, (z+1) * chunks_per_split) of the
+// token's candidates (window rows, then selection slots); trailing splits may get none.
 template <int kVec>
 __global__ void __launch_bounds__(kAttnThreads)
-    SparseAttentionKernel(model::SparseAttentionArgs a, int64_t chunks_per_split, int* error_word) {
+    SparseAttentionKernel(model::SparseAttentionArgs a, int* error_word) {
   extern __shared__ __align__(16) float smem[];
   const int64_t d = a.head_dim, dp = AttnPaddedDim(d);
   const AttnSmem s(smem, dp);
   const int64_t t = blockIdx.x, head_base = int64_t{blockIdx.y} * kAttnGroup;
   const int split = blockIdx.z;
-  const int64_t p = a.q_pos[t];
-  const int64_t total = a.n_window + a.n_select;
+  const bool reporter = threadIdx.x == 0 && blockIdx.y == 0 && split == 0;
+  const TokenRows rows(a, t, reporter, error_word);
+  const int64_t total = rows.candidates(a.n_select);
+  const int64_t chunks_per_split =
+      ((total + kAttnChunk - 1) / kAttnChunk + gridDim.z - 1) / gridDim.z;
 
   for (int64_t e = threadIdx.x; e < kAttnGroup * dp; e += kAttnThreads) {
     const int64_t h = e / dp, c = e - h * dp, head = head_base + h;
@@ -321,12 +357,12 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
   for (int k = 0; k < kAttnGroup; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
-  if (n_chunks > 0) StageChunk<kVec>(a, t, p, row_begin, row_end, 0, s, dp, error_word);
+  if (n_chunks > 0) StageChunk<kVec>(a, t, rows, row_begin, row_end, 0, s, dp, error_word);
   CpAsyncCommit();
   for (int64_t ch = 0; ch < n_chunks; ++ch) {
     const int buf = static_cast<int>(ch & 1);
     if (ch + 1 < n_chunks) {
-      StageChunk<kVec>(a, t, p, row_begin + (ch + 1) * kAttnChunk, row_end, buf ^ 1, s, dp,
+      StageChunk<kVec>(a, t, rows, row_begin + (ch + 1) * kAttnChunk, row_end, buf ^ 1, s, dp,
                        error_word);
       CpAsyncCommit();
       CpAsyncWait<1>();
@@ -472,10 +508,14 @@ cudaError_t LaunchSparseAttention(const model::SparseAttentionArgs& args, int* e
     if (e != cudaSuccess) return e;
   }
   const int64_t groups = (args.heads + kAttnGroup - 1) / kAttnGroup;
-  const int64_t chunks = (args.n_window + args.n_select + kAttnChunk - 1) / kAttnChunk;
+  // Candidates per token; varlen window lengths live on the device, so the split count
+  // assumes min(n_window, window) window rows (the kernel splits each token's real range).
+  const int64_t window_rows = args.window_len == nullptr    ? args.n_window
+                              : args.window < args.n_window ? args.window
+                                                            : args.n_window;
+  const int64_t chunks = (window_rows + args.n_select + kAttnChunk - 1) / kAttnChunk;
   int splits = AttnSplits(args.tokens * groups, chunks);
   for (;;) {
-    const int64_t per_split = (chunks + splits - 1) / splits;
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(groups),
                           static_cast<unsigned>(splits));
@@ -489,7 +529,7 @@ cudaError_t LaunchSparseAttention(const model::SparseAttentionArgs& args, int* e
     cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
     config.attrs = cluster;
     config.numAttrs = splits > 1 ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&config, kernel, args, per_split, error_word);
+    cudaError_t e = cudaLaunchKernelEx(&config, kernel, args, error_word);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e == cudaSuccess || splits == 1) return e;
     // A cluster that cannot be scheduled: clear the (non-sticky) launch error and run each
