@@ -126,37 +126,42 @@ void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
   }
 }
 
-namespace {
-
-// Rows [0, n) of one group's entries or keys, gathered into `scratch` unless it already holds
-// them (entries are append-only, so n rows gathered earlier in this chunk are still valid).
-const float* Gather(Backend* backend, const StateBlocks& blocks, const KvGroupState& group,
-                    GroupRows which, int64_t width, DeviceFloats& scratch, int64_t& rows) {
-  const int64_t n = group.n_entries();
-  if (rows != n) {
-    scratch = DeviceFloats(backend, std::max<int64_t>(n, 1) * width);
-    GatherGroupRows(backend, blocks, group, which, width, n, scratch.data());
-    rows = n;
+void Model::GatherBatchIndexKeys(BatchContext& b, int gi) {
+  const int64_t ihd = config_.text().index_head_dim;
+  std::vector<DeviceCopy> copies;
+  for (ChunkContext& c : b.chunks) {
+    const KvGroupState& group = c.state->groups[gi];
+    const int64_t n = group.n_entries();
+    c.gathered_keys.resize(c.state->groups.size());
+    c.gathered_key_rows.resize(c.state->groups.size(), -1);
+    // Entries are append-only, so rows gathered earlier in this forward are still valid.
+    if (!group.has_keys || n == 0 || c.gathered_key_rows[gi] == n) continue;
+    c.gathered_keys[gi] = DeviceFloats(backend_, n * ihd);
+    c.gathered_key_rows[gi] = n;
+    AppendGatherGroupRows(c.state->blocks, group, GroupRows::kIndexKeys, ihd, n,
+                          c.gathered_keys[gi].data(), &copies);
   }
-  return scratch.data();
+  backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
 }
 
-}  // namespace
-
-const float* Model::GatheredEntries(ChunkContext& ctx, int gi) {
-  const size_t n_groups = ctx.state->groups.size();
-  ctx.gathered_entries.resize(n_groups);
-  ctx.gathered_entry_rows.resize(n_groups, -1);
-  return Gather(backend_, ctx.state->blocks, ctx.state->groups[gi], GroupRows::kEntries,
-                config_.text().head_dim, ctx.gathered_entries[gi], ctx.gathered_entry_rows[gi]);
-}
-
-const float* Model::GatheredIndexKeys(ChunkContext& ctx, int gi) {
-  const size_t n_groups = ctx.state->groups.size();
-  ctx.gathered_keys.resize(n_groups);
-  ctx.gathered_key_rows.resize(n_groups, -1);
-  return Gather(backend_, ctx.state->blocks, ctx.state->groups[gi], GroupRows::kIndexKeys,
-                config_.text().index_head_dim, ctx.gathered_keys[gi], ctx.gathered_key_rows[gi]);
+void Model::GatherBatchEntries(BatchContext& b, int gi) {
+  const int64_t d = config_.text().head_dim;
+  b.comp_entries.resize(b.chunks.front().state->groups.size());
+  b.comp_offsets.resize(b.comp_entries.size());
+  std::vector<int64_t>& offsets = b.comp_offsets[gi];
+  offsets.assign(b.chunks.size() + 1, 0);
+  for (size_t i = 0; i < b.chunks.size(); ++i) {
+    offsets[i + 1] = offsets[i] + b.chunks[i].state->groups[gi].n_entries();
+  }
+  b.comp_entries[gi] = DeviceFloats(backend_, std::max<int64_t>(offsets.back(), 1) * d);
+  std::vector<DeviceCopy> copies;
+  for (size_t i = 0; i < b.chunks.size(); ++i) {
+    const ChunkContext& c = b.chunks[i];
+    const KvGroupState& group = c.state->groups[gi];
+    AppendGatherGroupRows(c.state->blocks, group, GroupRows::kEntries, d, group.n_entries(),
+                          b.comp_entries[gi].data() + offsets[i] * d, &copies);
+  }
+  backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
 }
 
 void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r, int gi) {
@@ -164,15 +169,25 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
   const AttentionWeights& w = weights_->layers[layer].attn;
   const int64_t R = b.rows, D = t.hidden_size, nh = t.index_n_heads, ihd = t.index_head_dim;
   const int64_t rd = t.qk_rope_head_dim;
-  bool any = false;
-  for (ChunkContext& c : b.chunks) {
+  auto entries = [&](const ChunkContext& c) {
     const KvGroupState& group = c.state->groups[gi];
-    const int64_t n = group.has_keys ? group.n_entries() : 0;
-    c.selection_group = gi;
-    c.n_select = std::min<int64_t>(t.index_topk, n);
-    any = any || c.n_select > 0;
+    return group.has_keys ? group.n_entries() : 0;
+  };
+  int64_t most = 0;
+  bool some_empty = false;
+  for (const ChunkContext& c : b.chunks) {
+    most = std::max(most, entries(c));
+    some_empty = some_empty || entries(c) == 0;
   }
-  if (!any) return;
+  b.selection_group = gi;
+  b.n_select = std::min<int64_t>(t.index_topk, most);
+  if (b.n_select == 0) return;
+  const int64_t k = b.n_select;
+  b.selection = DeviceInts(backend_, R * k);
+  if (some_empty) {  // rows of sequences with nothing to select stay empty
+    const std::vector<int32_t> none(R * k, -1);
+    backend_->CopyToDevice(b.selection.data(), none.data(), R * k * sizeof(int32_t));
+  }
 
   DeviceFloats qi(backend_, R * nh * ihd), hw(backend_, R * nh);
   backend_->Linear(q_r, R, t.q_lora_rank, w.idx_wq_b, 0, nh * ihd, qi.data(), nh * ihd);
@@ -184,14 +199,15 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
   backend_->Linear(u, R, D, w.idx_weights_proj, 0, nh, hw.data(), nh);
   backend_->Scale(hw.data(), R * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
 
+  GatherBatchIndexKeys(b, gi);
   const int cand = t.candidate_source_layer_id;
   for (ChunkContext& c : b.chunks) {
-    if (c.n_select == 0) continue;
+    const int64_t n = entries(c), T = c.T;
+    if (n == 0) continue;
     const KvGroupState& group = c.state->groups[gi];
-    const int64_t n = group.n_entries(), T = c.T;
     DeviceFloats scores(backend_, T * n);
     backend_->IndexerScores(qi.data() + c.row0 * nh * ihd, hw.data() + c.row0 * nh, T, nh, ihd,
-                            GatheredIndexKeys(c, gi), n, c.pos, group.ratio,
+                            c.gathered_keys[gi].data(), n, c.pos, group.ratio,
                             1.0f / std::sqrt(static_cast<float>(ihd)), scores.data());
     if (cand >= 0 && layer == cand) {
       c.candidate_mask = DeviceInts(backend_, (T * n + 3) / 4);
@@ -204,77 +220,119 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
       backend_->ApplyMask(scores.data(), reinterpret_cast<const uint8_t*>(c.candidate_mask.data()),
                           T, n);
     }
-    c.selection = DeviceInts(backend_, T * c.n_select);
-    backend_->TopK(scores.data(), T, n, c.n_select, c.selection.data());
+    // k >= this chunk's min(index_topk, n): its own top-k, then -1 padding.
+    backend_->TopK(scores.data(), T, n, k, b.selection.data() + c.row0 * k);
   }
 }
 
-void Model::ChunkAttention(int layer, ChunkContext& c, const float* q, const float* kv_new,
+void Model::BatchAttention(int layer, BatchContext& b, const float* q, const float* kv_new,
                            float* o) {
   const io::TextConfig& t = config_.text();
   const AttentionWeights& w = weights_->layers[layer].attn;
-  const int64_t T = c.T, H = t.num_attention_heads, d = t.head_dim, W = t.sliding_window;
+  const int64_t R = b.rows, H = t.num_attention_heads, d = t.head_dim, W = t.sliding_window;
   const int ratio = config_.CompressRatio(layer);
-  // The ring holds the last min(length, W) positions, slot p % W for position p: in position
-  // order they are one or two contiguous slot ranges (oldest first).
-  WindowRing& ring = c.state->windows[layer];
-  const int64_t length = c.state->length;
-  const int64_t n_cached = std::min<int64_t>(length, W);
-  const int64_t n_window = n_cached + T;
-  DeviceFloats window_kv(backend_, n_window * d);
-  std::vector<int32_t> window_pos(n_window);
-  const int64_t oldest = length - n_cached;
-  const int64_t first_slot = oldest % W;
-  const int64_t run1 = std::min(n_cached, W - first_slot);
-  backend_->CopyDevice(window_kv.data(), ring.kv.data() + first_slot * d, run1 * d * sizeof(float));
-  if (n_cached > run1) {
-    backend_->CopyDevice(window_kv.data() + run1 * d, ring.kv.data(),
-                         (n_cached - run1) * d * sizeof(float));
-  }
-  for (int64_t i = 0; i < n_cached; ++i) {
-    window_pos[i] = static_cast<int32_t>(oldest + i);
-    DCHECK_EQ(ring.pos[(oldest + i) % W], oldest + i);
-  }
-  backend_->CopyDevice(window_kv.data() + n_cached * d, kv_new, T * d * sizeof(float));
-  std::copy(c.host_pos.begin(), c.host_pos.end(), window_pos.begin() + n_cached);
-  DeviceInts window_pos_dev(backend_, n_window);
-  backend_->CopyToDevice(window_pos_dev.data(), window_pos.data(), n_window * sizeof(int32_t));
-
-  SparseAttentionArgs args;
-  if (ratio > 0) {
-    const int gi = GroupIndex(config_, config_.KvSourceOf(layer));
-    if (c.selection_group == gi && c.n_select > 0) {
-      args.comp_kv = GatheredEntries(c, gi);
-      args.n_comp = c.state->groups[gi].n_entries();
-      args.selection = c.selection.data();
-      args.n_select = c.n_select;
+  // Window rows of all chunks in one buffer: chunk i's cached rows (its ring holds the last
+  // min(length, W) positions, slot p % W for position p: oldest first, at most two runs),
+  // then its new rows.
+  int64_t total = 0;
+  for (const ChunkContext& c : b.chunks) total += std::min<int64_t>(c.state->length, W) + c.T;
+  DeviceFloats window_kv(backend_, total * d);
+  // Host ints uploaded at once: window_pos [total], then per token window_start, window_len,
+  // comp_offset, comp_len [R each].
+  std::vector<int32_t> ints(total + 4 * R, 0);
+  int32_t* window_pos = ints.data();
+  int32_t* start = window_pos + total;
+  int32_t* len = start + R;
+  int32_t* comp_off = len + R;
+  int32_t* comp_len = comp_off + R;
+  std::vector<DeviceCopy> copies;
+  const size_t row_bytes = d * sizeof(float);
+  int64_t at = 0;
+  for (const ChunkContext& c : b.chunks) {
+    const WindowRing& ring = c.state->windows[layer];
+    const int64_t length = c.state->length, n_cached = std::min<int64_t>(length, W);
+    const int64_t oldest = length - n_cached, first_slot = oldest % W;
+    const int64_t run1 = std::min(n_cached, W - first_slot);
+    float* dst = window_kv.data() + at * d;
+    copies.push_back(
+        {dst, ring.kv.data() + first_slot * d, static_cast<int64_t>(run1 * row_bytes)});
+    if (n_cached > run1) {
+      copies.push_back(
+          {dst + run1 * d, ring.kv.data(), static_cast<int64_t>((n_cached - run1) * row_bytes)});
     }
+    copies.push_back(
+        {dst + n_cached * d, kv_new + c.row0 * d, static_cast<int64_t>(c.T * row_bytes)});
+    for (int64_t i = 0; i < n_cached; ++i) {
+      window_pos[at + i] = static_cast<int32_t>(oldest + i);
+      DCHECK_EQ(ring.pos[(oldest + i) % W], oldest + i);
+    }
+    std::copy(c.host_pos.begin(), c.host_pos.end(), window_pos + at + n_cached);
+    for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
+      start[r] = static_cast<int32_t>(at);
+      len[r] = static_cast<int32_t>(n_cached + c.T);
+    }
+    at += n_cached + c.T;
   }
+  SparseAttentionArgs args;
+  const int gi = ratio > 0 ? GroupIndex(config_, config_.KvSourceOf(layer)) : -1;
+  const bool selected = ratio > 0 && b.selection_group == gi && b.n_select > 0;
+  if (selected) {
+    if (static_cast<int>(b.comp_entries.size()) <= gi || b.comp_entries[gi].data() == nullptr) {
+      GatherBatchEntries(b, gi);
+    }
+    const std::vector<int64_t>& offsets = b.comp_offsets[gi];
+    for (size_t i = 0; i < b.chunks.size(); ++i) {
+      const ChunkContext& c = b.chunks[i];
+      for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
+        comp_off[r] = static_cast<int32_t>(offsets[i]);
+        comp_len[r] = static_cast<int32_t>(offsets[i + 1] - offsets[i]);
+      }
+    }
+    args.comp_kv = b.comp_entries[gi].data();
+    args.n_comp = offsets.back();
+    args.selection = b.selection.data();
+    args.n_select = b.n_select;
+  }
+  backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
+  DeviceInts ints_dev(backend_, static_cast<int64_t>(ints.size()));
+  backend_->CopyToDevice(ints_dev.data(), ints.data(), ints.size() * sizeof(int32_t));
+  const int32_t* dev = ints_dev.data();
   args.q = q;
-  args.q_pos = c.pos;
-  args.tokens = T;
+  args.q_pos = b.pos.data();
+  args.tokens = R;
   args.heads = H;
   args.head_dim = d;
   args.window_kv = window_kv.data();
-  args.window_pos = window_pos_dev.data();
-  args.n_window = n_window;
+  args.window_pos = dev;
+  args.n_window = total;
   args.window = W;
+  args.window_start = dev + total;
+  args.window_len = dev + total + R;
+  if (selected) {
+    args.comp_offset = dev + total + 2 * R;
+    args.comp_len = dev + total + 3 * R;
+  }
   args.sinks = w.sinks.data();
   args.scale = 1.0f / std::sqrt(static_cast<float>(d));
   args.out = o;
   backend_->SparseAttention(args);
 
-  // Remember the chunk's last min(T, W) window rows (slot p % W holds position p): at most
-  // two contiguous slot ranges.
-  const int64_t keep = std::min(T, W);
-  int64_t i = T - keep;
-  while (i < T) {
-    const int64_t slot = c.host_pos[i] % W;
-    const int64_t run = std::min(T - i, W - slot);
-    backend_->CopyDevice(ring.kv.data() + slot * d, kv_new + i * d, run * d * sizeof(float));
-    for (int64_t j = 0; j < run; ++j) ring.pos[slot + j] = c.host_pos[i + j];
-    i += run;
+  // Remember each chunk's last min(T, W) window rows (slot p % W holds position p): at most
+  // two contiguous slot ranges per chunk.
+  copies.clear();
+  for (ChunkContext& c : b.chunks) {
+    WindowRing& ring = c.state->windows[layer];
+    const int64_t keep = std::min(c.T, W);
+    for (int64_t i = c.T - keep; i < c.T;) {
+      const int64_t slot = c.host_pos[i] % W;
+      const int64_t run = std::min(c.T - i, W - slot);
+      copies.push_back({ring.kv.data() + slot * d, kv_new + (c.row0 + i) * d,
+                        static_cast<int64_t>(run * row_bytes)});
+      for (int64_t j = 0; j < run; ++j) ring.pos[slot + j] = c.host_pos[i + j];
+      i += run;
+    }
   }
+  backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
 }
 
 void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
@@ -309,10 +367,7 @@ void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
     if (config_.IsIndexSource(layer)) Indexer(layer, b, u, q_r.data(), gi);
   }
   DeviceFloats o(backend_, R * H * d);
-  for (ChunkContext& c : b.chunks) {
-    ChunkAttention(layer, c, q.data() + c.row0 * H * d, kv.data() + c.row0 * d,
-                   o.data() + c.row0 * H * d);
-  }
+  BatchAttention(layer, b, q.data(), kv.data(), o.data());
   backend_->Rope(o.data(), R, H * d, H, d, d - rd, rd / 2, b.pos.data(), inv_freq, true);
 
   // Grouped output projection: group g maps its heads' outputs through rows

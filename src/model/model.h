@@ -105,16 +105,16 @@ class Model {
   void Logits(const ForwardBatch& batch, BatchContext& b, const float* h, ForwardOutput* out);
   void EngramLayer(int layer, BatchContext& b);
   void Attention(int layer, BatchContext& b, const float* u, float* out);
-  // The attention of one chunk over its window ring (+ selected compressed entries), after
-  // this step's window KV `kv_new` [chunk rows, head_dim] was computed; updates the ring.
-  void ChunkAttention(int layer, ChunkContext& c, const float* q, const float* kv_new, float* o);
+  // The attention of every chunk over its window ring + this step's window KV `kv_new`
+  // [rows, head_dim] (+ its selected compressed entries), one varlen call; updates the rings.
+  void BatchAttention(int layer, BatchContext& b, const float* q, const float* kv_new, float* o);
+  // Every chunk's compressed entries of group gi in one buffer (BatchContext::comp_entries).
+  void GatherBatchEntries(BatchContext& b, int gi);
+  // Every chunk's index keys of group gi gathered (ChunkContext::gathered_keys), one call.
+  void GatherBatchIndexKeys(BatchContext& b, int gi);
   // Compressor of KV source `layer` (group gi) over every chunk's new tokens.
   void Compress(int layer, BatchContext& b, const float* u, int gi);
   void Indexer(int layer, BatchContext& b, const float* u, const float* q_r, int gi);
-  // Rows [0, n_entries) of group `gi` (entries [n, head_dim] or index keys [n, index_head_dim])
-  // gathered from the blocks into a contiguous scratch, once per chunk and group.
-  const float* GatheredEntries(ChunkContext& ctx, int gi);
-  const float* GatheredIndexKeys(ChunkContext& ctx, int gi);
   SequenceState NewSequenceWithBlocks(int block_tokens, bool self_allocating) const;
   void Emit(const std::string& name, const float* data, int64_t rows, int64_t cols);
 

@@ -22,19 +22,14 @@ struct Model::ChunkContext {
   std::vector<int32_t> host_pos;  // [T]
   const int32_t* pos = nullptr;   // [T] backend memory (a slice of BatchContext::pos)
 
-  // Top-k published by the most recent index source of this forward ([T, n_select]
-  // entry ids of group `selection_group`, -1 = empty slot).
-  DeviceInts selection;
-  int64_t n_select = 0;
-  int selection_group = -1;
   // Candidate-block mask published by the candidate source ([T, mask_entries] bytes).
   DeviceInts candidate_mask;  // byte storage
   int64_t mask_entries = -1;
   int mask_group = -1;
-  // Per KV-source group: its entries / index keys gathered from the blocks (contiguous scratch
-  // for the attention and indexer ops) and how many rows each holds (-1: not gathered yet).
-  std::vector<DeviceFloats> gathered_entries, gathered_keys;
-  std::vector<int64_t> gathered_entry_rows, gathered_key_rows;
+  // Per KV-source group: its index keys gathered from the blocks (contiguous scratch for the
+  // indexer) and how many rows it holds (-1: not gathered yet).
+  std::vector<DeviceFloats> gathered_keys;
+  std::vector<int64_t> gathered_key_rows;
 };
 
 struct Model::BatchContext {
@@ -43,6 +38,16 @@ struct Model::BatchContext {
   DeviceFloats x;                    // residual streams [rows, hc, D]
   std::vector<int64_t> engram_ids;   // [rows, n_engram_layers, columns]
   std::vector<ChunkContext> chunks;  // in batch order
+  // Top-k published by the most recent index source of this forward: [rows, n_select] entry
+  // ids of group `selection_group` (each chunk's own ids, -1 = empty slot; n_select is the
+  // largest of the chunks' min(index_topk, entries)).
+  DeviceInts selection;
+  int64_t n_select = 0;
+  int selection_group = -1;
+  // Per KV-source group: every chunk's entries gathered into one buffer (chunk after chunk,
+  // chunk i's rows from comp_offsets[gi][i]); empty until an attention layer needs them.
+  std::vector<DeviceFloats> comp_entries;
+  std::vector<std::vector<int64_t>> comp_offsets;
 };
 
 }  // namespace deepinfer::model
