@@ -54,25 +54,39 @@ void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
       total_new += n_new[i];
     }
     DeviceFloats pooled(backend_, std::max<int64_t>(total_new, 1) * d);
+    // Each chunk's rows: the pending tokens of its open group, then its new tokens; all
+    // chunks in one staging buffer, filled and drained with one batched copy each.
+    std::vector<int64_t> stage_at(b.chunks.size() + 1, 0);
     for (size_t i = 0; i < b.chunks.size(); ++i) {
-      ChunkContext& c = b.chunks[i];
-      KvGroupState& group = c.state->groups[gi];
-      // Rows: the pending tokens of the open group, then this chunk's tokens.
-      const int64_t np = group.n_pending, total = np + c.T;
-      DeviceFloats cc(backend_, total * d), zz(backend_, total * d);
-      backend_->CopyDevice(cc.data(), group.pending_c.data(), np * d * sizeof(float));
-      backend_->CopyDevice(zz.data(), group.pending_z.data(), np * d * sizeof(float));
-      backend_->CopyDevice(cc.data() + np * d, c_all.data() + c.row0 * d, c.T * d * sizeof(float));
-      backend_->CopyDevice(zz.data() + np * d, z_all.data() + c.row0 * d, c.T * d * sizeof(float));
+      stage_at[i + 1] = stage_at[i] + b.chunks[i].state->groups[gi].n_pending + b.chunks[i].T;
+    }
+    DeviceFloats cc(backend_, stage_at.back() * d), zz(backend_, stage_at.back() * d);
+    const int64_t row_bytes = d * static_cast<int64_t>(sizeof(float));
+    std::vector<DeviceCopy> copies;
+    for (size_t i = 0; i < b.chunks.size(); ++i) {
+      const ChunkContext& c = b.chunks[i];
+      const KvGroupState& group = c.state->groups[gi];
+      const int64_t np = group.n_pending, at = stage_at[i] * d;
+      copies.push_back({cc.data() + at, group.pending_c.data(), np * row_bytes});
+      copies.push_back({zz.data() + at, group.pending_z.data(), np * row_bytes});
+      copies.push_back({cc.data() + at + np * d, c_all.data() + c.row0 * d, c.T * row_bytes});
+      copies.push_back({zz.data() + at + np * d, z_all.data() + c.row0 * d, c.T * row_bytes});
+    }
+    backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
+    copies.clear();
+    for (size_t i = 0; i < b.chunks.size(); ++i) {
+      KvGroupState& group = b.chunks[i].state->groups[gi];
+      const int64_t total = stage_at[i + 1] - stage_at[i], at = stage_at[i] * d;
       if (n_new[i] > 0) {
-        backend_->GatedPool(cc.data(), zz.data(), n_new[i], r, d, pooled.data() + first_new[i] * d);
+        backend_->GatedPool(cc.data() + at, zz.data() + at, n_new[i], r, d,
+                            pooled.data() + first_new[i] * d);
       }
       group.n_pending = total - n_new[i] * r;
-      backend_->CopyDevice(group.pending_c.data(), cc.data() + n_new[i] * r * d,
-                           group.n_pending * d * sizeof(float));
-      backend_->CopyDevice(group.pending_z.data(), zz.data() + n_new[i] * r * d,
-                           group.n_pending * d * sizeof(float));
+      const int64_t tail = at + n_new[i] * r * d;
+      copies.push_back({group.pending_c.data(), cc.data() + tail, group.n_pending * row_bytes});
+      copies.push_back({group.pending_z.data(), zz.data() + tail, group.n_pending * row_bytes});
     }
+    backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
     latent = DeviceFloats(backend_, std::max<int64_t>(total_new, 1) * d);
     if (total_new > 0) {
       backend_->RmsNorm(pooled.data(), total_new, d, d, w.comp_norm.data(), eps, latent.data(), d);
@@ -111,19 +125,21 @@ void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
       backend_->FakeQuant(keys.data(), total_new, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
     }
   }
+  std::vector<DeviceCopy> writes;
   for (size_t i = 0; i < b.chunks.size(); ++i) {
     if (n_new[i] == 0) continue;
     KvGroupState& group = b.chunks[i].state->groups[gi];
     const StateBlocks& blocks = b.chunks[i].state->blocks;
     const int64_t first = group.n_entries();
-    WriteGroupRows(backend_, blocks, group, GroupRows::kEntries, d, first,
-                   entries.data() + first_new[i] * d, n_new[i]);
+    AppendWriteGroupRows(blocks, group, GroupRows::kEntries, d, first,
+                         entries.data() + first_new[i] * d, n_new[i], &writes);
     if (keys.data() != nullptr) {
-      WriteGroupRows(backend_, blocks, group, GroupRows::kIndexKeys, ihd, first,
-                     keys.data() + first_new[i] * ihd, n_new[i]);
+      AppendWriteGroupRows(blocks, group, GroupRows::kIndexKeys, ihd, first,
+                           keys.data() + first_new[i] * ihd, n_new[i], &writes);
     }
     group.entry_count += n_new[i];
   }
+  backend_->CopyDeviceMany(writes.data(), static_cast<int64_t>(writes.size()));
 }
 
 void Model::GatherBatchIndexKeys(BatchContext& b, int gi) {
