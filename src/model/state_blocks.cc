@@ -33,8 +33,8 @@ void AppendWriteGroupRows(const StateBlocks& blocks, const KvGroupState& group, 
                           std::vector<DeviceCopy>* copies) {
   ForEachRun(blocks, group, which, width, first_row, n,
              [&](float* rows, int64_t done, int64_t run) {
-               copies->push_back({rows, src + done * width,
-                                  static_cast<int64_t>(run * width * sizeof(float))});
+               copies->push_back(
+                   {rows, src + done * width, static_cast<int64_t>(run * width * sizeof(float))});
              });
 }
 
