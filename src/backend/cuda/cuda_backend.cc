@@ -160,7 +160,8 @@ base::Status CudaBackend::Synchronize() {
       Check(cudaMemsetAsync(error_word_, 0, sizeof(int), stream_), "clear error word");
       if (word & kernels::kErrSelectionOutOfRange) {
         Fail(base::InvalidArgumentError(
-            "SparseAttention: a selected compressed entry id was >= n_comp"));
+            "SparseAttention: a selected compressed entry id was >= n_comp (or its sequence's "
+            "comp_len), or a varlen row range left the shared buffers"));
       }
       if (word & kernels::kErrExpertOutOfRange) {
         Fail(base::InvalidArgumentError("RoutedExperts: an expert id was outside [0, n_experts)"));
