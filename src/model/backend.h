@@ -135,8 +135,14 @@ class Backend {
 
   // --- memory -------------------------------------------------------------------------
   // Backend-memory helpers so that the model can stage host data (ids, positions).
+  // n floats / int32s, zero-filled.
   virtual float* AllocFloats(int64_t n) = 0;
   virtual int32_t* AllocInts(int64_t n) = 0;
+  // n floats (or int32s: same bytes) whose contents are unspecified, for buffers written
+  // before they are read (a GPU backend then skips the zero-fill launch). The CPU reference
+  // fills them with the quiet-NaN pattern 0x7FC00001 (as int32 a huge id), so that a read
+  // before a write shows up in its tests as NaN logits or an out-of-range id.
+  virtual float* AllocUninitialized(int64_t n) { return AllocFloats(n); }
   virtual void Free(void* p) = 0;
   virtual void CopyToDevice(void* dst, const void* src, int64_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, int64_t bytes) = 0;

@@ -15,12 +15,20 @@ class DeviceArray {
 
  public:
   DeviceArray() = default;
-  DeviceArray(Backend* backend, int64_t n) : backend_(backend), n_(n) {
+  // n elements with unspecified contents (Backend::AllocUninitialized): write before reading.
+  DeviceArray(Backend* backend, int64_t n)
+      : backend_(backend), data_(reinterpret_cast<T*>(backend->AllocUninitialized(n))), n_(n) {}
+  // n zero-filled elements.
+  static DeviceArray Zeros(Backend* backend, int64_t n) {
+    DeviceArray a;
+    a.backend_ = backend;
+    a.n_ = n;
     if constexpr (std::is_same_v<T, float>) {
-      data_ = backend->AllocFloats(n);
+      a.data_ = backend->AllocFloats(n);
     } else {
-      data_ = backend->AllocInts(n);
+      a.data_ = backend->AllocInts(n);
     }
+    return a;
   }
   ~DeviceArray() { Reset(); }
   DeviceArray(DeviceArray&& o) noexcept { *this = std::move(o); }

@@ -41,6 +41,12 @@ float* CpuBackend::AllocFloats(int64_t n) {
 int32_t* CpuBackend::AllocInts(int64_t n) {
   return static_cast<int32_t*>(std::calloc(std::max<int64_t>(n, 1), sizeof(int32_t)));
 }
+float* CpuBackend::AllocUninitialized(int64_t n) {
+  const int64_t count = std::max<int64_t>(n, 1);
+  auto* p = static_cast<uint32_t*>(std::malloc(count * sizeof(uint32_t)));
+  if (p != nullptr) std::fill(p, p + count, kUninitializedPattern);
+  return reinterpret_cast<float*>(p);
+}
 void CpuBackend::Free(void* p) { std::free(p); }
 void CpuBackend::CopyToDevice(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);

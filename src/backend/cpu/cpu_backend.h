@@ -17,6 +17,9 @@ class CpuBackend final : public model::Backend {
 
   float* AllocFloats(int64_t n) override;
   int32_t* AllocInts(int64_t n) override;
+  // Filled with kUninitializedPattern (a quiet NaN; as int32 a huge id).
+  float* AllocUninitialized(int64_t n) override;
+  static constexpr uint32_t kUninitializedPattern = 0x7FC00001u;
   void Free(void* p) override;
   void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
   void CopyToHost(void* dst, const void* src, int64_t bytes) override;

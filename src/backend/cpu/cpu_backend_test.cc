@@ -7,6 +7,8 @@
 #include <random>
 #include <vector>
 
+#include "model/device_array.h"
+
 namespace deepinfer::backend::cpu {
 namespace {
 
@@ -310,6 +312,32 @@ TEST(CpuBackendDeathTest, VarlenAttentionIdBeyondCompLenIsOutOfRange) {
   c.selection[2] = 7;  // token 0 (sequence 0): comp_len 7, n_comp 19
   EXPECT_DEATH(b.SparseAttention(c.Sequence(0, out.data())), "selected compressed entry 7 of 7");
   EXPECT_DEATH(b.SparseAttention(c.Varlen(out.data())), "selected compressed entry 7 of 7");
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cpu
+
+namespace deepinfer::backend::cpu {
+namespace {
+
+// Uninitialized allocations are poisoned (so that the model's tests catch a read before a
+// write) and zeroed ones are zero.
+TEST(CpuBackendAllocTest, UninitializedIsPoisonedZeroedIsZero) {
+  CpuBackend backend;
+  float* u = backend.AllocUninitialized(1000);
+  float* z = backend.AllocFloats(1000);
+  for (int i = 0; i < 1000; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, u + i, sizeof(bits));
+    ASSERT_EQ(bits, CpuBackend::kUninitializedPattern) << i;
+    ASSERT_TRUE(std::isnan(u[i]));
+    ASSERT_EQ(z[i], 0.0f);
+  }
+  backend.Free(u);
+  backend.Free(z);
+  model::DeviceFloats d(&backend, 5);
+  EXPECT_TRUE(std::isnan(d.data()[4]));
+  EXPECT_EQ(model::DeviceInts::Zeros(&backend, 3).data()[2], 0);
 }
 
 }  // namespace

@@ -209,6 +209,16 @@ float* CudaBackend::LinearScratch(int64_t floats) {
 }
 
 float* CudaBackend::AllocFloats(int64_t n) {
+  float* p = AllocUninitialized(n);
+  if (p != nullptr) {
+    Check(cudaMemsetAsync(p, 0, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float),
+                          stream_),
+          "AllocFloats zero");
+  }
+  return p;
+}
+
+float* CudaBackend::AllocUninitialized(int64_t n) {
   if (!Usable()) return nullptr;
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
   base::StatusOr<void*> p = arena_.Allocate(bytes);
@@ -216,7 +226,6 @@ float* CudaBackend::AllocFloats(int64_t n) {
     Fail(p.status());
     return nullptr;
   }
-  Check(cudaMemsetAsync(*p, 0, bytes, stream_), "AllocFloats zero");
   return static_cast<float*>(*p);
 }
 

@@ -2,7 +2,8 @@
 // stream, checked against the CPU reference (backend/cpu) by cuda_backend_test.
 //
 // * Memory: activations/index arrays come from a caching cudaMalloc arena (DeviceArena);
-//   AllocFloats/AllocInts return zeroed device memory, like the CPU backend's calloc.
+//   AllocFloats/AllocInts return zeroed device memory, like the CPU backend's calloc;
+//   AllocUninitialized skips the zero-fill.
 // * Weights: uploaded once, in stored precision, on first use or by UploadWeight()
 //   (WeightCache); Linear dequantises tiles of rows to fp32 scratch and runs cuBLAS SGEMM
 //   (plain fp32 math, no TF32), so results match the CPU reference to fp32 rounding.
@@ -88,6 +89,8 @@ class CudaBackend final : public model::Backend {
   // --- model::Backend ------------------------------------------------------------------
   float* AllocFloats(int64_t n) override;
   int32_t* AllocInts(int64_t n) override;
+  // Arena memory without the zero-fill launch.
+  float* AllocUninitialized(int64_t n) override;
   void Free(void* p) override;
   void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
   void CopyToHost(void* dst, const void* src, int64_t bytes) override;
