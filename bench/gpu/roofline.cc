@@ -51,7 +51,8 @@ LayerWeights DenseLayer(const io::ModelConfig& config, int l) {
     w.Fp8(I, D), w.Fp8(I, D), w.Fp8(D, I);
   }
   if (config.IsEngramLayer(l)) {
-    const double cols = (t.engram_max_ngram_size - 1) * t.engram_n_heads * t.engram_head_dim;
+    const double cols = static_cast<double>(t.engram_max_ngram_size - 1) * t.engram_n_heads *
+                        static_cast<double>(t.engram_head_dim);
     w.Fp8((hc + 1) * D, cols);
   }
   return w;
@@ -67,7 +68,8 @@ void AttentionPerQuery(const io::ModelConfig& config, int l, int64_t n, double* 
   *bytes += window * kWindowRowBytes * d / 512;
   const int r = config.CompressRatio(l);
   if (r > 0) {
-    const double entries = static_cast<double>(n / r);
+    const int64_t visible = n / r;  // completed groups (integer division intended)
+    const double entries = static_cast<double>(visible);
     const double selected = std::min<double>(static_cast<double>(t.index_topk), entries);
     keys += selected;
     *bytes += selected * kEntryBytesPer512 * d / 512;
@@ -80,7 +82,8 @@ void AttentionPerQuery(const io::ModelConfig& config, int l, int64_t n, double* 
 }
 
 double EngramRowBytes(const io::TextConfig& t) {
-  return (t.engram_max_ngram_size - 1) * t.engram_n_heads * t.engram_head_dim * (1 + 1.0 / 32);
+  return static_cast<double>(t.engram_max_ngram_size - 1) * t.engram_n_heads *
+         static_cast<double>(t.engram_head_dim) * (1 + 1.0 / 32);
 }
 
 }  // namespace
