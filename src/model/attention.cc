@@ -142,7 +142,7 @@ void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
   backend_->CopyDeviceMany(writes.data(), static_cast<int64_t>(writes.size()));
 }
 
-void Model::GatherBatchIndexKeys(BatchContext& b, int gi) {
+void Model::GatherBatchIndexKeys(BatchContext& b, int gi, int64_t rows) {
   const int64_t ihd = config_.text().index_head_dim;
   std::vector<DeviceCopy> copies;
   for (ChunkContext& c : b.chunks) {
@@ -150,9 +150,10 @@ void Model::GatherBatchIndexKeys(BatchContext& b, int gi) {
     const int64_t n = group.n_entries();
     c.gathered_keys.resize(c.state->groups.size());
     c.gathered_key_rows.resize(c.state->groups.size(), -1);
+    if (!group.has_keys || n == 0) continue;
     // Entries are append-only, so rows gathered earlier in this forward are still valid.
-    if (!group.has_keys || n == 0 || c.gathered_key_rows[gi] == n) continue;
-    c.gathered_keys[gi] = DeviceFloats(backend_, n * ihd);
+    if (c.gathered_key_rows[gi] == n && c.gathered_keys[gi].size() >= rows * ihd) continue;
+    c.gathered_keys[gi] = DeviceFloats(backend_, rows * ihd);
     c.gathered_key_rows[gi] = n;
     AppendGatherGroupRows(c.state->blocks, group, GroupRows::kIndexKeys, ihd, n,
                           c.gathered_keys[gi].data(), &copies);
@@ -190,20 +191,12 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
     return group.has_keys ? group.n_entries() : 0;
   };
   int64_t most = 0;
-  bool some_empty = false;
-  for (const ChunkContext& c : b.chunks) {
-    most = std::max(most, entries(c));
-    some_empty = some_empty || entries(c) == 0;
-  }
+  for (const ChunkContext& c : b.chunks) most = std::max(most, entries(c));
   b.selection_group = gi;
   b.n_select = std::min<int64_t>(t.index_topk, most);
   if (b.n_select == 0) return;
   const int64_t k = b.n_select;
   b.selection = DeviceInts(backend_, R * k);
-  if (some_empty) {  // rows of sequences with nothing to select stay empty
-    const std::vector<int32_t> none(R * k, -1);
-    backend_->CopyToDevice(b.selection.data(), none.data(), R * k * sizeof(int32_t));
-  }
 
   DeviceFloats qi(backend_, R * nh * ihd), hw(backend_, R * nh);
   backend_->Linear(q_r, R, t.q_lora_rank, w.idx_wq_b, 0, nh * ihd, qi.data(), nh * ihd);
@@ -215,30 +208,37 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
   backend_->Linear(u, R, D, w.idx_weights_proj, 0, nh, hw.data(), nh);
   backend_->Scale(hw.data(), R * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
 
-  GatherBatchIndexKeys(b, gi);
-  const int cand = t.candidate_source_layer_id;
+  // Scores of every row against its own sequence's keys, padded to the largest group: entries
+  // past a sequence's own are never visible to it, so they score -inf, the candidate mask
+  // never keeps them and the top-k turns them into -1, exactly as a per-sequence call would.
+  // The mask and the top-k then run once for the whole batch.
+  GatherBatchIndexKeys(b, gi, most);
+  const int64_t ratio = b.chunks.front().state->groups[gi].ratio;
+  DeviceFloats scores(backend_, R * most);
   for (ChunkContext& c : b.chunks) {
-    const int64_t n = entries(c), T = c.T;
-    if (n == 0) continue;
-    const KvGroupState& group = c.state->groups[gi];
-    DeviceFloats scores(backend_, T * n);
-    backend_->IndexerScores(qi.data() + c.row0 * nh * ihd, hw.data() + c.row0 * nh, T, nh, ihd,
-                            c.gathered_keys[gi].data(), n, c.pos, group.ratio,
-                            1.0f / std::sqrt(static_cast<float>(ihd)), scores.data());
-    if (cand >= 0 && layer == cand) {
-      c.candidate_mask = DeviceInts(backend_, (T * n + 3) / 4);
-      c.mask_entries = n;
-      c.mask_group = gi;
-      backend_->CandidateMask(scores.data(), T, n, c.pos, group.ratio, t.candidate_block_size,
-                              t.candidate_topk_blocks,
-                              reinterpret_cast<uint8_t*>(c.candidate_mask.data()));
-    } else if (cand >= 0 && layer > cand && c.mask_group == gi && c.mask_entries == n) {
-      backend_->ApplyMask(scores.data(), reinterpret_cast<const uint8_t*>(c.candidate_mask.data()),
-                          T, n);
+    float* rows = scores.data() + c.row0 * most;
+    if (entries(c) == 0) {
+      backend_->Fill(rows, c.T * most, kNegInf);
+      continue;
     }
-    // k >= this chunk's min(index_topk, n): its own top-k, then -1 padding.
-    backend_->TopK(scores.data(), T, n, k, b.selection.data() + c.row0 * k);
+    backend_->IndexerScores(qi.data() + c.row0 * nh * ihd, hw.data() + c.row0 * nh, c.T, nh, ihd,
+                            c.gathered_keys[gi].data(), most, c.pos, ratio,
+                            1.0f / std::sqrt(static_cast<float>(ihd)), rows);
   }
+  const int cand = t.candidate_source_layer_id;
+  if (cand >= 0 && layer == cand) {
+    b.candidate_mask = DeviceInts(backend_, (R * most + 3) / 4);
+    b.mask_entries = most;
+    b.mask_group = gi;
+    backend_->CandidateMask(scores.data(), R, most, b.pos.data(), ratio, t.candidate_block_size,
+                            t.candidate_topk_blocks,
+                            reinterpret_cast<uint8_t*>(b.candidate_mask.data()));
+  } else if (cand >= 0 && layer > cand && b.mask_group == gi && b.mask_entries == most) {
+    backend_->ApplyMask(scores.data(), reinterpret_cast<const uint8_t*>(b.candidate_mask.data()), R,
+                        most);
+  }
+  // k >= every sequence's min(index_topk, entries): its own top-k, then -1 padding.
+  backend_->TopK(scores.data(), R, most, k, b.selection.data());
 }
 
 void Model::BatchAttention(int layer, BatchContext& b, const float* q, const float* kv_new,

@@ -15,15 +15,16 @@
 namespace deepinfer::model {
 namespace {
 
-const std::filesystem::path kTinyB =
-    std::filesystem::path(DEEPINFER_SHARED_DIR) / "goldens/v41/tiny_b";
-
-class ModelBatchTest : public ::testing::Test {
+// tiny_a has a candidate filter that drops blocks and index_topk 4; tiny_b keeps every block
+// and selects 64: batching must be exact for both.
+class ModelBatchTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    auto engram = LoadGoldenEngramConstants(kTinyB / "engram_hash.safetensors");
+    const std::filesystem::path dir =
+        std::filesystem::path(DEEPINFER_SHARED_DIR) / "goldens/v41" / GetParam();
+    auto engram = LoadGoldenEngramConstants(dir / "engram_hash.safetensors");
     ASSERT_TRUE(engram.ok()) << engram.status();
-    auto model = Model::Load(kTinyB, &backend_, *engram);
+    auto model = Model::Load(dir, &backend_, *engram);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = std::move(*model);
     values_.resize(1000);
@@ -52,7 +53,7 @@ class ModelBatchTest : public ::testing::Test {
   std::vector<float> values_;
 };
 
-TEST_F(ModelBatchTest, MixedBatchEqualsSeparateRuns) {
+TEST_P(ModelBatchTest, MixedBatchEqualsSeparateRuns) {
   const std::vector<int32_t> prompt = {0, 11, 23, 35, 47, 59, 61, 73, 85, 97, 101, 7, 9};
   const std::vector<int32_t> history = {0, 400, 300, 200, 100, 50, 25, 12, 6, 3, 4, 8};
   const std::vector<int32_t> one = {77}, two = {88};
@@ -87,7 +88,7 @@ TEST_F(ModelBatchTest, MixedBatchEqualsSeparateRuns) {
   EXPECT_EQ(c.length, 302);
 }
 
-TEST_F(ModelBatchTest, SyntheticContextState) {
+TEST_P(ModelBatchTest, SyntheticContextState) {
   const io::TextConfig& t = model_->config().text();
   SequenceState s = Synthetic(301);
   EXPECT_EQ(s.length, 301);
@@ -111,6 +112,8 @@ TEST_F(ModelBatchTest, SyntheticContextState) {
       model_->FillSyntheticContext(s, 10, values_.data(), 10, std::vector<int32_t>{}).ok());
   EXPECT_FALSE(model_->NewSequence(7).ok());  // not a multiple of the ratio 2
 }
+
+INSTANTIATE_TEST_SUITE_P(Goldens, ModelBatchTest, ::testing::Values("tiny_a", "tiny_b"));
 
 }  // namespace
 }  // namespace deepinfer::model

@@ -22,12 +22,10 @@ struct Model::ChunkContext {
   std::vector<int32_t> host_pos;  // [T]
   const int32_t* pos = nullptr;   // [T] backend memory (a slice of BatchContext::pos)
 
-  // Candidate-block mask published by the candidate source ([T, mask_entries] bytes).
-  DeviceInts candidate_mask;  // byte storage
-  int64_t mask_entries = -1;
-  int mask_group = -1;
   // Per KV-source group: its index keys gathered from the blocks (contiguous scratch for the
   // indexer) and how many rows it holds (-1: not gathered yet).
+  // Rows beyond the group's entries (up to the batch's largest group) are allocated but
+  // unspecified: the indexer scores them -inf without using them.
   std::vector<DeviceFloats> gathered_keys;
   std::vector<int64_t> gathered_key_rows;
 };
@@ -44,6 +42,10 @@ struct Model::BatchContext {
   DeviceInts selection;
   int64_t n_select = 0;
   int selection_group = -1;
+  // Candidate-block mask published by the candidate source: [rows, mask_entries] bytes.
+  DeviceInts candidate_mask;  // byte storage
+  int64_t mask_entries = -1;
+  int mask_group = -1;
   // Per KV-source group: every chunk's entries gathered into one buffer (chunk after chunk,
   // chunk i's rows from comp_offsets[gi][i]); empty until an attention layer needs them.
   std::vector<DeviceFloats> comp_entries;
