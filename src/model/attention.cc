@@ -142,23 +142,39 @@ void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
   backend_->CopyDeviceMany(writes.data(), static_cast<int64_t>(writes.size()));
 }
 
-void Model::GatherBatchIndexKeys(BatchContext& b, int gi, int64_t rows) {
+void Model::GatherBatchIndexKeys(BatchContext& b, int gi) {
   const int64_t ihd = config_.text().index_head_dim;
+  const size_t n_groups = b.chunks.front().state->groups.size();
+  b.index_keys.resize(n_groups);
+  b.index_key_ranges.resize(n_groups);
+  // Entries are append-only and only the source layer (which comes first) adds them, so keys
+  // gathered earlier in this forward are still complete.
+  if (b.index_keys[gi].data() != nullptr) return;
+  std::vector<int32_t> ranges(2 * b.rows);
   std::vector<DeviceCopy> copies;
-  for (ChunkContext& c : b.chunks) {
+  int64_t total = 0;
+  for (const ChunkContext& c : b.chunks) {
     const KvGroupState& group = c.state->groups[gi];
-    const int64_t n = group.n_entries();
-    c.gathered_keys.resize(c.state->groups.size());
-    c.gathered_key_rows.resize(c.state->groups.size(), -1);
-    if (!group.has_keys || n == 0) continue;
-    // Entries are append-only, so rows gathered earlier in this forward are still valid.
-    if (c.gathered_key_rows[gi] == n && c.gathered_keys[gi].size() >= rows * ihd) continue;
-    c.gathered_keys[gi] = DeviceFloats(backend_, rows * ihd);
-    c.gathered_key_rows[gi] = n;
-    AppendGatherGroupRows(c.state->blocks, group, GroupRows::kIndexKeys, ihd, n,
-                          c.gathered_keys[gi].data(), &copies);
+    const int64_t n = group.has_keys ? group.n_entries() : 0;
+    for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
+      ranges[r] = static_cast<int32_t>(total);
+      ranges[b.rows + r] = static_cast<int32_t>(n);
+    }
+    total += n;
+  }
+  b.index_keys[gi] = DeviceFloats(backend_, std::max<int64_t>(total, 1) * ihd);
+  int64_t at = 0;
+  for (const ChunkContext& c : b.chunks) {
+    const KvGroupState& group = c.state->groups[gi];
+    if (!group.has_keys || group.n_entries() == 0) continue;
+    AppendGatherGroupRows(c.state->blocks, group, GroupRows::kIndexKeys, ihd, group.n_entries(),
+                          b.index_keys[gi].data() + at * ihd, &copies);
+    at += group.n_entries();
   }
   backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
+  b.index_key_ranges[gi] = DeviceInts(backend_, 2 * b.rows);
+  backend_->CopyToDevice(b.index_key_ranges[gi].data(), ranges.data(),
+                         ranges.size() * sizeof(int32_t));
 }
 
 void Model::GatherBatchEntries(BatchContext& b, int gi) {
@@ -208,23 +224,17 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
   backend_->Linear(u, R, D, w.idx_weights_proj, 0, nh, hw.data(), nh);
   backend_->Scale(hw.data(), R * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
 
-  // Scores of every row against its own sequence's keys, padded to the largest group: entries
-  // past a sequence's own are never visible to it, so they score -inf, the candidate mask
-  // never keeps them and the top-k turns them into -1, exactly as a per-sequence call would.
-  // The mask and the top-k then run once for the whole batch.
-  GatherBatchIndexKeys(b, gi, most);
+  // Scores of every row against its own sequence's keys (one varlen call), padded to the
+  // largest group: entries past a sequence's own are never visible to it, so they score -inf,
+  // the candidate mask never keeps them and the top-k turns them into -1, exactly as a
+  // per-sequence call would. The mask and the top-k then run once for the whole batch.
+  GatherBatchIndexKeys(b, gi);
   const int64_t ratio = b.chunks.front().state->groups[gi].ratio;
   DeviceFloats scores(backend_, R * most);
-  for (ChunkContext& c : b.chunks) {
-    float* rows = scores.data() + c.row0 * most;
-    if (entries(c) == 0) {
-      backend_->Fill(rows, c.T * most, kNegInf);
-      continue;
-    }
-    backend_->IndexerScores(qi.data() + c.row0 * nh * ihd, hw.data() + c.row0 * nh, c.T, nh, ihd,
-                            c.gathered_keys[gi].data(), most, c.pos, ratio,
-                            1.0f / std::sqrt(static_cast<float>(ihd)), rows);
-  }
+  const int32_t* ranges = b.index_key_ranges[gi].data();
+  backend_->IndexerScoresVarlen(qi.data(), hw.data(), R, nh, ihd, b.index_keys[gi].data(), ranges,
+                                ranges + R, most, b.pos.data(), ratio,
+                                1.0f / std::sqrt(static_cast<float>(ihd)), scores.data());
   const int cand = t.candidate_source_layer_id;
   if (cand >= 0 && layer == cand) {
     b.candidate_mask = DeviceInts(backend_, (R * most + 3) / 4);

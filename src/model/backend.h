@@ -203,6 +203,13 @@ class Backend {
   virtual void IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                              const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
                              float scale, float* scores) = 0;
+  // Several sequences in one call: row t scores entries 0 .. key_len[t]-1 of its own sequence,
+  // stored at rows key_offset[t] .. of `keys`; s[t, g] for g < n_keys (the row stride) as
+  // above, and kNegInf for g >= key_len[t]. key_offset / key_len: int32 [T], backend memory.
+  virtual void IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads,
+                                   int64_t dim, const float* keys, const int32_t* key_offset,
+                                   const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                                   int64_t ratio, float scale, float* scores) = 0;
   // Candidate blocks (two-level top-k): per row, block score = max over `block` entries,
   // the block of the newest visible entry (q_pos+1)/ratio-1 forced to +inf; keep the best
   // `keep_blocks` with a visible entry. mask[t, g] = 1 for entries in kept blocks.

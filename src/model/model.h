@@ -110,9 +110,9 @@ class Model {
   void BatchAttention(int layer, BatchContext& b, const float* q, const float* kv_new, float* o);
   // Every chunk's compressed entries of group gi in one buffer (BatchContext::comp_entries).
   void GatherBatchEntries(BatchContext& b, int gi);
-  // Every chunk's index keys of group gi gathered (ChunkContext::gathered_keys, `rows` rows
-  // allocated each), one call.
-  void GatherBatchIndexKeys(BatchContext& b, int gi, int64_t rows);
+  // Every chunk's index keys of group gi in one buffer with per-row ranges
+  // (BatchContext::index_keys / index_key_ranges), once per forward.
+  void GatherBatchIndexKeys(BatchContext& b, int gi);
   // Compressor of KV source `layer` (group gi) over every chunk's new tokens.
   void Compress(int layer, BatchContext& b, const float* u, int gi);
   void Indexer(int layer, BatchContext& b, const float* u, const float* q_r, int gi);

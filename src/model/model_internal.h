@@ -21,13 +21,6 @@ struct Model::ChunkContext {
   int64_t row0 = 0;               // its first row in the batch
   std::vector<int32_t> host_pos;  // [T]
   const int32_t* pos = nullptr;   // [T] backend memory (a slice of BatchContext::pos)
-
-  // Per KV-source group: its index keys gathered from the blocks (contiguous scratch for the
-  // indexer) and how many rows it holds (-1: not gathered yet).
-  // Rows beyond the group's entries (up to the batch's largest group) are allocated but
-  // unspecified: the indexer scores them -inf without using them.
-  std::vector<DeviceFloats> gathered_keys;
-  std::vector<int64_t> gathered_key_rows;
 };
 
 struct Model::BatchContext {
@@ -50,6 +43,10 @@ struct Model::BatchContext {
   // chunk i's rows from comp_offsets[gi][i]); empty until an attention layer needs them.
   std::vector<DeviceFloats> comp_entries;
   std::vector<std::vector<int64_t>> comp_offsets;
+  // Likewise every chunk's index keys (for the varlen indexer), with per-row key ranges
+  // (int32: key_offset [rows], then key_len [rows]).
+  std::vector<DeviceFloats> index_keys;
+  std::vector<DeviceInts> index_key_ranges;
 };
 
 }  // namespace deepinfer::model

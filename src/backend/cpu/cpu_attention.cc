@@ -97,9 +97,19 @@ void CpuBackend::GatedPool(const float* c, const float* z, int64_t groups, int64
 void CpuBackend::IndexerScores(const float* q, const float* w, int64_t T, int64_t heads,
                                int64_t dim, const float* keys, int64_t n_keys, const int32_t* q_pos,
                                int64_t ratio, float scale, float* scores) {
+  IndexerScoresVarlen(q, w, T, heads, dim, keys, nullptr, nullptr, n_keys, q_pos, ratio, scale,
+                      scores);
+}
+
+void CpuBackend::IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads,
+                                     int64_t dim, const float* keys, const int32_t* key_offset,
+                                     const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                                     int64_t ratio, float scale, float* scores) {
   base::ThreadPool::Default().ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t visible = (static_cast<int64_t>(q_pos[t]) + 1) / ratio;
+      const float* own = keys + (key_offset ? static_cast<int64_t>(key_offset[t]) : 0) * dim;
+      const int64_t len = key_len ? std::min<int64_t>(key_len[t], n_keys) : n_keys;
+      const int64_t visible = std::min<int64_t>((static_cast<int64_t>(q_pos[t]) + 1) / ratio, len);
       for (int64_t g = 0; g < n_keys; ++g) {
         float* s = scores + t * n_keys + g;
         if (g >= visible) {
@@ -108,7 +118,7 @@ void CpuBackend::IndexerScores(const float* q, const float* w, int64_t T, int64_
         }
         double acc = 0.0;
         for (int64_t h = 0; h < heads; ++h) {
-          const double dot = Dot(q + (t * heads + h) * dim, keys + g * dim, dim);
+          const double dot = Dot(q + (t * heads + h) * dim, own + g * dim, dim);
           acc += std::max(dot, 0.0) * scale * w[t * heads + h];
         }
         *s = static_cast<float>(acc);

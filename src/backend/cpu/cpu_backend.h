@@ -53,6 +53,10 @@ class CpuBackend final : public model::Backend {
   void IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                      const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
                      float scale, float* scores) override;
+  void IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
+                           const float* keys, const int32_t* key_offset, const int32_t* key_len,
+                           int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
+                           float* scores) override;
   void CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos, int64_t ratio,
                      int64_t block, int64_t keep_blocks, uint8_t* mask) override;
   void ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) override;

@@ -560,6 +560,70 @@ TEST_F(CudaAttentionTest, IndexerScoresTiledKeysStrict) {
   }
 }
 
+// Varlen indexer: several sequences' keys in one buffer, each row scoring only its own
+// (entries past them -inf), against the CPU reference and against separate GPU calls.
+TEST_F(CudaAttentionTest, IndexerScoresVarlenMatchesCpuAndSeparateCalls) {
+  const int64_t heads = 32, dim = 128, ratio = 1;
+  // Keys per sequence (one empty) and rows (tokens) per sequence.
+  const std::vector<int64_t> lens = {700, 0, 64, 1500, 5};
+  const std::vector<int64_t> rows_of = {1, 1, 3, 1, 2};
+  int64_t total = 0, n_max = 0, T = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    total += lens[i];
+    n_max = std::max(n_max, lens[i]);
+    T += rows_of[i];
+  }
+  const std::vector<float> q = Normal(T * heads * dim), w = Normal(T * heads),
+                           keys = Normal(total * dim);
+  std::vector<int32_t> offset(T), len(T), q_pos(T);
+  int64_t row = 0, at = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    for (int64_t j = 0; j < rows_of[i]; ++j, ++row) {
+      offset[row] = static_cast<int32_t>(at);
+      len[row] = static_cast<int32_t>(lens[i]);
+      // The last row of a sequence sees all its entries; earlier ones fewer.
+      q_pos[row] = static_cast<int32_t>(std::max<int64_t>(lens[i] - rows_of[i] + j, 0));
+    }
+    at += lens[i];
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  std::vector<float> expected(T * n_max);
+  cpu_.IndexerScoresVarlen(q.data(), w.data(), T, heads, dim, keys.data(), offset.data(),
+                           len.data(), n_max, q_pos.data(), ratio, scale, expected.data());
+  float* out = PoisonedFloats(T * n_max);
+  float* gq = ToGpu(q);
+  float* gw = ToGpu(w);
+  float* gk = ToGpu(keys);
+  int32_t* gpos = ToGpu(q_pos);
+  gpu_->IndexerScoresVarlen(gq, gw, T, heads, dim, gk, ToGpu(offset), ToGpu(len), n_max, gpos,
+                            ratio, scale, out);
+  const std::vector<float> got = FromGpu(out, T * n_max);
+  EXPECT_TRUE(AllClose(got, expected, 1e-5, 2e-6 * std::max(1.0f, MaxAbs(expected))));
+  // Entries past a row's own keys are exactly -inf; the empty sequence's row is all -inf.
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t g = len[t]; g < n_max; ++g) ASSERT_TRUE(std::isinf(got[t * n_max + g])) << t;
+  }
+  // Separate single-sequence GPU calls give the same scores on each row's own entries.
+  row = 0;
+  at = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    if (lens[i] > 0) {
+      float* one = PoisonedFloats(rows_of[i] * lens[i]);
+      gpu_->IndexerScores(gq + row * heads * dim, gw + row * heads, rows_of[i], heads, dim,
+                          gk + at * dim, lens[i], gpos + row, ratio, scale, one);
+      const std::vector<float> alone = FromGpu(one, rows_of[i] * lens[i]);
+      for (int64_t j = 0; j < rows_of[i]; ++j) {
+        const std::vector<float> a(alone.begin() + j * lens[i], alone.begin() + (j + 1) * lens[i]);
+        const std::vector<float> v(got.begin() + (row + j) * n_max,
+                                   got.begin() + (row + j) * n_max + lens[i]);
+        EXPECT_TRUE(AllClose(v, a, 1e-6, 1e-6)) << "sequence " << i << " row " << j;
+      }
+    }
+    row += rows_of[i];
+    at += lens[i];
+  }
+}
+
 // Scores with many exact ties (small integers), +-0.0, -inf tails and a few +inf.
 std::vector<float> TiedScores(CudaVsCpuTest* test, int64_t n, std::vector<int32_t> ints) {
   (void)test;

@@ -121,6 +121,22 @@ void CudaBackend::IndexerScores(const float* q, const float* w, int64_t T, int64
   Done("IndexerScores");
 }
 
+void CudaBackend::IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads,
+                                      int64_t dim, const float* keys, const int32_t* key_offset,
+                                      const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                                      int64_t ratio, float scale, float* scores) {
+  if (T <= 0 || n_keys <= 0 || !Usable()) return;
+  if (kernels::IndexerScoresSharedBytes(heads, dim) > kernels::kMaxSharedBytes || T > 65535) {
+    return Fail(Unsupported("IndexerScoresVarlen", "heads x dim " + std::to_string(heads) + " x " +
+                                                       std::to_string(dim) + ", T " +
+                                                       std::to_string(T)));
+  }
+  Check(kernels::IndexerScoresVarlen(q, w, T, heads, dim, keys, key_offset, key_len, n_keys, q_pos,
+                                     ratio, scale, scores, stream_),
+        "IndexerScoresVarlen");
+  Done("IndexerScoresVarlen");
+}
+
 void CudaBackend::CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
                                 int64_t ratio, int64_t block, int64_t keep_blocks, uint8_t* mask) {
   if (T <= 0 || n <= 0 || !Usable()) return;

@@ -420,15 +420,20 @@ static_assert(kIdxKeysPerBlock % (kIdxThreads / 32) == 0, "whole keys per warp")
 // the dots of heads h, h + 32, ... (float4 steps; channels >= dim are zero on both sides).
 __global__ void __launch_bounds__(kIdxThreads)
     IndexerScoresKernel(const float* q, const float* w, int64_t heads, int64_t dim,
-                        const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
-                        float scale, float* scores) {
+                        const float* keys, const int32_t* key_offset, const int32_t* key_len,
+                        int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
+                        float* scores) {
   extern __shared__ __align__(16) float smem[];
   const int64_t stride = IdxStride(dim);
   float* q_s = smem;                             // [heads, stride]
   float* k_s = q_s + heads * stride;             // [kIdxKeysPerBlock, stride]
   float* w_s = k_s + kIdxKeysPerBlock * stride;  // [heads]
   const int64_t t = blockIdx.y, g0 = int64_t{blockIdx.x} * kIdxKeysPerBlock;
-  const int64_t visible = (static_cast<int64_t>(q_pos[t]) + 1) / ratio;
+  // Varlen: this row's own keys and how many it has (entries past them are never visible).
+  if (key_offset != nullptr) keys += static_cast<int64_t>(key_offset[t]) * dim;
+  const int64_t own = key_len != nullptr && key_len[t] < n_keys ? key_len[t] : n_keys;
+  const int64_t by_pos = (static_cast<int64_t>(q_pos[t]) + 1) / ratio;
+  const int64_t visible = by_pos < own ? by_pos : own;
   const int64_t n_tile = n_keys - g0 < kIdxKeysPerBlock ? n_keys - g0 : kIdxKeysPerBlock;
   if (g0 >= visible) {  // nothing visible in this block (uniform: before any barrier)
     for (int64_t kk = threadIdx.x; kk < n_tile; kk += kIdxThreads) {
@@ -442,7 +447,7 @@ __global__ void __launch_bounds__(kIdxThreads)
   }
   for (int64_t e = threadIdx.x; e < kIdxKeysPerBlock * stride; e += kIdxThreads) {
     const int64_t kk = e / stride, i = e - kk * stride;
-    k_s[e] = kk < n_tile && i < dim ? keys[(g0 + kk) * dim + i] : 0.0f;
+    k_s[e] = kk < n_tile && g0 + kk < own && i < dim ? keys[(g0 + kk) * dim + i] : 0.0f;
   }
   for (int64_t h = threadIdx.x; h < heads; h += kIdxThreads) w_s[h] = w[t * heads + h];
   __syncthreads();
@@ -560,6 +565,14 @@ int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim) {
 cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                           const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
                           float scale, float* scores, cudaStream_t stream) {
+  return IndexerScoresVarlen(q, w, T, heads, dim, keys, nullptr, nullptr, n_keys, q_pos, ratio,
+                             scale, scores, stream);
+}
+
+cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads,
+                                int64_t dim, const float* keys, const int32_t* key_offset,
+                                const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                                int64_t ratio, float scale, float* scores, cudaStream_t stream) {
   if (T <= 0 || n_keys <= 0) return cudaSuccess;
   const int64_t smem = IndexerScoresSharedBytes(heads, dim);
   if (smem > kMaxSharedBytes || T > 65535 || ratio <= 0) return cudaErrorInvalidValue;
@@ -571,7 +584,7 @@ cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t hea
   const dim3 grid(static_cast<unsigned>((n_keys + kIdxKeysPerBlock - 1) / kIdxKeysPerBlock),
                   static_cast<unsigned>(T));
   IndexerScoresKernel<<<grid, kIdxThreads, static_cast<size_t>(smem), stream>>>(
-      q, w, heads, dim, keys, n_keys, q_pos, ratio, scale, scores);
+      q, w, heads, dim, keys, key_offset, key_len, n_keys, q_pos, ratio, scale, scores);
   return cudaGetLastError();
 }
 

@@ -136,6 +136,12 @@ cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_w
 cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                           const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
                           float scale, float* scores, cudaStream_t stream);
+// Varlen: row t reads rows key_offset[t] .. of keys, entries >= key_len[t] are -inf (both
+// int32 [T] device arrays; null = the single-sequence meaning).
+cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads,
+                                int64_t dim, const float* keys, const int32_t* key_offset,
+                                const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                                int64_t ratio, float scale, float* scores, cudaStream_t stream);
 // Shared memory IndexerScores needs (the caller checks it against kMaxSharedBytes).
 int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim);
 
