@@ -38,16 +38,23 @@ void LocalExpertDispatcher::Combine(std::vector<ExpertBatch>& batches, int64_t D
   }
 }
 
-Routing MoeLayer::Route(const MoeWeights& w, const float* v, int64_t T, int64_t D) {
+void MoeLayer::RouteOnDevice(const MoeWeights& w, const float* v, int64_t T, int64_t D,
+                             DeviceInts* experts, DeviceFloats* weights) {
   const int64_t E = w.gate.rows;
   CHECK_EQ(w.gate.cols, D);
   DeviceFloats logits(backend_, T * E);
   backend_->Linear(v, T, D, w.gate, 0, E, logits.data(), E, false);
   if (opt_.gate_temp != 1.0f) backend_->Scale(logits.data(), T * E, 1.0f / opt_.gate_temp);
-  DeviceInts experts(backend_, T * opt_.top_k);
-  DeviceFloats weights(backend_, T * opt_.top_k);
+  *experts = DeviceInts(backend_, T * opt_.top_k);
+  *weights = DeviceFloats(backend_, T * opt_.top_k);
   backend_->RouteSqrtSoftplus(logits.data(), w.bias.data(), T, E, opt_.top_k, opt_.renormalise,
-                              opt_.routed_scale, experts.data(), weights.data());
+                              opt_.routed_scale, experts->data(), weights->data());
+}
+
+Routing MoeLayer::Route(const MoeWeights& w, const float* v, int64_t T, int64_t D) {
+  DeviceInts experts;
+  DeviceFloats weights;
+  RouteOnDevice(w, v, T, D, &experts, &weights);
   Routing r;
   r.tokens = T;
   r.k = opt_.top_k;
@@ -78,14 +85,9 @@ void MoeLayer::RunExperts(const MoeWeights& w, std::vector<ExpertBatch>& batches
 
 bool MoeLayer::ForwardFused(const MoeWeights& w, const float* v, int64_t T, int64_t D, float* y) {
   if (w.experts.empty() || !backend_->CanFuseRoutedExperts(T, w.experts[0])) return false;
-  const int64_t E = w.gate.rows;
-  DeviceFloats logits(backend_, T * E);
-  backend_->Linear(v, T, D, w.gate, 0, E, logits.data(), E, false);
-  if (opt_.gate_temp != 1.0f) backend_->Scale(logits.data(), T * E, 1.0f / opt_.gate_temp);
-  DeviceInts experts(backend_, T * opt_.top_k);
-  DeviceFloats weights(backend_, T * opt_.top_k);
-  backend_->RouteSqrtSoftplus(logits.data(), w.bias.data(), T, E, opt_.top_k, opt_.renormalise,
-                              opt_.routed_scale, experts.data(), weights.data());
+  DeviceInts experts;
+  DeviceFloats weights;
+  RouteOnDevice(w, v, T, D, &experts, &weights);
   RoutedExpertsArgs args;
   args.x = v;
   args.T = T;

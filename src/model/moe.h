@@ -71,6 +71,9 @@ class MoeLayer {
   void Forward(const MoeWeights& w, const float* v, int64_t T, int64_t D, float* y);
 
   Routing Route(const MoeWeights& w, const float* v, int64_t T, int64_t D);
+  // The router on the device: experts / weights [T, top_k] in backend memory.
+  void RouteOnDevice(const MoeWeights& w, const float* v, int64_t T, int64_t D, DeviceInts* experts,
+                     DeviceFloats* weights);
   // Routes on the device and runs Backend::RoutedExperts into y; false if the backend has
   // no fused path (y untouched).
   bool ForwardFused(const MoeWeights& w, const float* v, int64_t T, int64_t D, float* y);

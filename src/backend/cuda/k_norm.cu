@@ -54,6 +54,22 @@ __device__ void SinkhornComb(float* c, int hc, float eps, int iters) {
   }
 }
 
+// From token t's mix logits z [(2+hc)*hc] (rms-normalised): pre, post and the
+// Sinkhorn-normalised comb. One thread.
+__device__ void WriteMix(const float* z, int64_t t, int64_t hc, const float* scale,
+                         const float* base, float hc_eps, int sinkhorn_iters, float* pre,
+                         float* post, float* comb) {
+  const int h = static_cast<int>(hc);
+  for (int k = 0; k < h; ++k) {
+    pre[t * hc + k] = Sigmoid(z[k] * scale[0] + base[k]) + hc_eps;
+    post[t * hc + k] = 2.0f * Sigmoid(z[h + k] * scale[1] + base[h + k]);
+  }
+  float c[kMaxHc * kMaxHc];
+  for (int i = 0; i < h * h; ++i) c[i] = z[2 * h + i] * scale[2] + base[2 * h + i];
+  SinkhornComb(c, h, hc_eps, sinkhorn_iters);
+  for (int i = 0; i < h * h; ++i) comb[t * hc * hc + i] = c[i];
+}
+
 // One block per token: z = rmsnorm(x[t]) . fn^T (n_mix outputs), then pre/post/comb.
 __global__ void HcMixKernel(const float* x, int64_t hc, int64_t D, const float* fn,
                             const float* scale, const float* base, float norm_eps, float hc_eps,
@@ -96,15 +112,7 @@ __global__ void HcMixKernel(const float* x, int64_t hc, int64_t D, const float* 
   __syncthreads();
   if (threadIdx.x != 0) return;
 
-  const int h = static_cast<int>(hc);
-  for (int k = 0; k < h; ++k) {
-    pre[t * hc + k] = Sigmoid(z[k] * scale[0] + base[k]) + hc_eps;
-    post[t * hc + k] = 2.0f * Sigmoid(z[h + k] * scale[1] + base[h + k]);
-  }
-  float c[kMaxHc * kMaxHc];
-  for (int i = 0; i < h * h; ++i) c[i] = z[2 * h + i] * scale[2] + base[2 * h + i];
-  SinkhornComb(c, h, hc_eps, sinkhorn_iters);
-  for (int i = 0; i < h * h; ++i) comb[t * hc * hc + i] = c[i];
+  WriteMix(z, t, hc, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
 }
 
 // Split pre-mix for few tokens (decode): block (t, s) reduces slice s of token t's flattened
@@ -159,15 +167,7 @@ __global__ void HcMixFinishKernel(const float* partial, int64_t splits, int64_t 
   if (threadIdx.x != 0) return;
   const float inv = 1.0f / sqrtf(z[kMaxMix] / static_cast<float>(width) + norm_eps);
   for (int j = 0; j < n_mix; ++j) z[j] *= inv;
-  const int h = static_cast<int>(hc);
-  for (int k = 0; k < h; ++k) {
-    pre[t * hc + k] = Sigmoid(z[k] * scale[0] + base[k]) + hc_eps;
-    post[t * hc + k] = 2.0f * Sigmoid(z[h + k] * scale[1] + base[h + k]);
-  }
-  float c[kMaxHc * kMaxHc];
-  for (int i = 0; i < h * h; ++i) c[i] = z[2 * h + i] * scale[2] + base[2 * h + i];
-  SinkhornComb(c, h, hc_eps, sinkhorn_iters);
-  for (int i = 0; i < h * h; ++i) comb[t * hc * hc + i] = c[i];
+  WriteMix(z, t, hc, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
 }
 
 // One block per (token, stream).
