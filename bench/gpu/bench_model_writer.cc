@@ -5,7 +5,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <system_error>
 
 #include "base/clock.h"
@@ -14,6 +13,7 @@
 #include "io/checkpoint_schema.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "model/demo_model.h"
 #include "model/engram_hash.h"
 #include "model/engram_hash_token_map.h"
 #include "tokenizer/tokenizer.h"
@@ -22,36 +22,6 @@ namespace deepinfer::bench {
 namespace {
 
 namespace fs = std::filesystem;
-
-base::Status WriteText(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out || !(out << text) || !out.flush()) {
-    return base::UnavailableError("cannot write " + path.string());
-  }
-  return base::Status::Ok();
-}
-
-// Copies `from` to `to`, owner-writable (the source may be read-only).
-base::Status CopyFile(const fs::path& from, const fs::path& to) {
-  std::error_code ec;
-  fs::copy_file(from, to, ec);
-  if (!ec) {
-    fs::permissions(to,
-                    fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                        fs::perms::others_read,
-                    ec);
-  }
-  if (ec) return base::UnavailableError("cannot copy " + from.string() + ": " + ec.message());
-  return base::Status::Ok();
-}
-
-base::Status CopyTokenizer(const fs::path& tokenizer_json, const fs::path& dir) {
-  DI_RETURN_IF_ERROR(CopyFile(tokenizer_json, dir / "tokenizer.json"));
-  const fs::path config = tokenizer_json.parent_path() / "tokenizer_config.json";
-  std::error_code ec;
-  if (fs::exists(config, ec)) DI_RETURN_IF_ERROR(CopyFile(config, dir / "tokenizer_config.json"));
-  return base::Status::Ok();
-}
 
 base::Status ErrnoError(const std::string& what, const fs::path& path) {
   return base::UnavailableError(what + " " + path.string() + ": " + std::strerror(errno));
@@ -129,10 +99,7 @@ base::StatusOr<BenchModelSummary> WriteBenchModel(const fs::path& dir,
       BenchModelConfigJson(options.scale, compressed_vocab).dump(2) + "\n";
   DI_ASSIGN_OR_RETURN(const io::ModelConfig config,
                       io::ParseModelConfig(config_text, "bench model config.json"));
-  DI_RETURN_IF_ERROR(WriteText(dir / "config.json", config_text));
-  DI_RETURN_IF_ERROR(WriteText(dir / "generation_config.json",
-                               "{\n  \"bos_token_id\": 0,\n  \"eos_token_id\": 1\n}\n"));
-  DI_RETURN_IF_ERROR(CopyTokenizer(tokenizer_json, dir));
+  DI_RETURN_IF_ERROR(model::WriteCheckpointSideFiles(dir, config_text, tokenizer_json));
 
   const CheckpointPlan plan = PlanCheckpoint(config);
   const base::Stopwatch write_stopwatch;

@@ -290,11 +290,17 @@ base::Status WriteDemoModel(const fs::path& dir, const DemoModelOptions& options
       DemoModelConfigJson(options.size, compressed_vocab).dump(2) + "\n";
   DI_ASSIGN_OR_RETURN(const io::ModelConfig config,
                       io::ParseModelConfig(config_text, "demo model config.json"));
+  DI_RETURN_IF_ERROR(WriteCheckpointSideFiles(dir, config_text, tokenizer_json));
+  return WriteWeights(dir, config, options.seed);
+}
+
+base::Status WriteCheckpointSideFiles(const std::filesystem::path& dir,
+                                      const std::string& config_text,
+                                      const std::filesystem::path& tokenizer_json) {
   DI_RETURN_IF_ERROR(WriteText(dir / "config.json", config_text));
   DI_RETURN_IF_ERROR(WriteText(dir / "generation_config.json",
                                "{\n  \"bos_token_id\": 0,\n  \"eos_token_id\": 1\n}\n"));
-  DI_RETURN_IF_ERROR(CopyTokenizer(tokenizer_json, dir));
-  return WriteWeights(dir, config, options.seed);
+  return CopyTokenizer(tokenizer_json, dir);
 }
 
 }  // namespace deepinfer::model

@@ -73,6 +73,12 @@ nlohmann::ordered_json DemoModelConfigJson(const DemoModelSize& size,
 // (+ tokenizer_config.json). Same options -> byte-identical files.
 base::Status WriteDemoModel(const std::filesystem::path& dir, const DemoModelOptions& options);
 
+// The files beside the weights of a generated checkpoint in `dir`: config.json (config_text),
+// generation_config.json (bos 0, eos 1), tokenizer.json (+ tokenizer_config.json beside it).
+base::Status WriteCheckpointSideFiles(const std::filesystem::path& dir,
+                                      const std::string& config_text,
+                                      const std::filesystem::path& tokenizer_json);
+
 // The cache root: $DEEPINFER_CACHE_DIR, else $XDG_CACHE_HOME/deepinfer, else
 // $HOME/.cache/deepinfer.
 base::StatusOr<std::filesystem::path> DeepinferCacheDir();
