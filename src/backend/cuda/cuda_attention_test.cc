@@ -64,34 +64,6 @@ class CudaAttentionTest : public CudaVsCpuTest {
                                 int64_t window, int64_t n_select);
   // The varlen call of `in` with every array copied to the device (out: NaN-poisoned).
   model::SparseAttentionArgs VarlenGpuArgs(const VarlenInputs& in);
-
-  // Device microseconds per call of `call` (enqueues on gpu_'s stream), averaged over 200
-  // calls after 10 warm-up calls; -1 (and a test failure) on a CUDA or backend error.
-  double DeviceMicrosPerCall(const std::function<void()>& call) {
-    for (int i = 0; i < 10; ++i) call();
-    if (!gpu_->Synchronize().ok()) return Failed("warm-up");
-    cudaEvent_t start = nullptr, stop = nullptr;
-    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
-      return Failed("cudaEventCreate");
-    }
-    const int iters = 200;
-    cudaEventRecord(start, gpu_->stream());
-    for (int i = 0; i < iters; ++i) call();
-    cudaEventRecord(stop, gpu_->stream());
-    float ms = -1.0f;
-    const bool timed = cudaEventSynchronize(stop) == cudaSuccess &&
-                       cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    if (!timed || !gpu_->Synchronize().ok()) return Failed("timed calls");
-    return 1000.0 * ms / iters;
-  }
-
- private:
-  static double Failed(const char* what) {
-    ADD_FAILURE() << what << " failed";
-    return -1.0;
-  }
 };
 
 void CudaAttentionTest::CheckSparseAttention(const AttnShape& s, const AttnInputs& in, double rtol,

@@ -227,4 +227,28 @@ float MaxAbs(const std::vector<float>& v) {
          << bad << " of " << actual.size() << " elements differ bitwise:" << first.str();
 }
 
+double CudaVsCpuTest::DeviceMicrosPerCall(const std::function<void()>& call) {
+  const auto failed = [](const char* what) {
+    ADD_FAILURE() << "timing failed: " << what;
+    return -1.0;
+  };
+  for (int i = 0; i < 10; ++i) call();
+  if (!gpu_->Synchronize().ok()) return failed("warm-up");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    return failed("cudaEventCreate");
+  }
+  constexpr int kIters = 200;
+  cudaEventRecord(start, gpu_->stream());
+  for (int i = 0; i < kIters; ++i) call();
+  cudaEventRecord(stop, gpu_->stream());
+  float ms = -1.0f;
+  const bool timed = cudaEventSynchronize(stop) == cudaSuccess &&
+                     cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (!timed || !gpu_->Synchronize().ok()) return failed("timed calls");
+  return 1000.0 * ms / kIters;
+}
+
 }  // namespace deepinfer::backend::cuda::testing

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,6 +50,11 @@ class CudaVsCpuTest : public ::testing::Test {
   std::vector<float> FromGpu(const float* dev, int64_t n);
   std::vector<int32_t> FromGpu(const int32_t* dev, int64_t n);
   std::vector<uint8_t> BytesFromGpu(const uint8_t* dev, int64_t n);
+
+  // Device microseconds per call of `call` (which enqueues on gpu_'s stream), averaged over
+  // 200 calls after 10 warm-up calls; -1 (and a test failure) on a CUDA or backend error.
+  // For the DISABLED_ timing tests.
+  double DeviceMicrosPerCall(const std::function<void()>& call);
 
   std::unique_ptr<CudaBackend> gpu_;
   cpu::CpuBackend cpu_;

@@ -176,34 +176,6 @@ class CudaTopKTest : public CudaVsCpuTest {
     gpu_->CandidateMask(ToGpu(s), T, n, ToGpu(q_pos), ratio, block, keep, mask);
     EXPECT_TRUE(SameMask(BytesFromGpu(mask, T * n), expected, n));
   }
-
-  // Device microseconds per call of `call`, averaged over 200 calls after 10 warm-up
-  // calls; -1 (and a test failure) on a CUDA or backend error.
-  double DeviceMicrosPerCall(const std::function<void()>& call) {
-    for (int i = 0; i < 10; ++i) call();
-    if (!gpu_->Synchronize().ok()) return Failed("warm-up");
-    cudaEvent_t start = nullptr, stop = nullptr;
-    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
-      return Failed("cudaEventCreate");
-    }
-    constexpr int kIters = 200;
-    cudaEventRecord(start, gpu_->stream());
-    for (int i = 0; i < kIters; ++i) call();
-    cudaEventRecord(stop, gpu_->stream());
-    float ms = -1.0f;
-    const bool timed = cudaEventSynchronize(stop) == cudaSuccess &&
-                       cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    if (!timed || !gpu_->Synchronize().ok()) return Failed("timed calls");
-    return 1000.0 * ms / kIters;
-  }
-
- private:
-  static double Failed(const char* what) {
-    ADD_FAILURE() << "timing failed: " << what;
-    return -1.0;
-  }
 };
 
 // Row lengths around k (n < k, n = k, n = k + 1) and up to 32768, every row kind, T = 1, 7
