@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
@@ -48,6 +49,12 @@ struct AttnInputs {
   bool nothing_attended = false;  // all window rows stale, all slots empty
 };
 
+// An IndexerScores case: T queries (first at position p0) over n_keys keys.
+struct IndexerShape {
+  int64_t T, heads, dim, n_keys, ratio;
+  int32_t p0;
+};
+
 class CudaAttentionTest : public CudaVsCpuTest {
  protected:
   // Runs one SparseAttention case on both backends (GPU output NaN-poisoned) and compares:
@@ -64,6 +71,23 @@ class CudaAttentionTest : public CudaVsCpuTest {
                                 int64_t window, int64_t n_select);
   // The varlen call of `in` with every array copied to the device (out: NaN-poisoned).
   model::SparseAttentionArgs VarlenGpuArgs(const VarlenInputs& in);
+  // IndexerScores of random q, w, keys for shape `s` (query t at position p0 + pos_step * t)
+  // on the GPU (NaN-poisoned output) and on the CPU: {got, expected}.
+  std::pair<std::vector<float>, std::vector<float>> IndexerScoresGpuAndCpu(const IndexerShape& s,
+                                                                           int pos_step) {
+    const std::vector<float> q = Normal(s.T * s.heads * s.dim), w = Normal(s.T * s.heads),
+                             keys = Normal(s.n_keys * s.dim);
+    std::vector<int32_t> q_pos(s.T);
+    for (int64_t t = 0; t < s.T; ++t) q_pos[t] = s.p0 + static_cast<int32_t>(pos_step * t);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
+    std::vector<float> expected(s.T * s.n_keys);
+    cpu_.IndexerScores(q.data(), w.data(), s.T, s.heads, s.dim, keys.data(), s.n_keys, q_pos.data(),
+                       s.ratio, scale, expected.data());
+    float* out = PoisonedFloats(s.T * s.n_keys);
+    gpu_->IndexerScores(ToGpu(q), ToGpu(w), s.T, s.heads, s.dim, ToGpu(keys), s.n_keys,
+                        ToGpu(q_pos), s.ratio, scale, out);
+    return {FromGpu(out, s.T * s.n_keys), std::move(expected)};
+  }
 };
 
 void CudaAttentionTest::CheckSparseAttention(const AttnShape& s, const AttnInputs& in, double rtol,
@@ -472,11 +496,6 @@ TEST_F(CudaAttentionTest, GatedPool) {
   }
 }
 
-struct IndexerShape {
-  int64_t T, heads, dim, n_keys, ratio;
-  int32_t p0;
-};
-
 TEST_F(CudaAttentionTest, IndexerScoresMaskInvisibleEntries) {
   std::vector<IndexerShape> shapes = {
       {1, 2, 2, 3, 2, 3}, {3, 8, 32, 17, 2, 20}, {4, 5, 48, 70, 1, 60}};
@@ -484,19 +503,8 @@ TEST_F(CudaAttentionTest, IndexerScoresMaskInvisibleEntries) {
   for (const IndexerShape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "T " << s.T << " heads " << s.heads << " dim " << s.dim
                                       << " keys " << s.n_keys);
-    const std::vector<float> q = Normal(s.T * s.heads * s.dim), w = Normal(s.T * s.heads),
-                             keys = Normal(s.n_keys * s.dim);
-    std::vector<int32_t> q_pos(s.T);
-    for (int64_t t = 0; t < s.T; ++t) q_pos[t] = s.p0 + static_cast<int32_t>(3 * t);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
-    std::vector<float> expected(s.T * s.n_keys);
-    cpu_.IndexerScores(q.data(), w.data(), s.T, s.heads, s.dim, keys.data(), s.n_keys, q_pos.data(),
-                       s.ratio, scale, expected.data());
-    float* out = PoisonedFloats(s.T * s.n_keys);
-    gpu_->IndexerScores(ToGpu(q), ToGpu(w), s.T, s.heads, s.dim, ToGpu(keys), s.n_keys,
-                        ToGpu(q_pos), s.ratio, scale, out);
-    EXPECT_TRUE(AllClose(FromGpu(out, s.T * s.n_keys), expected, 1e-4,
-                         1e-5 * std::max(1.0f, MaxAbs(expected))));
+    const auto [got, expected] = IndexerScoresGpuAndCpu(s, 3);
+    EXPECT_TRUE(AllClose(got, expected, 1e-4, 1e-5 * std::max(1.0f, MaxAbs(expected))));
   }
 }
 
@@ -510,18 +518,7 @@ TEST_F(CudaAttentionTest, IndexerScoresTiledKeysStrict) {
   for (const IndexerShape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "T " << s.T << " heads " << s.heads << " dim " << s.dim
                                       << " keys " << s.n_keys);
-    const std::vector<float> q = Normal(s.T * s.heads * s.dim), w = Normal(s.T * s.heads),
-                             keys = Normal(s.n_keys * s.dim);
-    std::vector<int32_t> q_pos(s.T);
-    for (int64_t t = 0; t < s.T; ++t) q_pos[t] = s.p0 + static_cast<int32_t>(7 * t);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
-    std::vector<float> expected(s.T * s.n_keys);
-    cpu_.IndexerScores(q.data(), w.data(), s.T, s.heads, s.dim, keys.data(), s.n_keys, q_pos.data(),
-                       s.ratio, scale, expected.data());
-    float* out = PoisonedFloats(s.T * s.n_keys);
-    gpu_->IndexerScores(ToGpu(q), ToGpu(w), s.T, s.heads, s.dim, ToGpu(keys), s.n_keys,
-                        ToGpu(q_pos), s.ratio, scale, out);
-    const std::vector<float> got = FromGpu(out, s.T * s.n_keys);
+    const auto [got, expected] = IndexerScoresGpuAndCpu(s, 7);
     EXPECT_TRUE(AllClose(got, expected, 1e-5, 2e-6 * std::max(1.0f, MaxAbs(expected))));
     // Every case has invisible entries (exactly -inf: AllClose demands equal infinities)
     // and visible ones.
