@@ -15,8 +15,6 @@
 #include "io/safetensors_writer.h"
 #include "model/demo_model.h"
 #include "model/engram_hash.h"
-#include "model/engram_hash_token_map.h"
-#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::bench {
 namespace {
@@ -77,29 +75,12 @@ base::StatusOr<BenchModelSummary> WriteBenchModel(const fs::path& dir,
                                                   const BenchModelOptions& options) {
   const base::Stopwatch stopwatch;
   DI_RETURN_IF_ERROR(CheckBenchPreset(options.preset));
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
-    return base::AlreadyExistsError(dir.string() + " exists and is not empty");
-  }
-  fs::create_directories(dir, ec);
-  if (ec) return base::UnavailableError("cannot create " + dir.string() + ": " + ec.message());
-
-  const std::string tokenizer_json = options.tokenizer_json.empty()
-                                         ? tokenizer::DefaultTokenizerPath("deepseek-v4.1")
-                                         : options.tokenizer_json;
-  DI_ASSIGN_OR_RETURN(const std::vector<model::EngramVocabEntry> vocab,
-                      model::LoadEngramVocab(tokenizer_json));
-  if (static_cast<int64_t>(vocab.size()) != model::kDemoVocabSize) {
-    return base::InvalidArgumentError(tokenizer_json + ": has " + std::to_string(vocab.size()) +
-                                      " tokens, the bench model needs the V4.1 tokenizer (" +
-                                      std::to_string(model::kDemoVocabSize) + ")");
-  }
-  const int64_t compressed_vocab = model::BuildCompressedTokenMap(vocab).compressed_vocab_size;
-  const std::string config_text =
-      BenchModelConfigJson(options.scale, compressed_vocab).dump(2) + "\n";
   DI_ASSIGN_OR_RETURN(const io::ModelConfig config,
-                      io::ParseModelConfig(config_text, "bench model config.json"));
-  DI_RETURN_IF_ERROR(model::WriteCheckpointSideFiles(dir, config_text, tokenizer_json));
+                      model::StartGeneratedCheckpoint(dir, options.tokenizer_json, "bench model",
+                                                      [&](int64_t compressed_vocab) {
+                                                        return BenchModelConfigJson(
+                                                            options.scale, compressed_vocab);
+                                                      }));
 
   const CheckpointPlan plan = PlanCheckpoint(config);
   const base::Stopwatch write_stopwatch;

@@ -267,40 +267,40 @@ base::Status WriteWeights(const fs::path& dir, const io::ModelConfig& config, ui
 
 }  // namespace
 
-base::Status WriteDemoModel(const fs::path& dir, const DemoModelOptions& options) {
+base::StatusOr<io::ModelConfig> StartGeneratedCheckpoint(
+    const fs::path& dir, std::string tokenizer_json, std::string_view label,
+    const std::function<nlohmann::ordered_json(int64_t)>& make_config) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
     return base::AlreadyExistsError(dir.string() + " exists and is not empty");
   }
   fs::create_directories(dir, ec);
   if (ec) return base::UnavailableError("cannot create " + dir.string() + ": " + ec.message());
-
-  const std::string tokenizer_json = options.tokenizer_json.empty()
-                                         ? tokenizer::DefaultTokenizerPath("deepseek-v4.1")
-                                         : options.tokenizer_json;
+  if (tokenizer_json.empty()) tokenizer_json = tokenizer::DefaultTokenizerPath("deepseek-v4.1");
   DI_ASSIGN_OR_RETURN(const std::vector<EngramVocabEntry> vocab, LoadEngramVocab(tokenizer_json));
   if (static_cast<int64_t>(vocab.size()) != kDemoVocabSize) {
-    return base::InvalidArgumentError(tokenizer_json + ": has " + std::to_string(vocab.size()) +
-                                      " tokens, the demo model needs the V4.1 tokenizer (" +
-                                      std::to_string(kDemoVocabSize) + ")");
+    return base::InvalidArgumentError(
+        tokenizer_json + ": has " + std::to_string(vocab.size()) + " tokens, the " +
+        std::string(label) + " needs the V4.1 tokenizer (" + std::to_string(kDemoVocabSize) + ")");
   }
   const int64_t compressed_vocab = BuildCompressedTokenMap(vocab).compressed_vocab_size;
-
-  const std::string config_text =
-      DemoModelConfigJson(options.size, compressed_vocab).dump(2) + "\n";
-  DI_ASSIGN_OR_RETURN(const io::ModelConfig config,
-                      io::ParseModelConfig(config_text, "demo model config.json"));
-  DI_RETURN_IF_ERROR(WriteCheckpointSideFiles(dir, config_text, tokenizer_json));
-  return WriteWeights(dir, config, options.seed);
-}
-
-base::Status WriteCheckpointSideFiles(const std::filesystem::path& dir,
-                                      const std::string& config_text,
-                                      const std::filesystem::path& tokenizer_json) {
+  const std::string config_text = make_config(compressed_vocab).dump(2) + "\n";
+  DI_ASSIGN_OR_RETURN(io::ModelConfig config,
+                      io::ParseModelConfig(config_text, std::string(label) + " config.json"));
   DI_RETURN_IF_ERROR(WriteText(dir / "config.json", config_text));
   DI_RETURN_IF_ERROR(WriteText(dir / "generation_config.json",
                                "{\n  \"bos_token_id\": 0,\n  \"eos_token_id\": 1\n}\n"));
-  return CopyTokenizer(tokenizer_json, dir);
+  DI_RETURN_IF_ERROR(CopyTokenizer(tokenizer_json, dir));
+  return config;
+}
+
+base::Status WriteDemoModel(const fs::path& dir, const DemoModelOptions& options) {
+  DI_ASSIGN_OR_RETURN(const io::ModelConfig config,
+                      StartGeneratedCheckpoint(
+                          dir, options.tokenizer_json, "demo model", [&](int64_t compressed_vocab) {
+                            return DemoModelConfigJson(options.size, compressed_vocab);
+                          }));
+  return WriteWeights(dir, config, options.seed);
 }
 
 }  // namespace deepinfer::model

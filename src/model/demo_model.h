@@ -12,11 +12,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "base/statusor.h"
+#include "io/model_config.h"
 
 namespace deepinfer::model {
 
@@ -73,11 +76,15 @@ nlohmann::ordered_json DemoModelConfigJson(const DemoModelSize& size,
 // (+ tokenizer_config.json). Same options -> byte-identical files.
 base::Status WriteDemoModel(const std::filesystem::path& dir, const DemoModelOptions& options);
 
-// The files beside the weights of a generated checkpoint in `dir`: config.json (config_text),
-// generation_config.json (bos 0, eos 1), tokenizer.json (+ tokenizer_config.json beside it).
-base::Status WriteCheckpointSideFiles(const std::filesystem::path& dir,
-                                      const std::string& config_text,
-                                      const std::filesystem::path& tokenizer_json);
+// The common start of a generated checkpoint (demo, benchmarks): creates `dir` (must not
+// exist or be empty); derives the Engram vocabulary from `tokenizer_json` (empty = the bundled
+// V4.1 tokenizer, which it must match: kDemoVocabSize tokens); builds config.json with
+// make_config(compressed vocabulary size), validates it and writes it with
+// generation_config.json (bos 0, eos 1) and tokenizer.json (+ tokenizer_config.json beside
+// it). `label` names the checkpoint in errors. Returns the parsed config.
+base::StatusOr<io::ModelConfig> StartGeneratedCheckpoint(
+    const std::filesystem::path& dir, std::string tokenizer_json, std::string_view label,
+    const std::function<nlohmann::ordered_json(int64_t)>& make_config);
 
 // The cache root: $DEEPINFER_CACHE_DIR, else $XDG_CACHE_HOME/deepinfer, else
 // $HOME/.cache/deepinfer.
