@@ -195,6 +195,41 @@ void Model::GatherBatchEntries(BatchContext& b, int gi) {
                           b.comp_entries[gi].data() + offsets[i] * d, &copies);
   }
   backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
+  std::vector<int32_t> ranges(2 * b.rows);
+  for (size_t i = 0; i < b.chunks.size(); ++i) {
+    const ChunkContext& c = b.chunks[i];
+    for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
+      ranges[r] = static_cast<int32_t>(offsets[i]);
+      ranges[b.rows + r] = static_cast<int32_t>(offsets[i + 1] - offsets[i]);
+    }
+  }
+  b.comp_ranges.resize(b.comp_entries.size());
+  b.comp_ranges[gi] = DeviceInts(backend_, 2 * b.rows);
+  backend_->CopyToDevice(b.comp_ranges[gi].data(), ranges.data(), ranges.size() * sizeof(int32_t));
+}
+
+void Model::LayOutWindows(BatchContext& b) {
+  const int64_t W = config_.text().sliding_window, R = b.rows;
+  b.window_rows = 0;
+  for (const ChunkContext& c : b.chunks) {
+    b.window_at.push_back(b.window_rows);
+    b.window_rows += std::min<int64_t>(c.state->length, W) + c.T;
+  }
+  // window_pos [window_rows], then per row window_start and window_len [R each].
+  std::vector<int32_t> meta(b.window_rows + 2 * R);
+  for (size_t i = 0; i < b.chunks.size(); ++i) {
+    const ChunkContext& c = b.chunks[i];
+    const int64_t at = b.window_at[i], n_cached = std::min<int64_t>(c.state->length, W);
+    const int64_t oldest = c.state->length - n_cached;
+    for (int64_t j = 0; j < n_cached; ++j) meta[at + j] = static_cast<int32_t>(oldest + j);
+    std::copy(c.host_pos.begin(), c.host_pos.end(), meta.begin() + at + n_cached);
+    for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
+      meta[b.window_rows + r] = static_cast<int32_t>(at);
+      meta[b.window_rows + R + r] = static_cast<int32_t>(n_cached + c.T);
+    }
+  }
+  b.window_meta = DeviceInts(backend_, static_cast<int64_t>(meta.size()));
+  backend_->CopyToDevice(b.window_meta.data(), meta.data(), meta.size() * sizeof(int32_t));
 }
 
 void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r, int gi) {
@@ -257,29 +292,19 @@ void Model::BatchAttention(int layer, BatchContext& b, const float* q, const flo
   const AttentionWeights& w = weights_->layers[layer].attn;
   const int64_t R = b.rows, H = t.num_attention_heads, d = t.head_dim, W = t.sliding_window;
   const int ratio = config_.CompressRatio(layer);
-  // Window rows of all chunks in one buffer: chunk i's cached rows (its ring holds the last
-  // min(length, W) positions, slot p % W for position p: oldest first, at most two runs),
-  // then its new rows.
-  int64_t total = 0;
-  for (const ChunkContext& c : b.chunks) total += std::min<int64_t>(c.state->length, W) + c.T;
-  DeviceFloats window_kv(backend_, total * d);
-  // Host ints uploaded at once: window_pos [total], then per token window_start, window_len,
-  // comp_offset, comp_len [R each].
-  std::vector<int32_t> ints(total + 4 * R, 0);
-  int32_t* window_pos = ints.data();
-  int32_t* start = window_pos + total;
-  int32_t* len = start + R;
-  int32_t* comp_off = len + R;
-  int32_t* comp_len = comp_off + R;
+  if (b.window_rows < 0) LayOutWindows(b);
+  // This layer's window rows: each chunk's ring in position order (oldest first, slot p % W
+  // holds position p: at most two runs), then its new rows.
+  DeviceFloats window_kv(backend_, b.window_rows * d);
   std::vector<DeviceCopy> copies;
   const size_t row_bytes = d * sizeof(float);
-  int64_t at = 0;
-  for (const ChunkContext& c : b.chunks) {
+  for (size_t i = 0; i < b.chunks.size(); ++i) {
+    const ChunkContext& c = b.chunks[i];
     const WindowRing& ring = c.state->windows[layer];
     const int64_t length = c.state->length, n_cached = std::min<int64_t>(length, W);
     const int64_t oldest = length - n_cached, first_slot = oldest % W;
     const int64_t run1 = std::min(n_cached, W - first_slot);
-    float* dst = window_kv.data() + at * d;
+    float* dst = window_kv.data() + b.window_at[i] * d;
     copies.push_back(
         {dst, ring.kv.data() + first_slot * d, static_cast<int64_t>(run1 * row_bytes)});
     if (n_cached > run1) {
@@ -288,56 +313,34 @@ void Model::BatchAttention(int layer, BatchContext& b, const float* q, const flo
     }
     copies.push_back(
         {dst + n_cached * d, kv_new + c.row0 * d, static_cast<int64_t>(c.T * row_bytes)});
-    for (int64_t i = 0; i < n_cached; ++i) {
-      window_pos[at + i] = static_cast<int32_t>(oldest + i);
-      DCHECK_EQ(ring.pos[(oldest + i) % W], oldest + i);
-    }
-    std::copy(c.host_pos.begin(), c.host_pos.end(), window_pos + at + n_cached);
-    for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
-      start[r] = static_cast<int32_t>(at);
-      len[r] = static_cast<int32_t>(n_cached + c.T);
-    }
-    at += n_cached + c.T;
+    for (int64_t j = 0; j < n_cached; ++j) DCHECK_EQ(ring.pos[(oldest + j) % W], oldest + j);
   }
+  backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
+
   SparseAttentionArgs args;
   const int gi = ratio > 0 ? GroupIndex(config_, config_.KvSourceOf(layer)) : -1;
-  const bool selected = ratio > 0 && b.selection_group == gi && b.n_select > 0;
-  if (selected) {
+  if (ratio > 0 && b.selection_group == gi && b.n_select > 0) {
     if (static_cast<int>(b.comp_entries.size()) <= gi || b.comp_entries[gi].data() == nullptr) {
       GatherBatchEntries(b, gi);
     }
-    const std::vector<int64_t>& offsets = b.comp_offsets[gi];
-    for (size_t i = 0; i < b.chunks.size(); ++i) {
-      const ChunkContext& c = b.chunks[i];
-      for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
-        comp_off[r] = static_cast<int32_t>(offsets[i]);
-        comp_len[r] = static_cast<int32_t>(offsets[i + 1] - offsets[i]);
-      }
-    }
     args.comp_kv = b.comp_entries[gi].data();
-    args.n_comp = offsets.back();
+    args.n_comp = b.comp_offsets[gi].back();
     args.selection = b.selection.data();
     args.n_select = b.n_select;
+    args.comp_offset = b.comp_ranges[gi].data();
+    args.comp_len = b.comp_ranges[gi].data() + R;
   }
-  backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
-  DeviceInts ints_dev(backend_, static_cast<int64_t>(ints.size()));
-  backend_->CopyToDevice(ints_dev.data(), ints.data(), ints.size() * sizeof(int32_t));
-  const int32_t* dev = ints_dev.data();
   args.q = q;
   args.q_pos = b.pos.data();
   args.tokens = R;
   args.heads = H;
   args.head_dim = d;
   args.window_kv = window_kv.data();
-  args.window_pos = dev;
-  args.n_window = total;
+  args.window_pos = b.window_meta.data();
+  args.n_window = b.window_rows;
   args.window = W;
-  args.window_start = dev + total;
-  args.window_len = dev + total + R;
-  if (selected) {
-    args.comp_offset = dev + total + 2 * R;
-    args.comp_len = dev + total + 3 * R;
-  }
+  args.window_start = b.window_meta.data() + b.window_rows;
+  args.window_len = b.window_meta.data() + b.window_rows + R;
   args.sinks = w.sinks.data();
   args.scale = 1.0f / std::sqrt(static_cast<float>(d));
   args.out = o;

@@ -108,7 +108,10 @@ class Model {
   // The attention of every chunk over its window ring + this step's window KV `kv_new`
   // [rows, head_dim] (+ its selected compressed entries), one varlen call; updates the rings.
   void BatchAttention(int layer, BatchContext& b, const float* q, const float* kv_new, float* o);
-  // Every chunk's compressed entries of group gi in one buffer (BatchContext::comp_entries).
+  // The window-row layout shared by every layer's attention (BatchContext::window_*).
+  void LayOutWindows(BatchContext& b);
+  // Every chunk's compressed entries of group gi in one buffer (BatchContext::comp_entries),
+  // with per-row ranges (comp_ranges).
   void GatherBatchEntries(BatchContext& b, int gi);
   // Every chunk's index keys of group gi in one buffer with per-row ranges
   // (BatchContext::index_keys / index_key_ranges), once per forward.

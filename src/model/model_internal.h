@@ -43,6 +43,13 @@ struct Model::BatchContext {
   // chunk i's rows from comp_offsets[gi][i]); empty until an attention layer needs them.
   std::vector<DeviceFloats> comp_entries;
   std::vector<std::vector<int64_t>> comp_offsets;
+  std::vector<DeviceInts> comp_ranges;  // per group: comp_offset [rows], then comp_len [rows]
+  // Window rows of the varlen attention, the same in every layer (each ring holds the last
+  // min(length, window) positions): chunk i's cached rows start at window_at[i], then its new
+  // rows; window_meta holds window_pos [window_rows], window_start [rows], window_len [rows].
+  int64_t window_rows = -1;  // -1: not laid out yet
+  std::vector<int64_t> window_at;
+  DeviceInts window_meta;
   // Likewise every chunk's index keys (for the varlen indexer), with per-row key ranges
   // (int32: key_offset [rows], then key_len [rows]).
   std::vector<DeviceFloats> index_keys;
