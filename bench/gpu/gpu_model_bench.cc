@@ -121,25 +121,30 @@ class Bench {
       seqs.push_back(std::move(*s));
     }
     r["setup_s"] = Seconds(t0, Clock::now());
-    std::vector<double> times;
+    std::vector<double> times, issue_times;
     for (int step = 0; step <= opt_.steps; ++step) {
       const auto a = Clock::now();
-      const base::Status st = Step(seqs);
+      double issue_s = 0;
+      const base::Status st = Step(seqs, &issue_s);
       if (!st.ok()) return Failed(r, st);
-      if (step > 0) times.push_back(Seconds(a, Clock::now()));
+      if (step > 0) {
+        times.push_back(Seconds(a, Clock::now()));
+        issue_times.push_back(issue_s);
+      }
     }
     const double step_s = Median(times);
+    r["host_issue_ms"] = Median(issue_times) * 1e3;
     const StepCost cost = DecodeStepCost(model_.config(), batch, context);
     Fill(r, step_s, cost);
     r["tokens_per_s"] = batch / step_s;
     r["per_user_tokens_per_s"] = 1 / step_s;
     std::printf(
         "decode B=%-4lld C=%-6lld step %8.2f ms  %9.1f tok/s  %7.1f GB/s (%5.1f%% HBM)  "
-        "%6.2f TFLOP/s\n",
+        "%6.2f TFLOP/s  host issue %.2f ms\n",
         static_cast<long long>(batch), static_cast<long long>(context), step_s * 1e3,
         batch / step_s, cost.bytes() / step_s / 1e9,
         ceil_.hbm_GBps > 0 ? 100 * cost.bytes() / step_s / 1e9 / ceil_.hbm_GBps : 0.0,
-        cost.flops() / step_s / 1e12);
+        cost.flops() / step_s / 1e12, r["host_issue_ms"].get<double>());
     if (breakdown && AsCuda(backend_) != nullptr) {
       AsCuda(backend_)->SetOpTiming(true);
       const auto a = Clock::now();
@@ -207,14 +212,18 @@ class Bench {
     return v;
   }
 
-  base::Status Step(std::vector<model::SequenceState>& seqs) {
+  // One decode step; *host_issue_s (if given) receives the host time spent issuing it.
+  base::Status Step(std::vector<model::SequenceState>& seqs, double* host_issue_s = nullptr) {
     std::vector<std::vector<int32_t>> toks(seqs.size());
     model::ForwardBatch b;
     for (size_t i = 0; i < seqs.size(); ++i) {
       toks[i] = Tokens(1);
       b.chunks.push_back({&seqs[i], toks[i], seqs[i].length, false});
     }
-    return model_.Forward(b).status();
+    base::StatusOr<model::ForwardOutput> out = model_.Forward(b);
+    if (!out.ok()) return out.status();
+    if (host_issue_s != nullptr) *host_issue_s = out->host_issue_seconds;
+    return base::Status::Ok();
   }
 
   // fp32 state of `batch` sequences of `context` tokens, twice (blocks + the per-step gather).

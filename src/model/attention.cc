@@ -403,10 +403,8 @@ void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
   // g*o_lora .. (g+1)*o_lora-1 of wo_a; then wo_b.
   const int64_t G = t.o_groups, Rk = t.o_lora_rank, group_in = H * d / G;
   DeviceFloats z(backend_, R * G * Rk);
-  for (int64_t g = 0; g < G; ++g) {
-    backend_->Linear(o.data() + g * group_in, R, H * d, w.wo_a, g * Rk, Rk, z.data() + g * Rk,
-                     G * Rk);
-  }
+  CHECK_EQ(w.wo_a.rows, G * Rk) << w.wo_a.name;
+  backend_->LinearGrouped(o.data(), R, H * d, group_in, w.wo_a, G, z.data(), G * Rk);
   backend_->Linear(z.data(), R, G * Rk, w.wo_b, 0, D, out, D);
 }
 

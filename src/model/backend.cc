@@ -20,6 +20,16 @@ std::string_view WeightFormatName(WeightFormat format) {
   return "unknown";
 }
 
+void Backend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,
+                            const WeightRef& w, int64_t groups, float* y, int64_t ldy) {
+  CHECK(groups > 0 && w.rows % groups == 0)
+      << w.name << ": " << w.rows << " rows in " << groups << " groups";
+  const int64_t R = w.rows / groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    Linear(x + g * x_group_stride, T, ldx, w, g * R, R, y + g * R, ldy);
+  }
+}
+
 void Backend::RoutedExperts(const RoutedExpertsArgs& args) {
   (void)args;
   CHECK(false) << "backend " << name() << " has no fused routed experts";

@@ -160,6 +160,11 @@ class Backend {
   // If accumulate, adds into y instead of overwriting.
   virtual void Linear(const float* x, int64_t T, int64_t ldx, const WeightRef& w, int64_t row0,
                       int64_t n_rows, float* y, int64_t ldy, bool accumulate = false) = 0;
+  // Grouped (block-diagonal) product: W's rows form `groups` equal groups of R = w.rows /
+  // groups; y[t, g*R + i] = sum_k x[t, g*x_group_stride + k] * W[g*R + i, k]. Equals one
+  // Linear per group (the default); a backend may run it as one launch.
+  virtual void LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,
+                             const WeightRef& w, int64_t groups, float* y, int64_t ldy);
   // out[i, :] = W[ids[i], :] dequantised (ids in host memory: they drive addressing).
   virtual void GatherRows(const WeightRef& w, const int64_t* host_ids, int64_t n, float* out) = 0;
   // y = a + b (elementwise, n values); y may alias a or b.

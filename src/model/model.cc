@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numbers>
 #include <numeric>
@@ -187,6 +188,7 @@ Status Model::ValidateBatch(const ForwardBatch& batch) const {
 }
 
 StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
+  forward_start_ = std::chrono::steady_clock::now();
   ForwardOutput out;
   out.vocab = config_.text().vocab_size;
   // Validate every chunk before touching any state, so a bad batch changes nothing.
@@ -289,6 +291,8 @@ void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, F
                    t.vocab_size);
   const size_t old = out->logits.size();
   out->logits.resize(old + n * t.vocab_size);
+  out->host_issue_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start_).count();
   backend_->CopyToHost(out->logits.data() + old, logits.data(), n * t.vocab_size * sizeof(float));
   out->rows += n;
 }

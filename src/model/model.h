@@ -7,6 +7,7 @@
 // fake-quant rounding flips described in the goldens README).
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -44,6 +45,10 @@ struct ForwardOutput {
   std::vector<float> logits;
   int64_t rows = 0;
   int64_t vocab = 0;
+  // Host wall time from the start of Forward until the last device op was issued (just
+  // before waiting for the logits): when it is close to the whole step, the host's launches
+  // bound the step, not the device.
+  double host_issue_seconds = 0.0;
 };
 
 // Receives named activations of a forward (for layer-by-layer comparisons), e.g.
@@ -132,6 +137,7 @@ class Model {
   std::unique_ptr<MoeLayer> moe_;
   std::vector<float> main_inv_freq_, compress_inv_freq_;
   ActivationTrace trace_;
+  std::chrono::steady_clock::time_point forward_start_;  // of the Forward in progress
 };
 
 // RoPE inverse frequencies (model.md §2.3): theta^(-2i/r) in fp32, optionally with YaRN.

@@ -341,6 +341,28 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   Done("Linear", w.name);
 }
 
+void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,
+                                const model::WeightRef& w, int64_t groups, float* y, int64_t ldy) {
+  CHECK(w.valid()) << "missing weight " << w.name;
+  CHECK(groups > 0 && w.rows % groups == 0)
+      << w.name << ": " << w.rows << " rows in " << groups << " groups";
+  const int64_t R = w.rows / groups;
+  if (T > gemv_max_tokens_ || R % 32 != 0) {
+    return model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);
+  }
+  if (T == 0 || !Usable()) return;
+  base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(w);
+  if (!dw.ok()) return Fail(dw.status());
+  if (!kernels::GemvGroupedApplicable(*dw, T, R)) {
+    Done("Linear", w.name);  // closes this op's timing before the per-group Linear calls
+    return model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);
+  }
+  Check(kernels::LinearGemvGrouped(*dw, 0, w.rows, x, T, ldx, y, ldy, false, R, x_group_stride,
+                                   stream_),
+        "LinearGrouped gemv");
+  Done("Linear", w.name);
+}
+
 void CudaBackend::GatherRows(const model::WeightRef& w, const int64_t* host_ids, int64_t n,
                              float* out) {
   CHECK(w.valid()) << "missing weight " << w.name;

@@ -100,6 +100,9 @@ class CudaBackend final : public model::Backend {
 
   void Linear(const float* x, int64_t T, int64_t ldx, const model::WeightRef& w, int64_t row0,
               int64_t n_rows, float* y, int64_t ldy, bool accumulate) override;
+  // One GEMV launch for all groups when the GEMV applies, else one Linear per group.
+  void LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,
+                     const model::WeightRef& w, int64_t groups, float* y, int64_t ldy) override;
   void GatherRows(const model::WeightRef& w, const int64_t* host_ids, int64_t n,
                   float* out) override;
   void Add(const float* a, const float* b, int64_t n, float* y) override;

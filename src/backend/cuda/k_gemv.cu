@@ -53,7 +53,8 @@ int64_t GemvSharedBytes(int tok, int64_t K) {
 template <WeightFormat kFormat, int kTok>
 __global__ void __launch_bounds__(kGemvThreads)
     GemvKernel(DeviceWeight w, int64_t row0, int64_t n_rows, const float* x, int T, int64_t ldx,
-               float* y, int64_t ldy, bool accumulate, int split, int64_t slice_chunks) {
+               float* y, int64_t ldy, bool accumulate, int split, int64_t slice_chunks,
+               int64_t group_rows, int64_t x_group_stride) {
   constexpr int kRows = RowsPerWarp(kTok);
   constexpr int kValues = ChunkValues(kFormat);
   constexpr int kStride = PaddedStride(kFormat);
@@ -64,8 +65,11 @@ __global__ void __launch_bounds__(kGemvThreads)
   float* red = xs + kTok * x_stride;  // [warp][kRows][kTok] partial sums when split > 1
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / split, part = warp % split;
-  const int64_t i0 =
-      (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) + group) * kRows;  // first row
+  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) * kRows;
+  const int64_t i0 = block_row0 + group * kRows;  // first row
+  // Grouped weights: rows [g*group_rows, (g+1)*group_rows) read x columns from
+  // g*x_group_stride on; a block's rows all lie in one group (checked by the launcher).
+  x += (block_row0 / group_rows) * x_group_stride;
   int64_t rows[kRows];
 #pragma unroll
   for (int n = 0; n < kRows; ++n) {  // rows past the end re-read the last row (not written)
@@ -150,7 +154,8 @@ __global__ void __launch_bounds__(kGemvThreads)
 // Launches one pass of T <= kTok tokens.
 template <WeightFormat kFormat, int kTok>
 cudaError_t LaunchPass(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x, int T,
-                       int64_t ldx, float* y, int64_t ldy, bool accumulate, cudaStream_t stream) {
+                       int64_t ldx, float* y, int64_t ldy, bool accumulate, int64_t group_rows,
+                       int64_t x_group_stride, cudaStream_t stream) {
   constexpr int kRows = RowsPerWarp(kTok);
   const int64_t smem = GemvSharedBytes<kFormat>(kTok, w.cols);
   // Fewest warps per row group that still gives about kTargetBlocks blocks.
@@ -162,28 +167,36 @@ cudaError_t LaunchPass(const DeviceWeight& w, int64_t row0, int64_t n_rows, cons
   while (split < kGemvWarps && blocks_for(split) < kTargetBlocks) split *= 2;
   const int64_t blocks = blocks_for(split);
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  if (group_rows < n_rows && group_rows % ((kGemvWarps / split) * kRows) != 0) {
+    return cudaErrorInvalidValue;  // a block would straddle two groups
+  }
   GemvKernel<kFormat, kTok><<<static_cast<unsigned>(blocks), kGemvThreads, smem, stream>>>(
-      w, row0, n_rows, x, T, ldx, y, ldy, accumulate, split, SliceChunks<kFormat>(kTok, w.cols));
+      w, row0, n_rows, x, T, ldx, y, ldy, accumulate, split, SliceChunks<kFormat>(kTok, w.cols),
+      group_rows, x_group_stride);
   return cudaGetLastError();
 }
 
 template <WeightFormat kFormat>
 cudaError_t GemvAllTokens(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
-                          int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
-                          cudaStream_t stream) {
+                          int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate, int64_t g,
+                          int64_t xs, cudaStream_t stream) {
   for (int64_t t0 = 0; t0 < T;) {
     const int left = static_cast<int>(T - t0 < kMaxPassTokens ? T - t0 : kMaxPassTokens);
     const float* xp = x + t0 * ldx;
     float* yp = y + t0 * ldy;
     cudaError_t e;
     if (left == 1) {  // smallest pass that holds `left` tokens
-      e = LaunchPass<kFormat, 1>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, stream);
+      e = LaunchPass<kFormat, 1>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, g, xs,
+                                 stream);
     } else if (left == 2) {
-      e = LaunchPass<kFormat, 2>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, stream);
+      e = LaunchPass<kFormat, 2>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, g, xs,
+                                 stream);
     } else if (left <= 4) {
-      e = LaunchPass<kFormat, 4>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, stream);
+      e = LaunchPass<kFormat, 4>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, g, xs,
+                                 stream);
     } else {
-      e = LaunchPass<kFormat, 8>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, stream);
+      e = LaunchPass<kFormat, 8>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, g, xs,
+                                 stream);
     }
     if (e != cudaSuccess) return e;
     t0 += left;
@@ -203,24 +216,36 @@ bool GemvApplicable(const DeviceWeight& w, int64_t T) {
 cudaError_t LinearGemv(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
                        int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                        cudaStream_t stream) {
+  return LinearGemvGrouped(w, row0, n_rows, x, T, ldx, y, ldy, accumulate, n_rows, 0, stream);
+}
+
+bool GemvGroupedApplicable(const DeviceWeight& w, int64_t T, int64_t group_rows) {
+  // Blocks hold at most 8 warps x 4 rows: 32 | group_rows keeps each block in one group.
+  return GemvApplicable(w, T) && group_rows > 0 && group_rows % 32 == 0;
+}
+
+cudaError_t LinearGemvGrouped(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
+                              int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
+                              int64_t group_rows, int64_t x_group_stride, cudaStream_t stream) {
   if (n_rows <= 0 || T <= 0) return cudaSuccess;
-  if (!GemvApplicable(w, T)) return cudaErrorInvalidValue;
+  if (!GemvApplicable(w, T) || group_rows <= 0) return cudaErrorInvalidValue;
+  const int64_t g = group_rows, xs = x_group_stride;
   switch (w.format) {
     case WeightFormat::kF32:
-      return GemvAllTokens<WeightFormat::kF32>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate,
-                                               stream);
+      return GemvAllTokens<WeightFormat::kF32>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate, g,
+                                               xs, stream);
     case WeightFormat::kBF16:
-      return GemvAllTokens<WeightFormat::kBF16>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate,
-                                                stream);
+      return GemvAllTokens<WeightFormat::kBF16>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate, g,
+                                                xs, stream);
     case WeightFormat::kFp8Block32:
       return GemvAllTokens<WeightFormat::kFp8Block32>(w, row0, n_rows, x, T, ldx, y, ldy,
-                                                      accumulate, stream);
+                                                      accumulate, g, xs, stream);
     case WeightFormat::kFp8Row32:
       return GemvAllTokens<WeightFormat::kFp8Row32>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate,
-                                                    stream);
+                                                    g, xs, stream);
     case WeightFormat::kMxFp4:
-      return GemvAllTokens<WeightFormat::kMxFp4>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate,
-                                                 stream);
+      return GemvAllTokens<WeightFormat::kMxFp4>(w, row0, n_rows, x, T, ldx, y, ldy, accumulate, g,
+                                                 xs, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -28,46 +28,77 @@ __global__ void RmsNormKernel(const float* x, int64_t n, int64_t ldx, const floa
 __device__ float Sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
 // Sinkhorn-normalised comb (row j, column k) in place; same steps as the CPU reference.
-__device__ void SinkhornComb(float* c, int hc, float eps, int iters) {
-  for (int j = 0; j < hc; ++j) {  // softmax over k per row j, + eps
-    float* row = c + j * hc;
-    float mx = row[0];
-    for (int k = 1; k < hc; ++k) mx = MaxF(mx, row[k]);
+// H is the stream count as a compile-time constant, so c[] lives in registers (a runtime
+// hc put it in local memory: ~1,300 dependent local loads/stores per call, tens of µs).
+template <int H>
+__device__ void SinkhornComb(float (&c)[H * H], float eps, int iters) {
+#pragma unroll
+  for (int j = 0; j < H; ++j) {  // softmax over k per row j, + eps
+    float mx = c[j * H];
+#pragma unroll
+    for (int k = 1; k < H; ++k) mx = MaxF(mx, c[j * H + k]);
     float sum = 0.0f;
-    for (int k = 0; k < hc; ++k) sum += (row[k] = expf(row[k] - mx));
-    for (int k = 0; k < hc; ++k) row[k] = row[k] / sum + eps;
+#pragma unroll
+    for (int k = 0; k < H; ++k) sum += (c[j * H + k] = expf(c[j * H + k] - mx));
+#pragma unroll
+    for (int k = 0; k < H; ++k) c[j * H + k] = c[j * H + k] / sum + eps;
   }
   const int rounds = iters > 1 ? iters : 1;  // the reference always normalises columns once
   for (int it = 0; it < rounds; ++it) {
     if (it > 0) {  // rows (skipped in the first round, as in the reference)
-      for (int j = 0; j < hc; ++j) {
+#pragma unroll
+      for (int j = 0; j < H; ++j) {
         float sum = 0.0f;
-        for (int k = 0; k < hc; ++k) sum += c[j * hc + k];
-        for (int k = 0; k < hc; ++k) c[j * hc + k] /= sum + eps;
+#pragma unroll
+        for (int k = 0; k < H; ++k) sum += c[j * H + k];
+#pragma unroll
+        for (int k = 0; k < H; ++k) c[j * H + k] /= sum + eps;
       }
     }
-    for (int k = 0; k < hc; ++k) {  // columns
+#pragma unroll
+    for (int k = 0; k < H; ++k) {  // columns
       float sum = 0.0f;
-      for (int j = 0; j < hc; ++j) sum += c[j * hc + k];
-      for (int j = 0; j < hc; ++j) c[j * hc + k] /= sum + eps;
+#pragma unroll
+      for (int j = 0; j < H; ++j) sum += c[j * H + k];
+#pragma unroll
+      for (int j = 0; j < H; ++j) c[j * H + k] /= sum + eps;
     }
   }
 }
 
+template <int H>
+__device__ void WriteMixFixed(const float* z, int64_t t, const float* scale, const float* base,
+                              float hc_eps, int sinkhorn_iters, float* pre, float* post,
+                              float* comb) {
+#pragma unroll
+  for (int k = 0; k < H; ++k) {
+    pre[t * H + k] = Sigmoid(z[k] * scale[0] + base[k]) + hc_eps;
+    post[t * H + k] = 2.0f * Sigmoid(z[H + k] * scale[1] + base[H + k]);
+  }
+  float c[H * H];
+#pragma unroll
+  for (int i = 0; i < H * H; ++i) c[i] = z[2 * H + i] * scale[2] + base[2 * H + i];
+  SinkhornComb<H>(c, hc_eps, sinkhorn_iters);
+#pragma unroll
+  for (int i = 0; i < H * H; ++i) comb[t * H * H + i] = c[i];
+}
+
 // From token t's mix logits z [(2+hc)*hc] (rms-normalised): pre, post and the
-// Sinkhorn-normalised comb. One thread.
+// Sinkhorn-normalised comb. One thread; 1 <= hc <= kMaxHc (checked by the launchers).
 __device__ void WriteMix(const float* z, int64_t t, int64_t hc, const float* scale,
                          const float* base, float hc_eps, int sinkhorn_iters, float* pre,
                          float* post, float* comb) {
-  const int h = static_cast<int>(hc);
-  for (int k = 0; k < h; ++k) {
-    pre[t * hc + k] = Sigmoid(z[k] * scale[0] + base[k]) + hc_eps;
-    post[t * hc + k] = 2.0f * Sigmoid(z[h + k] * scale[1] + base[h + k]);
+  static_assert(kMaxHc == 4, "WriteMix dispatches hc = 1..4");
+  switch (hc) {
+    case 1:
+      return WriteMixFixed<1>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
+    case 2:
+      return WriteMixFixed<2>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
+    case 3:
+      return WriteMixFixed<3>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
+    default:
+      return WriteMixFixed<4>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
   }
-  float c[kMaxHc * kMaxHc];
-  for (int i = 0; i < h * h; ++i) c[i] = z[2 * h + i] * scale[2] + base[2 * h + i];
-  SinkhornComb(c, h, hc_eps, sinkhorn_iters);
-  for (int i = 0; i < h * h; ++i) comb[t * hc * hc + i] = c[i];
 }
 
 // One block per token: z = rmsnorm(x[t]) . fn^T (n_mix outputs), then pre/post/comb.
@@ -219,10 +250,10 @@ cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model:
 }
 
 int64_t HcMixSplits(int64_t T, int64_t hc, int64_t D) {
-  // Enough blocks to fill the chip twice over, each thread summing >= 4 values.
-  const int64_t by_width = (hc * D) / (kThreads * 4);
-  const int64_t wanted = (2 * 132 + T - 1) / T;
-  const int64_t s = wanted < by_width ? wanted : by_width;
+  // Each thread sums 2 values of its slice. The split does not depend on T, so a token's
+  // reduction order (and result) is the same at every batch size up to 64 tokens.
+  (void)T;
+  const int64_t s = (hc * D) / (kThreads * 2);
   return s < 1 ? 1 : s;
 }
 

@@ -95,6 +95,13 @@ bool GemvApplicable(const DeviceWeight& w, int64_t T);
 cudaError_t LinearGemv(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
                        int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                        cudaStream_t stream);
+// Grouped weight (block-diagonal product, e.g. wo_a): row i of [row0, row0 + n_rows) reads
+// x columns [g*x_group_stride, g*x_group_stride + cols) with g = i / group_rows. One launch
+// for all groups. Applicable when GemvApplicable and 32 divides group_rows.
+bool GemvGroupedApplicable(const DeviceWeight& w, int64_t T, int64_t group_rows);
+cudaError_t LinearGemvGrouped(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
+                              int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
+                              int64_t group_rows, int64_t x_group_stride, cudaStream_t stream);
 
 // --- fused routed experts for few token rows (k_moe.cu) ----------------------------
 // Device pointers of one expert's stored weights: [0] w1 (gate) [I, D], [1] w2 (down)
