@@ -1,0 +1,395 @@
+// kernels::LinearMma (tensor-core skinny GEMM, k_mma.cu) against the CPU reference Linear
+// for FP8 (block32, row32), MXFP4 and BF16 weights at 1..64 token rows; its batch
+// invariance (a token's result is bitwise independent of T and the other tokens); which
+// weights it accepts; and a DISABLED_ device-time benchmark at the V4.1 head shape.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_mma.h"
+
+namespace deepinfer::backend::cuda::testing {
+namespace {
+
+using model::WeightFormat;
+using model::WeightRef;
+
+// Per-element error allowed relative to sum_k |x[t,k]| |W[i,k]|: the hi/lo split leaves
+// <= 2^-18 |x| per term; fp32 accumulation (GPU and CPU) adds ~sqrt(K) * 2^-24 typically.
+constexpr double kBoundTol = 2e-5;
+constexpr double kRelL2Tol = 3e-5;
+
+// Stored bytes per weight value.
+double BytesPerValue(WeightFormat f) {
+  return f == WeightFormat::kBF16 ? 2.0 : f == WeightFormat::kMxFp4 ? 0.5 : 1.0;
+}
+
+// Random stored weight on the host and the device.
+struct TestWeight {
+  std::vector<uint8_t> data, scale;
+  WeightRef ref;                 // host bytes, for the CPU reference
+  kernels::DeviceWeight device;  // device copies
+};
+
+class CudaMmaTest : public CudaVsCpuTest {
+ protected:
+  TestWeight MakeWeight(WeightFormat format, int64_t rows, int64_t cols) {
+    TestWeight w;
+    const int64_t cb = (cols + 31) / 32;
+    switch (format) {
+      case WeightFormat::kBF16: {
+        const std::vector<uint16_t> b = Bf16Bits(rows * cols, 0.1f);
+        w.data.resize(b.size() * 2);
+        std::memcpy(w.data.data(), b.data(), w.data.size());
+        break;
+      }
+      case WeightFormat::kFp8Block32:
+        w.data = Fp8Bytes(rows * cols);
+        w.scale = Bytes(((rows + 31) / 32) * cb, 112, 124);
+        break;
+      case WeightFormat::kFp8Row32:
+        w.data = Fp8Bytes(rows * cols);
+        w.scale = Bytes(rows * cb, 112, 124);
+        break;
+      case WeightFormat::kMxFp4:
+        w.data = Bytes(rows * cols / 2, 0, 255);
+        w.scale = Bytes(rows * (cols / 32), 118, 124);
+        break;
+      case WeightFormat::kF32:
+        ADD_FAILURE() << "LinearMma has no F32 path";
+        break;
+    }
+    w.ref = WeightRef{std::string("mma.") + std::string(model::WeightFormatName(format)),
+                      format,
+                      rows,
+                      cols,
+                      w.data.data(),
+                      w.scale.empty() ? nullptr : w.scale.data()};
+    w.device.format = format;
+    w.device.rows = rows;
+    w.device.cols = cols;
+    w.device.data = BytesToGpu(w.data);
+    w.device.scale = w.scale.empty() ? nullptr : BytesToGpu(w.scale);
+    return w;
+  }
+
+  // Runs LinearMma on the device copy of y_init and returns y [T, ldy].
+  std::vector<float> RunMma(const TestWeight& w, int64_t row0, int64_t n_rows,
+                            const std::vector<float>& x, int64_t T, int64_t ldx,
+                            const std::vector<float>& y_init, int64_t ldy, bool accumulate) {
+    float* y = ToGpu(y_init);
+    const cudaError_t e = kernels::LinearMma(w.device, row0, n_rows, ToGpu(x), T, ldx, y, ldy,
+                                             accumulate, gpu_->stream());
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    return FromGpu(y, T * ldy);
+  }
+
+  // y[T, ldy] (cols [0, n_rows)) = x[T, ldx] W[row0 .. row0+n_rows)^T vs the CPU backend;
+  // every element within kBoundTol * sum |x||w| (+ an ulp of the accumulate base), the pad
+  // columns untouched, and the whole result within kRelL2Tol.
+  void CheckLinear(WeightFormat format, int64_t T, int64_t K, int64_t N, int64_t row0,
+                   int64_t n_rows, int64_t ldx_pad, int64_t ldy_pad, bool accumulate) {
+    SCOPED_TRACE(::testing::Message()
+                 << model::WeightFormatName(format) << " T=" << T << " K=" << K << " N=" << N
+                 << " rows " << row0 << "+" << n_rows << " pads " << ldx_pad << "/" << ldy_pad
+                 << (accumulate ? " accumulate" : "") << " split "
+                 << kernels::MmaKSplit(format, n_rows, K));
+    const TestWeight w = MakeWeight(format, N, K);
+    ASSERT_TRUE(kernels::MmaLinearApplicable(w.device, T));
+    const int64_t ldx = K + ldx_pad, ldy = n_rows + ldy_pad;
+    const std::vector<float> x = Normal(T * ldx);
+    std::vector<float> y_init = Normal(T * ldy);  // accumulate base and pad values
+    if (!accumulate) {  // poison the outputs (pads keep finite values that must survive)
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < n_rows; ++i) y_init[t * ldy + i] = NAN;
+      }
+    }
+    std::vector<float> expected = y_init;
+    cpu_.Linear(x.data(), T, ldx, w.ref, row0, n_rows, expected.data(), ldy, accumulate);
+    const std::vector<float> got = RunMma(w, row0, n_rows, x, T, ldx, y_init, ldy, accumulate);
+    ASSERT_EQ(got.size(), expected.size());
+
+    // Dequantised rows (exact) for the |x| |w| bound.
+    std::vector<int64_t> ids(n_rows);
+    for (int64_t i = 0; i < n_rows; ++i) ids[i] = row0 + i;
+    std::vector<float> wd(n_rows * K);
+    cpu_.GatherRows(w.ref, ids.data(), n_rows, wd.data());
+    int64_t bad = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < ldy; ++i) {
+        const int64_t at = t * ldy + i;
+        if (i >= n_rows) {  // pad column: untouched
+          if (std::memcmp(&got[at], &expected[at], 4) != 0 && bad++ < 5) {
+            ADD_FAILURE() << "pad y[" << t << "," << i << "] changed to " << got[at];
+          }
+          continue;
+        }
+        double bound = 0.0;
+        for (int64_t k = 0; k < K; ++k) bound += std::fabs(x[t * ldx + k] * wd[i * K + k]);
+        const double base = accumulate ? std::fabs(y_init[at]) : 0.0;
+        const double allowed = kBoundTol * bound + 2e-7 * (base + std::fabs(expected[at]));
+        const double err = std::fabs(double(got[at]) - double(expected[at]));
+        if (!(err <= allowed) && bad++ < 5) {
+          ADD_FAILURE() << "y[" << t << "," << i << "] = " << got[at] << " expected "
+                        << expected[at] << " (|err| " << err << " > " << allowed << ")";
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
+  }
+};
+
+// Formats x shapes: split 1 (few K chunks), split > 1 (cluster reduction), several x slices
+// (K beyond one staged slice), odd row counts, row offsets crossing 32-row scale blocks,
+// the last rows of the weight (tile clamped at the end), padded ldx / ldy, accumulate.
+TEST_F(CudaMmaTest, MatchesCpuAllFormats) {
+  struct Shape {
+    int64_t K, N, row0, n_rows, ldx_pad, ldy_pad;
+  };
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kFp8Row32,
+                         WeightFormat::kMxFp4}) {
+    // Chunk K: 32 (BF16), 64 (FP8), 128 (MXFP4).
+    const int64_t ck = f == WeightFormat::kBF16 ? 32 : f == WeightFormat::kMxFp4 ? 128 : 64;
+    const std::vector<Shape> shapes = {
+        {3 * ck, 77, 5, 41, 3, 2},     // 3 chunks: split 1, one partial 256-row tile
+        {32 * ck, 300, 7, 293, 1, 0},  // split 8 of 4 chunks, 2 tiles, rows up to the end
+        {18 * ck, 530, 0, 530, 0, 5},  // split 2 of 9 chunks (several slices at T = 64)
+        {40 * ck, 64, 32, 31, 2, 1},   // split 8 of 5 chunks, odd rows at a block boundary
+    };
+    for (int64_t T : {1, 9, 16, 33, 64}) {
+      for (const Shape& s : shapes) {
+        for (bool accumulate : {false, true}) {
+          CheckLinear(f, T, s.K, s.N, s.row0, s.n_rows, s.ldx_pad, s.ldy_pad, accumulate);
+        }
+      }
+    }
+  }
+}
+
+// Real V4.1 shapes (FP8 attention projections, MXFP4 experts, a BF16 head slice).
+TEST_F(CudaMmaTest, MatchesCpuRealV41Dims) {
+  if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  for (int64_t T : {9, 32, 64}) {
+    CheckLinear(WeightFormat::kFp8Block32, T, 5120, 1280, 0, 1280, 0, 0, false);  // wq_a
+    CheckLinear(WeightFormat::kFp8Block32, T, 1024, 5120, 0, 5120, 0, 0, true);   // wo_b
+    CheckLinear(WeightFormat::kMxFp4, T, 5120, 2304, 0, 2304, 0, 0, false);       // expert w1
+    CheckLinear(WeightFormat::kMxFp4, T, 2304, 5120, 0, 5120, 0, 0, true);        // expert w2
+    CheckLinear(WeightFormat::kBF16, T, 5120, 4096, 1000, 3001, 0, 0, false);     // head slice
+  }
+}
+
+// Token t's result does not depend on T or on the other tokens: the first 9 rows of calls
+// at T = 1, 9, 16, 33, 64 (different token-tile counts) on the same leading x rows are
+// bitwise equal, with split 1 and split > 1 shapes.
+TEST_F(CudaMmaTest, BatchInvariant) {
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    for (int64_t K : {int64_t{384}, int64_t{5120}}) {
+      if (SmallOnly() && K > 384) continue;
+      const int64_t N = 700, row0 = 3, n_rows = 650;
+      SCOPED_TRACE(::testing::Message() << model::WeightFormatName(f) << " K=" << K << " split "
+                                        << kernels::MmaKSplit(f, n_rows, K));
+      const TestWeight w = MakeWeight(f, N, K);
+      const int64_t ldx = K + 1, ldy = n_rows;
+      const std::vector<float> x = Normal(64 * ldx);
+      std::vector<float> reference;
+      for (int64_t T : {64, 33, 16, 9, 1}) {
+        SCOPED_TRACE(::testing::Message() << "T=" << T);
+        const std::vector<float> xt(x.begin(), x.begin() + T * ldx);
+        std::vector<float> y =
+            RunMma(w, row0, n_rows, xt, T, ldx, std::vector<float>(T * ldy, 0.0f), ldy, false);
+        const int64_t common = std::min<int64_t>(T, 9) * ldy;
+        y.resize(common);
+        if (reference.empty()) {
+          reference = y;
+          reference.resize(9 * ldy);
+        } else {
+          EXPECT_TRUE(
+              BitExact(y, std::vector<float>(reference.begin(), reference.begin() + common)));
+        }
+      }
+    }
+  }
+}
+
+// Host-side contract (no device needed).
+TEST(MmaLinear, ApplicableFormatsAndShapes) {
+  alignas(16) static uint8_t bytes[64];
+  kernels::DeviceWeight w;
+  w.rows = 100;
+  w.cols = 5120;
+  w.data = bytes;
+  w.scale = bytes;
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kFp8Row32,
+                         WeightFormat::kMxFp4}) {
+    w.format = f;
+    EXPECT_TRUE(kernels::MmaLinearApplicable(w, 1)) << model::WeightFormatName(f);
+    EXPECT_TRUE(kernels::MmaLinearApplicable(w, 64)) << model::WeightFormatName(f);
+    EXPECT_FALSE(kernels::MmaLinearApplicable(w, 0)) << model::WeightFormatName(f);
+    EXPECT_FALSE(kernels::MmaLinearApplicable(w, 65)) << model::WeightFormatName(f);
+  }
+  w.format = WeightFormat::kF32;
+  EXPECT_FALSE(kernels::MmaLinearApplicable(w, 16));
+  float* y = nullptr;
+  EXPECT_EQ(kernels::LinearMma(w, 0, 10, nullptr, 16, 5120, y, 10, false, nullptr),
+            cudaErrorInvalidValue);
+
+  // K must hold whole warp chunks: 32 BF16, 64 FP8, 128 MXFP4 values.
+  w.format = WeightFormat::kBF16;
+  w.cols = 96;
+  EXPECT_TRUE(kernels::MmaLinearApplicable(w, 16));
+  w.cols = 80;
+  EXPECT_FALSE(kernels::MmaLinearApplicable(w, 16));
+  w.format = WeightFormat::kFp8Block32;
+  w.cols = 96;
+  EXPECT_FALSE(kernels::MmaLinearApplicable(w, 16));
+  w.cols = 128;
+  EXPECT_TRUE(kernels::MmaLinearApplicable(w, 16));
+  w.format = WeightFormat::kMxFp4;
+  EXPECT_TRUE(kernels::MmaLinearApplicable(w, 16));
+  w.cols = 2304;
+  EXPECT_TRUE(kernels::MmaLinearApplicable(w, 16));
+  w.cols = 160;
+  EXPECT_FALSE(kernels::MmaLinearApplicable(w, 16));
+
+  // Misaligned data, missing scales, empty weights.
+  w.cols = 5120;
+  w.data = bytes + 4;
+  EXPECT_FALSE(kernels::MmaLinearApplicable(w, 16));
+  w.data = bytes;
+  w.scale = nullptr;
+  EXPECT_FALSE(kernels::MmaLinearApplicable(w, 16));
+  w.format = WeightFormat::kBF16;
+  EXPECT_TRUE(kernels::MmaLinearApplicable(w, 16));
+  w.rows = 0;
+  EXPECT_FALSE(kernels::MmaLinearApplicable(w, 16));
+
+  // Empty work is a no-op; rows outside the weight are rejected.
+  w.rows = 100;
+  EXPECT_EQ(kernels::LinearMma(w, 0, 0, nullptr, 16, 5120, y, 10, false, nullptr), cudaSuccess);
+  EXPECT_EQ(kernels::LinearMma(w, 95, 10, nullptr, 16, 5120, y, 10, false, nullptr),
+            cudaErrorInvalidValue);
+}
+
+// The K split depends on rows and K only (never T), grows for weights with few row tiles
+// and divides the chunk count.
+TEST(MmaLinear, KSplit) {
+  EXPECT_EQ(kernels::MmaKSplit(WeightFormat::kBF16, 129280, 5120), 1);  // V4.1 head: 505 tiles
+  EXPECT_EQ(kernels::MmaKSplit(WeightFormat::kFp8Block32, 129280, 5120), 1);
+  EXPECT_EQ(kernels::MmaKSplit(WeightFormat::kFp8Block32, 16384, 5120), 8);  // 64 tiles, 80 chunks
+  EXPECT_EQ(kernels::MmaKSplit(WeightFormat::kFp8Block32, 5120, 16384), 8);
+  EXPECT_EQ(kernels::MmaKSplit(WeightFormat::kMxFp4, 5120, 2304), 2);  // 18 chunks
+  EXPECT_EQ(kernels::MmaKSplit(WeightFormat::kBF16, 77, 96), 1);       // 3 chunks
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    for (int64_t rows : {1, 300, 4096, 20000}) {
+      const int64_t chunks = 5120 / (f == WeightFormat::kBF16    ? 32
+                                     : f == WeightFormat::kMxFp4 ? 128
+                                                                 : 64);
+      const int split = kernels::MmaKSplit(f, rows, 5120);
+      EXPECT_TRUE(split == 1 || split == 2 || split == 4 || split == 8) << split;
+      EXPECT_EQ(chunks % split, 0) << split;
+    }
+  }
+}
+
+// Device time of LinearMma (all T) and LinearGemv (T <= 32) at the V4.1 head shape
+// (129280 x 5120, BF16 and FP8) and FP8 16384 x 5120 / 5120 x 16384; prints GB/s of
+// weight bytes. Run with --gtest_also_run_disabled_tests --gtest_filter='MmaBench.*'.
+class MmaBench : public CudaVsCpuTest {
+ protected:
+  // Device weight filled with a fixed finite pattern (no NaN codes, scale 2^-7).
+  kernels::DeviceWeight FilledWeight(WeightFormat f, int64_t rows, int64_t cols) {
+    kernels::DeviceWeight w;
+    w.format = f;
+    w.rows = rows;
+    w.cols = cols;
+    const int64_t bytes = static_cast<int64_t>(BytesPerValue(f) * rows * cols);
+    float* data = gpu_->AllocFloats(bytes / 4);
+    gpu_->Fill(data, bytes / 4, 0.01f);  // bytes 0A D7 23 3C (no e4m3 NaN)
+    w.data = data;
+    if (f != WeightFormat::kBF16) {
+      const int64_t scale_bytes = rows * ((cols + 31) / 32);  // covers every scale layout
+      float* scale = gpu_->AllocFloats(scale_bytes / 4 + 1);
+      uint32_t bits = 0x78787878u;  // e8m0 120 = 2^-7
+      float pattern;
+      std::memcpy(&pattern, &bits, 4);
+      gpu_->Fill(scale, scale_bytes / 4 + 1, pattern);
+      w.scale = reinterpret_cast<const uint8_t*>(scale);
+      allocated_.push_back(scale);
+    }
+    allocated_.push_back(data);
+    return w;
+  }
+
+  void TearDown() override {
+    if (gpu_) {
+      for (float* p : allocated_) gpu_->Free(p);
+    }
+    allocated_.clear();
+    CudaVsCpuTest::TearDown();
+  }
+
+  // Milliseconds per call over 20 calls (after 3 warm-up calls), CUDA events.
+  double MillisPerCall(const std::function<cudaError_t()>& call) {
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(call(), cudaSuccess);
+    cudaEvent_t start, stop;
+    EXPECT_EQ(cudaEventCreate(&start), cudaSuccess);
+    EXPECT_EQ(cudaEventCreate(&stop), cudaSuccess);
+    constexpr int kReps = 20;
+    cudaEventRecord(start, gpu_->stream());
+    for (int i = 0; i < kReps; ++i) EXPECT_EQ(call(), cudaSuccess);
+    cudaEventRecord(stop, gpu_->stream());
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    EXPECT_TRUE(gpu_->Synchronize().ok());
+    return ms / kReps;
+  }
+
+  void Bench(WeightFormat f, int64_t rows, int64_t K) {
+    const kernels::DeviceWeight w = FilledWeight(f, rows, K);
+    const double weight_bytes = BytesPerValue(f) * rows * K;
+    const float* x = ToGpu(Normal(64 * K));
+    float* y = PoisonedFloats(64 * rows);
+    for (int64_t T : {8, 16, 32, 64}) {
+      const double mma_ms = MillisPerCall(
+          [&] { return kernels::LinearMma(w, 0, rows, x, T, K, y, rows, false, gpu_->stream()); });
+      std::printf("%-12s %6lld x %-6lld T=%-3lld split %d  LinearMma  %8.1f us  %7.0f GB/s\n",
+                  std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(rows),
+                  static_cast<long long>(K), static_cast<long long>(T),
+                  kernels::MmaKSplit(f, rows, K), 1e3 * mma_ms, weight_bytes / (mma_ms * 1e6));
+      if (T <= kernels::kMaxGemvTokens) {
+        const double gemv_ms = MillisPerCall([&] {
+          return kernels::LinearGemv(w, 0, rows, x, T, K, y, rows, false, gpu_->stream());
+        });
+        std::printf("%-12s %6lld x %-6lld T=%-3lld          LinearGemv %8.1f us  %7.0f GB/s\n",
+                    std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(rows),
+                    static_cast<long long>(K), static_cast<long long>(T), 1e3 * gemv_ms,
+                    weight_bytes / (gemv_ms * 1e6));
+      }
+    }
+  }
+
+  std::vector<float*> allocated_;
+};
+
+TEST_F(MmaBench, DISABLED_HeadShapes) {
+  Bench(WeightFormat::kBF16, 129280, 5120);
+  Bench(WeightFormat::kFp8Block32, 129280, 5120);
+  Bench(WeightFormat::kFp8Block32, 16384, 5120);
+  Bench(WeightFormat::kFp8Block32, 5120, 16384);
+  Bench(WeightFormat::kMxFp4, 4096, 5120);
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda::testing

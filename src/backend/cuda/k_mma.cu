@@ -1,0 +1,417 @@
+// Tensor-core skinny GEMM for Linear at 1..64 token rows (see kernels_mma.h).
+//
+// Roofline (H200: ~4.5 TB/s HBM, 132 SMs; mma.sync bf16 reaches roughly 0.5-0.65 PFLOP/s,
+// about 2/3 of the wgmma peak):
+//   bytes per call  = weight bytes (rows * K * {2 BF16, 1 FP8, 0.5 MXFP4} + scales)
+//                     + x (T * K * 4, read once per 256-row tile, mostly from L2) + y (T * rows *
+//                     4)
+//   tensor FLOPs    = 2 (x_hi, x_lo) * 2 * rows * K * 8 * ceil(T / 8)
+//   head 129280 x 5120 at T = 32: BF16 1.32 GB -> 294 us at 4.5 TB/s (530 us at the 2.5 TB/s
+//   target); FP8 0.66 GB -> 147 us (265 us at 2.5 TB/s); tensor work 84.7 GFLOP -> ~140 us.
+//   So BF16 is memory-bound at every T <= 64; FP8 is memory-bound up to T ~ 32 and
+//   MMA-bound near T = 64 (169 GFLOP -> ~280 us, ~2.3 TB/s of weight), MXFP4 is MMA-bound
+//   above T ~ 16. x traffic: T * K * 4 bytes per 256 weight rows = (T / 64) x the FP8 weight.
+//
+// Structure. A block (8 warps) owns 256 consecutive weight rows; warp w owns rows
+// w*32 .. w*32+31 as two 16-row MMA tiles (M side); tokens are the N side (NT tiles of 8,
+// padded with zero tokens). K runs in warp "chunks" of 4 * V values (V = values per
+// 16-byte load: 8 BF16, 16 FP8, 32 MXFP4): lane (g = lane / 4, q = lane % 4) loads the 16
+// bytes at k = chunk * 4V + q*V of rows g and g+8 of both tiles (4 loads), prefetched one
+// chunk ahead (8 independent 16-byte loads in flight per thread).
+// K permutation: mma m16n8k16 slot pairs {2q, 2q+1} and {2q+8, 2q+9} of lane q map to the
+// four consecutive physical columns p .. p+3, p = chunk*4V + q*V + 4*step; A and B use the
+// same map, so each product pair is the right one and a 16-byte load feeds V/4 MMA steps.
+// Dequantisation is exact in bf16 (e4m3 / e2m1 values times a power of two, or bf16).
+// Activations: a K slice of x (all tokens) is staged in shared memory as bf16 hi/lo
+// halves (x_hi = bf16(x), x_lo = bf16(x - x_hi)), laid out so that a lane's B fragments
+// for 2 MMA steps are one 16-byte LDS. D = A*x_hi + D, then D = A*x_lo + D.
+// Split K (weights with few row tiles): `split` blocks of one thread-block cluster take
+// equal contiguous K ranges of the same 256 rows; partials go through distributed shared
+// memory and are added in rank order 0, 1, .., split-1 by the owning block.
+//
+// Batch invariance: every (row, token) accumulator sees the same sequence of MMAs (chunk
+// order, step order, hi then lo) whatever T is, and the split (chosen from n_rows and K,
+// never T) fixes the cross-block order, so y[t, i] is bitwise independent of T and of the
+// other tokens.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include "backend/cuda/cuda_dequant.cuh"
+#include "backend/cuda/kernels_mma.h"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+namespace cg = cooperative_groups;
+using model::WeightFormat;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTilesPerWarp = 2;                         // 16-row MMA tiles per warp
+constexpr int kBlockRows = kWarps * kTilesPerWarp * 16;  // 256
+constexpr int kSmemBytes = 64 * 1024;                    // x slice, then split partials
+constexpr int kMaxSplit = 8;                             // portable cluster size
+constexpr int64_t kTargetBlocks = 2 * 132;               // two blocks per H200 SM
+constexpr int64_t kMinChunksPerBlock = 4;
+
+// K values of one warp chunk (4 lanes x one 16-byte load each).
+__host__ __device__ constexpr int ChunkK(WeightFormat f) { return 4 * ChunkValues(f); }
+
+// K values of x staged at once for NT token tiles (fills kSmemBytes: 4 bytes per value).
+__host__ __device__ constexpr int SliceK(int nt) { return kSmemBytes / (nt * 8 * 4); }
+
+struct MmaParams {
+  const void* data;
+  const uint8_t* scale;
+  int64_t K;
+  int64_t row0, n_rows;
+  const float* x;
+  int T;
+  int64_t ldx;
+  float* y;
+  int64_t ldy;
+  bool accumulate;
+  int split;
+  int64_t chunks_per_block;  // warp chunks of K per block (K / ChunkK / split)
+};
+
+// Streaming 16-byte load (read once: do not keep in L1).
+__device__ __forceinline__ uint4 LoadStream(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// One lane's 16 bytes of a weight row plus the factor that turns its decoded values into
+// true values (the power-of-two scale, times ValueScale for MXFP4).
+struct LaneChunk {
+  uint4 q;
+  float s;
+};
+
+// Lane chunk of row r at K offset k (k a multiple of ChunkValues).
+template <WeightFormat kFormat>
+__device__ __forceinline__ LaneChunk LoadLaneChunk(const MmaParams& p, int64_t r, int64_t k) {
+  constexpr int kValues = ChunkValues(kFormat);
+  LaneChunk ch;
+  ch.q = LoadStream(reinterpret_cast<const uint4*>(p.data) + (r * (p.K / kValues) + k / kValues));
+  if constexpr (kFormat == WeightFormat::kMxFp4) {
+    ch.s = E8m0ToF32(__ldg(p.scale + r * (p.K / 32) + k / 32)) * ValueScale(kFormat);
+  } else if constexpr (kFormat == WeightFormat::kFp8Block32 || kFormat == WeightFormat::kFp8Row32) {
+    const int64_t scale_row = kFormat == WeightFormat::kFp8Block32 ? r / 32 : r;
+    ch.s = E8m0ToF32(__ldg(p.scale + scale_row * ((p.K + 31) / 32) + k / 32));
+  } else {
+    ch.s = 1.0f;
+  }
+  return ch;
+}
+
+// The bf16 pairs of physical columns (o, o+1) and (o+2, o+3) of a lane chunk, o = 4*step
+// (step < ChunkValues / 4), true values (scale folded in; exact).
+template <WeightFormat kFormat>
+__device__ __forceinline__ void StepPairs(const LaneChunk& ch, int step, uint32_t& lo,
+                                          uint32_t& hi) {
+  if constexpr (kFormat == WeightFormat::kBF16) {
+    lo = ChunkWord(ch.q, 2 * step);
+    hi = ChunkWord(ch.q, 2 * step + 1);
+  } else if constexpr (kFormat == WeightFormat::kMxFp4) {
+    const uint32_t bits = ChunkWord(ch.q, step / 2) >> (16 * (step % 2));
+    const float2 a = Fp4PairToFloat2(bits), b = Fp4PairToFloat2(bits >> 8);
+    lo = PackBf16(a.x * ch.s, a.y * ch.s);
+    hi = PackBf16(b.x * ch.s, b.y * ch.s);
+  } else {  // FP8: column 4i+j is byte j of word i
+    const uint32_t word = ChunkWord(ch.q, step);
+    const float2 a = Fp8PairToFloat2(word), b = Fp8PairToFloat2(word >> 16);
+    lo = PackBf16(a.x * ch.s, a.y * ch.s);
+    hi = PackBf16(b.x * ch.s, b.y * ch.s);
+  }
+}
+
+// d += a * b on one m16n8k16 bf16 tile, fp32 accumulation.
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Shared-memory x slice, in 16-byte units of 8 bf16: unit (cc, grp, half, t, q) holds
+// x_half[t][cc*ChunkK + q*V + 8*grp .. +8] (half 0 = hi, 1 = lo), so lane (g, q) reads
+// its B fragments of 2 MMA steps of token tile n as one unit, t = 8n + g, and the 8 lanes
+// of a quarter warp read 128 contiguous bytes.
+template <WeightFormat kFormat, int kNT>
+__device__ __forceinline__ int XUnit(int cc, int grp, int half, int t, int q) {
+  constexpr int kGroups = ChunkValues(kFormat) / 8;
+  return (((cc * kGroups + grp) * 2 + half) * (kNT * 8) + t) * 4 + q;
+}
+
+// Stages x[:, k0 .. k0 + n_k) (all kNT*8 token slots, zeros for t >= T) as bf16 hi/lo.
+// All threads call it; no barrier inside.
+template <WeightFormat kFormat, int kNT>
+__device__ void StageX(const MmaParams& p, int64_t k0, int n_k, uint4* xs) {
+  constexpr int kValues = ChunkValues(kFormat);
+  const int groups_per_token = n_k / 8;
+  const int items = kNT * 8 * groups_per_token;
+  for (int item = threadIdx.x; item < items; item += kThreads) {
+    const int t = item / groups_per_token, off = (item % groups_per_token) * 8;
+    float v[8];
+    const float* src = p.x + t * p.ldx + k0 + off;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = t < p.T ? __ldg(src + e) : 0.0f;
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      hi[e] = PackBf16(v[2 * e], v[2 * e + 1]);
+      const float h0 = __uint_as_float(hi[e] << 16), h1 = __uint_as_float(hi[e] & 0xFFFF0000u);
+      lo[e] = PackBf16(v[2 * e] - h0, v[2 * e + 1] - h1);  // differences are exact in fp32
+    }
+    const int cc = off / ChunkK(kFormat), in_chunk = off % ChunkK(kFormat);
+    const int q = in_chunk / kValues, grp = (in_chunk % kValues) / 8;
+    xs[XUnit<kFormat, kNT>(cc, grp, 0, t, q)] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    xs[XUnit<kFormat, kNT>(cc, grp, 1, t, q)] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+}
+
+template <WeightFormat kFormat>
+struct WarpChunk {
+  LaneChunk c[kTilesPerWarp][2];  // [tile][row g, row g+8]
+};
+
+template <WeightFormat kFormat>
+__device__ __forceinline__ WarpChunk<kFormat> LoadWarpChunk(const MmaParams& p,
+                                                            const int64_t (&rows)[kTilesPerWarp][2],
+                                                            int64_t chunk, int q) {
+  WarpChunk<kFormat> w;
+  const int64_t k = chunk * ChunkK(kFormat) + q * ChunkValues(kFormat);
+#pragma unroll
+  for (int m = 0; m < kTilesPerWarp; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w.c[m][h] = LoadLaneChunk<kFormat>(p, rows[m][h], k);
+  }
+  return w;
+}
+
+// acc += the warp chunk's rows times the staged x chunk cc (all token tiles).
+template <WeightFormat kFormat, int kNT>
+__device__ __forceinline__ void MmaChunk(const WarpChunk<kFormat>& w, const uint4* xs, int cc,
+                                         int g, int q, float (&acc)[kTilesPerWarp][kNT][4]) {
+  constexpr int kGroups = ChunkValues(kFormat) / 8;
+#pragma unroll
+  for (int grp = 0; grp < kGroups; ++grp) {
+    uint32_t a[kTilesPerWarp][2][4];  // [tile][step in group][A register]
+#pragma unroll
+    for (int m = 0; m < kTilesPerWarp; ++m) {
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        StepPairs<kFormat>(w.c[m][0], 2 * grp + s, a[m][s][0], a[m][s][2]);  // row g
+        StepPairs<kFormat>(w.c[m][1], 2 * grp + s, a[m][s][1], a[m][s][3]);  // row g + 8
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+      const uint4 bh = xs[XUnit<kFormat, kNT>(cc, grp, 0, 8 * n + g, q)];
+      const uint4 bl = xs[XUnit<kFormat, kNT>(cc, grp, 1, 8 * n + g, q)];
+#pragma unroll
+      for (int m = 0; m < kTilesPerWarp; ++m) {
+        Mma(acc[m][n], a[m][0], bh.x, bh.y);
+        Mma(acc[m][n], a[m][0], bl.x, bl.y);
+        Mma(acc[m][n], a[m][1], bh.z, bh.w);
+        Mma(acc[m][n], a[m][1], bl.z, bl.w);
+      }
+    }
+  }
+}
+
+// Adds the split partials (in rank order) of this block's share of the rows and writes y.
+template <int kNT>
+__device__ void ReduceSplit(const MmaParams& p, const float (&acc)[kTilesPerWarp][kNT][4],
+                            float* red, int64_t tile_row0) {
+  constexpr int kTok = kNT * 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  __syncthreads();  // every warp is done with the x slice that `red` overlays
+#pragma unroll
+  for (int m = 0; m < kTilesPerWarp; ++m) {
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = warp * 32 + m * 16 + g + (e >= 2 ? 8 : 0), t = 8 * n + 2 * q + (e & 1);
+        red[r * kTok + t] = acc[m][n][e];
+      }
+    }
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int share = kBlockRows / p.split;
+  for (int idx = threadIdx.x; idx < share * p.T; idx += kThreads) {
+    const int r = rank * share + idx / p.T, t = idx % p.T;
+    const int64_t i = tile_row0 + r;
+    if (i >= p.n_rows) continue;
+    float sum = *cluster.map_shared_rank(red + r * kTok + t, 0);
+    for (int b = 1; b < p.split; ++b) sum += *cluster.map_shared_rank(red + r * kTok + t, b);
+    float* out = p.y + t * p.ldy + i;
+    *out = p.accumulate ? *out + sum : sum;
+  }
+  cluster.sync();  // keep this block's partials alive until every rank has read them
+}
+
+template <WeightFormat kFormat, int kNT>
+__global__ void __launch_bounds__(kThreads, 2) MmaKernel(MmaParams p) {
+  extern __shared__ uint4 xs[];
+  constexpr int kSliceChunks = SliceK(kNT) / ChunkK(kFormat);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int64_t tile = blockIdx.x / p.split;
+  const int part = static_cast<int>(blockIdx.x % p.split);  // == cluster rank
+  const int64_t tile_row0 = tile * kBlockRows;
+  int64_t rows[kTilesPerWarp][2];  // rows past the end re-read the last row (not written)
+#pragma unroll
+  for (int m = 0; m < kTilesPerWarp; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t i = tile_row0 + warp * 32 + m * 16 + g + 8 * h;
+      rows[m][h] = p.row0 + (i < p.n_rows ? i : p.n_rows - 1);
+    }
+  }
+  float acc[kTilesPerWarp][kNT][4];
+#pragma unroll
+  for (int m = 0; m < kTilesPerWarp; ++m) {
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.0f;
+    }
+  }
+  const int64_t c_begin = part * p.chunks_per_block, c_end = c_begin + p.chunks_per_block;
+  WarpChunk<kFormat> cur = LoadWarpChunk<kFormat>(p, rows, c_begin, q);
+  for (int64_t s0 = c_begin; s0 < c_end; s0 += kSliceChunks) {
+    const int64_t s1 = s0 + kSliceChunks < c_end ? s0 + kSliceChunks : c_end;
+    if (s0 > c_begin) __syncthreads();  // the previous slice's readers are done
+    StageX<kFormat, kNT>(p, s0 * ChunkK(kFormat), static_cast<int>((s1 - s0) * ChunkK(kFormat)),
+                         xs);
+    __syncthreads();
+    for (int64_t c = s0; c < s1; ++c) {
+      // The prefetch of the next chunk may reach into the next slice: it needs no x.
+      const WarpChunk<kFormat> next = LoadWarpChunk<kFormat>(p, rows, c + 1 < c_end ? c + 1 : c, q);
+      MmaChunk<kFormat, kNT>(cur, xs, static_cast<int>(c - s0), g, q, acc);
+      cur = next;
+    }
+  }
+  if (p.split > 1) {
+    ReduceSplit<kNT>(p, acc, reinterpret_cast<float*>(xs), tile_row0);
+    return;
+  }
+#pragma unroll
+  for (int m = 0; m < kTilesPerWarp; ++m) {
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = tile_row0 + warp * 32 + m * 16 + g + (e >= 2 ? 8 : 0);
+        const int t = 8 * n + 2 * q + (e & 1);
+        if (t < p.T && i < p.n_rows) {
+          float* out = p.y + t * p.ldy + i;
+          *out = p.accumulate ? *out + acc[m][n][e] : acc[m][n][e];
+        }
+      }
+    }
+  }
+}
+
+template <WeightFormat kFormat, int kNT>
+cudaError_t Launch(const MmaParams& p, int64_t blocks, cudaStream_t stream) {
+  auto kernel = MmaKernel<kFormat, kNT>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(p.split);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, p);
+}
+
+template <WeightFormat kFormat>
+cudaError_t LaunchFormat(const MmaParams& p, int64_t blocks, cudaStream_t stream) {
+  if (p.T <= 8) return Launch<kFormat, 1>(p, blocks, stream);
+  if (p.T <= 16) return Launch<kFormat, 2>(p, blocks, stream);
+  if (p.T <= 32) return Launch<kFormat, 4>(p, blocks, stream);
+  return Launch<kFormat, 8>(p, blocks, stream);
+}
+
+}  // namespace
+
+int MmaKSplit(WeightFormat format, int64_t n_rows, int64_t K) {
+  const int64_t chunks = K / ChunkK(format);
+  const int64_t tiles = (n_rows + kBlockRows - 1) / kBlockRows;
+  int split = 1;
+  while (split < kMaxSplit && tiles * split < kTargetBlocks && chunks % (2 * split) == 0 &&
+         chunks / (2 * split) >= kMinChunksPerBlock) {
+    split *= 2;
+  }
+  return split;
+}
+
+bool MmaLinearApplicable(const DeviceWeight& w, int64_t T) {
+  if (T < 1 || T > kMaxMmaTokens) return false;
+  if (w.format == WeightFormat::kF32) return false;
+  if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.rows < 1) return false;
+  if (w.format != WeightFormat::kBF16 && w.scale == nullptr) return false;
+  return w.cols > 0 && w.cols % ChunkK(w.format) == 0;
+}
+
+cudaError_t LinearMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
+                      int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
+                      cudaStream_t stream) {
+  if (n_rows <= 0 || T <= 0) return cudaSuccess;
+  if (!MmaLinearApplicable(w, T) || row0 < 0 || row0 + n_rows > w.rows) {
+    return cudaErrorInvalidValue;
+  }
+  MmaParams p;
+  p.data = w.data;
+  p.scale = w.scale;
+  p.K = w.cols;
+  p.row0 = row0;
+  p.n_rows = n_rows;
+  p.x = x;
+  p.T = static_cast<int>(T);
+  p.ldx = ldx;
+  p.y = y;
+  p.ldy = ldy;
+  p.accumulate = accumulate;
+  p.split = MmaKSplit(w.format, n_rows, w.cols);
+  p.chunks_per_block = w.cols / ChunkK(w.format) / p.split;
+  const int64_t blocks = (n_rows + kBlockRows - 1) / kBlockRows * p.split;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  switch (w.format) {
+    case WeightFormat::kBF16:
+      return LaunchFormat<WeightFormat::kBF16>(p, blocks, stream);
+    case WeightFormat::kFp8Block32:
+      return LaunchFormat<WeightFormat::kFp8Block32>(p, blocks, stream);
+    case WeightFormat::kFp8Row32:
+      return LaunchFormat<WeightFormat::kFp8Row32>(p, blocks, stream);
+    case WeightFormat::kMxFp4:
+      return LaunchFormat<WeightFormat::kMxFp4>(p, blocks, stream);
+    case WeightFormat::kF32:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace deepinfer::backend::cuda::kernels
