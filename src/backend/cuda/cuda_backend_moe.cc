@@ -1,10 +1,12 @@
 // CudaBackend: fused routed experts (decode) and the cached per-layer expert tables.
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_moe.h"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
@@ -36,6 +38,22 @@ bool SameShape(const model::ExpertWeights& a, const model::ExpertWeights& b) {
     return x.format == y.format && x.rows == y.rows && x.cols == y.cols;
   };
   return same(a.w1, b.w1) && same(a.w2, b.w2) && same(a.w3, b.w3);
+}
+
+// Which routed-experts kernels a call uses. DEEPINFER_CUDA_GROUPED_MOE=0 forces the
+// token-slot-major kernels of k_moe.cu, =1 the grouped ones of k_moe_grouped.cu whenever they
+// apply (any T); unset (or another value), the grouped ones run from
+// kernels::kGroupedExpertsMinTokens tokens. Read on every call (cheap next to the kernels),
+// so that tests and benchmarks can switch it.
+bool UseGroupedExperts(const kernels::RoutedExpertsLaunch& l) {
+  const char* env = std::getenv("DEEPINFER_CUDA_GROUPED_MOE");
+  const std::string mode = env != nullptr ? env : "";
+  if (mode == "0") return false;
+  if (!kernels::RoutedExpertsGroupedApplicable(l.up_format, l.down_format, l.D, l.I, l.T, l.k,
+                                               l.n_experts)) {
+    return false;
+  }
+  return mode == "1" || l.T >= kernels::kGroupedExpertsMinTokens;
 }
 
 }  // namespace
@@ -143,9 +161,6 @@ void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
   }
   const ExpertTable* table = ExpertTableFor(a);
   if (table == nullptr) return;
-  auto* h = static_cast<float*>(
-      TempBytes(kernels::RoutedExpertsScratchFloats(a.T, a.k, table->I) * sizeof(float)));
-  if (h == nullptr) return;
   kernels::RoutedExpertsLaunch launch;
   launch.table = table->device;
   launch.n_experts = a.n_experts;
@@ -161,7 +176,17 @@ void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
   launch.swiglu_limit = a.swiglu_limit;
   launch.y = a.y;
   launch.error_word = error_word_;
-  Check(kernels::RoutedExperts(launch, h, stream_), "RoutedExperts");
+  if (UseGroupedExperts(launch)) {
+    void* scratch = TempBytes(static_cast<size_t>(
+        kernels::RoutedExpertsGroupedScratchBytes(a.T, a.k, a.D, table->I, a.n_experts)));
+    if (scratch == nullptr) return;
+    Check(kernels::RoutedExpertsGrouped(launch, scratch, stream_), "RoutedExperts (grouped)");
+  } else {
+    auto* h = static_cast<float*>(
+        TempBytes(kernels::RoutedExpertsScratchFloats(a.T, a.k, table->I) * sizeof(float)));
+    if (h == nullptr) return;
+    Check(kernels::RoutedExperts(launch, h, stream_), "RoutedExperts");
+  }
   Done("RoutedExperts");
 }
 
