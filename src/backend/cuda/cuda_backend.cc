@@ -18,6 +18,9 @@ std::string CudaErrorText(cudaError_t e) {
 }
 
 // Rows of a weight tile dequantised at once: about 32 Mi floats (128 MiB) of scratch.
+constexpr size_t kPinnedBytes = size_t{16} << 20;     // staging buffer of UploadAsync
+constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the pageable path
+
 int64_t TileRows(int64_t cols) {
   const int64_t max_floats = int64_t{32} << 20;
   return std::max<int64_t>(32, (max_floats / std::max<int64_t>(cols, 1)) / 32 * 32);
@@ -78,6 +81,14 @@ base::Status CudaBackend::Init() {
   if (e == cudaSuccess) e = cudaMemsetAsync(error_word_, 0, sizeof(int), stream_);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
   if (e != cudaSuccess) return fail("error word", e);
+  // Staging for small uploads; without it (allocation failed) uploads take the pageable path.
+  if (cudaHostAlloc(reinterpret_cast<void**>(&pinned_), kPinnedBytes, cudaHostAllocDefault) ==
+      cudaSuccess) {
+    pinned_capacity_ = kPinnedBytes;
+  } else {
+    cudaGetLastError();
+    pinned_ = nullptr;
+  }
   const char* sync = std::getenv("DEEPINFER_CUDA_SYNC");
   sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
   const char* gemv = std::getenv("DEEPINFER_CUDA_GEMV");
@@ -99,6 +110,7 @@ CudaBackend::~CudaBackend() {
   FreeTimingEvents();
   if (linear_scratch_) arena_.Release(linear_scratch_).IgnoreError();
   if (error_word_) cudaFree(error_word_);
+  if (pinned_) cudaFreeHost(pinned_);
   if (cublas_lt_) cublasLtDestroy(cublas_lt_);
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -151,7 +163,7 @@ void CudaBackend::Done(const char* what, std::string_view weight_name) {
 
 base::Status CudaBackend::Synchronize() {
   if (!failed_) cudaSetDevice(device_);
-  if (stream_) Check(cudaStreamSynchronize(stream_), "stream synchronize");
+  if (stream_ && Check(cudaStreamSynchronize(stream_), "stream synchronize")) ReclaimPinned();
   if (!failed_ && error_word_) {
     int word = 0;
     if (Check(cudaMemcpyAsync(&word, error_word_, sizeof(int), cudaMemcpyDeviceToHost, stream_),
@@ -238,17 +250,54 @@ void CudaBackend::Free(void* p) {
 
 void CudaBackend::CopyToDevice(void* dst, const void* src, int64_t bytes) {
   if (bytes <= 0 || !Usable()) return;
-  Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_),
-        "CopyToDevice");
-  // Pageable sources are staged before cudaMemcpyAsync returns; a pinned source is read
-  // later by the DMA engine, so wait for it (the caller may reuse its buffer at once).
+  UploadAsync(dst, src, static_cast<size_t>(bytes), "CopyToDevice");
+  Done("CopyToDevice");
+}
+
+const float* CudaBackend::DeviceConstant(const float* host, int64_t n) {
+  DeviceConstantEntry& e = constants_[host];
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  if (e.device != nullptr && e.host.size() == static_cast<size_t>(n) &&
+      std::memcmp(e.host.data(), host, bytes) == 0) {
+    return e.device;
+  }
+  // Stream order makes the release safe: kernels enqueued earlier still read the old block
+  // before any later user of it.
+  if (e.device != nullptr) arena_.Release(e.device).IgnoreError();
+  e.device = nullptr;
+  base::StatusOr<void*> p = arena_.Allocate(std::max<size_t>(bytes, 1));
+  if (!p.ok()) {
+    Fail(p.status());
+    return nullptr;
+  }
+  e.device = static_cast<float*>(*p);
+  e.host.assign(host, host + n);
+  return UploadAsync(e.device, e.host.data(), bytes, "device constant") ? e.device : nullptr;
+}
+
+bool CudaBackend::UploadAsync(void* dst, const void* src, size_t bytes, const char* what) {
+  if (bytes == 0) return true;
+  if (pinned_ != nullptr && bytes <= kMaxPinnedUpload) {
+    const size_t at = (pinned_used_ + 15) / 16 * 16;
+    if (at + bytes > pinned_capacity_) {  // full: wait for the readers of what is staged
+      if (!Check(cudaStreamSynchronize(stream_), what)) return false;
+      ReclaimPinned();
+      return UploadAsync(dst, src, bytes, what);
+    }
+    std::memcpy(pinned_ + at, src, bytes);
+    pinned_used_ = at + bytes;
+    return Check(cudaMemcpyAsync(dst, pinned_ + at, bytes, cudaMemcpyHostToDevice, stream_), what);
+  }
+  // Pageable path: the driver stages the bytes before cudaMemcpyAsync returns. A pinned
+  // source would be read later by the DMA engine, so then wait for it.
+  if (!Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), what)) return false;
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, src) != cudaSuccess) {
     cudaGetLastError();
   } else if (attributes.type == cudaMemoryTypeHost) {
-    Check(cudaStreamSynchronize(stream_), "CopyToDevice (pinned source)");
+    return Check(cudaStreamSynchronize(stream_), what);
   }
-  Done("CopyToDevice");
+  return true;
 }
 
 void CudaBackend::CopyToHost(void* dst, const void* src, int64_t bytes) {

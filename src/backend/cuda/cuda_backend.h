@@ -182,13 +182,21 @@ class CudaBackend final : public model::Backend {
   template <typename T>
   T* StageToDevice(const T* host, int64_t n) {
     T* dev = static_cast<T*>(TempBytes(static_cast<size_t>(n) * sizeof(T)));
-    if (dev && n > 0) {
-      Check(cudaMemcpyAsync(dev, host, static_cast<size_t>(n) * sizeof(T), cudaMemcpyHostToDevice,
-                            stream_),
-            "stage host array");
-    }
+    if (dev && n > 0)
+      UploadAsync(dev, host, static_cast<size_t>(n) * sizeof(T), "stage host array");
     return dev;
   }
+  // Enqueues a host-to-device copy of `bytes` from `src`; the caller may reuse `src` at once.
+  // Small copies go through the pinned staging buffer (a host memcpy plus a DMA from pinned
+  // memory: much less host time than the driver's pageable path); large ones take the
+  // pageable path. Returns false after a failure (recorded).
+  bool UploadAsync(void* dst, const void* src, size_t bytes, const char* what);
+  // The device reader of every staged byte has completed (after a stream synchronisation):
+  // the staging buffer may be reused from its start.
+  void ReclaimPinned() { pinned_used_ = 0; }
+  // A device copy of a small constant host array (RoPE frequencies), uploaded on first use and
+  // again only when its contents change (compared on every call: n floats). Null on failure.
+  const float* DeviceConstant(const float* host, int64_t n);
   void ReleaseTemps();
   // The persistent fp32 dequantisation tile for Linear, grown on demand.
   float* LinearScratch(int64_t floats);
@@ -232,6 +240,15 @@ class CudaBackend final : public model::Backend {
   std::vector<TimingRecord> timing_records_;
   float* linear_scratch_ = nullptr;
   int64_t linear_scratch_floats_ = 0;
+  struct DeviceConstantEntry {
+    std::vector<float> host;  // the contents last uploaded
+    float* device = nullptr;  // arena block
+  };
+  std::unordered_map<const float*, DeviceConstantEntry> constants_;
+  // Pinned staging buffer of UploadAsync: [0, pinned_used_) is awaiting its DMA readers.
+  char* pinned_ = nullptr;
+  size_t pinned_capacity_ = 0;
+  size_t pinned_used_ = 0;
 
   mutable std::mutex status_mu_;
   base::Status status_;

@@ -24,9 +24,8 @@ void CudaBackend::CopyDeviceMany(const model::DeviceCopy* copies, int64_t n_copi
     const size_t n = std::min<size_t>(65535, descs.size() - begin);
     auto* dev = static_cast<kernels::CopyDesc*>(TempBytes(n * sizeof(kernels::CopyDesc)));
     if (dev == nullptr) break;
-    if (!Check(cudaMemcpyAsync(dev, descs.data() + begin, n * sizeof(kernels::CopyDesc),
-                               cudaMemcpyHostToDevice, stream_),
-               "CopyDeviceMany descriptors")) {
+    if (!UploadAsync(dev, descs.data() + begin, n * sizeof(kernels::CopyDesc),
+                     "CopyDeviceMany descriptors")) {
       break;
     }
     Check(kernels::CopyMany(dev, static_cast<int64_t>(n), max_bytes, stream_), "CopyDeviceMany");

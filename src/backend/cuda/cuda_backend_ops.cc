@@ -30,7 +30,7 @@ void CudaBackend::Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_
                        int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
                        bool inverse) {
   if (rows <= 0 || heads <= 0 || n_pairs <= 0 || !Usable()) return;
-  const float* freq = StageToDevice(inv_freq, n_pairs);  // inv_freq is host memory
+  const float* freq = DeviceConstant(inv_freq, n_pairs);  // inv_freq is host memory
   if (freq) {
     Check(kernels::Rope(x, rows, ld, heads, head_stride, offset, n_pairs, pos, freq, inverse,
                         stream_),
