@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "backend/cuda/kernels.h"
@@ -18,6 +19,9 @@ std::string CudaErrorText(cudaError_t e) {
 }
 
 // Rows of a weight tile dequantised at once: about 32 Mi floats (128 MiB) of scratch.
+// Linear with at least this many token rows runs as two bf16 tensor-core GEMMs (x split into
+// bf16 hi + lo halves, weights exact in bf16) instead of fp32 SGEMM.
+constexpr int64_t kBf16GemmMinTokens = 64;
 constexpr size_t kPinnedBytes = size_t{16} << 20;     // staging buffer of UploadAsync
 constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the pageable path
 
@@ -94,6 +98,10 @@ base::Status CudaBackend::Init() {
   const char* gemv = std::getenv("DEEPINFER_CUDA_GEMV");
   gemv_max_tokens_ =
       gemv != nullptr && std::strcmp(gemv, "0") == 0 ? 0 : kernels::kDefaultGemvTokens;
+  const char* bf16 = std::getenv("DEEPINFER_CUDA_BF16_GEMM");
+  bf16_gemm_min_tokens_ = bf16 != nullptr && std::strcmp(bf16, "0") == 0
+                              ? std::numeric_limits<int64_t>::max()
+                              : kBf16GemmMinTokens;
   const char* fused = std::getenv("DEEPINFER_CUDA_FUSED_MOE");
   fused_experts_ = fused == nullptr || std::strcmp(fused, "0") != 0;
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}", device_, prop.name,
@@ -377,6 +385,10 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
     gemm(static_cast<const float*>(dw->data) + row0 * K, n_rows, y);
     return Done("Linear", w.name);
   }
+  if (T >= bf16_gemm_min_tokens_) {
+    LinearBf16Split(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
+    return Done("Linear", w.name);
+  }
   const int64_t tile = std::min(TileRows(K), n_rows);
   float* scratch = LinearScratch(tile * K);
   if (scratch == nullptr) return;
@@ -388,6 +400,39 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
     }
   }
   Done("Linear", w.name);
+}
+
+void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
+                                  const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
+                                  float* y, int64_t ldy, bool accumulate) {
+  const int64_t K = w.cols;
+  auto* hi = static_cast<uint16_t*>(TempBytes(static_cast<size_t>(2 * T * K) * sizeof(uint16_t)));
+  if (hi == nullptr) return;
+  uint16_t* lo = hi + T * K;
+  if (!Check(kernels::SplitBf16(x, T, K, ldx, hi, lo, stream_), "Linear bf16 split")) return;
+  const int64_t tile = std::min(TileRows(K), n_rows);
+  // The tile's bf16 rows live in the fp32 scratch (two values per float).
+  auto* w_tile = reinterpret_cast<uint16_t*>(LinearScratch((tile * K + 1) / 2));
+  if (w_tile == nullptr) return;
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t r = 0; r < n_rows; r += tile) {
+    const int64_t n = std::min(tile, n_rows - r);
+    if (!Check(kernels::DequantRowsBf16(w, row0 + r, n, w_tile, stream_), "Linear dequant bf16")) {
+      return;
+    }
+    // Column-major: y^T [n, T] (+)= W_tile [K, n]^T x_part^T [K, T], for x_hi then x_lo.
+    for (int part = 0; part < 2; ++part) {
+      const float* beta = part == 1 || accumulate ? &one : &zero;
+      if (!CheckBlas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                                  static_cast<int>(T), static_cast<int>(K), &one, w_tile,
+                                  CUDA_R_16BF, static_cast<int>(K), part == 0 ? hi : lo,
+                                  CUDA_R_16BF, static_cast<int>(K), beta, y + r, CUDA_R_32F,
+                                  static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "Linear bf16 gemm")) {
+        return;
+      }
+    }
+  }
 }
 
 void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,

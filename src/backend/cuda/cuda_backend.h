@@ -85,6 +85,9 @@ class CudaBackend final : public model::Backend {
   // Whether CanFuseRoutedExperts may say yes (default on; DEEPINFER_CUDA_FUSED_MOE=0 turns
   // it off at creation).
   void set_fused_experts(bool on) { fused_experts_ = on; }
+  // Linear with at least `t` token rows (and a non-F32 weight) uses LinearBf16Split (default
+  // 64; DEEPINFER_CUDA_BF16_GEMM=0 disables it at creation).
+  void set_bf16_gemm_min_tokens(int64_t t) { bf16_gemm_min_tokens_ = t; }
 
   // --- model::Backend ------------------------------------------------------------------
   float* AllocFloats(int64_t n) override;
@@ -198,6 +201,11 @@ class CudaBackend final : public model::Backend {
   // again only when its contents change (compared on every call: n floats). Null on failure.
   const float* DeviceConstant(const float* host, int64_t n);
   void ReleaseTemps();
+  // Linear for many token rows on tensor cores at fp32-level accuracy: x = hi + lo (bf16
+  // halves, ~2^-17 relative), each weight tile dequantised exactly to bf16, two cuBLAS bf16
+  // GEMMs with fp32 accumulation (y += W x_hi, y += W x_lo). Not for the F32 format.
+  void LinearBf16Split(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
+                       int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
   // The persistent fp32 dequantisation tile for Linear, grown on demand.
   float* LinearScratch(int64_t floats);
 
@@ -223,8 +231,9 @@ class CudaBackend final : public model::Backend {
   cublasLtHandle_t cublas_lt_ = nullptr;  // reserved for the FP8 GEMM path
   int* error_word_ = nullptr;             // device int, DeviceErrorBit flags
   bool sync_each_op_ = false;
-  int64_t gemv_max_tokens_ = 0;  // set in Init()
-  bool fused_experts_ = true;    // set in Init()
+  int64_t gemv_max_tokens_ = 0;       // set in Init()
+  bool fused_experts_ = true;         // set in Init()
+  int64_t bf16_gemm_min_tokens_ = 0;  // set in Init(); LinearBf16Split from this many rows
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   DeviceArena arena_;
   WeightCache weights_;

@@ -142,6 +142,27 @@ TEST_F(CudaDenseTest, LinearRealV41Dims) {
   CheckLinear(WeightFormat::kMxFp4, 2, 5120, 2304, 0, 2304, 0, 0, false);  // SGEMM path
 }
 
+// The bf16 hi/lo tensor-core path (prefill-sized T) against the fp32 CPU reference, with the
+// same tolerance as the fp32 SGEMM path; forced on for small T too (threshold 1).
+TEST_F(CudaDenseTest, LinearBf16SplitMatchesCpu) {
+  gpu_->set_gemv_max_tokens(0);
+  gpu_->set_bf16_gemm_min_tokens(1);
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kFp8Row32,
+                         WeightFormat::kMxFp4, WeightFormat::kF32}) {  // F32 keeps SGEMM
+    for (int64_t K : {64, 160}) {
+      CheckLinear(f, 1, K, 33, 0, 33, 0, 0, false);
+      CheckLinear(f, 7, K, 77, 5, 41, 3, 2, true);
+      CheckLinear(f, 64, K, 96, 32, 64, 0, 1, false);
+      CheckLinear(f, 130, K, 200, 0, 200, 5, 0, true);
+    }
+  }
+  if (!SmallOnly()) {
+    CheckLinear(WeightFormat::kFp8Block32, 256, 5120, 1280, 0, 1280, 0, 0, false);  // wq_a
+    CheckLinear(WeightFormat::kMxFp4, 96, 5120, 2304, 0, 2304, 0, 0, false);       // expert w1
+  }
+  gpu_->set_bf16_gemm_min_tokens(1 << 30);
+}
+
 // LinearGrouped (wo_a's block-diagonal product): one GEMV launch for all groups when the
 // group size is a multiple of 32, else one Linear per group; both against the CPU reference
 // (which runs one Linear per group).

@@ -1,5 +1,7 @@
 // QAT fake-quantisation (bit-exact with backend/cpu/numerics.cc) and weight dequantisation
 // from the stored formats (model.md §4.3) to fp32.
+#include <cuda_bf16.h>
+
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
@@ -86,6 +88,28 @@ __global__ void DequantRowsKernel(DeviceWeight w, int64_t row0, int64_t n, float
   }
 }
 
+// bf16 bits of a dequantised weight (exact: e4m3 / e2m1 values times a power of two, and
+// bf16 itself, fit bf16; the F32 format is not routed here).
+__global__ void DequantRowsBf16Kernel(DeviceWeight w, int64_t row0, int64_t n, uint16_t* out) {
+  const int64_t K = w.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * K;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(DequantElement(w, row0 + i / K, i % K)));
+  }
+}
+
+// x = hi + lo + O(2^-17 |x|): hi = bf16(x), lo = bf16(x - hi); [T, K] each, ld K.
+__global__ void SplitBf16Kernel(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi,
+                                uint16_t* lo) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * K;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = x[(i / K) * ldx + i % K];
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    hi[i] = __bfloat16_as_ushort(h);
+    lo[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
+  }
+}
+
 __global__ void GatherWeightRowsKernel(DeviceWeight w, const int64_t* ids, int64_t n, float* out) {
   const int64_t K = w.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * K;
@@ -110,6 +134,21 @@ cudaError_t DequantRows(const DeviceWeight& w, int64_t row0, int64_t n, float* o
                         cudaStream_t stream) {
   if (n * w.cols <= 0) return cudaSuccess;
   DequantRowsKernel<<<GridFor(n * w.cols, kThreads), kThreads, 0, stream>>>(w, row0, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t DequantRowsBf16(const DeviceWeight& w, int64_t row0, int64_t n, uint16_t* out,
+                            cudaStream_t stream) {
+  if (w.format == WeightFormat::kF32) return cudaErrorInvalidValue;  // not exact in bf16
+  if (n * w.cols <= 0) return cudaSuccess;
+  DequantRowsBf16Kernel<<<GridFor(n * w.cols, kThreads), kThreads, 0, stream>>>(w, row0, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t SplitBf16(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi, uint16_t* lo,
+                      cudaStream_t stream) {
+  if (T * K <= 0) return cudaSuccess;
+  SplitBf16Kernel<<<GridFor(T * K, kThreads), kThreads, 0, stream>>>(x, T, K, ldx, hi, lo);
   return cudaGetLastError();
 }
 
