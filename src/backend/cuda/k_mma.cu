@@ -22,9 +22,10 @@
 // four consecutive physical columns p .. p+3, p = chunk*4V + q*V + 4*step; A and B use the
 // same map, so each product pair is the right one and a 16-byte load feeds V/4 MMA steps.
 // Dequantisation is exact in bf16 (e4m3 / e2m1 values times a power of two, or bf16).
-// Activations: a K slice of x (all tokens) is staged in shared memory as bf16 hi/lo
-// halves (x_hi = bf16(x), x_lo = bf16(x - x_hi)), laid out so that a lane's B fragments
-// for 2 MMA steps are one 16-byte LDS. D = A*x_hi + D, then D = A*x_lo + D.
+// Activations: K slices of x (all tokens, 32 KiB) are copied to shared memory with
+// cp.async while the previous slice is multiplied, then converted to bf16 hi/lo halves
+// (x_hi = bf16(x), x_lo = bf16(x - x_hi)), laid out so that a lane's B fragments for 2
+// MMA steps are one 16-byte LDS. D = A*x_hi + D, then D = A*x_lo + D.
 // Split K (weights with few row tiles): `split` blocks of one thread-block cluster take
 // equal contiguous K ranges of the same 256 rows; partials go through distributed shared
 // memory and are added in rank order 0, 1, .., split-1 by the owning block.
@@ -35,6 +36,8 @@
 // other tokens.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+
+#include <atomic>
 
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/kernels_mma.h"
@@ -49,7 +52,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTilesPerWarp = 2;                         // 16-row MMA tiles per warp
 constexpr int kBlockRows = kWarps * kTilesPerWarp * 16;  // 256
-constexpr int kSmemBytes = 64 * 1024;                    // x slice, then split partials
+constexpr int kXBytes = 32 * 1024;                       // one staged x slice (hi/lo or fp32)
+constexpr int kSmemBytes = 2 * kXBytes;                  // xs + raw, then split partials
 constexpr int kMaxSplit = 8;                             // portable cluster size
 constexpr int64_t kTargetBlocks = 2 * 132;               // two blocks per H200 SM
 constexpr int64_t kMinChunksPerBlock = 4;
@@ -57,8 +61,8 @@ constexpr int64_t kMinChunksPerBlock = 4;
 // K values of one warp chunk (4 lanes x one 16-byte load each).
 __host__ __device__ constexpr int ChunkK(WeightFormat f) { return 4 * ChunkValues(f); }
 
-// K values of x staged at once for NT token tiles (fills kSmemBytes: 4 bytes per value).
-__host__ __device__ constexpr int SliceK(int nt) { return kSmemBytes / (nt * 8 * 4); }
+// K values of x staged at once for NT token tiles (fills kXBytes: 4 bytes per value).
+__host__ __device__ constexpr int SliceK(int nt) { return kXBytes / (nt * 8 * 4); }
 
 struct MmaParams {
   const void* data;
@@ -71,6 +75,7 @@ struct MmaParams {
   float* y;
   int64_t ldy;
   bool accumulate;
+  bool x_vec4;  // x 16-byte aligned and ldx % 4 == 0
   int split;
   int64_t chunks_per_block;  // warp chunks of K per block (K / ChunkK / split)
 };
@@ -153,19 +158,57 @@ __device__ __forceinline__ int XUnit(int cc, int grp, int half, int t, int q) {
   return (((cc * kGroups + grp) * 2 + half) * (kNT * 8) + t) * 4 + q;
 }
 
-// Stages x[:, k0 .. k0 + n_k) (all kNT*8 token slots, zeros for t >= T) as bf16 hi/lo.
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Starts the asynchronous copy of x[:, k0 .. k0 + n_k) (fp32) into raw[t * SliceK + kk]
+// for the kNT*8 token slots (zeros for t >= T, stored directly). Completed by
+// cp.async.wait_all + a barrier. All threads call it.
+template <int kNT>
+__device__ void IssueRawX(const MmaParams& p, int64_t k0, int n_k, float* raw) {
+  constexpr int kSlice = SliceK(kNT);
+  if (p.x_vec4) {  // x 16-byte aligned and ldx % 4 == 0: 16-byte copies
+    const int per_token = n_k / 4;
+    for (int item = threadIdx.x; item < kNT * 8 * per_token; item += kThreads) {
+      const int t = item / per_token, kk = (item % per_token) * 4;
+      float* dst = raw + t * kSlice + kk;
+      if (t < p.T) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SharedAddress(dst)),
+                     "l"(p.x + t * p.ldx + k0 + kk)
+                     : "memory");
+      } else {
+        *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  } else {
+    for (int item = threadIdx.x; item < kNT * 8 * n_k; item += kThreads) {
+      const int t = item / n_k, kk = item % n_k;
+      float* dst = raw + t * kSlice + kk;
+      if (t < p.T) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(SharedAddress(dst)),
+                     "l"(p.x + t * p.ldx + k0 + kk)
+                     : "memory");
+      } else {
+        *dst = 0.0f;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void WaitRawX() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Converts the raw slice (n_k values per token slot) into the bf16 hi/lo layout of XUnit.
 // All threads call it; no barrier inside.
 template <WeightFormat kFormat, int kNT>
-__device__ void StageX(const MmaParams& p, int64_t k0, int n_k, uint4* xs) {
+__device__ void ConvertX(const float* raw, int n_k, uint4* xs) {
   constexpr int kValues = ChunkValues(kFormat);
   const int groups_per_token = n_k / 8;
-  const int items = kNT * 8 * groups_per_token;
-  for (int item = threadIdx.x; item < items; item += kThreads) {
+  for (int item = threadIdx.x; item < kNT * 8 * groups_per_token; item += kThreads) {
     const int t = item / groups_per_token, off = (item % groups_per_token) * 8;
-    float v[8];
-    const float* src = p.x + t * p.ldx + k0 + off;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = t < p.T ? __ldg(src + e) : 0.0f;
+    const float4 v0 = *reinterpret_cast<const float4*>(raw + t * SliceK(kNT) + off);
+    const float4 v1 = *reinterpret_cast<const float4*>(raw + t * SliceK(kNT) + off + 4);
+    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
     uint32_t hi[4], lo[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -268,6 +311,8 @@ template <WeightFormat kFormat, int kNT>
 __global__ void __launch_bounds__(kThreads, 2) MmaKernel(MmaParams p) {
   extern __shared__ uint4 xs[];
   constexpr int kSliceChunks = SliceK(kNT) / ChunkK(kFormat);
+  static_assert(kSliceChunks >= 1, "a staged slice holds whole warp chunks");
+  static_assert(kBlockRows * kNT * 8 * 4 <= kSmemBytes, "split partials fit shared memory");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const int64_t tile = blockIdx.x / p.split;
   const int part = static_cast<int>(blockIdx.x % p.split);  // == cluster rank
@@ -291,13 +336,25 @@ __global__ void __launch_bounds__(kThreads, 2) MmaKernel(MmaParams p) {
     }
   }
   const int64_t c_begin = part * p.chunks_per_block, c_end = c_begin + p.chunks_per_block;
+  // Shared memory: [xs: bf16 hi/lo slice, kXBytes][raw: fp32 slice, kXBytes]; the raw
+  // copy of slice s+1 runs (cp.async) while slice s is multiplied.
+  float* raw = reinterpret_cast<float*>(xs) + kXBytes / 4;
+  const auto slice_end = [&](int64_t s0) {
+    return s0 + kSliceChunks < c_end ? s0 + kSliceChunks : c_end;
+  };
+  IssueRawX<kNT>(p, c_begin * ChunkK(kFormat),
+                 static_cast<int>((slice_end(c_begin) - c_begin) * ChunkK(kFormat)), raw);
   WarpChunk<kFormat> cur = LoadWarpChunk<kFormat>(p, rows, c_begin, q);
   for (int64_t s0 = c_begin; s0 < c_end; s0 += kSliceChunks) {
-    const int64_t s1 = s0 + kSliceChunks < c_end ? s0 + kSliceChunks : c_end;
-    if (s0 > c_begin) __syncthreads();  // the previous slice's readers are done
-    StageX<kFormat, kNT>(p, s0 * ChunkK(kFormat), static_cast<int>((s1 - s0) * ChunkK(kFormat)),
-                         xs);
-    __syncthreads();
+    const int64_t s1 = slice_end(s0);
+    WaitRawX();
+    __syncthreads();  // raw slice s0 complete; every warp is done with the previous xs
+    ConvertX<kFormat, kNT>(raw, static_cast<int>((s1 - s0) * ChunkK(kFormat)), xs);
+    __syncthreads();  // xs ready; raw free
+    if (s1 < c_end) {
+      IssueRawX<kNT>(p, s1 * ChunkK(kFormat),
+                     static_cast<int>((slice_end(s1) - s1) * ChunkK(kFormat)), raw);
+    }
     for (int64_t c = s0; c < s1; ++c) {
       // The prefetch of the next chunk may reach into the next slice: it needs no x.
       const WarpChunk<kFormat> next = LoadWarpChunk<kFormat>(p, rows, c + 1 < c_end ? c + 1 : c, q);
@@ -329,9 +386,17 @@ __global__ void __launch_bounds__(kThreads, 2) MmaKernel(MmaParams p) {
 template <WeightFormat kFormat, int kNT>
 cudaError_t Launch(const MmaParams& p, int64_t blocks, cudaStream_t stream) {
   auto kernel = MmaKernel<kFormat, kNT>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  // Opt in to > 48 KiB of dynamic shared memory once per device (host-side attribute).
+  static std::atomic<uint64_t> opted_in{0};
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (opted_in.load(std::memory_order_acquire) & bit) == 0) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (e != cudaSuccess) return e;
+    opted_in.fetch_or(bit, std::memory_order_release);
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(kThreads);
@@ -395,6 +460,7 @@ cudaError_t LinearMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const
   p.y = y;
   p.ldy = ldy;
   p.accumulate = accumulate;
+  p.x_vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
   p.split = MmaKSplit(w.format, n_rows, w.cols);
   p.chunks_per_block = w.cols / ChunkK(w.format) / p.split;
   const int64_t blocks = (n_rows + kBlockRows - 1) / kBlockRows * p.split;
