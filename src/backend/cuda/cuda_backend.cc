@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_mma.h"
 #include "base/check.h"
 #include "base/logging.h"
 
@@ -98,6 +99,8 @@ base::Status CudaBackend::Init() {
   const char* gemv = std::getenv("DEEPINFER_CUDA_GEMV");
   gemv_max_tokens_ =
       gemv != nullptr && std::strcmp(gemv, "0") == 0 ? 0 : kernels::kDefaultGemvTokens;
+  const char* mma = std::getenv("DEEPINFER_CUDA_MMA");
+  mma_max_tokens_ = mma != nullptr && std::strcmp(mma, "0") == 0 ? 0 : kernels::kMaxMmaTokens;
   const char* bf16 = std::getenv("DEEPINFER_CUDA_BF16_GEMM");
   bf16_gemm_min_tokens_ = bf16 != nullptr && std::strcmp(bf16, "0") == 0
                               ? std::numeric_limits<int64_t>::max()
@@ -379,6 +382,11 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   if (T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
     Check(kernels::LinearGemv(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
           "Linear gemv");
+    return Done("Linear", w.name);
+  }
+  if (T <= mma_max_tokens_ && kernels::MmaLinearApplicable(*dw, T)) {
+    Check(kernels::LinearMma(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
+          "Linear mma");
     return Done("Linear", w.name);
   }
   if (dw->format == model::WeightFormat::kF32) {

@@ -88,6 +88,10 @@ class CudaBackend final : public model::Backend {
   // Linear with at least `t` token rows (and a non-F32 weight) uses LinearBf16Split (default
   // 64; DEEPINFER_CUDA_BF16_GEMM=0 disables it at creation).
   void set_bf16_gemm_min_tokens(int64_t t) { bf16_gemm_min_tokens_ = t; }
+  // Linear with more rows than the GEMV takes and at most `t` uses the tensor-core skinny GEMM
+  // (kernels::LinearMma) where it applies (default kernels::kMaxMmaTokens; 0 = never;
+  // DEEPINFER_CUDA_MMA=0 sets 0 at creation).
+  void set_mma_max_tokens(int64_t t) { mma_max_tokens_ = t; }
 
   // --- model::Backend ------------------------------------------------------------------
   float* AllocFloats(int64_t n) override;
@@ -234,6 +238,7 @@ class CudaBackend final : public model::Backend {
   int64_t gemv_max_tokens_ = 0;       // set in Init()
   bool fused_experts_ = true;         // set in Init()
   int64_t bf16_gemm_min_tokens_ = 0;  // set in Init(); LinearBf16Split from this many rows
+  int64_t mma_max_tokens_ = 0;        // set in Init(); LinearMma above the GEMV up to this
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   DeviceArena arena_;
   WeightCache weights_;

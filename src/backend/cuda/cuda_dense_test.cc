@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_mma.h"
 
 namespace deepinfer::backend::cuda::testing {
 namespace {
@@ -103,6 +104,7 @@ class CudaDenseTest : public CudaVsCpuTest {
 TEST_F(CudaDenseTest, LinearAllFormatsSmallOddShapes) {
   for (bool gemv : {false, true}) {
     gpu_->set_gemv_max_tokens(gemv ? kernels::kMaxGemvTokens : 0);
+    gpu_->set_mma_max_tokens(gemv ? kernels::kMaxMmaTokens : 0);  // T 33..64: tensor-core path
     for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFp8Block32,
                            WeightFormat::kFp8Row32, WeightFormat::kMxFp4}) {
       for (int64_t K : {70, 80, 96, 160}) {  // 80: FP8 GEMV over a partial scale block
@@ -142,10 +144,29 @@ TEST_F(CudaDenseTest, LinearRealV41Dims) {
   CheckLinear(WeightFormat::kMxFp4, 2, 5120, 2304, 0, 2304, 0, 0, false);  // SGEMM path
 }
 
+// Linear's default dispatch for 9..64 rows: the tensor-core skinny GEMM (kernels::LinearMma)
+// where it applies, through the backend (weights uploaded by the weight cache).
+TEST_F(CudaDenseTest, LinearSkinnyMmaPathMatchesCpu) {
+  gpu_->set_gemv_max_tokens(kernels::kDefaultGemvTokens);
+  gpu_->set_mma_max_tokens(kernels::kMaxMmaTokens);
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    for (int64_t T : {9, 16, 33, 64}) {
+      CheckLinear(f, T, 256, 300, 0, 300, 0, 0, false);
+      CheckLinear(f, T, 128, 96, 32, 64, 3, 2, true);
+    }
+  }
+  if (!SmallOnly()) {
+    CheckLinear(WeightFormat::kFp8Block32, 32, 5120, 1280, 0, 1280, 0, 0, false);  // wq_a
+    CheckLinear(WeightFormat::kBF16, 32, 5120, 4096, 0, 4096, 0, 0, false);        // head slice
+    CheckLinear(WeightFormat::kMxFp4, 64, 2304, 5120, 0, 5120, 0, 0, true);        // expert w2
+  }
+}
+
 // The bf16 hi/lo tensor-core path (prefill-sized T) against the fp32 CPU reference, with the
 // same tolerance as the fp32 SGEMM path; forced on for small T too (threshold 1).
 TEST_F(CudaDenseTest, LinearBf16SplitMatchesCpu) {
   gpu_->set_gemv_max_tokens(0);
+  gpu_->set_mma_max_tokens(0);
   gpu_->set_bf16_gemm_min_tokens(1);
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kFp8Row32,
                          WeightFormat::kMxFp4, WeightFormat::kF32}) {  // F32 keeps SGEMM
@@ -158,7 +179,7 @@ TEST_F(CudaDenseTest, LinearBf16SplitMatchesCpu) {
   }
   if (!SmallOnly()) {
     CheckLinear(WeightFormat::kFp8Block32, 256, 5120, 1280, 0, 1280, 0, 0, false);  // wq_a
-    CheckLinear(WeightFormat::kMxFp4, 96, 5120, 2304, 0, 2304, 0, 0, false);       // expert w1
+    CheckLinear(WeightFormat::kMxFp4, 96, 5120, 2304, 0, 2304, 0, 0, false);        // expert w1
   }
   gpu_->set_bf16_gemm_min_tokens(1 << 30);
 }
