@@ -80,10 +80,12 @@ struct MmaParams {
   int64_t chunks_per_block;  // warp chunks of K per block (K / ChunkK / split)
 };
 
-// Streaming 16-byte load (read once: do not keep in L1).
+// Streaming 16-byte load (read once: not kept in L1). A warp reads 64 contiguous bytes
+// of a row per chunk; the L2::256B hint has L2 fetch the row's next 3 chunks from HBM
+// with it, so that more bytes are in flight than the registers of one chunk ahead hold.
 __device__ __forceinline__ uint4 LoadStream(const uint4* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
