@@ -220,6 +220,28 @@ TEST_F(CudaMmaTest, BatchInvariant) {
   }
 }
 
+// The two register budgets of the T > 32 kernel (2 or 1 blocks per SM) give bitwise equal
+// results, split 1 and split > 1.
+TEST_F(CudaMmaTest, WideVariantsBitwiseEqual) {
+  struct Restore {
+    ~Restore() { kernels::SetMmaWideBlocksPerSm(2); }
+  } restore;
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    for (int64_t K : {int64_t{384}, int64_t{2048}}) {
+      const int64_t N = 600, T = 50, ldx = K, ldy = N;
+      SCOPED_TRACE(::testing::Message() << model::WeightFormatName(f) << " K=" << K << " split "
+                                        << kernels::MmaKSplit(f, N, K));
+      const TestWeight w = MakeWeight(f, N, K);
+      const std::vector<float> x = Normal(T * ldx), y0 = Normal(T * ldy);
+      kernels::SetMmaWideBlocksPerSm(2);
+      const std::vector<float> two = RunMma(w, 0, N, x, T, ldx, y0, ldy, true);
+      kernels::SetMmaWideBlocksPerSm(1);
+      const std::vector<float> one = RunMma(w, 0, N, x, T, ldx, y0, ldy, true);
+      EXPECT_TRUE(BitExact(one, two));
+    }
+  }
+}
+
 // Host-side contract (no device needed).
 TEST(MmaLinear, ApplicableFormatsAndShapes) {
   alignas(16) static uint8_t bytes[64];
@@ -368,6 +390,17 @@ class MmaBench : public CudaVsCpuTest {
                   std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(rows),
                   static_cast<long long>(K), static_cast<long long>(T),
                   kernels::MmaKSplit(f, rows, K), 1e3 * mma_ms, weight_bytes / (mma_ms * 1e6));
+      if (T > 32) {  // the 1-block-per-SM variant of the wide kernel
+        kernels::SetMmaWideBlocksPerSm(1);
+        const double one_ms = MillisPerCall([&] {
+          return kernels::LinearMma(w, 0, rows, x, T, K, y, rows, false, gpu_->stream());
+        });
+        kernels::SetMmaWideBlocksPerSm(2);
+        std::printf("%-12s %6lld x %-6lld T=%-3lld 1 block/SM LinearMma  %8.1f us  %7.0f GB/s\n",
+                    std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(rows),
+                    static_cast<long long>(K), static_cast<long long>(T), 1e3 * one_ms,
+                    weight_bytes / (one_ms * 1e6));
+      }
       if (T <= kernels::kMaxGemvTokens) {
         const double gemv_ms = MillisPerCall([&] {
           return kernels::LinearGemv(w, 0, rows, x, T, K, y, rows, false, gpu_->stream());

@@ -58,6 +58,8 @@ constexpr int kMaxSplit = 8;                             // portable cluster siz
 constexpr int64_t kTargetBlocks = 2 * 132;               // two blocks per H200 SM
 constexpr int64_t kMinChunksPerBlock = 4;
 
+std::atomic<int> g_wide_blocks_per_sm{2};  // SetMmaWideBlocksPerSm
+
 // K values of one warp chunk (4 lanes x one 16-byte load each).
 __host__ __device__ constexpr int ChunkK(WeightFormat f) { return 4 * ChunkValues(f); }
 
@@ -301,16 +303,26 @@ __device__ void ReduceSplit(const MmaParams& p, const float (&acc)[kTilesPerWarp
     const int r = rank * share + idx / p.T, t = idx % p.T;
     const int64_t i = tile_row0 + r;
     if (i >= p.n_rows) continue;
-    float sum = *cluster.map_shared_rank(red + r * kTok + t, 0);
-    for (int b = 1; b < p.split; ++b) sum += *cluster.map_shared_rank(red + r * kTok + t, b);
+    float part[kMaxSplit];  // all remote loads first (one latency), then the ordered sum
+#pragma unroll
+    for (int b = 0; b < kMaxSplit; ++b) {
+      part[b] = b < p.split ? *cluster.map_shared_rank(red + r * kTok + t, b) : 0.0f;
+    }
+    float sum = part[0];
+#pragma unroll
+    for (int b = 1; b < kMaxSplit; ++b) {
+      if (b < p.split) sum += part[b];
+    }
     float* out = p.y + t * p.ldy + i;
     *out = p.accumulate ? *out + sum : sum;
   }
   cluster.sync();  // keep this block's partials alive until every rank has read them
 }
 
-template <WeightFormat kFormat, int kNT>
-__global__ void __launch_bounds__(kThreads, 2) MmaKernel(MmaParams p) {
+// kMinBlocks: blocks per SM the register budget is cut for (2: <= 128 registers, which
+// spills a little at kNT = 8; 1: no spills, half the warps per SM).
+template <WeightFormat kFormat, int kNT, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) MmaKernel(MmaParams p) {
   extern __shared__ uint4 xs[];
   constexpr int kSliceChunks = SliceK(kNT) / ChunkK(kFormat);
   static_assert(kSliceChunks >= 1, "a staged slice holds whole warp chunks");
@@ -385,9 +397,9 @@ __global__ void __launch_bounds__(kThreads, 2) MmaKernel(MmaParams p) {
   }
 }
 
-template <WeightFormat kFormat, int kNT>
+template <WeightFormat kFormat, int kNT, int kMinBlocks = 2>
 cudaError_t Launch(const MmaParams& p, int64_t blocks, cudaStream_t stream) {
-  auto kernel = MmaKernel<kFormat, kNT>;
+  auto kernel = MmaKernel<kFormat, kNT, kMinBlocks>;
   // Opt in to > 48 KiB of dynamic shared memory once per device (host-side attribute).
   static std::atomic<uint64_t> opted_in{0};
   int device = 0;
@@ -419,10 +431,17 @@ cudaError_t LaunchFormat(const MmaParams& p, int64_t blocks, cudaStream_t stream
   if (p.T <= 8) return Launch<kFormat, 1>(p, blocks, stream);
   if (p.T <= 16) return Launch<kFormat, 2>(p, blocks, stream);
   if (p.T <= 32) return Launch<kFormat, 4>(p, blocks, stream);
-  return Launch<kFormat, 8>(p, blocks, stream);
+  if (g_wide_blocks_per_sm.load(std::memory_order_relaxed) == 1) {
+    return Launch<kFormat, 8, 1>(p, blocks, stream);
+  }
+  return Launch<kFormat, 8, 2>(p, blocks, stream);
 }
 
 }  // namespace
+
+void SetMmaWideBlocksPerSm(int blocks) {
+  g_wide_blocks_per_sm.store(blocks == 1 ? 1 : 2, std::memory_order_relaxed);
+}
 
 int MmaKSplit(WeightFormat format, int64_t n_rows, int64_t K) {
   const int64_t chunks = K / ChunkK(format);

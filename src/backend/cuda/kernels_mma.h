@@ -38,4 +38,9 @@ cudaError_t LinearMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const
 // never depends on T.
 int MmaKSplit(model::WeightFormat format, int64_t n_rows, int64_t K);
 
+// Tuning switch for T = 33..64 (benchmarks): the kernel variant sized for 2 blocks per SM
+// (default; at most 128 registers, a few spilled) or for 1 block per SM (no spills).
+// Results are bitwise identical either way.
+void SetMmaWideBlocksPerSm(int blocks);
+
 }  // namespace deepinfer::backend::cuda::kernels
