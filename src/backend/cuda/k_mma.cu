@@ -2,10 +2,9 @@
 //
 // Roofline (H200: ~4.5 TB/s HBM, 132 SMs; mma.sync bf16 reaches roughly 0.5-0.65 PFLOP/s,
 // about 2/3 of the wgmma peak):
-//   bytes per call  = weight bytes (rows * K * {2 BF16, 1 FP8, 0.5 MXFP4} + scales)
-//                     + x (T * K * 4, read once per 256-row tile, mostly from L2) + y (T * rows *
-//                     4)
-//   tensor FLOPs    = 2 (x_hi, x_lo) * 2 * rows * K * 8 * ceil(T / 8)
+//   bytes per call = weight (rows * K * {2 BF16, 1 FP8, 0.5 MXFP4} + scales)
+//                    + x (T * K * 4 per 256-row tile, mostly L2 hits) + y (T * rows * 4)
+//   tensor FLOPs   = 2 (x_hi, x_lo) * 2 * rows * K * 8 * ceil(T / 8)
 //   head 129280 x 5120 at T = 32: BF16 1.32 GB -> 294 us at 4.5 TB/s (530 us at the 2.5 TB/s
 //   target); FP8 0.66 GB -> 147 us (265 us at 2.5 TB/s); tensor work 84.7 GFLOP -> ~140 us.
 //   So BF16 is memory-bound at every T <= 64; FP8 is memory-bound up to T ~ 32 and
