@@ -106,15 +106,16 @@ class CudaMmaTest : public CudaVsCpuTest {
     ASSERT_TRUE(kernels::MmaLinearApplicable(w.device, T));
     const int64_t ldx = K + ldx_pad, ldy = n_rows + ldy_pad;
     const std::vector<float> x = Normal(T * ldx);
-    std::vector<float> y_init = Normal(T * ldy);  // accumulate base and pad values
-    if (!accumulate) {  // poison the outputs (pads keep finite values that must survive)
-      for (int64_t t = 0; t < T; ++t) {
-        for (int64_t i = 0; i < n_rows; ++i) y_init[t * ldy + i] = NAN;
-      }
-    }
+    const std::vector<float> y_init = Normal(T * ldy);  // accumulate base and pad values
     std::vector<float> expected = y_init;
     cpu_.Linear(x.data(), T, ldx, w.ref, row0, n_rows, expected.data(), ldy, accumulate);
-    const std::vector<float> got = RunMma(w, row0, n_rows, x, T, ldx, y_init, ldy, accumulate);
+    std::vector<float> y_gpu = y_init;
+    if (!accumulate) {  // poison the outputs (pads keep finite values that must survive)
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < n_rows; ++i) y_gpu[t * ldy + i] = NAN;
+      }
+    }
+    const std::vector<float> got = RunMma(w, row0, n_rows, x, T, ldx, y_gpu, ldy, accumulate);
     ASSERT_EQ(got.size(), expected.size());
 
     // Dequantised rows (exact) for the |x| |w| bound.
