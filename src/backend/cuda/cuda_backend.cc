@@ -21,7 +21,7 @@ std::string CudaErrorText(cudaError_t e) {
 
 // Rows of a weight tile dequantised at once: about 32 Mi floats (128 MiB) of scratch.
 // Linear with at least this many token rows runs as two bf16 tensor-core GEMMs (x split into
-// bf16 hi + lo halves, weights exact in bf16) instead of fp32 SGEMM.
+// bf16 hi + mid + lo parts, weights exact in bf16) instead of fp32 SGEMM.
 constexpr int64_t kBf16GemmMinTokens = 64;
 constexpr size_t kPinnedBytes = size_t{16} << 20;     // staging buffer of UploadAsync
 constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the pageable path
@@ -379,14 +379,16 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
                     static_cast<int>(ldx), &beta, y_cols, static_cast<int>(ldy)),
         "Linear sgemm");
   };
-  if (T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
-    Check(kernels::LinearGemv(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
-          "Linear gemv");
-    return Done("Linear", w.name);
-  }
+  // The tensor-core skinny GEMM for every T it takes (1..64), so that a token's result does not
+  // depend on the batch size; the GEMV only for weights it cannot take.
   if (T <= mma_max_tokens_ && kernels::MmaLinearApplicable(*dw, T)) {
     Check(kernels::LinearMma(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
           "Linear mma");
+    return Done("Linear", w.name);
+  }
+  if (T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
+    Check(kernels::LinearGemv(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
+          "Linear gemv");
     return Done("Linear", w.name);
   }
   if (dw->format == model::WeightFormat::kF32) {
@@ -414,10 +416,13 @@ void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
                                   const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
                                   float* y, int64_t ldy, bool accumulate) {
   const int64_t K = w.cols;
-  auto* hi = static_cast<uint16_t*>(TempBytes(static_cast<size_t>(2 * T * K) * sizeof(uint16_t)));
+  auto* hi = static_cast<uint16_t*>(TempBytes(static_cast<size_t>(3 * T * K) * sizeof(uint16_t)));
   if (hi == nullptr) return;
-  uint16_t* lo = hi + T * K;
-  if (!Check(kernels::SplitBf16(x, T, K, ldx, hi, lo, stream_), "Linear bf16 split")) return;
+  uint16_t* parts[3] = {hi, hi + T * K, hi + 2 * T * K};
+  if (!Check(kernels::SplitBf16(x, T, K, ldx, parts[0], parts[1], parts[2], stream_),
+             "Linear bf16 split")) {
+    return;
+  }
   const int64_t tile = std::min(TileRows(K), n_rows);
   // The tile's bf16 rows live in the fp32 scratch (two values per float).
   auto* w_tile = reinterpret_cast<uint16_t*>(LinearScratch((tile * K + 1) / 2));
@@ -428,13 +433,13 @@ void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
     if (!Check(kernels::DequantRowsBf16(w, row0 + r, n, w_tile, stream_), "Linear dequant bf16")) {
       return;
     }
-    // Column-major: y^T [n, T] (+)= W_tile [K, n]^T x_part^T [K, T], for x_hi then x_lo.
-    for (int part = 0; part < 2; ++part) {
-      const float* beta = part == 1 || accumulate ? &one : &zero;
+    // Column-major: y^T [n, T] (+)= W_tile [K, n]^T x_part^T [K, T], for hi, mid, lo.
+    for (int part = 0; part < 3; ++part) {
+      const float* beta = part > 0 || accumulate ? &one : &zero;
       if (!CheckBlas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
                                   static_cast<int>(T), static_cast<int>(K), &one, w_tile,
-                                  CUDA_R_16BF, static_cast<int>(K), part == 0 ? hi : lo,
-                                  CUDA_R_16BF, static_cast<int>(K), beta, y + r, CUDA_R_32F,
+                                  CUDA_R_16BF, static_cast<int>(K), parts[part], CUDA_R_16BF,
+                                  static_cast<int>(K), beta, y + r, CUDA_R_32F,
                                   static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "Linear bf16 gemm")) {
         return;
@@ -448,17 +453,22 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
   CHECK(w.valid()) << "missing weight " << w.name;
   CHECK(groups > 0 && w.rows % groups == 0)
       << w.name << ": " << w.rows << " rows in " << groups << " groups";
+  if (T == 0 || failed_) return;
   const int64_t R = w.rows / groups;
-  if (T > gemv_max_tokens_ || R % 32 != 0) {
-    return model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);
+  // Decide before the op starts (its timing record): the per-group Linear calls are ops too.
+  bool one_launch = false;
+  if (T <= gemv_max_tokens_ && R % 32 == 0 && Check(cudaSetDevice(device_), "cudaSetDevice")) {
+    base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(w);
+    if (!dw.ok()) return Fail(dw.status());
+    // Where Linear takes the tensor-core path, so must every group (batch invariance).
+    one_launch = !(T <= mma_max_tokens_ && kernels::MmaLinearApplicable(*dw, T)) &&
+                 kernels::GemvGroupedApplicable(*dw, T, R);
   }
-  if (T == 0 || !Usable()) return;
+  if (!one_launch)
+    return model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);
+  if (!Usable()) return;
   base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(w);
   if (!dw.ok()) return Fail(dw.status());
-  if (!kernels::GemvGroupedApplicable(*dw, T, R)) {
-    Done("Linear", w.name);  // closes this op's timing before the per-group Linear calls
-    return model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);
-  }
   Check(kernels::LinearGemvGrouped(*dw, 0, w.rows, x, T, ldx, y, ldy, false, R, x_group_stride,
                                    stream_),
         "LinearGrouped gemv");

@@ -205,9 +205,9 @@ class CudaBackend final : public model::Backend {
   // again only when its contents change (compared on every call: n floats). Null on failure.
   const float* DeviceConstant(const float* host, int64_t n);
   void ReleaseTemps();
-  // Linear for many token rows on tensor cores at fp32-level accuracy: x = hi + lo (bf16
-  // halves, ~2^-17 relative), each weight tile dequantised exactly to bf16, two cuBLAS bf16
-  // GEMMs with fp32 accumulation (y += W x_hi, y += W x_lo). Not for the F32 format.
+  // Linear for many token rows on tensor cores at fp32-level accuracy: x = hi + mid + lo
+  // (bf16 parts, ~2^-25 relative), each weight tile dequantised exactly to bf16, three cuBLAS
+  // bf16 GEMMs with fp32 accumulation (y += W x_hi, W x_mid, W x_lo). Not for F32 weights.
   void LinearBf16Split(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                        int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
   // The persistent fp32 dequantisation tile for Linear, grown on demand.

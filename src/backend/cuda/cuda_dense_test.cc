@@ -104,7 +104,7 @@ class CudaDenseTest : public CudaVsCpuTest {
 TEST_F(CudaDenseTest, LinearAllFormatsSmallOddShapes) {
   for (bool gemv : {false, true}) {
     gpu_->set_gemv_max_tokens(gemv ? kernels::kMaxGemvTokens : 0);
-    gpu_->set_mma_max_tokens(gemv ? kernels::kMaxMmaTokens : 0);  // T 33..64: tensor-core path
+    gpu_->set_mma_max_tokens(0);  // the tensor-core path has its own tests
     for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFp8Block32,
                            WeightFormat::kFp8Row32, WeightFormat::kMxFp4}) {
       for (int64_t K : {70, 80, 96, 160}) {  // 80: FP8 GEMV over a partial scale block
@@ -126,6 +126,7 @@ TEST_F(CudaDenseTest, LinearAllFormatsSmallOddShapes) {
 TEST_F(CudaDenseTest, LinearRealV41Dims) {
   if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
   gpu_->set_gemv_max_tokens(kernels::kMaxGemvTokens);  // T = 32 below takes the GEMV too
+  gpu_->set_mma_max_tokens(0);
   CheckLinear(WeightFormat::kFp8Block32, 3, 5120, 1280, 0, 1280, 0, 0, false);   // wq_a
   CheckLinear(WeightFormat::kMxFp4, 2, 5120, 2304, 0, 2304, 0, 0, false);        // expert w1
   CheckLinear(WeightFormat::kMxFp4, 5, 2304, 5120, 0, 5120, 0, 0, true);         // expert w2
@@ -162,7 +163,7 @@ TEST_F(CudaDenseTest, LinearSkinnyMmaPathMatchesCpu) {
   }
 }
 
-// The bf16 hi/lo tensor-core path (prefill-sized T) against the fp32 CPU reference, with the
+// The bf16 hi/mid/lo tensor-core path (prefill-sized T) against the fp32 CPU reference, with the
 // same tolerance as the fp32 SGEMM path; forced on for small T too (threshold 1).
 TEST_F(CudaDenseTest, LinearBf16SplitMatchesCpu) {
   gpu_->set_gemv_max_tokens(0);
@@ -188,35 +189,39 @@ TEST_F(CudaDenseTest, LinearBf16SplitMatchesCpu) {
 // group size is a multiple of 32, else one Linear per group; both against the CPU reference
 // (which runs one Linear per group).
 TEST_F(CudaDenseTest, LinearGroupedMatchesCpu) {
-  gpu_->set_gemv_max_tokens(kernels::kDefaultGemvTokens);
-  struct Case {
-    WeightFormat format;
-    int64_t T, groups, R, K, x_stride_pad;
-  };
-  for (const Case c : {Case{WeightFormat::kFp8Block32, 1, 8, 64, 96, 0},
-                       Case{WeightFormat::kFp8Block32, 3, 4, 32, 160, 7},
-                       Case{WeightFormat::kBF16, 8, 2, 96, 64, 0},
-                       Case{WeightFormat::kFp8Block32, 5, 3, 40, 96, 0},      // R % 32 != 0
-                       Case{WeightFormat::kFp8Block32, 12, 4, 64, 96, 0}}) {  // T > GEMV
-    SCOPED_TRACE(::testing::Message() << FormatName(c.format) << " T=" << c.T
-                                      << " groups=" << c.groups << " R=" << c.R << " K=" << c.K);
-    const RandomWeight w = MakeWeight(c.format, c.groups * c.R, c.K);
-    const int64_t xs = c.K + c.x_stride_pad, ldx = c.groups * xs + 5, ldy = c.groups * c.R + 3;
-    const std::vector<float> x = Normal(c.T * ldx);
-    std::vector<float> expected(c.T * ldy, 0.0f);
-    float* y = ToGpu(expected);
-    gpu_->Fill(y, c.T * ldy, NAN);
-    cpu_.LinearGrouped(x.data(), c.T, ldx, xs, w.ref, c.groups, expected.data(), ldy);
-    gpu_->LinearGrouped(ToGpu(x), c.T, ldx, xs, w.ref, c.groups, y, ldy);
-    std::vector<float> got = FromGpu(y, c.T * ldy);
-    for (int64_t t = 0; t < c.T; ++t) {  // the ldy padding is not written
-      for (int64_t i = c.groups * c.R; i < ldy; ++i) {
-        ASSERT_TRUE(std::isnan(got[t * ldy + i])) << "t " << t << " col " << i;
-        got[t * ldy + i] = expected[t * ldy + i] = 0.0f;
+  for (bool mma : {false, true}) {
+    SCOPED_TRACE(mma ? "tensor-core path" : "gemv path");
+    gpu_->set_gemv_max_tokens(kernels::kDefaultGemvTokens);
+    gpu_->set_mma_max_tokens(mma ? kernels::kMaxMmaTokens : 0);
+    struct Case {
+      WeightFormat format;
+      int64_t T, groups, R, K, x_stride_pad;
+    };
+    for (const Case c : {Case{WeightFormat::kFp8Block32, 1, 8, 64, 96, 0},
+                         Case{WeightFormat::kFp8Block32, 3, 4, 32, 192, 7},
+                         Case{WeightFormat::kBF16, 8, 2, 96, 64, 0},
+                         Case{WeightFormat::kFp8Block32, 5, 3, 40, 96, 0},      // R % 32 != 0
+                         Case{WeightFormat::kFp8Block32, 12, 4, 64, 96, 0}}) {  // T > GEMV
+      SCOPED_TRACE(::testing::Message() << FormatName(c.format) << " T=" << c.T
+                                        << " groups=" << c.groups << " R=" << c.R << " K=" << c.K);
+      const RandomWeight w = MakeWeight(c.format, c.groups * c.R, c.K);
+      const int64_t xs = c.K + c.x_stride_pad, ldx = c.groups * xs + 5, ldy = c.groups * c.R + 3;
+      const std::vector<float> x = Normal(c.T * ldx);
+      std::vector<float> expected(c.T * ldy, 0.0f);
+      float* y = ToGpu(expected);
+      gpu_->Fill(y, c.T * ldy, NAN);
+      cpu_.LinearGrouped(x.data(), c.T, ldx, xs, w.ref, c.groups, expected.data(), ldy);
+      gpu_->LinearGrouped(ToGpu(x), c.T, ldx, xs, w.ref, c.groups, y, ldy);
+      std::vector<float> got = FromGpu(y, c.T * ldy);
+      for (int64_t t = 0; t < c.T; ++t) {  // the ldy padding is not written
+        for (int64_t i = c.groups * c.R; i < ldy; ++i) {
+          ASSERT_TRUE(std::isnan(got[t * ldy + i])) << "t " << t << " col " << i;
+          got[t * ldy + i] = expected[t * ldy + i] = 0.0f;
+        }
       }
+      EXPECT_TRUE(RelL2Close(got, expected, 2e-5));
+      EXPECT_TRUE(AllClose(got, expected, 1e-3, 1e-3 * MaxAbs(expected)));
     }
-    EXPECT_TRUE(RelL2Close(got, expected, 2e-5));
-    EXPECT_TRUE(AllClose(got, expected, 1e-3, 1e-3 * MaxAbs(expected)));
   }
 }
 

@@ -98,15 +98,19 @@ __global__ void DequantRowsBf16Kernel(DeviceWeight w, int64_t row0, int64_t n, u
   }
 }
 
-// x = hi + lo + O(2^-17 |x|): hi = bf16(x), lo = bf16(x - hi); [T, K] each, ld K.
+// x = hi + mid + lo to ~2^-25 relative (fp32 level): hi = bf16(x), mid = bf16(x - hi),
+// lo = bf16(x - hi - mid); each residual is exact in fp32. [T, K] each, ld K.
 __global__ void SplitBf16Kernel(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi,
-                                uint16_t* lo) {
+                                uint16_t* mid, uint16_t* lo) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * K;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float v = x[(i / K) * ldx + i % K];
     const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    const float r1 = v - __bfloat162float(h);
+    const __nv_bfloat16 m = __float2bfloat16_rn(r1);
     hi[i] = __bfloat16_as_ushort(h);
-    lo[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
+    mid[i] = __bfloat16_as_ushort(m);
+    lo[i] = __bfloat16_as_ushort(__float2bfloat16_rn(r1 - __bfloat162float(m)));
   }
 }
 
@@ -145,10 +149,10 @@ cudaError_t DequantRowsBf16(const DeviceWeight& w, int64_t row0, int64_t n, uint
   return cudaGetLastError();
 }
 
-cudaError_t SplitBf16(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi, uint16_t* lo,
-                      cudaStream_t stream) {
+cudaError_t SplitBf16(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi,
+                      uint16_t* mid, uint16_t* lo, cudaStream_t stream) {
   if (T * K <= 0) return cudaSuccess;
-  SplitBf16Kernel<<<GridFor(T * K, kThreads), kThreads, 0, stream>>>(x, T, K, ldx, hi, lo);
+  SplitBf16Kernel<<<GridFor(T * K, kThreads), kThreads, 0, stream>>>(x, T, K, ldx, hi, mid, lo);
   return cudaGetLastError();
 }
 

@@ -86,9 +86,10 @@ cudaError_t DequantRows(const DeviceWeight& w, int64_t row0, int64_t n, float* o
 // which returns cudaErrorInvalidValue).
 cudaError_t DequantRowsBf16(const DeviceWeight& w, int64_t row0, int64_t n, uint16_t* out,
                             cudaStream_t stream);
-// x [T, K] (ld ldx) as two bf16 [T, K] arrays with x = hi + lo to ~2^-17 relative.
-cudaError_t SplitBf16(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi, uint16_t* lo,
-                      cudaStream_t stream);
+// x [T, K] (ld ldx) as three bf16 [T, K] arrays with x = hi + mid + lo to ~2^-25
+// relative (two terms leave ~2^-17, which the model's fake-quant points amplify).
+cudaError_t SplitBf16(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi,
+                      uint16_t* mid, uint16_t* lo, cudaStream_t stream);
 // out [n, w.cols] = rows ids[i] of w (ids device, validated by the caller).
 cudaError_t GatherWeightRows(const DeviceWeight& w, const int64_t* ids, int64_t n, float* out,
                              cudaStream_t stream);
