@@ -27,77 +27,67 @@ __global__ void RmsNormKernel(const float* x, int64_t n, int64_t ldx, const floa
 
 __device__ float Sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-// Sinkhorn-normalised comb (row j, column k) in place; same steps as the CPU reference.
-// H is the stream count as a compile-time constant, so c[] lives in registers (a runtime
-// hc put it in local memory: ~1,300 dependent local loads/stores per call, tens of µs).
+// pre, post and the Sinkhorn-normalised comb of token t from its mix logits z
+// [(2+H)*H] (rms-normalised), computed by one warp: lane l < H*H holds comb element
+// (j, k) = (l / H, l % H). Every row / column sum is taken in the CPU reference's order
+// (k = 0, 1, .., H-1 resp. j = 0, 1, ..) from values gathered with shuffles, and each lane
+// performs the reference's operations on its element, so the result is bitwise the same as
+// the sequential reference loop, in ~1/10 of its dependent-latency chain (one thread took
+// tens of µs per call). All 32 lanes must call it (shuffles).
 template <int H>
-__device__ void SinkhornComb(float (&c)[H * H], float eps, int iters) {
-#pragma unroll
-  for (int j = 0; j < H; ++j) {  // softmax over k per row j, + eps
-    float mx = c[j * H];
-#pragma unroll
-    for (int k = 1; k < H; ++k) mx = MaxF(mx, c[j * H + k]);
+__device__ void WarpWriteMix(const float* z, int64_t t, const float* scale, const float* base,
+                             float hc_eps, int sinkhorn_iters, float* pre, float* post,
+                             float* comb) {
+  const int lane = threadIdx.x & 31;
+  const int j = lane / H, k = lane % H;
+  const bool mine = lane < H * H;
+  if (lane < H) {
+    pre[t * H + lane] = Sigmoid(z[lane] * scale[0] + base[lane]) + hc_eps;
+    post[t * H + lane] = 2.0f * Sigmoid(z[H + lane] * scale[1] + base[H + lane]);
+  }
+  float c = mine ? z[2 * H + lane] * scale[2] + base[2 * H + lane] : 0.0f;
+  // Sum (in index order) of the H elements of this lane's row, resp. column.
+  auto row_sum = [&](float v) {
     float sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < H; ++k) sum += (c[j * H + k] = expf(c[j * H + k] - mx));
+    for (int q = 0; q < H; ++q) sum += __shfl_sync(0xffffffffu, v, j * H + q);
+    return sum;
+  };
+  auto col_sum = [&](float v) {
+    float sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < H; ++k) c[j * H + k] = c[j * H + k] / sum + eps;
-  }
-  const int rounds = iters > 1 ? iters : 1;  // the reference always normalises columns once
+    for (int q = 0; q < H; ++q) sum += __shfl_sync(0xffffffffu, v, q * H + k);
+    return sum;
+  };
+  // Softmax over k per row j, + eps.
+  float mx = __shfl_sync(0xffffffffu, c, j * H);
+#pragma unroll
+  for (int q = 1; q < H; ++q) mx = MaxF(mx, __shfl_sync(0xffffffffu, c, j * H + q));
+  c = expf(c - mx);
+  c = c / row_sum(c) + hc_eps;
+  const int rounds = sinkhorn_iters > 1 ? sinkhorn_iters : 1;  // columns at least once
   for (int it = 0; it < rounds; ++it) {
-    if (it > 0) {  // rows (skipped in the first round, as in the reference)
-#pragma unroll
-      for (int j = 0; j < H; ++j) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int k = 0; k < H; ++k) sum += c[j * H + k];
-#pragma unroll
-        for (int k = 0; k < H; ++k) c[j * H + k] /= sum + eps;
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < H; ++k) {  // columns
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < H; ++j) sum += c[j * H + k];
-#pragma unroll
-      for (int j = 0; j < H; ++j) c[j * H + k] /= sum + eps;
-    }
+    if (it > 0) c /= row_sum(c) + hc_eps;  // rows (skipped in the first round)
+    c /= col_sum(c) + hc_eps;              // columns
   }
+  if (mine) comb[t * H * H + lane] = c;
 }
 
-template <int H>
-__device__ void WriteMixFixed(const float* z, int64_t t, const float* scale, const float* base,
-                              float hc_eps, int sinkhorn_iters, float* pre, float* post,
-                              float* comb) {
-#pragma unroll
-  for (int k = 0; k < H; ++k) {
-    pre[t * H + k] = Sigmoid(z[k] * scale[0] + base[k]) + hc_eps;
-    post[t * H + k] = 2.0f * Sigmoid(z[H + k] * scale[1] + base[H + k]);
-  }
-  float c[H * H];
-#pragma unroll
-  for (int i = 0; i < H * H; ++i) c[i] = z[2 * H + i] * scale[2] + base[2 * H + i];
-  SinkhornComb<H>(c, hc_eps, sinkhorn_iters);
-#pragma unroll
-  for (int i = 0; i < H * H; ++i) comb[t * H * H + i] = c[i];
-}
-
-// From token t's mix logits z [(2+hc)*hc] (rms-normalised): pre, post and the
-// Sinkhorn-normalised comb. One thread; 1 <= hc <= kMaxHc (checked by the launchers).
+// The mix of token t by one warp (every lane of it must call); 1 <= hc <= kMaxHc (checked by
+// the launchers).
 __device__ void WriteMix(const float* z, int64_t t, int64_t hc, const float* scale,
                          const float* base, float hc_eps, int sinkhorn_iters, float* pre,
                          float* post, float* comb) {
   static_assert(kMaxHc == 4, "WriteMix dispatches hc = 1..4");
   switch (hc) {
     case 1:
-      return WriteMixFixed<1>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
+      return WarpWriteMix<1>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
     case 2:
-      return WriteMixFixed<2>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
+      return WarpWriteMix<2>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
     case 3:
-      return WriteMixFixed<3>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
+      return WarpWriteMix<3>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
     default:
-      return WriteMixFixed<4>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
+      return WarpWriteMix<4>(z, t, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
   }
 }
 
@@ -141,8 +131,7 @@ __global__ void HcMixKernel(const float* x, int64_t hc, int64_t D, const float* 
     z[threadIdx.x] = s;
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-
+  if (threadIdx.x >= 32) return;  // warp 0 writes the mix
   WriteMix(z, t, hc, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
 }
 
@@ -195,9 +184,10 @@ __global__ void HcMixFinishKernel(const float* partial, int64_t splits, int64_t 
     z[j] = v;
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x >= 32) return;  // one warp (the launch has 32 threads)
   const float inv = 1.0f / sqrtf(z[kMaxMix] / static_cast<float>(width) + norm_eps);
-  for (int j = 0; j < n_mix; ++j) z[j] *= inv;
+  if (threadIdx.x < n_mix) z[threadIdx.x] *= inv;
+  __syncwarp();
   WriteMix(z, t, hc, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
 }
 
