@@ -56,6 +56,8 @@ done
 mkdir -p "$RESULTS"
 LOG="$RESULTS/run.log"  # every step's output (the device tool returns at most 8 files)
 BIN="$BUILD/bin"
+# tools/gpu/prepare-carry.sh ships the binaries packed.
+if [ ! -d "$BIN" ] && [ -f "$BUILD/bins.tar.xz" ]; then tar -xJf "$BUILD/bins.tar.xz" -C "$BUILD"; fi
 if [ -f "$BUILD/gpu-libs.tar.xz" ]; then
   LIBDIR=$(mktemp -d)
   tar -xJf "$BUILD/gpu-libs.tar.xz" -C "$LIBDIR" && export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

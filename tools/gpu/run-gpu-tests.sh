@@ -63,6 +63,10 @@ summary() {
 }
 
 # --- shared libraries -----------------------------------------------------------------
+# tools/gpu/prepare-carry.sh ships the binaries packed.
+if [ ! -d "$BUILD/bin" ] && [ -f "$BUILD/bins.tar.xz" ]; then
+  tar -xJf "$BUILD/bins.tar.xz" -C "$BUILD" || { echo "cannot unpack $BUILD/bins.tar.xz" >&2; exit 1; }
+fi
 if [ -f "$BUILD/gpu-libs.tar.xz" ]; then
   LIBDIR=$(mktemp -d)
   tar -xJf "$BUILD/gpu-libs.tar.xz" -C "$LIBDIR" && \
