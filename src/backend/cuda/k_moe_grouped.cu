@@ -39,9 +39,14 @@ using model::WeightFormat;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kUpTokens = 2;    // pairs staged at once by a gate/up block (x rows of D)
-constexpr int kDownTokens = 4;  // pairs staged at once by a down block (h rows of I)
+constexpr int kDownTokens = 2;  // pairs staged at once by a down block (h rows of I)
 constexpr int kUpRows = 2;      // rows per lane group per matrix (gate/up: W1 and W3)
 constexpr int kDownRows = 4;    // rows per lane group (down: W2)
+// Resident tile blocks per SM the register budget is cut for (<= 80 registers; the MXFP4
+// kernels spill ~60 bytes at 3, ~250 at 4; at 2 they use ~127 registers and do not spill).
+// Memory parallelism: 3 blocks x 8 warps x 32 lanes x 8 loads of 16 bytes = 96 KiB in
+// flight per SM.
+constexpr int kTileBlocksPerSm = 3;
 constexpr int64_t kTargetBlockWeightBytes = 128 * 1024;  // weight bytes a block streams
 constexpr int kMaxPassesPerBlock = 8;
 constexpr int kGroupThreads = 1024;
@@ -183,6 +188,45 @@ struct TileArgs {
   float* out;            // gate/up: h [P, I]; down: out [P, D]
 };
 
+// Pointers to chunk 0 of kRows consecutive rows r0 .. r0+kRows-1 of a stored [N, K]
+// matrix (r0 a multiple of kRows and kRows a divisor of 32, so the rows share one FP8
+// block-scale row). Loads then need only 32-bit offsets.
+struct RowGroupPtr {
+  const uint4* data;
+  const uint8_t* scale;
+};
+
+template <WeightFormat kFormat>
+__device__ __forceinline__ RowGroupPtr RowGroupAt(const void* data, const uint8_t* scale,
+                                                  int row_chunks, int64_t r0) {
+  RowGroupPtr g;
+  g.data = reinterpret_cast<const uint4*>(data) + r0 * row_chunks;
+  if constexpr (kFormat == WeightFormat::kMxFp4) {
+    g.scale = scale + r0 * row_chunks;  // one scale per 32-value chunk
+  } else if constexpr (kFormat == WeightFormat::kFp8Block32) {
+    g.scale = scale + (r0 / 32) * (row_chunks / 2);  // K / 32 scale columns
+  } else {
+    g.scale = nullptr;
+  }
+  return g;
+}
+
+// Chunk c of row r0 + n of a row group (the values LoadRawChunk yields for that chunk).
+template <WeightFormat kFormat>
+__device__ __forceinline__ RawChunk LoadGroupChunk(const RowGroupPtr& g, int row_chunks, int n,
+                                                   int c) {
+  RawChunk ch;
+  ch.q = __ldg(g.data + n * row_chunks + c);
+  if constexpr (kFormat == WeightFormat::kMxFp4) {
+    ch.s = E8m0ToF32(__ldg(g.scale + n * row_chunks + c));
+  } else if constexpr (kFormat == WeightFormat::kFp8Block32) {
+    ch.s = E8m0ToF32(__ldg(g.scale + (c >> 1)));  // 16 values: half a 32-column block
+  } else {
+    ch.s = 1.0f;
+  }
+  return ch;
+}
+
 // Writes the finished dots of rows r0 .. r0+kRows-1 (those < N) for the n_tok pairs of the
 // pass: the SwiGLU products into h (gate/up) or the plain dots into out (down).
 template <bool kGateUp, int kRows, int kTok>
@@ -207,7 +251,7 @@ __device__ __forceinline__ void WriteOutputs(const TileArgs& a,
 
 // Block (row tile, group slot). kGateUp: W1 and W3 rows with the SwiGLU epilogue; else W2.
 template <WeightFormat kFormat, bool kGateUp, int kRows, int kTok>
-__global__ void __launch_bounds__(kThreads) ExpertTileKernel(TileArgs a) {
+__global__ void __launch_bounds__(kThreads, kTileBlocksPerSm) ExpertTileKernel(TileArgs a) {
   constexpr int kMats = kGateUp ? 2 : 1;
   constexpr int kChunks = kMats * kRows;  // weight chunks a lane holds per step
   constexpr int kStride = PaddedStride(kFormat);
@@ -230,21 +274,25 @@ __global__ void __launch_bounds__(kThreads) ExpertTileKernel(TileArgs a) {
   const int pass_rows = PassRows(L, kRows);
   const int64_t tile_row0 = static_cast<int64_t>(blockIdx.x) * a.passes * pass_rows;
   const int64_t group_row0 = (warp * (32 / L) + lane_group) * kRows;
-  const int64_t chunks = a.K / ChunkValues(kFormat);
+  const int chunks = static_cast<int>(a.K / ChunkValues(kFormat));  // per row
   const int64_t x_stride = PaddedFloats(kFormat, a.K);
   const int token_passes = (count + kTok - 1) / kTok;
   const int segments = token_passes * a.passes;  // (token pass, row pass), row pass inner
 
-  // Unclamped row n of segment s; loads clamp to the last row (its result is not written).
-  auto row_of = [&](int s, int n) {
-    return tile_row0 + (s % a.passes) * pass_rows + group_row0 + n;
-  };
-  auto load = [&](RawChunk(&ch)[kChunks], int s, int64_t c) {
+  // First row of this lane group in segment s (unclamped: >= N means nothing to write).
+  // N % 32 == 0 and kRows | 32: a group is wholly in range or wholly past the end, and a
+  // group past the end loads the last kRows rows instead (its dots are dropped).
+  auto group_row = [&](int s) { return tile_row0 + (s % a.passes) * pass_rows + group_row0; };
+  auto load = [&](RawChunk(&ch)[kChunks], int s, int c) {
+    const int64_t r = group_row(s);
+    const int64_t r0 = r < a.N ? r : a.N - kRows;
+    const RowGroupPtr g0 = RowGroupAt<kFormat>(data0, scale0, chunks, r0);
 #pragma unroll
-    for (int n = 0; n < kRows; ++n) {
-      const int64_t r = min(row_of(s, n), a.N - 1);
-      ch[n] = LoadRawChunk<kFormat>(data0, scale0, a.K, r, c);
-      if constexpr (kGateUp) ch[kRows + n] = LoadRawChunk<kFormat>(data1, scale1, a.K, r, c);
+    for (int n = 0; n < kRows; ++n) ch[n] = LoadGroupChunk<kFormat>(g0, chunks, n, c);
+    if constexpr (kGateUp) {
+      const RowGroupPtr g1 = RowGroupAt<kFormat>(data1, scale1, chunks, r0);
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) ch[kRows + n] = LoadGroupChunk<kFormat>(g1, chunks, n, c);
     }
   };
   RawChunk cur[kChunks] = {};
@@ -270,7 +318,7 @@ __global__ void __launch_bounds__(kThreads) ExpertTileKernel(TileArgs a) {
 #pragma unroll
       for (int t = 0; t < kTok; ++t) acc[n][t] = 0.0f;
     }
-    for (int64_t c = sub; c < chunks; c += L) {
+    for (int c = sub; c < chunks; c += L) {
       RawChunk next[kChunks] = {};  // the next chunk, or the next segment's first
       if (c + L < chunks) {
         load(next, s, c + L);
@@ -286,7 +334,7 @@ __global__ void __launch_bounds__(kThreads) ExpertTileKernel(TileArgs a) {
 #pragma unroll
       for (int t = 0; t < kTok; ++t) acc[n][t] = GroupSum(acc[n][t], L);
     }
-    if (sub == 0) WriteOutputs<kGateUp, kRows, kTok>(a, acc, pass_pairs, n_tok, row_of(s, 0));
+    if (sub == 0) WriteOutputs<kGateUp, kRows, kTok>(a, acc, pass_pairs, n_tok, group_row(s));
   }
 }
 
