@@ -35,12 +35,17 @@ struct Experts {
 };
 
 // Sets DEEPINFER_CUDA_GROUPED_MOE for its lifetime ("0": token-slot-major kernels, "1":
-// grouped kernels whenever they apply), restoring the previous value.
+// grouped kernels whenever they apply, nullptr: unset, the default threshold), restoring
+// the previous value.
 class GroupedMode {
  public:
   explicit GroupedMode(const char* mode) {
     if (const char* old = std::getenv(kVar)) previous_ = old;
-    setenv(kVar, mode, 1);
+    if (mode != nullptr) {
+      setenv(kVar, mode, 1);
+    } else {
+      unsetenv(kVar);
+    }
   }
   ~GroupedMode() {
     if (previous_) {
@@ -478,6 +483,29 @@ TEST_F(CudaRoutedExpertsTest, GroupedAgreesWithTokenSlotPath) {
       EXPECT_TRUE(RelL2Close(grouped_path, old_path, 1e-4));
       EXPECT_TRUE(AllClose(grouped_path, old_path, 1e-3, 1e-3 * MaxAbs(old_path)));
     }
+  }
+}
+
+// Without the switch, calls below kGroupedExpertsMinTokens tokens run the token-slot-major
+// kernels and calls from it the grouped ones (bitwise the results of the forced modes).
+TEST_F(CudaRoutedExpertsTest, DefaultDispatchFollowsThreshold) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, WeightFormat::kMxFp4, 160, 96);
+  for (int64_t T : {kernels::kGroupedExpertsMinTokens - 1, kernels::kGroupedExpertsMinTokens}) {
+    SCOPED_TRACE(::testing::Message() << "T " << T);
+    const int64_t k = 6;
+    const std::vector<float> x = Normal(T * ex.D, 10.0f);
+    const std::vector<int32_t> ids = Route(T, k, 16, Routing::kPool);
+    const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+    std::vector<float> by_default, forced;
+    {
+      const GroupedMode mode(nullptr);
+      by_default = RunGpu(ex, x, T, ids, weights, k, 10.0f);
+    }
+    {
+      const GroupedMode mode(T >= kernels::kGroupedExpertsMinTokens ? "1" : "0");
+      forced = RunGpu(ex, x, T, ids, weights, k, 10.0f);
+    }
+    EXPECT_TRUE(BitExact(by_default, forced));
   }
 }
 
