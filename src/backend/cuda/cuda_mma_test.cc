@@ -1,7 +1,9 @@
 // kernels::LinearMma (tensor-core skinny GEMM, k_mma.cu) against the CPU reference Linear
-// for FP8 (block32, row32), MXFP4 and BF16 weights at 1..64 token rows; its batch
-// invariance (a token's result is bitwise independent of T and the other tokens); which
-// weights it accepts; and a DISABLED_ device-time benchmark at the V4.1 head shape.
+// for FP8 (block32, row32), MXFP4 and BF16 weights at 1..64 token rows at fp32-level
+// tolerances; bit-exact selection of activations (the exact 3-term bf16 split and the
+// round-to-nearest accumulation); its batch invariance (a token's result is bitwise
+// independent of T and the other tokens); the host-side split SplitBf16x3; which weights it
+// accepts; and a DISABLED_ device-time benchmark at the V4.1 head shape.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -22,10 +26,22 @@ namespace {
 using model::WeightFormat;
 using model::WeightRef;
 
-// Per-element error allowed relative to sum_k |x[t,k]| |W[i,k]|: the hi/lo split leaves
-// <= 2^-18 |x| per term; fp32 accumulation (GPU and CPU) adds ~sqrt(K) * 2^-24 typically.
-constexpr double kBoundTol = 2e-5;
-constexpr double kRelL2Tol = 3e-5;
+// Tolerances. The hi/mid/lo split is exact (SplitBf16x3) and the bf16 x bf16 products are
+// exact, so the only errors are the fp32 sums: inside a 32-value group the tensor core
+// sums (with truncation) a partial of magnitude ~sqrt(32) |x||w|, then K / 32 fp32 adds
+// (round to nearest) and the reference's final rounding (it sums in double): a
+// statistical error ~2^-24 sqrt(K / 32) |y| (|y| ~ sqrt(K) |x||w| for random signs), i.e.
+// ~2^-24 / sqrt(32) ~ 1e-8 of sum_k |x[t,k]| |W[i,k]|. A bit-level model of the kernel
+// (truncating MMA, either the sum or each aligned addend truncated; K = 384, 2304, 5120;
+// 4096 outputs each) gives at most 4.1e-8 * sum |x||w| per element and relative L2 error
+// 0.9 .. 2.4e-7. The bounds below leave ~10x per element and ~4x in L2; the former hi/lo
+// kernel, modelled the same way, reaches 4.6e-7 .. 1.4e-6 per element and 2.5e-6 .. 1.5e-5
+// in L2, so it fails both.
+constexpr double kBoundTol = 4e-7;
+constexpr double kRelL2Tol = 1e-6;
+// The accumulate path rounds y_init + sum once on either side: up to 2^-24 of
+// |y_init| + |y| each.
+constexpr double kAccumulateTol = 0x1p-23;
 
 // Stored bytes per weight value.
 double BytesPerValue(WeightFormat f) {
@@ -42,31 +58,88 @@ struct TestWeight {
 class CudaMmaTest : public CudaVsCpuTest {
  protected:
   TestWeight MakeWeight(WeightFormat format, int64_t rows, int64_t cols) {
-    TestWeight w;
+    std::vector<uint8_t> data, scale;
     const int64_t cb = (cols + 31) / 32;
     switch (format) {
       case WeightFormat::kBF16: {
         const std::vector<uint16_t> b = Bf16Bits(rows * cols, 0.1f);
-        w.data.resize(b.size() * 2);
-        std::memcpy(w.data.data(), b.data(), w.data.size());
+        data.resize(b.size() * 2);
+        std::memcpy(data.data(), b.data(), data.size());
         break;
       }
       case WeightFormat::kFp8Block32:
-        w.data = Fp8Bytes(rows * cols);
-        w.scale = Bytes(((rows + 31) / 32) * cb, 112, 124);
+        data = Fp8Bytes(rows * cols);
+        scale = Bytes(((rows + 31) / 32) * cb, 112, 124);
         break;
       case WeightFormat::kFp8Row32:
-        w.data = Fp8Bytes(rows * cols);
-        w.scale = Bytes(rows * cb, 112, 124);
+        data = Fp8Bytes(rows * cols);
+        scale = Bytes(rows * cb, 112, 124);
         break;
       case WeightFormat::kMxFp4:
-        w.data = Bytes(rows * cols / 2, 0, 255);
-        w.scale = Bytes(rows * (cols / 32), 118, 124);
+        data = Bytes(rows * cols / 2, 0, 255);
+        scale = Bytes(rows * (cols / 32), 118, 124);
         break;
       case WeightFormat::kF32:
         ADD_FAILURE() << "LinearMma has no F32 path";
         break;
     }
+    return WrapWeight(format, rows, cols, std::move(data), std::move(scale));
+  }
+
+  // A weight whose row i holds two nonzero powers of two (+-1 or +-2 times its power-of-two
+  // scale) at columns a(i) < 32 <= b(i), in different 32-value groups; zeros elsewhere.
+  // K >= 64.
+  TestWeight MakeTwoHotWeight(WeightFormat format, int64_t rows, int64_t cols) {
+    std::vector<uint8_t> data, scale;
+    const int64_t cb = (cols + 31) / 32;
+    const auto column_a = [](int64_t i) { return (i * 7) % 32; };
+    const auto column_b = [cols](int64_t i) {
+      return 32 * (1 + i % (cols / 32 - 1)) + (i * 13) % 32;
+    };
+    switch (format) {
+      case WeightFormat::kBF16: {
+        std::vector<uint16_t> b(rows * cols, 0);
+        for (int64_t i = 0; i < rows; ++i) {
+          b[i * cols + column_a(i)] = i % 2 ? 0xBF80 : 0x3F80;  // -1, +1
+          b[i * cols + column_b(i)] = i % 3 ? 0x4000 : 0xC000;  // +2, -2
+        }
+        data.resize(b.size() * 2);
+        std::memcpy(data.data(), b.data(), data.size());
+        break;
+      }
+      case WeightFormat::kFp8Block32:
+      case WeightFormat::kFp8Row32:
+        data.assign(rows * cols, 0);
+        for (int64_t i = 0; i < rows; ++i) {
+          data[i * cols + column_a(i)] = i % 2 ? 0xB8 : 0x38;  // e4m3 -1, +1
+          data[i * cols + column_b(i)] = i % 3 ? 0x40 : 0xC0;  // +2, -2
+        }
+        scale =
+            Bytes((format == WeightFormat::kFp8Block32 ? (rows + 31) / 32 : rows) * cb, 120, 130);
+        break;
+      case WeightFormat::kMxFp4:
+        data.assign(rows * cols / 2, 0);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (const auto& [col, code] :
+               {std::pair<int64_t, uint8_t>{column_a(i), i % 2 ? 0xA : 0x2},     // e2m1 -1, +1
+                std::pair<int64_t, uint8_t>{column_b(i), i % 3 ? 0x4 : 0xC}}) {  // +2, -2
+            data[(i * cols + col) / 2] |= col % 2 ? code << 4 : code;
+          }
+        }
+        scale = Bytes(rows * (cols / 32), 120, 130);
+        break;
+      case WeightFormat::kF32:
+        ADD_FAILURE() << "LinearMma has no F32 path";
+        break;
+    }
+    return WrapWeight(format, rows, cols, std::move(data), std::move(scale));
+  }
+
+  TestWeight WrapWeight(WeightFormat format, int64_t rows, int64_t cols, std::vector<uint8_t> data,
+                        std::vector<uint8_t> scale) {
+    TestWeight w;
+    w.data = std::move(data);
+    w.scale = std::move(scale);
     w.ref = WeightRef{std::string("mma.") + std::string(model::WeightFormatName(format)),
                       format,
                       rows,
@@ -93,8 +166,8 @@ class CudaMmaTest : public CudaVsCpuTest {
   }
 
   // y[T, ldy] (cols [0, n_rows)) = x[T, ldx] W[row0 .. row0+n_rows)^T vs the CPU backend;
-  // every element within kBoundTol * sum |x||w| (+ an ulp of the accumulate base), the pad
-  // columns untouched, and the whole result within kRelL2Tol.
+  // every element within kBoundTol * sum |x||w| (+ kAccumulateTol of the accumulate base
+  // and the result), the pad columns untouched, and the whole result within kRelL2Tol.
   void CheckLinear(WeightFormat format, int64_t T, int64_t K, int64_t N, int64_t row0,
                    int64_t n_rows, int64_t ldx_pad, int64_t ldy_pad, bool accumulate) {
     SCOPED_TRACE(::testing::Message()
@@ -136,7 +209,8 @@ class CudaMmaTest : public CudaVsCpuTest {
         double bound = 0.0;
         for (int64_t k = 0; k < K; ++k) bound += std::fabs(x[t * ldx + k] * wd[i * K + k]);
         const double base = accumulate ? std::fabs(y_init[at]) : 0.0;
-        const double allowed = kBoundTol * bound + 2e-7 * (base + std::fabs(expected[at]));
+        const double allowed =
+            kBoundTol * bound + kAccumulateTol * (base + std::fabs(expected[at])) + 1e-30;
         const double err = std::fabs(double(got[at]) - double(expected[at]));
         if (!(err <= allowed) && bad++ < 5) {
           ADD_FAILURE() << "y[" << t << "," << i << "] = " << got[at] << " expected "
@@ -185,6 +259,113 @@ TEST_F(CudaMmaTest, MatchesCpuRealV41Dims) {
     CheckLinear(WeightFormat::kMxFp4, T, 5120, 2304, 0, 2304, 0, 0, false);       // expert w1
     CheckLinear(WeightFormat::kMxFp4, T, 2304, 5120, 0, 5120, 0, 0, true);        // expert w2
     CheckLinear(WeightFormat::kBF16, T, 5120, 4096, 1000, 3001, 0, 0, false);     // head slice
+  }
+}
+
+// Rows with two nonzero powers of two in different 32-value groups: y[t, i] =
+// fp32(x[t, a] w[i, a] + x[t, b] w[i, b]) bit for bit, as the CPU reference gives (exact
+// double sum, rounded once). Holds only if the 3-term split is exact (x has 24 significant
+// bits; hi/lo would drop the last 8) and the group partials enter the accumulator with a
+// round-to-nearest add (a truncating MMA into the accumulator would round toward zero).
+// Split 1 and split > 1 (the second product then comes from another cluster rank).
+TEST_F(CudaMmaTest, TwoHotRowsBitExact) {
+  for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kFp8Row32,
+                         WeightFormat::kMxFp4}) {
+    const int64_t ck = f == WeightFormat::kBF16 ? 32 : f == WeightFormat::kMxFp4 ? 128 : 64;
+    for (const auto& [K, N] : {std::pair<int64_t, int64_t>{3 * ck, 77}, {32 * ck, 300}}) {
+      const TestWeight w = MakeTwoHotWeight(f, N, K);
+      for (int64_t T : {1, 9, 33, 64}) {
+        SCOPED_TRACE(::testing::Message()
+                     << model::WeightFormatName(f) << " K=" << K << " N=" << N << " T=" << T
+                     << " split " << kernels::MmaKSplit(f, N, K));
+        const std::vector<float> x = Normal(T * K);
+        std::vector<float> expected(T * N, 0.0f);
+        cpu_.Linear(x.data(), T, K, w.ref, 0, N, expected.data(), N, false);
+        const std::vector<float> got =
+            RunMma(w, 0, N, x, T, K, std::vector<float>(T * N, NAN), N, false);
+        EXPECT_TRUE(BitExact(got, expected));
+      }
+    }
+  }
+}
+
+// Value of a bf16 bit pattern.
+double Bf16Value(uint16_t bits) {
+  const uint32_t b = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// SplitBf16x3 (host build of the helper the kernel uses): hi + mid + lo == x exactly for
+// every finite x whose last significand bit is worth >= 2^-133 (checked: x * 2^133 is an
+// integer), within 2^-133 otherwise; |mid| < 2^-7 |x| and |lo| < 2^-14 |x| for
+// |x| >= 2^-110; an exactly-bf16 x gives mid = lo = +0; infinities stay in hi, NaN stays NaN.
+// 1e6 random bit patterns (every exponent: subnormals, huge values) plus edge values.
+TEST(MmaSplit, Bf16x3IsExact) {
+  int64_t bad = 0, exact_checked = 0;
+  const auto check = [&](float x) {
+    const kernels::Bf16x3 s = kernels::SplitBf16x3(x);
+    const double sum = Bf16Value(s.hi) + Bf16Value(s.mid) + Bf16Value(s.lo);  // exact in double
+    const double scaled = std::ldexp(static_cast<double>(x), 133);
+    const bool on_grid = scaled == std::floor(scaled);
+    const double err = std::fabs(sum - static_cast<double>(x));
+    bool ok = on_grid ? err == 0.0 : err < 0x1p-133;
+    if (on_grid) ++exact_checked;
+    if (std::fabs(x) >= 0x1p-110) {
+      ok = ok && std::fabs(Bf16Value(s.mid)) < 0x1p-7 * std::fabs(x) &&
+           std::fabs(Bf16Value(s.lo)) < 0x1p-14 * std::fabs(x);
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    if ((bits & 0xFFFFu) == 0) ok = ok && s.mid == 0 && s.lo == 0 && s.hi == bits >> 16;
+    if (!ok && bad++ < 5) {
+      ADD_FAILURE() << "x = " << x << " (bits " << std::hex << bits << ") -> " << s.hi << " "
+                    << s.mid << " " << s.lo << std::dec << ", |error| " << err;
+    }
+  };
+  const float edge[] = {0.0f,
+                        -0.0f,
+                        1.0f,
+                        -1.0f,
+                        1.0f + 0x1p-23f,
+                        -(2.0f - 0x1p-23f),
+                        std::numeric_limits<float>::max(),
+                        -std::numeric_limits<float>::max(),
+                        std::numeric_limits<float>::min(),
+                        std::numeric_limits<float>::denorm_min(),
+                        -std::numeric_limits<float>::denorm_min(),
+                        0x1p-110f * (1.0f + 0x1p-23f),
+                        0x1p-111f * (1.0f + 0x1p-23f),
+                        0x1p-126f * 0.75f,
+                        3.3895314e38f,  // largest finite bf16
+                        3.40e38f};
+  for (float x : edge) check(x);
+  std::mt19937 rng(20261130);
+  for (int i = 0; i < 1000000; ++i) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    if ((bits & 0x7F800000u) == 0x7F800000u) bits &= 0xBFFFFFFFu;  // finite: clear an exponent bit
+    float x;
+    std::memcpy(&x, &bits, 4);
+    check(x);
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(exact_checked, 900000);  // most random patterns are on the 2^-133 grid
+
+  const kernels::Bf16x3 inf = kernels::SplitBf16x3(std::numeric_limits<float>::infinity());
+  EXPECT_EQ(inf.hi, 0x7F80);
+  EXPECT_EQ(inf.mid, 0);
+  EXPECT_EQ(inf.lo, 0);
+  const kernels::Bf16x3 ninf = kernels::SplitBf16x3(-std::numeric_limits<float>::infinity());
+  EXPECT_EQ(ninf.hi, 0xFF80);
+  EXPECT_EQ(ninf.mid, 0);
+  for (uint32_t nan_bits : {0x7F800001u, 0xFFC00000u, 0x7FBFFFFFu}) {
+    float nan;
+    std::memcpy(&nan, &nan_bits, 4);
+    const kernels::Bf16x3 s = kernels::SplitBf16x3(nan);
+    EXPECT_TRUE(std::isnan(Bf16Value(s.hi))) << std::hex << nan_bits;
+    EXPECT_EQ(s.mid, 0);
+    EXPECT_EQ(s.lo, 0);
   }
 }
 

@@ -4,12 +4,14 @@
 // about 2/3 of the wgmma peak):
 //   bytes per call = weight (rows * K * {2 BF16, 1 FP8, 0.5 MXFP4} + scales)
 //                    + x (T * K * 4 per 256-row tile, mostly L2 hits) + y (T * rows * 4)
-//   tensor FLOPs   = 2 (x_hi, x_lo) * 2 * rows * K * 8 * ceil(T / 8)
+//   tensor FLOPs   = 3 (x_hi, x_mid, x_lo) * 2 * rows * K * 8 * ceil(T / 8)
 //   head 129280 x 5120 at T = 32: BF16 1.32 GB -> 294 us at 4.5 TB/s (530 us at the 2.5 TB/s
-//   target); FP8 0.66 GB -> 147 us (265 us at 2.5 TB/s); tensor work 84.7 GFLOP -> ~140 us.
-//   So BF16 is memory-bound at every T <= 64; FP8 is memory-bound up to T ~ 32 and
-//   MMA-bound near T = 64 (169 GFLOP -> ~280 us, ~2.3 TB/s of weight), MXFP4 is MMA-bound
-//   above T ~ 16. x traffic: T * K * 4 bytes per 256 weight rows = (T / 64) x the FP8 weight.
+//   target); FP8 0.66 GB -> 147 us (265 us at 2.5 TB/s); tensor work 127 GFLOP -> ~210 us.
+//   So BF16 is memory-bound up to T ~ 32 and about balanced at T = 64 (254 GFLOP ->
+//   ~420 us); FP8 is memory-bound up to T ~ 16 and MMA-bound above (T = 64: ~420 us,
+//   ~1.6 TB/s of weight at best); MXFP4 is MMA-bound above T ~ 8. (Three terms cost 3/2
+//   the tensor work of the former hi/lo split.) x traffic: T * K * 4 bytes per 256 weight
+//   rows = (T / 64) x the FP8 weight.
 //
 // Structure. A block (8 warps) owns 256 consecutive weight rows; warp w owns rows
 // w*32 .. w*32+31 as two 16-row MMA tiles (M side); tokens are the N side (NT tiles of 8,
@@ -21,18 +23,26 @@
 // four consecutive physical columns p .. p+3, p = chunk*4V + q*V + 4*step; A and B use the
 // same map, so each product pair is the right one and a 16-byte load feeds V/4 MMA steps.
 // Dequantisation is exact in bf16 (e4m3 / e2m1 values times a power of two, or bf16).
-// Activations: K slices of x (all tokens, 32 KiB) are copied to shared memory with
-// cp.async while the previous slice is multiplied, then converted to bf16 hi/lo halves
-// (x_hi = bf16(x), x_lo = bf16(x - x_hi)), laid out so that a lane's B fragments for 2
-// MMA steps are one 16-byte LDS. D = A*x_hi + D, then D = A*x_lo + D.
+// Activations: K slices of x (all tokens, fp32, 32 KiB) are copied to shared memory with
+// cp.async while the previous slice is multiplied, then split into three bf16 terms
+// (SplitBf16x3: x = hi + mid + lo exactly, 48 KiB per slice), laid out so that a lane's B
+// fragments of one term for 2 MMA steps are one 16-byte LDS.
+// Accumulation. Tensor cores sum each MMA's products and C with truncation, not
+// round-to-nearest (published measurements, V100 to H100), so every MMA into one large
+// accumulator would shave up to an ulp of it, a bias that grows with the MMA count
+// (3 * K / 16 per output). So for each pair of MMA steps (a group
+// of 32 K values) a fresh partial P = 0 takes the six MMAs smallest first -- P += A*x_lo
+// (step 0, step 1), P += A*x_mid (0, 1), P += A*x_hi (0, 1) -- and the accumulator takes
+// acc += P in fp32 (round to nearest): K / 32 rounded adds per output, errors ~2^-24 of
+// the partial sums, like an fp32 dot product.
 // Split K (weights with few row tiles): `split` blocks of one thread-block cluster take
 // equal contiguous K ranges of the same 256 rows; partials go through distributed shared
 // memory and are added in rank order 0, 1, .., split-1 by the owning block.
 //
-// Batch invariance: every (row, token) accumulator sees the same sequence of MMAs (chunk
-// order, step order, hi then lo) whatever T is, and the split (chosen from n_rows and K,
-// never T) fixes the cross-block order, so y[t, i] is bitwise independent of T and of the
-// other tokens.
+// Batch invariance: every (row, token) accumulator sees the same sequence of MMAs and adds
+// (chunk order, group order, lo/mid/hi and step order inside a group) whatever T is, and the split
+// (chosen from n_rows and K, never T) fixes the cross-block order, so y[t, i] is bitwise
+// independent of T and of the other tokens.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -51,10 +61,15 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTilesPerWarp = 2;                         // 16-row MMA tiles per warp
 constexpr int kBlockRows = kWarps * kTilesPerWarp * 16;  // 256
-constexpr int kXBytes = 32 * 1024;                       // one staged x slice (hi/lo or fp32)
-constexpr int kSmemBytes = 2 * kXBytes;                  // xs + raw, then split partials
-constexpr int kMaxSplit = 8;                             // portable cluster size
-constexpr int64_t kTargetBlocks = 2 * 132;               // two blocks per H200 SM
+constexpr int kTerms = 3;                                // x = hi + mid + lo (bf16 each)
+constexpr int kRawBytes = 32 * 1024;                     // one staged fp32 x slice
+constexpr int kXsBytes = kRawBytes / 4 * 2 * kTerms;     // the slice as 3 bf16 terms: 48 KiB
+// xs + raw (80 KiB), then the split partials. Occupancy: the 128-register budget allows 2
+// blocks (8 warps each) per SM; shared memory 2 x (80 + 1 reserved) KiB of 228 KiB allows
+// them too (3 would not fit, nor do the registers allow them).
+constexpr int kSmemBytes = kXsBytes + kRawBytes;
+constexpr int kMaxSplit = 8;                // portable cluster size
+constexpr int64_t kTargetBlocks = 2 * 132;  // two blocks per H200 SM
 constexpr int64_t kMinChunksPerBlock = 4;
 
 std::atomic<int> g_wide_blocks_per_sm{2};  // SetMmaWideBlocksPerSm
@@ -62,8 +77,8 @@ std::atomic<int> g_wide_blocks_per_sm{2};  // SetMmaWideBlocksPerSm
 // K values of one warp chunk (4 lanes x one 16-byte load each).
 __host__ __device__ constexpr int ChunkK(WeightFormat f) { return 4 * ChunkValues(f); }
 
-// K values of x staged at once for NT token tiles (fills kXBytes: 4 bytes per value).
-__host__ __device__ constexpr int SliceK(int nt) { return kXBytes / (nt * 8 * 4); }
+// K values of x staged at once for NT token tiles (fills kRawBytes: 4 bytes per value).
+__host__ __device__ constexpr int SliceK(int nt) { return kRawBytes / (nt * 8 * 4); }
 
 struct MmaParams {
   const void* data;
@@ -92,6 +107,7 @@ __device__ __forceinline__ uint4 LoadStream(const uint4* p) {
   return v;
 }
 
+// The bf16 pair (lo, hi) rounded to nearest; lo in the low half.
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -142,6 +158,16 @@ __device__ __forceinline__ void StepPairs(const LaneChunk& ch, int step, uint32_
   }
 }
 
+// d = a * b (+ 0) on one m16n8k16 bf16 tile, fp32 accumulation (the zero C is an
+// immediate register, not 4 moves).
+__device__ __forceinline__ void MmaFirst(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 // d += a * b on one m16n8k16 bf16 tile, fp32 accumulation.
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                     uint32_t b1) {
@@ -151,14 +177,14 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Shared-memory x slice, in 16-byte units of 8 bf16: unit (cc, grp, half, t, q) holds
-// x_half[t][cc*ChunkK + q*V + 8*grp .. +8] (half 0 = hi, 1 = lo), so lane (g, q) reads
-// its B fragments of 2 MMA steps of token tile n as one unit, t = 8n + g, and the 8 lanes
-// of a quarter warp read 128 contiguous bytes.
+// Shared-memory x slice, in 16-byte units of 8 bf16: unit (cc, grp, term, t, q) holds
+// x_term[t][cc*ChunkK + q*V + 8*grp .. +8] (term 0 = hi, 1 = mid, 2 = lo), so lane (g, q)
+// reads its B fragments of one term for 2 MMA steps of token tile n as one unit,
+// t = 8n + g, and the 8 lanes of a quarter warp read 128 contiguous bytes.
 template <WeightFormat kFormat, int kNT>
-__device__ __forceinline__ int XUnit(int cc, int grp, int half, int t, int q) {
+__device__ __forceinline__ int XUnit(int cc, int grp, int term, int t, int q) {
   constexpr int kGroups = ChunkValues(kFormat) / 8;
-  return (((cc * kGroups + grp) * 2 + half) * (kNT * 8) + t) * 4 + q;
+  return (((cc * kGroups + grp) * kTerms + term) * (kNT * 8) + t) * 4 + q;
 }
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
@@ -201,7 +227,7 @@ __device__ void IssueRawX(const MmaParams& p, int64_t k0, int n_k, float* raw) {
 
 __device__ __forceinline__ void WaitRawX() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-// Converts the raw slice (n_k values per token slot) into the bf16 hi/lo layout of XUnit.
+// Converts the raw slice (n_k values per token slot) into the bf16 hi/mid/lo layout of XUnit.
 // All threads call it; no barrier inside.
 template <WeightFormat kFormat, int kNT>
 __device__ void ConvertX(const float* raw, int n_k, uint4* xs) {
@@ -212,17 +238,21 @@ __device__ void ConvertX(const float* raw, int n_k, uint4* xs) {
     const float4 v0 = *reinterpret_cast<const float4*>(raw + t * SliceK(kNT) + off);
     const float4 v1 = *reinterpret_cast<const float4*>(raw + t * SliceK(kNT) + off + 4);
     const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-    uint32_t hi[4], lo[4];
+    uint32_t term[kTerms][4];  // [hi, mid, lo][bf16 pair]
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      hi[e] = PackBf16(v[2 * e], v[2 * e + 1]);
-      const float h0 = __uint_as_float(hi[e] << 16), h1 = __uint_as_float(hi[e] & 0xFFFF0000u);
-      lo[e] = PackBf16(v[2 * e] - h0, v[2 * e + 1] - h1);  // differences are exact in fp32
+      const Bf16x3 a = SplitBf16x3(v[2 * e]), b = SplitBf16x3(v[2 * e + 1]);
+      term[0][e] = a.hi | static_cast<uint32_t>(b.hi) << 16;
+      term[1][e] = a.mid | static_cast<uint32_t>(b.mid) << 16;
+      term[2][e] = a.lo | static_cast<uint32_t>(b.lo) << 16;
     }
     const int cc = off / ChunkK(kFormat), in_chunk = off % ChunkK(kFormat);
     const int q = in_chunk / kValues, grp = (in_chunk % kValues) / 8;
-    xs[XUnit<kFormat, kNT>(cc, grp, 0, t, q)] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    xs[XUnit<kFormat, kNT>(cc, grp, 1, t, q)] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+#pragma unroll
+    for (int s = 0; s < kTerms; ++s) {
+      xs[XUnit<kFormat, kNT>(cc, grp, s, t, q)] =
+          make_uint4(term[s][0], term[s][1], term[s][2], term[s][3]);
+    }
   }
 }
 
@@ -245,7 +275,9 @@ __device__ __forceinline__ WarpChunk<kFormat> LoadWarpChunk(const MmaParams& p,
   return w;
 }
 
-// acc += the warp chunk's rows times the staged x chunk cc (all token tiles).
+// acc += the warp chunk's rows times the staged x chunk cc (all token tiles): per group of
+// 2 MMA steps, a zero partial takes the lo, mid, hi MMAs (steps 0, 1 each), then one fp32
+// add into acc (see the accumulation note at the top).
 template <WeightFormat kFormat, int kNT>
 __device__ __forceinline__ void MmaChunk(const WarpChunk<kFormat>& w, const uint4* xs, int cc,
                                          int g, int q, float (&acc)[kTilesPerWarp][kNT][4]) {
@@ -264,13 +296,19 @@ __device__ __forceinline__ void MmaChunk(const WarpChunk<kFormat>& w, const uint
 #pragma unroll
     for (int n = 0; n < kNT; ++n) {
       const uint4 bh = xs[XUnit<kFormat, kNT>(cc, grp, 0, 8 * n + g, q)];
-      const uint4 bl = xs[XUnit<kFormat, kNT>(cc, grp, 1, 8 * n + g, q)];
+      const uint4 bm = xs[XUnit<kFormat, kNT>(cc, grp, 1, 8 * n + g, q)];
+      const uint4 bl = xs[XUnit<kFormat, kNT>(cc, grp, 2, 8 * n + g, q)];
 #pragma unroll
       for (int m = 0; m < kTilesPerWarp; ++m) {
-        Mma(acc[m][n], a[m][0], bh.x, bh.y);
-        Mma(acc[m][n], a[m][0], bl.x, bl.y);
-        Mma(acc[m][n], a[m][1], bh.z, bh.w);
-        Mma(acc[m][n], a[m][1], bl.z, bl.w);
+        float part[4];
+        MmaFirst(part, a[m][0], bl.x, bl.y);
+        Mma(part, a[m][1], bl.z, bl.w);
+        Mma(part, a[m][0], bm.x, bm.y);
+        Mma(part, a[m][1], bm.z, bm.w);
+        Mma(part, a[m][0], bh.x, bh.y);
+        Mma(part, a[m][1], bh.z, bh.w);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[m][n][e] += part[e];
       }
     }
   }
@@ -349,9 +387,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MmaKernel(MmaParams p) {
     }
   }
   const int64_t c_begin = part * p.chunks_per_block, c_end = c_begin + p.chunks_per_block;
-  // Shared memory: [xs: bf16 hi/lo slice, kXBytes][raw: fp32 slice, kXBytes]; the raw
-  // copy of slice s+1 runs (cp.async) while slice s is multiplied.
-  float* raw = reinterpret_cast<float*>(xs) + kXBytes / 4;
+  // Shared memory: [xs: bf16 hi/mid/lo slice, kXsBytes][raw: fp32 slice, kRawBytes]; the
+  // raw copy of slice s+1 runs (cp.async) while slice s is multiplied.
+  float* raw = reinterpret_cast<float*>(xs) + kXsBytes / 4;
   const auto slice_end = [&](int64_t s0) {
     return s0 + kSliceChunks < c_end ? s0 + kSliceChunks : c_end;
   };
