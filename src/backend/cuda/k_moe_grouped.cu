@@ -7,6 +7,11 @@
 // measured 4.5 TB/s HBM ceiling (0.95 ms at the 3 TB/s goal). The token-slot-major path of
 // k_moe.cu reads 192 experts (3.61 GB). Activation traffic (x 0.6 MB, h 1.8 MB and the
 // per-pair outputs 3.9 MB, each written once and read once) is < 0.5 % of that.
+// Issue-rate estimate (not measured): 4.5 TB/s over 132 SMs at ~1.9 GHz is ~34 MXFP4 values
+// per SM cycle; the fp32 path (Fp4PairToFloat2 + scale + FMA, DotChunks) costs ~5-6 ALU
+// ops per value, so with one pair per expert the tiles may be issue-bound near 3 TB/s
+// before HBM-bound. Pairs sharing an expert share the decode (one Dequant4 per chunk feeds
+// every staged pair).
 //
 // Four launches, grid sizes depending only on T, k, n_experts and the shapes:
 //  1. GroupPairs (one block): a stable counting sort of the P = T*k pairs by expert id,
