@@ -7,11 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -566,36 +564,6 @@ TEST(CudaRoutedExpertsGroupedTest, ApplicableLimits) {
   // h and the per-pair outputs in fp32 at least.
   EXPECT_GE(kernels::RoutedExpertsGroupedScratchBytes(32, 6, 5120, 2304, 384),
             int64_t{192} * (5120 + 2304) * 4);
-}
-
-// Device time of both kernel families at V4.1-Flash expert shapes (128 experts: 2.4 GB of
-// weights), and the bandwidth over the distinct experts' bytes. Run by hand:
-// --gtest_also_run_disabled_tests --gtest_filter='*RoutedExpertsTiming*'.
-TEST_F(CudaRoutedExpertsTest, DISABLED_RoutedExpertsTiming) {
-  const int64_t n = 128, D = 5120, I = 2304, k = 6;
-  const Experts ex = MakeExperts(n, WeightFormat::kMxFp4, WeightFormat::kMxFp4, D, I);
-  int64_t expert_bytes = 0;
-  for (const WeightRef* w : {&ex.table[0].w1, &ex.table[0].w2, &ex.table[0].w3}) {
-    const auto [data, scale] = StoredBytes(*w);
-    expert_bytes += data + scale;
-  }
-  for (int64_t T : {1, 4, 8, 16, 32, 64}) {
-    const std::vector<int32_t> ids = Route(T, k, n, Routing::kSpread);
-    const int64_t distinct = static_cast<int64_t>(std::set<int32_t>(ids.begin(), ids.end()).size());
-    model::RoutedExpertsArgs a;
-    a.x = ToGpu(Normal(T * D)), a.T = T, a.D = D, a.experts = ToGpu(ids);
-    a.weights = ToGpu(Uniform(T * k, 0.05f, 1.5f)), a.k = k, a.table = ex.table.data();
-    a.n_experts = n, a.swiglu_limit = 10.0f, a.y = PoisonedFloats(T * D);
-    for (const char* mode : {"0", "1"}) {
-      const GroupedMode grouped(mode);
-      const double us = DeviceMicrosPerCall([&] { gpu_->RoutedExperts(a); });
-      const double tb_per_s = static_cast<double>(distinct * expert_bytes) / (us * 1e-6) / 1e12;
-      std::printf("RoutedExperts T %2lld k %lld: %lld distinct experts, %s: %8.1f us, %.2f TB/s\n",
-                  static_cast<long long>(T), static_cast<long long>(k),
-                  static_cast<long long>(distinct), mode[0] == '1' ? "grouped   " : "token-slot",
-                  us, tb_per_s);
-    }
-  }
 }
 
 }  // namespace
