@@ -176,6 +176,26 @@ __device__ __forceinline__ E2m1Bf16Table MakeE2m1Bf16TableFromE8m0(uint32_t scal
   return MakeE2m1Bf16Table(static_cast<int>(scale_byte) - 127);
 }
 
+// bf16 bits of e2m1 magnitude m (0..7) times 2^e, e in [-125, 125] (host and device).
+__host__ __device__ constexpr uint32_t E2m1MagnitudeBf16Bits(int m, int e) {
+  // m >= 2 is 1.(m & 1) * 2^((m >> 1) - 1): exponent field 126 + (m >> 1), mantissa bit 6 =
+  // m & 1; m = 1 is 0.5 (exponent field 126, the e2m1 subnormal). The scale adds e to the
+  // exponent field.
+  const int unscaled = m < 2 ? 0x3F00 : 0x3F00 + 0x80 * (m >> 1) + 0x40 * (m & 1);
+  return m == 0 ? 0u : static_cast<uint32_t>(unscaled + 128 * e);
+}
+
+// MakeE2m1Bf16Table(e) as a compile-time constant, for a fixed scale (e in [-125, 125]).
+__host__ __device__ constexpr E2m1Bf16Table E2m1Bf16TableConstant(int e) {
+  E2m1Bf16Table t{};
+  for (int m = 0; m < 8; ++m) {
+    const uint32_t bits = E2m1MagnitudeBf16Bits(m, e);
+    t.hi[m / 4] |= (bits >> 8) << (8 * (m % 4));
+    t.lo[m / 4] |= (bits & 0xFFu) << (8 * (m % 4));
+  }
+  return t;
+}
+
 // Eight e2m1 nibbles (nibble j = bits 4j..4j+3 = column j, so the low nibble of each byte is
 // the even column) as 8 bf16 values times the table's scale, in column order, two per word:
 // word i holds columns 2i (low half) and 2i+1 (high half), as mma.sync bf16 fragments want.
@@ -262,6 +282,61 @@ __device__ __forceinline__ void DotChunks(const RawChunk (&ch)[kRows], const flo
 #pragma unroll
         for (int n = 0; n < kRows; ++n) {
           part[n][t] += v[n][0] * x.x + v[n][1] * x.y + v[n][2] * x.z + v[n][3] * x.w;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) acc[n][t] += (part[n][t] * ValueScale(kFormat)) * ch[n].s;
+  }
+}
+
+// DotChunks<kMxFp4, kRows, kTokens> with the e2m1 values decoded by the table + prmt path
+// (Fp4x8ToBf16x8 at the fixed scale 1 / ValueScale = 2^-14, so each value is bitwise the
+// float Dequant4 gives; bf16 -> fp32 is a shift or a mask). Same products and the same
+// accumulation order as DotChunks (group g ascending, the same 4-term expression per
+// group), hence the same fp32 results. nvdisasm (sm_90a, kRows 4, kTokens 2, one chunk):
+// 463 integer ops for the 128 values (160 PRMT, 128 LOP3, 70 SHF, 66 IMAD, 39 MOV) against
+// 695 in DotChunks (257 SHF, 256 LOP3, 128 HADD2, 54 IMAD); the float ops (200 FFMA, 72 FMUL,
+// 64 FADD) are the same.
+template <int kRows, int kTokens>
+__device__ __forceinline__ void DotChunksMxFp4Table(const RawChunk (&ch)[kRows], const float* xs,
+                                                    int64_t x_stride, int T,
+                                                    float (&acc)[kRows][kTokens]) {
+  constexpr model::WeightFormat kFormat = model::WeightFormat::kMxFp4;
+  constexpr E2m1Bf16Table kTable = E2m1Bf16TableConstant(-14);  // 2^-14 = 1 / ValueScale
+  static_assert(ValueScale(kFormat) == 16384.0f, "table scale is 1 / ValueScale");
+  float part[kRows][kTokens];
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) part[n][t] = 0.0f;
+  }
+#pragma unroll
+  for (int word = 0; word < 4; ++word) {  // 8 values: groups g = 2 word and 2 word + 1
+    uint4 b[kRows];
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) b[n] = Fp4x8ToBf16x8(ChunkWord(ch[n].q, word), kTable);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int g = 2 * word + half;
+      float v[kRows][4];
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) {
+        const uint32_t lo = half == 0 ? b[n].x : b[n].z, hi = half == 0 ? b[n].y : b[n].w;
+        v[n][0] = __uint_as_float(lo << 16), v[n][1] = __uint_as_float(lo & 0xFFFF0000u);
+        v[n][2] = __uint_as_float(hi << 16), v[n][3] = __uint_as_float(hi & 0xFFFF0000u);
+      }
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) {
+        if (t < T) {
+          const float4 x = *reinterpret_cast<const float4*>(xs + t * x_stride + 4 * g);
+#pragma unroll
+          for (int n = 0; n < kRows; ++n) {
+            part[n][t] += v[n][0] * x.x + v[n][1] * x.y + v[n][2] * x.z + v[n][3] * x.w;
+          }
         }
       }
     }

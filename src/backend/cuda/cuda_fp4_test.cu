@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -51,6 +52,45 @@ __global__ void DecodeWithSharedTable(uint32_t scale_byte, uint4* out) {
   const E2m1Bf16Table table = MakeE2m1Bf16TableFromE8m0(scale_byte);
   out[i] = Fp4x8ToBf16x8(SweepWord(i), table);
   out[kWords + i] = Fp4x8ToBf16x8(~SweepWord(i), table);
+}
+
+// The device-built table for every exponent of the contract: [e - kMinExp] = 4 words.
+__global__ void BuildTables(uint4* out) {
+  const int e = kMinExp + static_cast<int>(threadIdx.x);
+  if (e > kMaxExp) return;
+  const E2m1Bf16Table t = MakeE2m1Bf16Table(e);
+  out[threadIdx.x] = make_uint4(t.hi[0], t.hi[1], t.lo[0], t.lo[1]);
+}
+
+// Chunk dots of thread i: chunks q[i * kRows + n] with scale bytes s[...], x at
+// x + i * kXFloats (kTokens padded chunk vectors of PaddedStride floats); DotChunks into
+// old_acc and DotChunksMxFp4Table into new_acc (both [i][kRows][kTokens], starting from the
+// same nonzero accumulators).
+constexpr int kXStride = PaddedStride(model::WeightFormat::kMxFp4);  // 36 floats
+
+template <int kRows, int kTokens>
+__global__ void ChunkDots(const uint4* q, const uint8_t* s, const float* x, int n, int T,
+                          float* old_acc, float* new_acc) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  RawChunk ch[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    ch[r].q = q[i * kRows + r];
+    ch[r].s = E8m0ToF32(s[i * kRows + r]);
+  }
+  const float* xs = x + static_cast<int64_t>(i) * kTokens * kXStride;
+  float a_old[kRows][kTokens], a_new[kRows][kTokens];
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < kTokens; ++t) a_old[r][t] = a_new[r][t] = 0.25f * (r - t);
+  }
+  DotChunks<model::WeightFormat::kMxFp4, kRows, kTokens>(ch, xs, kXStride, T, a_old);
+  DotChunksMxFp4Table<kRows, kTokens>(ch, xs, kXStride, T, a_new);
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < kTokens; ++t) {
+      old_acc[(i * kRows + r) * kTokens + t] = a_old[r][t];
+      new_acc[(i * kRows + r) * kTokens + t] = a_new[r][t];
+    }
+  }
 }
 
 __device__ uint32_t PackBf16Pair(float lo, float hi) {
@@ -233,6 +273,99 @@ TEST_F(CudaFp4Test, SameBitsAsOldDecode) {
     }
     ASSERT_EQ(bad, 0) << "byte " << byte << ": " << bad << " words differ; first " << first;
   }
+}
+
+// The compile-time table (host) holds the reference bf16 bytes of every magnitude: runs
+// without a GPU.
+TEST(E2m1Bf16TableConstant, MatchesReferenceForEveryExponent) {
+  for (int e = kMinExp; e <= kMaxExp; ++e) {
+    const E2m1Bf16Table t = E2m1Bf16TableConstant(e);
+    for (uint32_t m = 0; m < 8; ++m) {
+      const uint32_t want = ReferenceBf16(m, e);
+      const uint32_t hi = (t.hi[m / 4] >> (8 * (m % 4))) & 0xFFu;
+      const uint32_t lo = (t.lo[m / 4] >> (8 * (m % 4))) & 0xFFu;
+      ASSERT_EQ(Hex((hi << 8) | lo), Hex(want)) << "e " << e << " magnitude " << m;
+    }
+  }
+}
+
+// The device-built table (MakeE2m1Bf16Table) equals the compile-time one for every exponent.
+TEST_F(CudaFp4Test, DeviceTableEqualsConstantTable) {
+  constexpr int kExps = kMaxExp - kMinExp + 1;
+  const std::vector<uint4> got = Run(kExps, [&] { BuildTables<<<1, 256>>>(out_); });
+  for (int i = 0; i < kExps; ++i) {
+    const E2m1Bf16Table t = E2m1Bf16TableConstant(kMinExp + i);
+    EXPECT_EQ(Hex(got[i].x), Hex(t.hi[0])) << "e " << kMinExp + i;
+    EXPECT_EQ(Hex(got[i].y), Hex(t.hi[1])) << "e " << kMinExp + i;
+    EXPECT_EQ(Hex(got[i].z), Hex(t.lo[0])) << "e " << kMinExp + i;
+    EXPECT_EQ(Hex(got[i].w), Hex(t.lo[1])) << "e " << kMinExp + i;
+  }
+}
+
+// DotChunksMxFp4Table gives bitwise the fp32 accumulators of DotChunks<kMxFp4> (random
+// nibbles, scale bytes 2^-20 .. 2^4, normal x), for T below, at and past kTokens.
+template <int kRows, int kTokens>
+void ExpectChunkDotsBitwiseEqual(uint64_t seed) {
+  constexpr int kN = 1 << 14;
+  std::mt19937_64 rng(seed);
+  std::vector<uint4> q(kN * kRows);
+  for (uint4& v : q) {
+    v = make_uint4(static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng()),
+                   static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng()));
+  }
+  std::vector<uint8_t> s(kN * kRows);
+  for (uint8_t& b : s) b = static_cast<uint8_t>(107 + rng() % 25);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(kN) * kTokens * kXStride);
+  for (float& v : x) v = normal(rng);
+  uint4* dq = nullptr;
+  uint8_t* ds = nullptr;
+  float *dx = nullptr, *d_old = nullptr, *d_new = nullptr;
+  const size_t acc_floats = static_cast<size_t>(kN) * kRows * kTokens;
+  ASSERT_EQ(cudaMalloc(&dq, q.size() * sizeof(uint4)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ds, s.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dx, x.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_old, acc_floats * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_new, acc_floats * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dq, q.data(), q.size() * sizeof(uint4), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(ds, s.data(), s.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  for (int T = 1; T <= kTokens + 1; ++T) {
+    ASSERT_EQ(cudaMemset(d_old, 0xFF, acc_floats * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d_new, 0xAB, acc_floats * sizeof(float)), cudaSuccess);
+    ChunkDots<kRows, kTokens><<<kN / kThreads, kThreads>>>(dq, ds, dx, kN, T, d_old, d_new);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<uint32_t> old_bits(acc_floats), new_bits(acc_floats);
+    ASSERT_EQ(cudaMemcpy(old_bits.data(), d_old, acc_floats * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(new_bits.data(), d_new, acc_floats * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    int64_t bad = 0, first = -1, live = 0, changed = 0;
+    for (size_t i = 0; i < acc_floats; ++i) {
+      if (old_bits[i] != new_bits[i] && bad++ == 0) first = static_cast<int64_t>(i);
+      const int r = static_cast<int>(i / kTokens % kRows), t = static_cast<int>(i % kTokens);
+      if (t >= T) continue;
+      const float start = 0.25f * (r - t);
+      float got;
+      std::memcpy(&got, &old_bits[i], 4);
+      ++live;
+      changed += got != start;
+    }
+    EXPECT_EQ(bad, 0) << "rows " << kRows << " tokens " << kTokens << " T " << T << ": first at "
+                      << first << " old " << Hex(first < 0 ? 0 : old_bits[first]) << " new "
+                      << Hex(first < 0 ? 0 : new_bits[first]);
+    EXPECT_GT(changed, live * 9 / 10) << "the dots did run (T " << T << ")";
+  }
+  cudaFree(dq), cudaFree(ds), cudaFree(dx), cudaFree(d_old), cudaFree(d_new);
+}
+
+TEST_F(CudaFp4Test, TableChunkDotsEqualDotChunksBitwise) {
+  ExpectChunkDotsBitwiseEqual<4, 2>(1);  // k_moe_grouped: gate/up (2 x 2 rows), down (4 rows)
+  ExpectChunkDotsBitwiseEqual<2, 2>(2);
+  ExpectChunkDotsBitwiseEqual<4, 1>(3);
+  ExpectChunkDotsBitwiseEqual<1, 8>(4);
 }
 
 }  // namespace
