@@ -86,8 +86,8 @@ cudaError_t LinearMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const
 int MmaKSplit(model::WeightFormat format, int64_t n_rows, int64_t K);
 
 // Tuning switch for T = 33..64 (benchmarks): the kernel variant sized for 2 blocks per SM
-// (default; at most 128 registers, a few spilled) or for 1 block per SM (no spills).
-// Results are bitwise identical either way.
+// (default; at most 128 registers, some spilled) or for 1 block per SM (up to 255
+// registers; fewer spills). Results are bitwise identical either way.
 void SetMmaWideBlocksPerSm(int blocks);
 
 }  // namespace deepinfer::backend::cuda::kernels
