@@ -1,1 +1,538 @@
-// (being written)
+// Tensor-core sparse sink attention (see kernels_attn_mma.h for the contract).
+//
+// Roofline, DeepSeek-V4.1 (H = 64 heads, D = 512, N = 640 entries per token = 128 window
+// rows + 512 selected compressed entries; H200: ~4.8 TB/s HBM, mma.sync bf16 roughly
+// 0.5-0.65 PFLOP/s dense):
+//   model FLOPs per token  = 2 * H * N * D (S = q K^T) + 2 * H * N * D (O = P V) = 83.9 MFLOP
+//   tensor FLOPs per token = 3 x that (q and P as three bf16 terms)              = 252 MFLOP
+//   bytes per token        = q + out 2 * H * D * 4 = 256 KiB (HBM), rows N * D * 4 = 1.25 MiB
+//                            gathered fp32 per 16-head block (x4 blocks = 5 MiB through L2;
+//                            the distinct rows of a prefill are a few MiB in all)
+//   4096 tokens: 1.03 PFLOP of tensor work -> 1.6-2.1 ms at the mma.sync rate; 21 GB through
+//   L2 (~2-4 ms) and 1.1 GB from HBM (0.22 ms). Expected 4-8 ms with the synchronisation of
+//   this design (the fp32 CUDA-core kernel: 268 ms). Decode T = 32: 128 blocks x 40 chunks
+//   of 16 entries, ~20-40 us (fp32 kernel ~300 us).
+//
+// Structure. A block (8 warps, 256 threads) serves one token and 16 heads (the M side of
+// every MMA); grid (tokens, heads / 16, splits). q of the 16 heads is split once into
+// bf16 hi / mid / lo (SplitBf16x3, exact to ~2^-25 relative) in shared memory. The token's
+// candidates (its window rows, then its selection slots; the same order and masking as
+// kernels::SparseAttention and the CPU reference) run in chunks of kChunk = 16 rows:
+//   1. the chunk's fp32 rows were copied by cp.async into `raw` during the previous chunk;
+//      they are converted to bf16 `kv` (exact; a row that is not exact bf16 is rounded
+//      and flagged kErrAttnKvNotBf16), rows not attended are zero;
+//   2. the next chunk's copies are issued;
+//   3. S = q K^T: warp w takes k-steps (16 channels) w, w + 8, .. of D for all 16 x 16
+//      (head, row) scores (3 MMAs per k-step and n-tile: lo, mid, hi), writes its partial
+//      to `spart`; the 8 partials are added in warp order (deterministic);
+//   4. online softmax per head in fp32 (thread = (head, row)): running max m (starting at
+//      the sink logit), p = exp(s - m), denominator l (starting at exp(sink - m) = 1),
+//      rescale alpha; p split into bf16 hi / mid / lo;
+//   5. O = O * alpha + P V: warp w owns channels [w D / 8, (w + 1) D / 8); each chunk's
+//      P V goes into a fresh fp32 fragment (3 MMAs per n-tile: lo, mid, hi) that is then
+//      added in fp32 round-to-nearest (tensor-core accumulation truncates; fresh partials
+//      keep that to a few MMAs per rounding).
+// out = O / l. When tokens x head groups leave SMs idle (decode), the candidate range is
+// split over a thread-block cluster of up to 8 blocks, merged through distributed shared
+// memory exactly like kernels::SparseAttention.
+//
+// Shared memory (D = 512): q terms 48.75 KiB, raw 32 KiB, kv 16.25 KiB, score partials
+// 12 KiB, P terms 2.25 KiB: ~112 KiB, two blocks per SM.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_attn_mma.h"
+#include "backend/cuda/kernels_mma.h"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kHeads = static_cast<int>(kAttnMmaHeadsPerBlock);  // M side: one m-tile
+constexpr int kChunk = 16;                                       // candidate rows per round
+constexpr int kTerms = 3;                                        // hi, mid, lo
+constexpr int kMaxSplits = 8;                                    // portable cluster size
+constexpr int kMaxKSteps = static_cast<int>(kAttnMmaMaxHeadDim) / 16;
+constexpr int kKStepsPerWarp = kMaxKSteps / kWarps;  // QK: at most 4 k-steps per warp
+constexpr int kMaxNTilesPerWarp = static_cast<int>(kAttnMmaMaxHeadDim) / 8 / kWarps;  // PV: 8
+constexpr int kRowsPerWarp = kChunk / kWarps;  // staging: rows issued per warp
+constexpr int kSpStride = kChunk + 8;          // fp32 score partial row (bank spread)
+constexpr int kPStride = kChunk + 8;           // bf16 P row: 48 bytes (ldmatrix conflict-free)
+static_assert(kHeads * kChunk == kThreads, "softmax: one thread per (head, row)");
+static_assert(kChunk == 16, "one PV k-step and two QK n-tiles per chunk");
+static_assert(kChunk % kWarps == 0, "whole rows per warp when staging");
+
+__device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
+
+// --- PTX wrappers ----------------------------------------------------------------------
+__device__ __forceinline__ unsigned SmemAddr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SmemAddr(smem)), "l"(gmem)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8.
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(row_addr))
+               : "memory");
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* row_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(row_addr))
+               : "memory");
+}
+
+// d += a (16x16 bf16, row) * b (16x8 bf16, col), fp32 accumulate.
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// --- candidate rows (same semantics as k_attention.cu) ---------------------------------
+// The rows one query token may attend: window rows [win0, win0 + win_len) and compressed
+// rows comp0 + id for ids < comp_len (null varlen arrays: the whole buffers). Ranges
+// outside the shared buffers (a caller bug) are flagged kErrSelectionOutOfRange (if
+// `report`) and attend nothing there.
+struct TokenRows {
+  int64_t p, win0, win_len, comp0, comp_len;
+
+  __device__ TokenRows(const model::SparseAttentionArgs& a, int64_t t, bool report,
+                       int* error_word) {
+    p = a.q_pos[t];
+    win0 = a.window_start != nullptr ? a.window_start[t] : 0;
+    win_len = a.window_len != nullptr ? a.window_len[t] : a.n_window - win0;
+    comp0 = a.comp_offset != nullptr ? a.comp_offset[t] : 0;
+    comp_len = a.comp_len != nullptr ? a.comp_len[t] : a.n_comp - comp0;
+    const bool bad_window = win0 < 0 || win_len < 0 || win0 + win_len > a.n_window;
+    const bool bad_comp = comp0 < 0 || comp_len < 0 || comp0 + comp_len > a.n_comp;
+    if (bad_window) win0 = 0, win_len = 0;
+    if (bad_comp) comp0 = 0, comp_len = 0;
+    if (report && (bad_window || bad_comp)) atomicOr(error_word, kErrSelectionOutOfRange);
+  }
+};
+
+// Candidate j of token t: window row win0 + j (j < win_len) if its position is in
+// (p - window, p], else selection slot j - win_len (-1 = empty; ids >= comp_len flag
+// kErrSelectionOutOfRange if `report`). Null if not attended.
+__device__ __forceinline__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t,
+                                                     const TokenRows& rows, int64_t j, bool report,
+                                                     int* error_word) {
+  if (j < rows.win_len) {
+    const int64_t i = rows.win0 + j;
+    const int64_t wp = a.window_pos[i];
+    return (wp <= rows.p && wp > rows.p - a.window) ? a.window_kv + i * a.head_dim : nullptr;
+  }
+  const int32_t g = a.selection[t * a.n_select + (j - rows.win_len)];
+  if (g < 0) return nullptr;
+  if (g >= rows.comp_len) {
+    if (report) atomicOr(error_word, kErrSelectionOutOfRange);
+    return nullptr;
+  }
+  return a.comp_kv + (rows.comp0 + g) * a.head_dim;
+}
+
+// --- shared memory ---------------------------------------------------------------------
+__host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf16 elements
+
+struct Smem {
+  uint16_t* q;     // [kTerms][kHeads][d + 8] bf16 terms of q (hi, mid, lo)
+  float* raw;      // [kChunk][d] fp32 rows in flight; after the loop: O partial [kHeads][d]
+  uint16_t* kv;    // [kChunk][d + 8] bf16 rows of the current chunk (zero if not attended)
+  float* spart;    // [kWarps][kHeads][kSpStride] per-warp partial scores
+  uint16_t* p;     // [kTerms][kHeads][kPStride] bf16 terms of the probabilities
+  float* m;        // [kHeads] running max
+  float* l;        // [kHeads] running denominator
+  float* alpha;    // [kHeads] rescale of O for the current chunk
+  float* coef;     // [kHeads][kMaxSplits] split merge weights
+  int* raw_valid;  // [kChunk] 1 if the row in `raw` is attended
+  int* kv_valid;   // [kChunk] 1 if the row in `kv` is attended
+
+  __device__ Smem(unsigned char* base, int64_t d) {
+    const int64_t rs = RowStride(d);
+    q = reinterpret_cast<uint16_t*>(base);
+    raw = reinterpret_cast<float*>(q + kTerms * kHeads * rs);
+    kv = reinterpret_cast<uint16_t*>(raw + kChunk * d);
+    spart = reinterpret_cast<float*>(kv + kChunk * rs);
+    p = reinterpret_cast<uint16_t*>(spart + kWarps * kHeads * kSpStride);
+    m = reinterpret_cast<float*>(p + kTerms * kHeads * kPStride);
+    l = m + kHeads;
+    alpha = l + kHeads;
+    coef = alpha + kHeads;
+    raw_valid = reinterpret_cast<int*>(coef + kHeads * kMaxSplits);
+    kv_valid = raw_valid + kChunk;
+  }
+};
+
+int64_t SharedBytes(int64_t d) {
+  const int64_t rs = RowStride(d);
+  return kTerms * kHeads * rs * 2 + kChunk * d * 4 + kChunk * rs * 2 +
+         kWarps * kHeads * kSpStride * 4 + kTerms * kHeads * kPStride * 2 + 3 * kHeads * 4 +
+         kHeads * kMaxSplits * 4 + 2 * kChunk * 4;
+}
+static_assert(kChunk >= kHeads, "the O partial of the split merge fits in `raw`");
+
+// Issues the cp.async copies of candidate rows [row0, row0 + kChunk) (clipped to row_end)
+// into s.raw; warp w stages rows w * kRowsPerWarp ..; s.raw_valid says which are attended.
+__device__ void IssueChunk(const model::SparseAttentionArgs& a, int64_t t, const TokenRows& rows,
+                           int64_t row0, int64_t row_end, const Smem& s, int* error_word) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t d = a.head_dim;
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int r = warp * kRowsPerWarp + k;
+    const int64_t j = row0 + r;
+    const float* row = j < row_end ? CandidateRow(a, t, rows, j, lane == 0, error_word) : nullptr;
+    if (row != nullptr) {
+      for (int64_t c = 4 * lane; c < d; c += 128) CpAsync16(s.raw + r * d + c, row + c);
+    }
+    if (lane == 0) s.raw_valid[r] = row != nullptr;
+  }
+  CpAsyncCommit();
+}
+
+// bf16 bits of x, and whether x was exactly a bf16 (else rounded to nearest even).
+__device__ __forceinline__ uint32_t Bf16Bits(float x, bool& inexact) {
+  const uint32_t b = __float_as_uint(x);
+  if ((b & 0xFFFFu) == 0) return b >> 16;
+  inexact = true;
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+// s.kv = bf16(s.raw) for attended rows, zero for the others. Returns true if this thread
+// saw a value that is not exactly bf16.
+__device__ bool ConvertChunk(const Smem& s, int64_t d) {
+  const int64_t quads = d / 4, rs = RowStride(d);
+  bool inexact = false;
+  for (int64_t e = threadIdx.x; e < kChunk * quads; e += kThreads) {
+    const int r = static_cast<int>(e / quads);
+    const int64_t c = (e - r * quads) * 4;
+    uint2 packed = make_uint2(0u, 0u);
+    if (s.raw_valid[r]) {
+      const float4 v = *reinterpret_cast<const float4*>(s.raw + r * d + c);
+      packed.x = Bf16Bits(v.x, inexact) | (Bf16Bits(v.y, inexact) << 16);
+      packed.y = Bf16Bits(v.z, inexact) | (Bf16Bits(v.w, inexact) << 16);
+    }
+    *reinterpret_cast<uint2*>(s.kv + r * rs + c) = packed;
+  }
+  if (threadIdx.x < kChunk) s.kv_valid[threadIdx.x] = s.raw_valid[threadIdx.x];
+  return inexact;
+}
+
+// Step 3: warp w's partial scores over its k-steps for all (head, row) of the chunk.
+__device__ void ScoreChunk(const Smem& s, int64_t d) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q4 = lane & 3, mat = lane >> 3, mrow = lane & 7;
+  const int64_t rs = RowStride(d);
+  const int ksteps = static_cast<int>(d / 16);
+  float acc[2][4] = {};
+#pragma unroll
+  for (int i = 0; i < kKStepsPerWarp; ++i) {
+    const int ks = warp + i * kWarps;
+    if (ks < ksteps) {
+      const int k0 = ks * 16;
+      // A (q terms): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
+      const int a_row = mrow + 8 * (mat & 1), a_col = k0 + 8 * (mat >> 1);
+      uint32_t a[kTerms][4];
+#pragma unroll
+      for (int term = 0; term < kTerms; ++term) {
+        LdMatrixX4(a[term], s.q + (term * kHeads + a_row) * rs + a_col);
+      }
+      // B (rows as [n][k]): n-tile 0 (k 0-7, 8-15), n-tile 1 (k 0-7, 8-15).
+      uint32_t b[4];
+      LdMatrixX4(b, s.kv + (mrow + 8 * (mat >> 1)) * rs + k0 + 8 * (mat & 1));
+#pragma unroll
+      for (int term = kTerms - 1; term >= 0; --term) {  // lo, mid, hi: smallest first
+        Mma(acc[0], a[term], b[0], b[1]);
+        Mma(acc[1], a[term], b[2], b[3]);
+      }
+    }
+  }
+  float* sp = s.spart + warp * kHeads * kSpStride;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    const int col = 8 * n + 2 * q4;
+    *reinterpret_cast<float2*>(sp + g * kSpStride + col) = make_float2(acc[n][0], acc[n][1]);
+    *reinterpret_cast<float2*>(sp + (g + 8) * kSpStride + col) = make_float2(acc[n][2], acc[n][3]);
+  }
+}
+
+// Step 4: thread (head h = tid / 16, row r = tid % 16); the 16 threads of a head are one
+// half-warp.
+__device__ void SoftmaxChunk(const Smem& s, float scale) {
+  const int h = threadIdx.x >> 4, r = threadIdx.x & 15;
+  float dot = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) dot += s.spart[(w * kHeads + h) * kSpStride + r];
+  const bool valid = s.kv_valid[r] != 0;
+  const float sc = valid ? dot * scale : NegInf();
+  float cmax = sc;
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, off));
+  const float m_old = s.m[h];
+  const float m_new = fmaxf(m_old, cmax);
+  const float pr = valid ? expf(sc - m_new) : 0.0f;
+  float sum = pr;
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  const Bf16x3 parts = SplitBf16x3(pr);
+  s.p[(0 * kHeads + h) * kPStride + r] = parts.hi;
+  s.p[(1 * kHeads + h) * kPStride + r] = parts.mid;
+  s.p[(2 * kHeads + h) * kPStride + r] = parts.lo;
+  __syncwarp();  // every lane of the head has read s.m[h]
+  if (r == 0) {
+    const float alpha = expf(m_old - m_new);
+    s.alpha[h] = alpha;
+    s.l[h] = s.l[h] * alpha + sum;
+    s.m[h] = m_new;
+  }
+}
+
+// Step 5: o[n] (n-tile n of warp w's channels) = o[n] * alpha + P V.
+__device__ void AccumulateChunk(const Smem& s, int64_t d, float (&o)[kMaxNTilesPerWarp][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, mat = lane >> 3, mrow = lane & 7;
+  const int64_t rs = RowStride(d);
+  const int nt = static_cast<int>(d / 64);  // n-tiles per warp
+  const int64_t d0 = int64_t{warp} * nt * 8;
+  uint32_t a[kTerms][4];
+#pragma unroll
+  for (int term = 0; term < kTerms; ++term) {
+    LdMatrixX4(a[term], s.p + (term * kHeads + mrow + 8 * (mat & 1)) * kPStride + 8 * (mat >> 1));
+  }
+  const float alpha_lo = s.alpha[g], alpha_hi = s.alpha[g + 8];
+#pragma unroll
+  for (int pair = 0; pair < kMaxNTilesPerWarp / 2; ++pair) {
+    if (2 * pair < nt) {
+      // B = V [k = row][n = channel]: matrices (rows 0-7 | 8-15) x (n-tile 2 pair | +1),
+      // transposed. With nt odd the second n-tile reads the next warp's channels (or the
+      // row padding) and is discarded.
+      uint32_t b[4];
+      LdMatrixX4Trans(b, s.kv + (mrow + 8 * (mat & 1)) * rs + d0 + 16 * pair + 8 * (mat >> 1));
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int n = 2 * pair + half;
+        if (n < nt) {
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int term = kTerms - 1; term >= 0; --term) {
+            Mma(part, a[term], b[2 * half], b[2 * half + 1]);
+          }
+          o[n][0] = o[n][0] * alpha_lo + part[0];
+          o[n][1] = o[n][1] * alpha_lo + part[1];
+          o[n][2] = o[n][2] * alpha_hi + part[2];
+          o[n][3] = o[n][3] * alpha_hi + part[3];
+        }
+      }
+    }
+  }
+}
+
+// Merges the splits of the cluster: with M = max_b m_b and L = sum_b l_b exp(m_b - M),
+// out = sum_b O_b exp(m_b - M) / L (O_b in each block's s.raw as [kHeads][d]).
+__device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int64_t head_base,
+                            const Smem& s) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const int splits = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t d = a.head_dim;
+  cluster.sync();  // every split's m, l, O are final
+  if (threadIdx.x < kHeads) {
+    const int h = threadIdx.x;
+    float mx = NegInf();
+    for (int b = 0; b < splits; ++b) mx = fmaxf(mx, *cluster.map_shared_rank(s.m + h, b));
+    float denom = 0.0f;
+    for (int b = 0; b < splits; ++b) {
+      const float e = expf(*cluster.map_shared_rank(s.m + h, b) - mx);
+      s.coef[h * kMaxSplits + b] = e;
+      denom += *cluster.map_shared_rank(s.l + h, b) * e;
+    }
+    for (int b = 0; b < splits; ++b) s.coef[h * kMaxSplits + b] /= denom;
+  }
+  __syncthreads();
+  for (int64_t e = rank * int64_t{kThreads} + threadIdx.x; e < kHeads * d;
+       e += int64_t{splits} * kThreads) {
+    const int64_t h = e / d, c = e - h * d;
+    float v = 0.0f;
+    for (int b = 0; b < splits; ++b) {
+      v += *cluster.map_shared_rank(s.raw + e, b) * s.coef[h * kMaxSplits + b];
+    }
+    a.out[(t * a.heads + head_base + h) * d + c] = v;
+  }
+  cluster.sync();  // keep this block's shared memory alive until every block has read it
+}
+
+// Grid (tokens, heads / 16, splits); a cluster spans the splits of one (token, group).
+// Split z takes chunks [z * cps, (z + 1) * cps) of the token's candidates, cps =
+// ceil(ceil(candidates / kChunk) / splits); trailing splits may get none.
+__global__ void __launch_bounds__(kThreads, 2)
+    SparseAttentionMmaKernel(model::SparseAttentionArgs a, int* error_word) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  const int64_t d = a.head_dim, rs = RowStride(d);
+  const Smem s(smem_bytes, d);
+  const int64_t t = blockIdx.x, head_base = int64_t{blockIdx.y} * kHeads;
+  const int split = blockIdx.z;
+  const TokenRows rows(a, t, threadIdx.x == 0 && blockIdx.y == 0 && split == 0, error_word);
+  const int64_t total = rows.win_len + a.n_select;
+  const int64_t chunks_per_split = ((total + kChunk - 1) / kChunk + gridDim.z - 1) / gridDim.z;
+  const int64_t row_begin = int64_t{split} * chunks_per_split * kChunk;
+  const int64_t row_limit = row_begin + chunks_per_split * kChunk;
+  const int64_t row_end = total < row_limit ? total : row_limit;
+  const int64_t n_chunks = row_end > row_begin ? (row_end - row_begin + kChunk - 1) / kChunk : 0;
+
+  if (n_chunks > 0) IssueChunk(a, t, rows, row_begin, row_end, s, error_word);
+  for (int64_t e = threadIdx.x; e < kHeads * d; e += kThreads) {
+    const int64_t h = e / d, c = e - h * d;
+    const Bf16x3 parts = SplitBf16x3(a.q[(t * a.heads + head_base + h) * d + c]);
+    s.q[(0 * kHeads + h) * rs + c] = parts.hi;
+    s.q[(1 * kHeads + h) * rs + c] = parts.mid;
+    s.q[(2 * kHeads + h) * rs + c] = parts.lo;
+  }
+  if (threadIdx.x < kHeads) {
+    s.m[threadIdx.x] = a.sinks[head_base + threadIdx.x];
+    s.l[threadIdx.x] = split == 0 ? 1.0f : 0.0f;  // exp(sink - m): counted by one split only
+  }
+
+  float o[kMaxNTilesPerWarp][4] = {};
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    CpAsyncWaitAll();
+    __syncthreads();  // raw(ch) landed; q, m, l set; the previous chunk's kv / p are free
+    const bool inexact = ConvertChunk(s, d);
+    if (__syncthreads_or(inexact) && threadIdx.x == 0) atomicOr(error_word, kErrAttnKvNotBf16);
+    if (ch + 1 < n_chunks) {  // raw is free: copy the next chunk during this one's math
+      IssueChunk(a, t, rows, row_begin + (ch + 1) * kChunk, row_end, s, error_word);
+    }
+    ScoreChunk(s, d);
+    __syncthreads();
+    SoftmaxChunk(s, a.scale);
+    __syncthreads();
+    AccumulateChunk(s, d, o);
+  }
+  CpAsyncWaitAll();
+  __syncthreads();  // m, l final; raw free
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q4 = lane & 3;
+  const int nt = static_cast<int>(d / 64);
+  const int64_t d0 = int64_t{warp} * nt * 8;
+  if (gridDim.z == 1) {
+    const float inv_lo = 1.0f / s.l[g], inv_hi = 1.0f / s.l[g + 8];
+    float* out_lo = a.out + (t * a.heads + head_base + g) * d + d0 + 2 * q4;
+    float* out_hi = out_lo + 8 * d;
+#pragma unroll
+    for (int n = 0; n < kMaxNTilesPerWarp; ++n) {
+      if (n < nt) {
+        out_lo[8 * n] = o[n][0] * inv_lo, out_lo[8 * n + 1] = o[n][1] * inv_lo;
+        out_hi[8 * n] = o[n][2] * inv_hi, out_hi[8 * n + 1] = o[n][3] * inv_hi;
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int n = 0; n < kMaxNTilesPerWarp; ++n) {
+    if (n < nt) {
+      float* part = s.raw + d0 + 8 * n + 2 * q4;
+      part[g * d] = o[n][0], part[g * d + 1] = o[n][1];
+      part[(g + 8) * d] = o[n][2], part[(g + 8) * d + 1] = o[n][3];
+    }
+  }
+  MergeSplits(a, t, head_base, s);
+}
+
+int MultiprocessorCount() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 132;  // H200
+    }
+    return n;
+  }();
+  return count;
+}
+
+// Splits of the candidate range per (token, head group): as many as keep one wave of
+// blocks (two per SM) full, at most kMaxSplits, at least one chunk each.
+int Splits(int64_t blocks, int64_t chunks) {
+  int64_t splits = 2 * int64_t{MultiprocessorCount()} / blocks;
+  if (splits > kMaxSplits) splits = kMaxSplits;
+  if (splits > chunks) splits = chunks;
+  return static_cast<int>(splits < 1 ? 1 : splits);
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+bool SparseAttentionMmaApplicable(const model::SparseAttentionArgs& a) {
+  return a.heads > 0 && a.heads % kAttnMmaHeadsPerBlock == 0 &&
+         a.heads / kAttnMmaHeadsPerBlock <= 65535 && a.head_dim >= 64 && a.head_dim % 64 == 0 &&
+         a.head_dim <= kAttnMmaMaxHeadDim && a.tokens >= 0 && a.tokens <= 0x7fffffff &&
+         a.n_select >= 0 && a.n_window >= 0 && a.n_comp >= 0 &&
+         (a.n_window == 0 || Aligned16(a.window_kv)) && (a.n_comp == 0 || Aligned16(a.comp_kv));
+}
+
+cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* error_word,
+                               cudaStream_t stream) {
+  if (!SparseAttentionMmaApplicable(args)) return cudaErrorInvalidValue;
+  if (args.tokens == 0) return cudaSuccess;
+  const auto kernel = SparseAttentionMmaKernel;
+  const int64_t smem = SharedBytes(args.head_dim);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
+  // Candidates per token; varlen window lengths live on the device, so the split count
+  // assumes min(n_window, window) window rows (the kernel splits each token's real range).
+  const int64_t window_rows = args.window_len == nullptr    ? args.n_window
+                              : args.window < args.n_window ? args.window
+                                                            : args.n_window;
+  const int64_t chunks = (window_rows + args.n_select + kChunk - 1) / kChunk;
+  int splits = Splits(args.tokens * groups, chunks);
+  for (;;) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(groups),
+                          static_cast<unsigned>(splits));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = stream;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 1;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    config.attrs = cluster;
+    config.numAttrs = splits > 1 ? 1 : 0;
+    e = cudaLaunchKernelEx(&config, kernel, args, error_word);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e == cudaSuccess || splits == 1) return e;
+    // A cluster that cannot be scheduled: clear the (non-sticky) launch error and run each
+    // (token, group) in one block.
+    cudaGetLastError();
+    splits = 1;
+  }
+}
+
+}  // namespace deepinfer::backend::cuda::kernels
