@@ -8,7 +8,7 @@
 // exact, the sums are fp32 (truncating tensor-core adds kept to a few per rounding), so
 // ~1e-6 of max |out| is typical; the CPU reference sums in double.
 //
-// Filters: --gtest_filter='CudaAttentionMmaTest.*:AttnMmaApplicable.*'; the benchmark:
+// Filters: --gtest_filter='CudaAttentionMmaTest.*:AttnMma*.*'; the benchmark:
 // --gtest_also_run_disabled_tests --gtest_filter='AttnMmaBench.DISABLED_V41Shapes'.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -188,17 +189,23 @@ void CudaAttentionMmaTest::CheckInputs(const MmaInputs& in, const std::string& n
 void CudaAttentionMmaTest::Check(const MmaCase& c) { CheckInputs(MakeInputs(c), c.name); }
 
 // The fake-quantised rows are exactly bf16 (the kernel's assumption, stated here on the
-// host too): FP8 e4m3 x 2^k has 4 significant bits, FP4 e2m1 x e4m3 scale at most 6.
-TEST_F(CudaAttentionMmaTest, FakeQuantisedRowsAreExactBf16) {
-  MmaCase c;
-  c.seqs = {{1, 200, 300}};
-  c.d = 512;
-  const MmaInputs in = MakeInputs(c);
-  for (const std::vector<float>* rows : {&in.window_kv, &in.comp_kv}) {
-    for (float v : *rows) {
-      uint32_t bits;
-      std::memcpy(&bits, &v, 4);
-      ASSERT_EQ(bits & 0xFFFFu, 0u) << v;
+// host; no device needed): FP8 e4m3 x 2^k has 4 significant bits, FP4 e2m1 x e4m3 scale at
+// most 6, bf16 has 8.
+TEST(AttnMmaAssumption, FakeQuantisedRowsAreExactBf16) {
+  cpu::CpuBackend cpu;
+  std::mt19937_64 rng(7);
+  for (FakeQuantKind kind : {FakeQuantKind::kFp8Block32Pow2, FakeQuantKind::kFp4Block16E4m3}) {
+    for (float stddev : {1e-3f, 1.0f, 300.0f}) {
+      std::normal_distribution<float> normal(0.0f, stddev);
+      const int64_t rows = 64, d = 512;
+      std::vector<float> x(rows * d);
+      for (float& v : x) v = normal(rng);
+      cpu.FakeQuant(x.data(), rows, d, d, kind);
+      for (float v : x) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        ASSERT_EQ(bits & 0xFFFFu, 0u) << v << " stddev " << stddev;
+      }
     }
   }
 }
@@ -331,7 +338,7 @@ TEST_F(CudaAttentionMmaTest, InexactRowIsFlaggedAndRounded) {
   MmaCase c;
   c.seqs = {{2, 20, 30}}, c.stale_every = 0, c.name = "inexact window row";
   MmaInputs in = MakeInputs(c);
-  const int64_t row = in.n_window - 1;  // the newest row: visible to both tokens
+  const int64_t row = in.n_window - 2;  // position of token 0: visible to both tokens
   for (int64_t i = 0; i < in.d; ++i) in.window_kv[row * in.d + i] = 1.0f + 0.001f * i;
   const MmaRun run = RunMma(in);
   EXPECT_EQ(run.error_word, kernels::kErrAttnKvNotBf16);
