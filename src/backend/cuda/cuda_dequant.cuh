@@ -226,6 +226,30 @@ __device__ __forceinline__ uint4 Fp4x8ToBf16x8(uint32_t nibbles, int scale_exp) 
   return Fp4x8ToBf16x8(nibbles, MakeE2m1Bf16Table(scale_exp));
 }
 
+// Scale applied after the decode instead of folded into the table, for kernels that hold
+// many differently scaled chunks at once (one table register set instead of 4 registers per
+// scale): decode with E2m1Bf16TableConstant(0), then one bf16x2 multiply by 2^e per word
+// (2 ops per 8 values on the FMA pipe). The product is the round-to-nearest bf16 of
+// value * 2^e, bit-exact like the folded table for E8m0 bytes 2 .. 252 (and the IEEE result,
+// inf included, beyond).
+
+// bf16 2^(scale_byte - 127) in both halves of a word (scale_byte in [1, 254]).
+__device__ __forceinline__ uint32_t E8m0ToBf16x2(uint32_t scale_byte) {
+  return scale_byte * 0x00800080u;  // the byte is the exponent field of each bf16
+}
+
+// Two bf16 times two bf16 (halves paired), rounded to nearest even.
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+  // a * b + (-0): the same rounding, and -0 stays -0.
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+#endif
+  return d;
+}
+
 // Two e4m3 bytes (low 16 bits of b: low byte first) through the hardware fp8x2 -> f16x2.
 __device__ __forceinline__ float2 Fp8PairToFloat2(uint32_t b) {
   const __half2_raw h =

@@ -54,6 +54,17 @@ __global__ void DecodeWithSharedTable(uint32_t scale_byte, uint4* out) {
   out[kWords + i] = Fp4x8ToBf16x8(~SweepWord(i), table);
 }
 
+// Decode at scale 1, then the bf16x2 multiply by 2^(byte - 127) (as LinearMma does).
+__global__ void DecodeThenMultiply(uint32_t scale_byte, uint4* out) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= kWords) return;
+  constexpr E2m1Bf16Table kUnit = E2m1Bf16TableConstant(0);
+  const uint32_t scale = E8m0ToBf16x2(scale_byte);
+  const uint4 v = Fp4x8ToBf16x8(SweepWord(i), kUnit);
+  out[i] = make_uint4(MulBf16x2(v.x, scale), MulBf16x2(v.y, scale), MulBf16x2(v.z, scale),
+                      MulBf16x2(v.w, scale));
+}
+
 // The device-built table for every exponent of the contract: [e - kMinExp] = 4 words.
 __global__ void BuildTables(uint4* out) {
   const int e = kMinExp + static_cast<int>(threadIdx.x);
@@ -366,6 +377,31 @@ TEST_F(CudaFp4Test, TableChunkDotsEqualDotChunksBitwise) {
   ExpectChunkDotsBitwiseEqual<2, 2>(2);
   ExpectChunkDotsBitwiseEqual<4, 1>(3);
   ExpectChunkDotsBitwiseEqual<1, 8>(4);
+}
+
+// Unit-table decode times the bf16x2 power of two: every word, E8m0 bytes 2 .. 252.
+TEST_F(CudaFp4Test, DecodeThenMultiplyBitExact) {
+  for (int byte = 127 + kMinExp; byte <= 127 + kMaxExp; ++byte) {
+    const std::vector<uint4> got =
+        Run(kWords, [&] { DecodeThenMultiply<<<kBlocks, kThreads>>>(byte, out_); });
+    std::string first;
+    const int64_t bad = CountMismatches(got, 0, /*complement=*/false, byte - 127, &first);
+    ASSERT_EQ(bad, 0) << bad << " of " << kWords << " words wrong (byte " << byte
+                      << "); first: " << first;
+  }
+}
+
+// Beyond the contract the multiply still rounds like IEEE: byte 1 (0.5 * 2^-126 is a bf16
+// subnormal), bytes 253, 254 (4 and 6 times 2^126, 2 .. 6 times 2^127 overflow to inf).
+TEST_F(CudaFp4Test, DecodeThenMultiplyEdgeBytes) {
+  for (int byte : {1, 253, 254}) {
+    const std::vector<uint4> got =
+        Run(kWords, [&] { DecodeThenMultiply<<<kBlocks, kThreads>>>(byte, out_); });
+    std::string first;
+    const int64_t bad = CountMismatches(got, 0, /*complement=*/false, byte - 127, &first);
+    EXPECT_EQ(bad, 0) << bad << " of " << kWords << " words wrong (byte " << byte
+                      << "); first: " << first;
+  }
 }
 
 }  // namespace
