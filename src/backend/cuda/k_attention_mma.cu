@@ -8,14 +8,16 @@
 //   bytes per token        = q + out 2 * H * D * 4 = 256 KiB (HBM), rows N * D * 4 = 1.25 MiB
 //                            gathered fp32 per 16-head block (x4 blocks = 5 MiB through L2;
 //                            the distinct rows of a prefill are a few MiB in all)
-//   4096 tokens: 1.03 PFLOP of tensor work -> 1.6-2.1 ms at the mma.sync rate; 21 GB through
-//   L2 (~2-4 ms) and 1.1 GB from HBM (0.22 ms). Expected 4-8 ms with the synchronisation of
-//   this design (the fp32 CUDA-core kernel: 268 ms). Decode T = 32: 128 blocks x 40 chunks
-//   of 16 entries, ~20-40 us (fp32 kernel ~300 us).
+//   4096 tokens: 1.03 TFLOP of tensor work -> 1.6-2.1 ms at the mma.sync rate; 21 GB through
+//   L2 (~2-4 ms) and 1.1 GB from HBM (0.22 ms). Shared memory is the tighter limit of this
+//   design: ~150 KB of traffic per block and 16-entry chunk (q terms 48 KB, fp32->bf16
+//   conversion 48 KB, rows 32 KB, score partials 24 KB) -> ~3 ms at 128 B/clk/SM. Expected
+//   4-8 ms (the fp32 CUDA-core kernel: 268 ms). Decode T = 32: 128 blocks (2 splits each) x
+//   40 chunks of 16 entries, ~20-40 us (fp32 kernel ~300 us). NOT MEASURED YET.
 //
 // Structure. A block (8 warps, 256 threads) serves one token and 16 heads (the M side of
 // every MMA); grid (tokens, heads / 16, splits). q of the 16 heads is split once into
-// bf16 hi / mid / lo (SplitBf16x3, exact to ~2^-25 relative) in shared memory. The token's
+// bf16 hi / mid / lo (SplitBf16x3: exact for normal fp32 values) in shared memory. The token's
 // candidates (its window rows, then its selection slots; the same order and masking as
 // kernels::SparseAttention and the CPU reference) run in chunks of kChunk = 16 rows:
 //   1. the chunk's fp32 rows were copied by cp.async into `raw` during the previous chunk;

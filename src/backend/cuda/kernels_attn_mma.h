@@ -4,8 +4,8 @@
 // kErrSelectionOutOfRange semantics), computed with mma.sync m16n8k16 bf16 at fp32-level
 // accuracy: the key = value rows are used as bf16, which is EXACT for the rows the model
 // produces (fake-quantised to FP8 e4m3 x 2^k or FP4 e2m1 x e4m3 scale before attention);
-// q and the probabilities are split into three bf16 terms (x = hi + mid + lo, ~2^-25
-// relative), every product is exact and all sums are fp32.
+// q and the probabilities are split into three bf16 terms (x = hi + mid + lo, exact for
+// normal fp32 values), every product is exact and all sums are fp32.
 //
 // Rows that are not exactly bf16 are rounded to nearest bf16 (results then carry bf16-level
 // error in those rows) and flagged with kErrAttnKvNotBf16 in the error word.
