@@ -220,6 +220,17 @@ __device__ __forceinline__ uint4 Fp4x8ToBf16x8(uint32_t nibbles, const E2m1Bf16T
   return out;
 }
 
+// Four e2m1 nibbles (the low 16 bits of `nibbles`, column j = bits 4j..4j+3) as 4 bf16
+// times the table's scale: .x = columns 0, 1, .y = columns 2, 3 (8 ops; for callers that
+// consume 4 values at a time and are short of registers).
+__device__ __forceinline__ uint2 Fp4x4ToBf16x4(uint32_t nibbles, const E2m1Bf16Table& t) {
+  const uint32_t mag = nibbles & 0x77777777u;  // prmt reads the low 16 selector bits
+  uint32_t hi = BytePerm(t.hi[0], t.hi[1], mag);
+  const uint32_t lo = BytePerm(t.lo[0], t.lo[1], mag);
+  hi |= BytePerm(nibbles << 4, nibbles, 0x5140u) & 0x80808080u;  // signs (as Fp4x8ToBf16x8)
+  return make_uint2(BytePerm(lo, hi, 0x5140u), BytePerm(lo, hi, 0x7362u));
+}
+
 // Same, building the table for 2^scale_exp first (scale_exp in [-125, 125]); when several
 // words share a scale, build the table once and call the overload above.
 __device__ __forceinline__ uint4 Fp4x8ToBf16x8(uint32_t nibbles, int scale_exp) {
@@ -318,13 +329,14 @@ __device__ __forceinline__ void DotChunks(const RawChunk (&ch)[kRows], const flo
 }
 
 // DotChunks<kMxFp4, kRows, kTokens> with the e2m1 values decoded by the table + prmt path
-// (Fp4x8ToBf16x8 at the fixed scale 1 / ValueScale = 2^-14, so each value is bitwise the
+// (Fp4x4ToBf16x4 at the fixed scale 1 / ValueScale = 2^-14, so each value is bitwise the
 // float Dequant4 gives; bf16 -> fp32 is a shift or a mask). Same products and the same
 // accumulation order as DotChunks (group g ascending, the same 4-term expression per
-// group), hence the same fp32 results. nvdisasm (sm_90a, kRows 4, kTokens 2, one chunk):
-// 463 integer ops for the 128 values (160 PRMT, 128 LOP3, 70 SHF, 66 IMAD, 39 MOV) against
-// 695 in DotChunks (257 SHF, 256 LOP3, 128 HADD2, 54 IMAD); the float ops (200 FFMA, 72 FMUL,
-// 64 FADD) are the same.
+// group), hence the same fp32 results. Decoding 4 values at a time keeps the register
+// footprint of Dequant4. nvdisasm (sm_90a, kRows 4, kTokens 2, one chunk = 128 values):
+// 463 integer ops (160 PRMT, 128 LOP3, 73 SHF, 66 IMAD, 36 MOV) against 695 for DotChunks
+// (257 SHF, 256 LOP3, 128 HADD2, 54 IMAD); the float ops (200 FFMA, 72 FMUL, 64 FADD) are
+// the same.
 template <int kRows, int kTokens>
 __device__ __forceinline__ void DotChunksMxFp4Table(const RawChunk (&ch)[kRows], const float* xs,
                                                     int64_t x_stride, int T,
@@ -339,28 +351,21 @@ __device__ __forceinline__ void DotChunksMxFp4Table(const RawChunk (&ch)[kRows],
     for (int t = 0; t < kTokens; ++t) part[n][t] = 0.0f;
   }
 #pragma unroll
-  for (int word = 0; word < 4; ++word) {  // 8 values: groups g = 2 word and 2 word + 1
-    uint4 b[kRows];
+  for (int g = 0; g < 8; ++g) {  // values 4g .. 4g+3: nibbles 4 (g % 2) .. +3 of word g / 2
+    float v[kRows][4];
 #pragma unroll
-    for (int n = 0; n < kRows; ++n) b[n] = Fp4x8ToBf16x8(ChunkWord(ch[n].q, word), kTable);
+    for (int n = 0; n < kRows; ++n) {
+      const uint2 b = Fp4x4ToBf16x4(ChunkWord(ch[n].q, g / 2) >> (16 * (g % 2)), kTable);
+      v[n][0] = __uint_as_float(b.x << 16), v[n][1] = __uint_as_float(b.x & 0xFFFF0000u);
+      v[n][2] = __uint_as_float(b.y << 16), v[n][3] = __uint_as_float(b.y & 0xFFFF0000u);
+    }
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int g = 2 * word + half;
-      float v[kRows][4];
+    for (int t = 0; t < kTokens; ++t) {
+      if (t < T) {
+        const float4 x = *reinterpret_cast<const float4*>(xs + t * x_stride + 4 * g);
 #pragma unroll
-      for (int n = 0; n < kRows; ++n) {
-        const uint32_t lo = half == 0 ? b[n].x : b[n].z, hi = half == 0 ? b[n].y : b[n].w;
-        v[n][0] = __uint_as_float(lo << 16), v[n][1] = __uint_as_float(lo & 0xFFFF0000u);
-        v[n][2] = __uint_as_float(hi << 16), v[n][3] = __uint_as_float(hi & 0xFFFF0000u);
-      }
-#pragma unroll
-      for (int t = 0; t < kTokens; ++t) {
-        if (t < T) {
-          const float4 x = *reinterpret_cast<const float4*>(xs + t * x_stride + 4 * g);
-#pragma unroll
-          for (int n = 0; n < kRows; ++n) {
-            part[n][t] += v[n][0] * x.x + v[n][1] * x.y + v[n][2] * x.z + v[n][3] * x.w;
-          }
+        for (int n = 0; n < kRows; ++n) {
+          part[n][t] += v[n][0] * x.x + v[n][1] * x.y + v[n][2] * x.z + v[n][3] * x.w;
         }
       }
     }

@@ -104,6 +104,16 @@ __global__ void ChunkDots(const uint4* q, const uint8_t* s, const float* x, int 
   }
 }
 
+// Fp4x4ToBf16x4 on both 16-bit halves of each sweep word, laid out like Fp4x8ToBf16x8.
+__global__ void DecodeFourAtATime(uint32_t scale_byte, uint4* out) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= kWords) return;
+  const E2m1Bf16Table table = MakeE2m1Bf16TableFromE8m0(scale_byte);
+  const uint2 lo = Fp4x4ToBf16x4(SweepWord(i), table);
+  const uint2 hi = Fp4x4ToBf16x4(SweepWord(i) >> 16, table);
+  out[i] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+
 __device__ uint32_t PackBf16Pair(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
   uint32_t bits;
@@ -400,6 +410,18 @@ TEST_F(CudaFp4Test, DecodeThenMultiplyEdgeBytes) {
     std::string first;
     const int64_t bad = CountMismatches(got, 0, /*complement=*/false, byte - 127, &first);
     EXPECT_EQ(bad, 0) << bad << " of " << kWords << " words wrong (byte " << byte
+                      << "); first: " << first;
+  }
+}
+
+// The 4-value decode: every word (both halves), E8m0 bytes 2 .. 252.
+TEST_F(CudaFp4Test, FourAtATimeBitExact) {
+  for (int byte = 127 + kMinExp; byte <= 127 + kMaxExp; ++byte) {
+    const std::vector<uint4> got =
+        Run(kWords, [&] { DecodeFourAtATime<<<kBlocks, kThreads>>>(byte, out_); });
+    std::string first;
+    const int64_t bad = CountMismatches(got, 0, /*complement=*/false, byte - 127, &first);
+    ASSERT_EQ(bad, 0) << bad << " of " << kWords << " words wrong (byte " << byte
                       << "); first: " << first;
   }
 }
