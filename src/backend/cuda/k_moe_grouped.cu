@@ -10,8 +10,10 @@
 // Issue-rate estimate (not measured): 4.5 TB/s over 132 SMs at ~1.9 GHz is ~34 MXFP4 values
 // per SM cycle; the fp32 path (Fp4PairToFloat2 + scale + FMA, DotChunks) costs ~5-6 ALU
 // ops per value, so with one pair per expert the tiles may be issue-bound near 3 TB/s
-// before HBM-bound. Pairs sharing an expert share the decode (one Dequant4 per chunk feeds
-// every staged pair).
+// before HBM-bound. MXFP4 chunks use DotChunksMxFp4Table (table + prmt decode, bitwise the
+// same dots): ~3.6 instead of ~5.4 integer ops per value in the dot (nvdisasm), ~10 % fewer
+// instructions per tile loop iteration, same spills. Pairs sharing an expert share the
+// decode (one decode per chunk feeds every staged pair).
 //
 // Four launches, grid sizes depending only on T, k, n_experts and the shapes:
 //  1. GroupPairs (one block): a stable counting sort of the P = T*k pairs by expert id,
@@ -330,7 +332,11 @@ __global__ void __launch_bounds__(kThreads, kTileBlocksPerSm) ExpertTileKernel(T
       } else if (s + 1 < segments) {
         load(next, s + 1, sub);
       }
-      DotChunks<kFormat, kChunks, kTok>(cur, xs + c * kStride, x_stride, n_tok, acc);
+      if constexpr (kFormat == WeightFormat::kMxFp4) {  // DotChunks' results, cheaper decode
+        DotChunksMxFp4Table<kChunks, kTok>(cur, xs + c * kStride, x_stride, n_tok, acc);
+      } else {
+        DotChunks<kFormat, kChunks, kTok>(cur, xs + c * kStride, x_stride, n_tok, acc);
+      }
 #pragma unroll
       for (int n = 0; n < kChunks; ++n) cur[n] = next[n];
     }
