@@ -1,12 +1,13 @@
-// Fp4x8ToBf16x8 (cuda_dequant.cuh): the table + prmt e2m1 -> bf16 decode with the scale
-// folded in, checked bitwise on the GPU against a host reference built from the e2m1 value
-// table, for every 16-bit nibble pattern in both halves of the 32-bit input word and every
-// scale exponent of the contract ([-125, 125]); and against the older fp16-trick decode
-// (Fp4PairToFloat2, scale multiply, bf16 round) that LinearMma used, so that switching a
-// kernel to the new decode leaves its bf16 operands, hence its results, bitwise unchanged.
+// The table + prmt e2m1 -> bf16 decodes of cuda_dequant.cuh (Fp4x8ToBf16x8, Fp4x4ToBf16x4,
+// the scale folded into the table or applied by MulBf16x2), checked bitwise on the GPU
+// against a host reference built from the e2m1 value table, for every 16-bit nibble pattern
+// in both halves of the 32-bit input word and every scale of the contract (2^-125 ..
+// 2^125); against the older fp16-trick decode (Fp4PairToFloat2, fp32 scale multiply, bf16
+// rounding) that LinearMma used, so that its bf16 operands, hence its results, stay
+// bitwise the same; and DotChunksMxFp4Table against DotChunks<kMxFp4> (fp32 bitwise).
 //
-// A .cu file (not .cc): the kernels that call the device functions live here. Skipped
-// without a CUDA device unless DEEPINFER_REQUIRE_GPU=1.
+// A .cu file (not .cc): the kernels that call the device functions live here. The GPU
+// tests skip without a CUDA device unless DEEPINFER_REQUIRE_GPU=1.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -54,15 +55,17 @@ __global__ void DecodeWithSharedTable(uint32_t scale_byte, uint4* out) {
   out[kWords + i] = Fp4x8ToBf16x8(~SweepWord(i), table);
 }
 
-// Decode at scale 1, then the bf16x2 multiply by 2^(byte - 127) (as LinearMma does).
+// 4 values at a time at scale 1, then the bf16x2 multiply by 2^(byte - 127), as
+// LinearMma's MXFP4 StepPairs does.
 __global__ void DecodeThenMultiply(uint32_t scale_byte, uint4* out) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= kWords) return;
   constexpr E2m1Bf16Table kUnit = E2m1Bf16TableConstant(0);
   const uint32_t scale = E8m0ToBf16x2(scale_byte);
-  const uint4 v = Fp4x8ToBf16x8(SweepWord(i), kUnit);
-  out[i] = make_uint4(MulBf16x2(v.x, scale), MulBf16x2(v.y, scale), MulBf16x2(v.z, scale),
-                      MulBf16x2(v.w, scale));
+  const uint2 lo = Fp4x4ToBf16x4(SweepWord(i), kUnit);
+  const uint2 hi = Fp4x4ToBf16x4(SweepWord(i) >> 16, kUnit);
+  out[i] = make_uint4(MulBf16x2(lo.x, scale), MulBf16x2(lo.y, scale), MulBf16x2(hi.x, scale),
+                      MulBf16x2(hi.y, scale));
 }
 
 // The device-built table for every exponent of the contract: [e - kMinExp] = 4 words.
@@ -74,7 +77,7 @@ __global__ void BuildTables(uint4* out) {
 }
 
 // Chunk dots of thread i: chunks q[i * kRows + n] with scale bytes s[...], x at
-// x + i * kXFloats (kTokens padded chunk vectors of PaddedStride floats); DotChunks into
+// x + i * kTokens * kXStride (kTokens padded chunk vectors of kXStride floats); DotChunks into
 // old_acc and DotChunksMxFp4Table into new_acc (both [i][kRows][kTokens], starting from the
 // same nonzero accumulators).
 constexpr int kXStride = PaddedStride(model::WeightFormat::kMxFp4);  // 36 floats
