@@ -6,7 +6,9 @@
 // loads are in flight before any math, then dequantised 4 values at a time. The scale is
 // applied once to the chunk's partial dot product: scales are powers of two, so
 // (sum v*x) * s equals sum (v*s)*x up to the summation order (no extra rounding).
-// e4m3 pairs use the hardware fp8x2 -> f16x2 conversion; e2m1 pairs a bit-exact fp16 trick.
+// e4m3 pairs use the hardware fp8x2 -> f16x2 conversion; e2m1 pairs a bit-exact fp16 trick,
+// or (Fp4x8ToBf16x8 / Fp4x4ToBf16x4, DotChunksMxFp4Table) byte tables selected with prmt,
+// which give exact bf16 with the power-of-two scale folded in at ~1/3 of the ops.
 //
 // The activation vectors a chunk is dotted with live in shared memory in a padded layout
 // (PaddedIndex): the values of chunk c start at c * (ChunkValues + 4), so that the float4
