@@ -57,6 +57,13 @@ struct IndexerShape {
 
 class CudaAttentionTest : public CudaVsCpuTest {
  protected:
+  // These cases test the fp32 kernel (kernels::SparseAttention) on arbitrary fp32 key rows;
+  // the tensor-core kernel, which needs fake-quantised rows, has cuda_attention_mma_test.cc.
+  void SetUp() override {
+    CudaVsCpuTest::SetUp();
+    if (gpu_) gpu_->set_attention_mma(false);
+  }
+
   // Runs one SparseAttention case on both backends (GPU output NaN-poisoned) and compares:
   // elementwise |gpu - cpu| <= atol + rtol |cpu| (atol < 0: 1e-5 max(1, max |cpu|)) and
   // relative L2 <= rtol.

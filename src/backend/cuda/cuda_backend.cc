@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_mma.h"
 #include "base/check.h"
 #include "base/logging.h"
@@ -101,6 +102,8 @@ base::Status CudaBackend::Init() {
       gemv != nullptr && std::strcmp(gemv, "0") == 0 ? 0 : kernels::kDefaultGemvTokens;
   const char* mma = std::getenv("DEEPINFER_CUDA_MMA");
   mma_max_tokens_ = mma != nullptr && std::strcmp(mma, "0") == 0 ? 0 : kernels::kMaxMmaTokens;
+  const char* attn = std::getenv("DEEPINFER_CUDA_ATTN_MMA");
+  attention_mma_ = attn == nullptr || std::strcmp(attn, "0") != 0;
   const char* bf16 = std::getenv("DEEPINFER_CUDA_BF16_GEMM");
   bf16_gemm_min_tokens_ = bf16 != nullptr && std::strcmp(bf16, "0") == 0
                               ? std::numeric_limits<int64_t>::max()
@@ -185,6 +188,11 @@ base::Status CudaBackend::Synchronize() {
         Fail(base::InvalidArgumentError(
             "SparseAttention: a selected compressed entry id was >= n_comp (or its sequence's "
             "comp_len), or a varlen row range left the shared buffers"));
+      }
+      if (word & kernels::kErrAttnKvNotBf16) {
+        Fail(base::InternalError(
+            "SparseAttention (tensor cores): a key/value row was not exactly representable in "
+            "bf16 (it should carry fake-quantised values); it was rounded"));
       }
       if (word & kernels::kErrExpertOutOfRange) {
         Fail(base::InvalidArgumentError("RoutedExperts: an expert id was outside [0, n_experts)"));

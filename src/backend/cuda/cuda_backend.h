@@ -92,6 +92,9 @@ class CudaBackend final : public model::Backend {
   // (kernels::LinearMma) where it applies (default kernels::kMaxMmaTokens; 0 = never;
   // DEEPINFER_CUDA_MMA=0 sets 0 at creation).
   void set_mma_max_tokens(int64_t t) { mma_max_tokens_ = t; }
+  // SparseAttention on tensor cores (kernels::SparseAttentionMma) where it applies (default
+  // on; DEEPINFER_CUDA_ATTN_MMA=0 turns it off at creation).
+  void set_attention_mma(bool on) { attention_mma_ = on; }
 
   // --- model::Backend ------------------------------------------------------------------
   float* AllocFloats(int64_t n) override;
@@ -238,6 +241,7 @@ class CudaBackend final : public model::Backend {
   int64_t gemv_max_tokens_ = 0;       // set in Init()
   bool fused_experts_ = true;         // set in Init()
   int64_t bf16_gemm_min_tokens_ = 0;  // set in Init(); LinearBf16Split from this many rows
+  bool attention_mma_ = true;         // set in Init(); SparseAttentionMma where it applies
   int64_t mma_max_tokens_ = 0;        // set in Init(); LinearMma above the GEMV up to this
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   DeviceArena arena_;

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_hc.h"
 #include "base/check.h"
 
@@ -96,7 +97,11 @@ void CudaBackend::SparseAttention(const model::SparseAttentionArgs& args) {
     return Fail(Unsupported("SparseAttention", "head_dim " + std::to_string(args.head_dim) +
                                                    " / heads " + std::to_string(args.heads)));
   }
-  Check(kernels::SparseAttention(args, error_word_, stream_), "SparseAttention");
+  if (attention_mma_ && kernels::SparseAttentionMmaApplicable(args)) {
+    Check(kernels::SparseAttentionMma(args, error_word_, stream_), "SparseAttention mma");
+  } else {
+    Check(kernels::SparseAttention(args, error_word_, stream_), "SparseAttention");
+  }
   Done("SparseAttention");
 }
 
