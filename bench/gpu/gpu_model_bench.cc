@@ -10,6 +10,7 @@
 // figures of gpu_ceilings (--ceilings JSON) when given.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -84,7 +85,13 @@ class Bench {
     const int64_t n = int64_t{1} << 20;
     std::normal_distribution<float> normal(0.0f, 0.5f);
     std::vector<float> host(n);
-    for (float& v : host) v = normal(rng_);
+    // Rounded to bf16: real state rows are fake-quantised (FP8 / FP4 grids), hence exact in
+    // bf16, which the tensor-core attention requires of its key/value rows.
+    for (float& v : host) {
+      uint32_t bits = std::bit_cast<uint32_t>(normal(rng_));
+      bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;  // round to nearest even
+      v = std::bit_cast<float>(bits);
+    }
     values_ = model::DeviceFloats(backend_, n);
     backend_->CopyToDevice(values_.data(), host.data(), n * sizeof(float));
     // Warm-up: uploads every weight a token touches (experts on first use) and creates the

@@ -129,7 +129,9 @@ TEST_F(CudaRuntimeTest, ReuploadsWhenHostBytesAtTheSameAddressChange) {
     cpu_.Linear(x.data(), 1, 64, ref, 0, 40, expected.data(), 40, false);
     float* y = PoisonedFloats(40);
     gpu_->Linear(gx, 1, 64, ref, 0, 40, y, 40, false);
-    EXPECT_TRUE(AllClose(FromGpu(y, 40), expected, 1e-5, 1e-6)) << "round " << round;
+    // fp32-level agreement (the tensor-core path sums in another order); a stale weight would
+    // differ by O(0.1).
+    EXPECT_TRUE(AllClose(FromGpu(y, 40), expected, 1e-5, 5e-5)) << "round " << round;
   }
   gpu_->ForgetWeights();
   EXPECT_EQ(gpu_->weight_bytes(), 0u);
