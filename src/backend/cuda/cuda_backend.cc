@@ -387,16 +387,15 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
                     static_cast<int>(ldx), &beta, y_cols, static_cast<int>(ldy)),
         "Linear sgemm");
   };
-  // The tensor-core skinny GEMM for every T it takes (1..64), so that a token's result does not
-  // depend on the batch size; the GEMV only for weights it cannot take.
-  if (T <= mma_max_tokens_ && kernels::MmaLinearApplicable(*dw, T)) {
-    Check(kernels::LinearMma(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
-          "Linear mma");
-    return Done("Linear", w.name);
-  }
+  // One row: the GEMV (fastest there). More rows, up to 64: the tensor-core skinny GEMM.
   if (T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
     Check(kernels::LinearGemv(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
           "Linear gemv");
+    return Done("Linear", w.name);
+  }
+  if (T <= mma_max_tokens_ && kernels::MmaLinearApplicable(*dw, T)) {
+    Check(kernels::LinearMma(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
+          "Linear mma");
     return Done("Linear", w.name);
   }
   if (dw->format == model::WeightFormat::kF32) {
@@ -468,9 +467,7 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
   if (T <= gemv_max_tokens_ && R % 32 == 0 && Check(cudaSetDevice(device_), "cudaSetDevice")) {
     base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(w);
     if (!dw.ok()) return Fail(dw.status());
-    // Where Linear takes the tensor-core path, so must every group (batch invariance).
-    one_launch = !(T <= mma_max_tokens_ && kernels::MmaLinearApplicable(*dw, T)) &&
-                 kernels::GemvGroupedApplicable(*dw, T, R);
+    one_launch = kernels::GemvGroupedApplicable(*dw, T, R);  // as Linear: the GEMV first
   }
   if (!one_launch)
     return model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);

@@ -148,7 +148,7 @@ TEST_F(CudaDenseTest, LinearRealV41Dims) {
 // Linear's default dispatch for 9..64 rows: the tensor-core skinny GEMM (kernels::LinearMma)
 // where it applies, through the backend (weights uploaded by the weight cache).
 TEST_F(CudaDenseTest, LinearSkinnyMmaPathMatchesCpu) {
-  gpu_->set_gemv_max_tokens(kernels::kDefaultGemvTokens);
+  gpu_->set_gemv_max_tokens(8);  // 9..64 rows: the tensor-core path
   gpu_->set_mma_max_tokens(kernels::kMaxMmaTokens);
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
     for (int64_t T : {9, 16, 33, 64}) {
@@ -191,7 +191,7 @@ TEST_F(CudaDenseTest, LinearBf16SplitMatchesCpu) {
 TEST_F(CudaDenseTest, LinearGroupedMatchesCpu) {
   for (bool mma : {false, true}) {
     SCOPED_TRACE(mma ? "tensor-core path" : "gemv path");
-    gpu_->set_gemv_max_tokens(kernels::kDefaultGemvTokens);
+    gpu_->set_gemv_max_tokens(8);  // the grouped GEMV up to 8 rows, then per-group Linear
     gpu_->set_mma_max_tokens(mma ? kernels::kMaxMmaTokens : 0);
     struct Case {
       WeightFormat format;

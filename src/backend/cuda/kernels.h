@@ -22,9 +22,10 @@ inline constexpr int64_t kMaxTopK = 4096;          // TopK / CandidateMask kept 
 inline constexpr int64_t kMaxRouteExperts = 8192;  // RouteSqrtSoftplus: shared-memory row
 inline constexpr int64_t kMaxSharedBytes = 200 * 1024;
 inline constexpr int64_t kMaxGemvTokens = 32;  // LinearGemv: token rows (passes of <= 8)
-// Linear uses the GEMV up to this many rows by default (above it dequant + SGEMM was
-// faster on an H200 for V4.1 shapes).
-inline constexpr int64_t kDefaultGemvTokens = 8;
+// Linear uses the GEMV up to this many rows by default. On an H200 (2026-11-30) it streamed
+// the BF16 head at 4 TB/s for one row, faster than the tensor-core path (k_mma.cu), but only
+// 0.45 TB/s at 8 rows, where the tensor-core path reached 2.6 TB/s.
+inline constexpr int64_t kDefaultGemvTokens = 1;
 inline constexpr int64_t kMaxFusedExpertTokens = 64;  // RoutedExperts: token rows per call
 inline constexpr int64_t kMaxFusedExpertSlots = 64;   // RoutedExperts: experts per token (k)
 
