@@ -45,9 +45,15 @@ bool SameShape(const model::ExpertWeights& a, const model::ExpertWeights& b) {
 // apply (any T); unset (or another value), the grouped ones run from
 // kernels::kGroupedExpertsMinTokens tokens. Read on every call (cheap next to the kernels),
 // so that tests and benchmarks can switch it.
-bool UseGroupedExperts(const kernels::RoutedExpertsLaunch& l) {
+std::string GroupedMode() {
   const char* env = std::getenv("DEEPINFER_CUDA_GROUPED_MOE");
-  const std::string mode = env != nullptr ? env : "";
+  return env != nullptr ? env : "";
+}
+
+bool GroupedAllowed() { return GroupedMode() != "0"; }
+
+bool UseGroupedExperts(const kernels::RoutedExpertsLaunch& l) {
+  const std::string mode = GroupedMode();
   if (mode == "0") return false;
   if (!kernels::RoutedExpertsGroupedApplicable(l.up_format, l.down_format, l.D, l.I, l.T, l.k,
                                                l.n_experts)) {
@@ -62,7 +68,13 @@ bool CudaBackend::CanFuseRoutedExperts(int64_t T, const model::ExpertWeights& e)
   if (!fused_experts_ || !ExpertShapeOk(e)) return false;
   const int64_t I = e.w1.rows, D = e.w1.cols;
   // k is not known here; 1 stands for "some valid k" (RoutedExperts checks the real one).
-  if (!kernels::RoutedExpertsApplicable(e.w1.format, e.w2.format, D, I, T, 1)) return false;
+  // Above the token-slot kernels' limit only the grouped ones run (assuming k <= 16).
+  const bool fits = T <= kernels::kMaxFusedExpertTokens
+                        ? kernels::RoutedExpertsApplicable(e.w1.format, e.w2.format, D, I, T, 1)
+                        : GroupedAllowed() && kernels::RoutedExpertsGroupedApplicable(
+                                                  e.w1.format, e.w2.format, D, I, T,
+                                                  kernels::kGroupedAssumedMaxSlots, 1);
+  if (!fits) return false;
   return UsableInPlace(e.w1.data) && UsableInPlace(e.w2.data) && UsableInPlace(e.w3.data);
 }
 
@@ -150,9 +162,12 @@ void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
   CHECK(a.table != nullptr && a.n_experts > 0) << "RoutedExperts: empty expert table";
   if (a.T <= 0 || !Usable()) return;
   const model::ExpertWeights& first = a.table[0];
-  if (!CanFuseRoutedExperts(a.T, first) || first.w1.cols != a.D ||
-      !kernels::RoutedExpertsApplicable(first.w1.format, first.w2.format, a.D, first.w1.rows, a.T,
-                                        a.k)) {
+  const bool token_slot_ok = kernels::RoutedExpertsApplicable(first.w1.format, first.w2.format, a.D,
+                                                              first.w1.rows, a.T, a.k);
+  const bool grouped_ok = GroupedAllowed() && kernels::RoutedExpertsGroupedApplicable(
+                                                  first.w1.format, first.w2.format, a.D,
+                                                  first.w1.rows, a.T, a.k, a.n_experts);
+  if (!CanFuseRoutedExperts(a.T, first) || first.w1.cols != a.D || !(token_slot_ok || grouped_ok)) {
     return Fail(base::UnimplementedError(
         "CudaBackend::RoutedExperts: T " + std::to_string(a.T) + ", k " + std::to_string(a.k) +
         ", D " + std::to_string(a.D) + ", expert " + first.w1.name + " (" +

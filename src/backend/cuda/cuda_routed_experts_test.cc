@@ -315,7 +315,15 @@ TEST_F(CudaRoutedExpertsTest, CanFuseLimits) {
   const ExpertWeights& e = ex.table[0];
   EXPECT_TRUE(gpu_->CanFuseRoutedExperts(1, e));
   EXPECT_TRUE(gpu_->CanFuseRoutedExperts(kernels::kMaxFusedExpertTokens, e));
-  EXPECT_FALSE(gpu_->CanFuseRoutedExperts(kernels::kMaxFusedExpertTokens + 1, e));
+  // Above the token-slot kernels' limit: the grouped kernels, up to their own limit.
+  EXPECT_TRUE(gpu_->CanFuseRoutedExperts(kernels::kMaxFusedExpertTokens + 1, e));
+  EXPECT_TRUE(gpu_->CanFuseRoutedExperts(kernels::kMaxGroupedExpertTokens, e));
+  EXPECT_FALSE(gpu_->CanFuseRoutedExperts(kernels::kMaxGroupedExpertTokens + 1, e));
+  {
+    const GroupedMode off("0");
+    EXPECT_FALSE(gpu_->CanFuseRoutedExperts(kernels::kMaxFusedExpertTokens + 1, e));
+    EXPECT_TRUE(gpu_->CanFuseRoutedExperts(kernels::kMaxFusedExpertTokens, e));
+  }
   EXPECT_FALSE(gpu_->CanFuseRoutedExperts(0, e));
   ExpertWeights f32 = e;
   f32.w1.format = f32.w3.format = WeightFormat::kF32;
@@ -390,7 +398,7 @@ TEST_F(CudaRoutedExpertsTest, GroupedMatchesCpu) {
       SCOPED_TRACE(::testing::Message() << "formats " << model::WeightFormatName(c.up) << " / "
                                         << model::WeightFormatName(c.down));
       const Experts ex = MakeExperts(n_experts, c.up, c.down, c.D, c.I);
-      for (int64_t T : {1, 5, 8, 32, 64}) {
+      for (int64_t T : {1, 5, 8, 32, 64, 100, 256}) {  // > 64: only the grouped kernels
         for (Routing r : {Routing::kSpread, Routing::kPool, Routing::kHot}) {
           Check(ex, T, 6, /*limit=*/T % 2 ? 10.0f : 0.0f, r);
         }
@@ -550,8 +558,11 @@ TEST(CudaRoutedExpertsGroupedTest, ApplicableLimits) {
   EXPECT_TRUE(RoutedExpertsGroupedApplicable(WeightFormat::kBF16, mx, 5120, 2304, 64, 6, 384));
   EXPECT_TRUE(RoutedExpertsGroupedApplicable(mx, mx, 64, 64, kernels::kMaxFusedExpertTokens,
                                              kernels::kMaxFusedExpertSlots, 1));
+  EXPECT_TRUE(
+      RoutedExpertsGroupedApplicable(mx, mx, 64, 64, kernels::kMaxGroupedExpertTokens, 6, 16));
   EXPECT_FALSE(
-      RoutedExpertsGroupedApplicable(mx, mx, 64, 64, kernels::kMaxFusedExpertTokens + 1, 6, 16));
+      RoutedExpertsGroupedApplicable(mx, mx, 64, 64, kernels::kMaxGroupedExpertTokens + 1, 6, 16));
+  EXPECT_FALSE(RoutedExpertsGroupedApplicable(mx, mx, 64, 64, 100, 64, 16));  // 6400 pairs
   EXPECT_FALSE(RoutedExpertsGroupedApplicable(mx, mx, 64, 64, 0, 6, 16));
   EXPECT_FALSE(RoutedExpertsGroupedApplicable(mx, mx, 64, 64, 4, 0, 16));
   EXPECT_FALSE(

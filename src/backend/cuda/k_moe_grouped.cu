@@ -445,8 +445,9 @@ cudaError_t LaunchTileFor(WeightFormat f, const TileArgs& a, int64_t max_groups,
 bool RoutedExpertsGroupedApplicable(WeightFormat up_format, WeightFormat down_format, int64_t D,
                                     int64_t I, int64_t T, int64_t k, int64_t n_experts) {
   return FormatSupported(up_format) && FormatSupported(down_format) && T >= 1 &&
-         T <= kMaxFusedExpertTokens && k >= 1 && k <= kMaxFusedExpertSlots && n_experts >= 1 &&
-         n_experts < (int64_t{1} << 30) && D > 0 && I > 0 && D % 32 == 0 && I % 32 == 0 &&
+         T <= kMaxGroupedExpertTokens && k >= 1 && k <= kMaxFusedExpertSlots &&
+         T * k <= kMaxGroupedExpertPairs && n_experts >= 1 && n_experts < (int64_t{1} << 30) &&
+         D > 0 && I > 0 && D % 32 == 0 && I % 32 == 0 &&
          TileSharedBytes(up_format, kUpTokens, D) <= kMaxSharedBytes &&
          TileSharedBytes(down_format, kDownTokens, I) <= kMaxSharedBytes;
 }

@@ -19,9 +19,17 @@ namespace deepinfer::backend::cuda::kernels {
 // The grouped path is the default from this many tokens per call (below it each expert is
 // rarely shared and the token-slot-major kernels of k_moe.cu skip the grouping step).
 inline constexpr int64_t kGroupedExpertsMinTokens = 4;
+// The grouped path also takes larger decode batches than the token-slot kernels (up to this
+// many tokens, with tokens * k <= kMaxGroupedExpertPairs): one device grouping sorts them.
+inline constexpr int64_t kMaxGroupedExpertTokens = 256;
+inline constexpr int64_t kMaxGroupedExpertPairs = kMaxFusedExpertTokens * kMaxFusedExpertSlots;
+// CanFuseRoutedExperts does not know k; above kMaxFusedExpertTokens tokens it assumes at most
+// this many slots per token (V4.1: 6), and RoutedExperts checks the real k.
+inline constexpr int64_t kGroupedAssumedMaxSlots = 16;
 
 // True if RoutedExpertsGrouped handles these formats and shapes: MXFP4 / FP8-block32 /
-// BF16, D and I multiples of 32, 1 <= T <= kMaxFusedExpertTokens,
+// BF16, D and I multiples of 32, 1 <= T <= kMaxGroupedExpertTokens, T * k <=
+// kMaxGroupedExpertPairs,
 // 1 <= k <= kMaxFusedExpertSlots, n_experts >= 1, staged activations within
 // kMaxSharedBytes of shared memory.
 bool RoutedExpertsGroupedApplicable(model::WeightFormat up_format, model::WeightFormat down_format,
