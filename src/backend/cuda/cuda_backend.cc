@@ -463,17 +463,16 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
   if (T == 0 || failed_) return;
   const int64_t R = w.rows / groups;
   // Decide before the op starts (its timing record): the per-group Linear calls are ops too.
-  bool one_launch = false;
+  base::StatusOr<kernels::DeviceWeight> dw = base::InternalError("not fetched");
   if (T <= gemv_max_tokens_ && R % 32 == 0 && Check(cudaSetDevice(device_), "cudaSetDevice")) {
-    base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(w);
+    dw = weights_.Get(w);
     if (!dw.ok()) return Fail(dw.status());
-    one_launch = kernels::GemvGroupedApplicable(*dw, T, R);  // as Linear: the GEMV first
   }
-  if (!one_launch)
+  // As in Linear, the GEMV first.
+  if (!dw.ok() || !kernels::GemvGroupedApplicable(*dw, T, R)) {
     return model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);
+  }
   if (!Usable()) return;
-  base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(w);
-  if (!dw.ok()) return Fail(dw.status());
   Check(kernels::LinearGemvGrouped(*dw, 0, w.rows, x, T, ldx, y, ldy, false, R, x_group_stride,
                                    stream_),
         "LinearGrouped gemv");

@@ -84,4 +84,19 @@ __device__ __forceinline__ float Pow2Ceil(float t) {
   return ldexpf(1.0f, exponent);
 }
 
+// A quiet NaN: the output of an op whose input was invalid (never a plausible value).
+__device__ __forceinline__ float NaNf() { return __int_as_float(0x7fc00000); }
+
+// The clamped SwiGLU of one gate/up pair, in the CPU reference's operation order:
+// u = clamp(u, -limit, limit), g = min(g, limit) when limit > 0, then (g * sigmoid(g)) * u.
+// (expf is not exact: unlike the rest of this file, it matches the CPU to fp32 rounding.)
+__device__ __forceinline__ float SwiGluValue(float g, float u, float limit) {
+  if (limit > 0.0f) {
+    u = ClampF(u, -limit, limit);
+    g = MinF(g, limit);
+  }
+  const float sigmoid = 1.0f / (1.0f + expf(-g));
+  return g * sigmoid * u;
+}
+
 }  // namespace deepinfer::backend::cuda

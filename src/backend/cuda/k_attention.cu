@@ -22,12 +22,17 @@
 
 #include <cstdint>
 
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
+
+using attention::Aligned16;
+using attention::CandidateRow;
+using attention::TokenRows;
 
 namespace cg = cooperative_groups;
 
@@ -61,52 +66,6 @@ __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// The rows one query token may attend: window rows [win0, win0 + win_len) and compressed
-// rows comp0 + id for ids < comp_len. Without the varlen arrays (null pointers): the whole
-// window buffer and ids < n_comp, i.e. the single-sequence meaning.
-struct TokenRows {
-  int64_t p;  // query position
-  int64_t win0, win_len, comp0, comp_len;
-
-  // Ranges outside the shared buffers (a caller bug) are flagged as kErrSelectionOutOfRange
-  // (if `report`) and attend nothing there, so no read leaves the buffers.
-  __device__ TokenRows(const model::SparseAttentionArgs& a, int64_t t, bool report,
-                       int* error_word) {
-    p = a.q_pos[t];
-    win0 = a.window_start != nullptr ? a.window_start[t] : 0;
-    win_len = a.window_len != nullptr ? a.window_len[t] : a.n_window - win0;
-    comp0 = a.comp_offset != nullptr ? a.comp_offset[t] : 0;
-    comp_len = a.comp_len != nullptr ? a.comp_len[t] : a.n_comp - comp0;
-    const bool bad_window = win0 < 0 || win_len < 0 || win0 + win_len > a.n_window;
-    const bool bad_comp = comp0 < 0 || comp_len < 0 || comp0 + comp_len > a.n_comp;
-    if (bad_window) win0 = 0, win_len = 0;
-    if (bad_comp) comp0 = 0, comp_len = 0;
-    if (report && (bad_window || bad_comp)) atomicOr(error_word, kErrSelectionOutOfRange);
-  }
-
-  __device__ int64_t candidates(int64_t n_select) const { return win_len + n_select; }
-};
-
-// The key/value row of candidate j of query token t, or null if it is not attended:
-// j < win_len: window row win0 + j if its position is in (p - window, p];
-// else: selection slot j - win_len (-1 = empty; ids >= comp_len flag an error if `report`).
-__device__ __forceinline__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t,
-                                                     const TokenRows& rows, int64_t j, bool report,
-                                                     int* error_word) {
-  if (j < rows.win_len) {
-    const int64_t i = rows.win0 + j;
-    const int64_t wp = a.window_pos[i];
-    return (wp <= rows.p && wp > rows.p - a.window) ? a.window_kv + i * a.head_dim : nullptr;
-  }
-  const int32_t g = a.selection[t * a.n_select + (j - rows.win_len)];
-  if (g < 0) return nullptr;
-  if (g >= rows.comp_len) {
-    if (report) atomicOr(error_word, kErrSelectionOutOfRange);
-    return nullptr;
-  }
-  return a.comp_kv + (rows.comp0 + g) * a.head_dim;
 }
 
 // Shared-memory layout of SparseAttentionKernel (floats unless noted). dp = head_dim
@@ -478,29 +437,14 @@ __global__ void __launch_bounds__(kIdxThreads)
   }
 }
 
-int MultiprocessorCount() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 132;  // H200
-    }
-    return n;
-  }();
-  return count;
-}
-
 // Splits of the candidate range per (token, group): enough blocks to cover the SMs twice,
 // at most kAttnMaxSplits, at least one chunk each.
 int AttnSplits(int64_t blocks, int64_t chunks) {
-  const int64_t want = (2 * int64_t{MultiprocessorCount()} + blocks - 1) / blocks;
+  const int64_t want = (2 * int64_t{attention::MultiprocessorCount()} + blocks - 1) / blocks;
   int64_t splits = want < kAttnMaxSplits ? want : kAttnMaxSplits;
   if (splits > chunks) splits = chunks;
   return static_cast<int>(splits < 1 ? 1 : splits);
 }
-
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 template <int kVec>
 cudaError_t LaunchSparseAttention(const model::SparseAttentionArgs& args, int* error_word,
@@ -513,35 +457,9 @@ cudaError_t LaunchSparseAttention(const model::SparseAttentionArgs& args, int* e
     if (e != cudaSuccess) return e;
   }
   const int64_t groups = (args.heads + kAttnGroup - 1) / kAttnGroup;
-  // Candidates per token; varlen window lengths live on the device, so the split count
-  // assumes min(n_window, window) window rows (the kernel splits each token's real range).
-  const int64_t window_rows = args.window_len == nullptr    ? args.n_window
-                              : args.window < args.n_window ? args.window
-                                                            : args.n_window;
-  const int64_t chunks = (window_rows + args.n_select + kAttnChunk - 1) / kAttnChunk;
-  int splits = AttnSplits(args.tokens * groups, chunks);
-  for (;;) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(groups),
-                          static_cast<unsigned>(splits));
-    config.blockDim = dim3(kAttnThreads);
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    config.stream = stream;
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 1;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    config.attrs = cluster;
-    config.numAttrs = splits > 1 ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&config, kernel, args, error_word);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    if (e == cudaSuccess || splits == 1) return e;
-    // A cluster that cannot be scheduled: clear the (non-sticky) launch error and run each
-    // (token, group) in one block.
-    cudaGetLastError();
-    splits = 1;
-  }
+  const int splits = AttnSplits(args.tokens * groups, attention::CandidateChunks(args, kAttnChunk));
+  return attention::LaunchClusterSplit(kernel, args, error_word, groups, splits, kAttnThreads, smem,
+                                       stream);
 }
 
 }  // namespace

@@ -45,12 +45,17 @@
 
 #include <cstdint>
 
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_mma.h"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
+
+using attention::Aligned16;
+using attention::CandidateRow;
+using attention::TokenRows;
 
 namespace cg = cooperative_groups;
 
@@ -110,49 +115,6 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
       "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// --- candidate rows (same semantics as k_attention.cu) ---------------------------------
-// The rows one query token may attend: window rows [win0, win0 + win_len) and compressed
-// rows comp0 + id for ids < comp_len (null varlen arrays: the whole buffers). Ranges
-// outside the shared buffers (a caller bug) are flagged kErrSelectionOutOfRange (if
-// `report`) and attend nothing there.
-struct TokenRows {
-  int64_t p, win0, win_len, comp0, comp_len;
-
-  __device__ TokenRows(const model::SparseAttentionArgs& a, int64_t t, bool report,
-                       int* error_word) {
-    p = a.q_pos[t];
-    win0 = a.window_start != nullptr ? a.window_start[t] : 0;
-    win_len = a.window_len != nullptr ? a.window_len[t] : a.n_window - win0;
-    comp0 = a.comp_offset != nullptr ? a.comp_offset[t] : 0;
-    comp_len = a.comp_len != nullptr ? a.comp_len[t] : a.n_comp - comp0;
-    const bool bad_window = win0 < 0 || win_len < 0 || win0 + win_len > a.n_window;
-    const bool bad_comp = comp0 < 0 || comp_len < 0 || comp0 + comp_len > a.n_comp;
-    if (bad_window) win0 = 0, win_len = 0;
-    if (bad_comp) comp0 = 0, comp_len = 0;
-    if (report && (bad_window || bad_comp)) atomicOr(error_word, kErrSelectionOutOfRange);
-  }
-};
-
-// Candidate j of token t: window row win0 + j (j < win_len) if its position is in
-// (p - window, p], else selection slot j - win_len (-1 = empty; ids >= comp_len flag
-// kErrSelectionOutOfRange if `report`). Null if not attended.
-__device__ __forceinline__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t,
-                                                     const TokenRows& rows, int64_t j, bool report,
-                                                     int* error_word) {
-  if (j < rows.win_len) {
-    const int64_t i = rows.win0 + j;
-    const int64_t wp = a.window_pos[i];
-    return (wp <= rows.p && wp > rows.p - a.window) ? a.window_kv + i * a.head_dim : nullptr;
-  }
-  const int32_t g = a.selection[t * a.n_select + (j - rows.win_len)];
-  if (g < 0) return nullptr;
-  if (g >= rows.comp_len) {
-    if (report) atomicOr(error_word, kErrSelectionOutOfRange);
-    return nullptr;
-  }
-  return a.comp_kv + (rows.comp0 + g) * a.head_dim;
 }
 
 // --- shared memory ---------------------------------------------------------------------
@@ -462,29 +424,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   MergeSplits(a, t, head_base, s);
 }
 
-int MultiprocessorCount() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 132;  // H200
-    }
-    return n;
-  }();
-  return count;
-}
-
 // Splits of the candidate range per (token, head group): as many as keep one wave of
 // blocks (two per SM) full, at most kMaxSplits, at least one chunk each.
 int Splits(int64_t blocks, int64_t chunks) {
-  int64_t splits = 2 * int64_t{MultiprocessorCount()} / blocks;
+  int64_t splits = 2 * int64_t{attention::MultiprocessorCount()} / blocks;
   if (splits > kMaxSplits) splits = kMaxSplits;
   if (splits > chunks) splits = chunks;
   return static_cast<int>(splits < 1 ? 1 : splits);
 }
-
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace
 
@@ -506,35 +453,9 @@ cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* erro
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
-  // Candidates per token; varlen window lengths live on the device, so the split count
-  // assumes min(n_window, window) window rows (the kernel splits each token's real range).
-  const int64_t window_rows = args.window_len == nullptr    ? args.n_window
-                              : args.window < args.n_window ? args.window
-                                                            : args.n_window;
-  const int64_t chunks = (window_rows + args.n_select + kChunk - 1) / kChunk;
-  int splits = Splits(args.tokens * groups, chunks);
-  for (;;) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(groups),
-                          static_cast<unsigned>(splits));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    config.stream = stream;
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 1;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    config.attrs = cluster;
-    config.numAttrs = splits > 1 ? 1 : 0;
-    e = cudaLaunchKernelEx(&config, kernel, args, error_word);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    if (e == cudaSuccess || splits == 1) return e;
-    // A cluster that cannot be scheduled: clear the (non-sticky) launch error and run each
-    // (token, group) in one block.
-    cudaGetLastError();
-    splits = 1;
-  }
+  const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));
+  return attention::LaunchClusterSplit(kernel, args, error_word, groups, splits, kThreads, smem,
+                                       stream);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

@@ -29,14 +29,7 @@ __global__ void ScaleKernel(float* x, int64_t n, float s) {
 __global__ void SwiGluKernel(const float* gate, const float* up, int64_t T, int64_t n, float limit,
                              const float* row_scale, float* h) {
   DI_GRID_STRIDE(i, T * n) {
-    float g = gate[i];
-    float u = up[i];
-    if (limit > 0.0f) {
-      u = ClampF(u, -limit, limit);
-      g = MinF(g, limit);
-    }
-    const float sigmoid = 1.0f / (1.0f + expf(-g));
-    float v = g * sigmoid * u;
+    float v = SwiGluValue(gate[i], up[i], limit);
     if (row_scale) v *= row_scale[i / n];
     h[i] = v;
   }

@@ -27,16 +27,9 @@ constexpr int kUpTileRows = 2 * kPassRows;        // I rows per gate/up block (2
 constexpr int kDownTileRows = kPassRows;          // D rows per down block (1 pass)
 constexpr int64_t kMaxDynamicShared = 48 * 1024;  // no opt-in needed
 
-__device__ __forceinline__ float NaNf() { return __int_as_float(0x7fc00000); }
-
-// SwiGLU of one gate/up pair, as the CPU reference computes it, times the routing weight.
+// SwiGLU of one gate/up pair (cuda_numerics.cuh) times the routing weight.
 __device__ __forceinline__ float SwiGluScaled(float g, float u, float limit, float weight) {
-  if (limit > 0.0f) {
-    u = ClampF(u, -limit, limit);
-    g = MinF(g, limit);
-  }
-  const float sigmoid = 1.0f / (1.0f + expf(-g));
-  return g * sigmoid * u * weight;
+  return SwiGluValue(g, u, limit) * weight;
 }
 
 template <WeightFormat kFormat>

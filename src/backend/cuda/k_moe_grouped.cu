@@ -61,17 +61,9 @@ constexpr int kMaxPairs = static_cast<int>(kMaxFusedExpertTokens * kMaxFusedExpe
 constexpr int kCombineThreads = 256;
 constexpr int64_t kDefaultSharedLimit = 48 * 1024;  // above it the kernel must opt in
 
-__device__ __forceinline__ float NaNf() { return __int_as_float(0x7fc00000); }
-
-// SwiGLU of one gate/up pair, as the CPU reference computes it, times the routing weight
-// (the same expression as k_moe.cu).
+// SwiGLU of one gate/up pair (cuda_numerics.cuh) times the routing weight.
 __device__ __forceinline__ float SwiGluScaled(float g, float u, float limit, float weight) {
-  if (limit > 0.0f) {
-    u = ClampF(u, -limit, limit);
-    g = MinF(g, limit);
-  }
-  const float sigmoid = 1.0f / (1.0f + expf(-g));
-  return g * sigmoid * u * weight;
+  return SwiGluValue(g, u, limit) * weight;
 }
 
 // The grouping in scratch (all int32, device).
