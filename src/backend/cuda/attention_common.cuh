@@ -1,6 +1,24 @@
 // Pieces both sparse-attention kernels share (k_attention.cu on CUDA cores,
-// k_attention_mma.cu on tensor cores): which rows a query token attends, and the launch
-// with the candidate range split over a thread-block cluster. Include from .cu files only.
+// k_attention_mma.cu on tensor cores): which rows a query token attends, the fixed
+// "lane" decomposition of a token's candidates with its merge tree, and the launch with
+// the lanes spread over a thread-block cluster. Include from .cu files only.
+//
+// Batch invariance (bitwise). out[t] must not depend on how many tokens share the call,
+// so the arithmetic of a token is fixed by the token alone:
+//   * its candidates (window rows, then selection slots) are cut into kLanes = 8 lanes of
+//     LaneRows(candidates) consecutive rows (a multiple of the kernel's chunk; trailing
+//     lanes may be empty);
+//   * each lane runs the online softmax from a fresh state (m = sink, l = 1 for lane 0 and
+//     0 for the others, O = 0) chunk by chunk, in candidate order;
+//   * the 8 lane states are merged by the complete binary tree ((0 1)(2 3))((4 5)(6 7)),
+//     every node computed by FoldScalars / FoldValue (left = lower lanes), no FMA
+//     contraction; out = FoldValue-root * InverseDenominator(l-root).
+// Only the physical mapping depends on T: `splits` (1, 2, 4 or 8) blocks per (token, head
+// group) form a cluster; block b runs lanes [b k, (b + 1) k), k = kLanes / splits, folding
+// them with the same tree (a binary counter whose pending subtrees are kept per thread in
+// local memory), and the cluster folds the `splits` subtree roots through distributed
+// shared memory with the upper levels of the same tree. Every mapping performs the same
+// float operations on the same values, so the bits do not change with splits.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -57,6 +75,135 @@ __device__ __forceinline__ const float* CandidateRow(const model::SparseAttentio
   return a.comp_kv + (rows.comp0 + g) * a.head_dim;
 }
 
+// --- lanes and their merge tree -----------------------------------------------------
+inline constexpr int kLanes = 8;                        // virtual splits of every token
+inline constexpr int kLaneLevels = 3;                   // log2(kLanes): depth of the merge tree
+inline constexpr int kTreeNodes = kLanes - 1;           // inner nodes of the tree
+inline constexpr int kMergeCoefs = 2 * kTreeNodes + 1;  // (a, b) per node, then 1 / l
+static_assert(kLanes == 1 << kLaneLevels, "a complete binary tree over the lanes");
+
+// Rows per lane of a token with `candidates` rows: whole chunks, ceil(chunks / kLanes).
+__host__ __device__ inline int64_t LaneRows(int64_t candidates, int64_t chunk) {
+  const int64_t chunks = (candidates + chunk - 1) / chunk;
+  return (chunks + kLanes - 1) / kLanes * chunk;
+}
+
+// One merge node: the left (lower lanes) state (m_l, l_l) and the right one (m_r, l_r)
+// give m = max, a = exp(m_l - m), b = exp(m_r - m), l = l_l a + l_r b.
+struct FoldWeights {
+  float m, l, a, b;
+};
+__device__ __forceinline__ FoldWeights FoldScalars(float m_left, float l_left, float m_right,
+                                                   float l_right) {
+  FoldWeights w;
+  w.m = fmaxf(m_left, m_right);
+  w.a = expf(m_left - w.m);
+  w.b = expf(m_right - w.m);
+  w.l = __fadd_rn(__fmul_rn(l_left, w.a), __fmul_rn(l_right, w.b));
+  return w;
+}
+// One output value of a merge node: left a + right b, rounded step by step (never an FMA,
+// so every code path that merges gets the same bits).
+__device__ __forceinline__ float FoldValue(float left, float right, float a, float b) {
+  return __fadd_rn(__fmul_rn(left, a), __fmul_rn(right, b));
+}
+__device__ __forceinline__ float InverseDenominator(float l) { return __fdiv_rn(1.0f, l); }
+__device__ __forceinline__ float Normalize(float o, float inv_l) { return __fmul_rn(o, inv_l); }
+
+// Levels of the tree a block folds itself when it runs kLanes / splits lanes.
+__device__ __forceinline__ int BlockLevels(int splits) {
+  int levels = 0;
+  while ((splits << levels) < kLanes) ++levels;
+  return levels;
+}
+
+// The pending subtrees of one block's lanes (per head; the kernel keeps the matching
+// per-thread values). End of lane `lane` (global lane index) whose final state is (m, l):
+// folds it with the pending subtrees of the levels where `lane` has a 1 bit (lowest first,
+// at most `block_levels`), records each node's (a, b) in step_a/step_b[level], and either
+// pushes the result as pending at the next level or, for the block's last lane, leaves the
+// block's root in (m, l). Returns the number of folds. Called by the thread of one head.
+__device__ __forceinline__ int EndLaneScalars(int lane, int block_levels, bool last, float& m,
+                                              float& l, float* pending_m, float* pending_l,
+                                              float* step_a, float* step_b, int heads, int h) {
+  int level = 0;
+  while (level < block_levels && ((lane >> level) & 1) != 0) {
+    const FoldWeights w =
+        FoldScalars(pending_m[level * heads + h], pending_l[level * heads + h], m, l);
+    step_a[level * heads + h] = w.a;
+    step_b[level * heads + h] = w.b;
+    m = w.m, l = w.l;
+    ++level;
+  }
+  if (!last) pending_m[level * heads + h] = m, pending_l[level * heads + h] = l;
+  return level;
+}
+
+// Folds in a block: the number of folds at the end of lane `lane` (as EndLaneScalars).
+__device__ __forceinline__ int EndLaneFolds(int lane, int block_levels) {
+  int level = 0;
+  while (level < block_levels && ((lane >> level) & 1) != 0) ++level;
+  return level;
+}
+
+// Node i of the tree level that folds `width` values into width / 2 (8 -> 4: nodes 0-3,
+// 4 -> 2: nodes 4-5, 2 -> 1: node 6).
+__host__ __device__ constexpr int TreeNode(int width, int i) { return kLanes - width + i; }
+
+// The cluster's upper tree levels for one head: the `splits` roots (m(r), l(r)) of ranks
+// r < splits are folded pairwise level by level; coef gets (a, b) of node n at 2n, 2n + 1
+// (TreeNode; the levels the blocks folded themselves are unused) and 1 / l of the root at
+// 2 kTreeNodes.
+template <typename LoadM, typename LoadL>
+__device__ void ClusterTreeScalars(int splits, float* coef, LoadM load_m, LoadL load_l) {
+  float m[kLanes], l[kLanes];
+#pragma unroll
+  for (int r = 0; r < kLanes; ++r) {
+    m[r] = r < splits ? load_m(r) : 0.0f;
+    l[r] = r < splits ? load_l(r) : 0.0f;
+  }
+#pragma unroll
+  for (int width = kLanes; width > 1; width >>= 1) {
+    if (width <= splits) {
+#pragma unroll
+      for (int i = 0; i < width / 2; ++i) {
+        const FoldWeights w = FoldScalars(m[2 * i], l[2 * i], m[2 * i + 1], l[2 * i + 1]);
+        coef[2 * TreeNode(width, i)] = w.a;
+        coef[2 * TreeNode(width, i) + 1] = w.b;
+        m[i] = w.m, l[i] = w.l;
+      }
+    }
+  }
+  coef[2 * kTreeNodes] = InverseDenominator(l[0]);
+}
+
+// One output value from the `splits` roots' values load(r) with ClusterTreeScalars' coef.
+template <typename Load>
+__device__ __forceinline__ float ClusterTreeValue(int splits, const float* coef, Load load) {
+  float x[kLanes];
+#pragma unroll
+  for (int r = 0; r < kLanes; ++r) x[r] = r < splits ? load(r) : 0.0f;
+#pragma unroll
+  for (int width = kLanes; width > 1; width >>= 1) {
+    if (width <= splits) {
+#pragma unroll
+      for (int i = 0; i < width / 2; ++i) {
+        x[i] = FoldValue(x[2 * i], x[2 * i + 1], coef[2 * TreeNode(width, i)],
+                         coef[2 * TreeNode(width, i) + 1]);
+      }
+    }
+  }
+  return Normalize(x[0], coef[2 * kTreeNodes]);
+}
+
+// Blocks per (token, head group): the largest power of two <= min(want, chunks, kLanes),
+// at least 1 (a physical choice only: the bits do not depend on it).
+inline int PhysicalSplits(int64_t want, int64_t chunks) {
+  int splits = 1;
+  while (2 * splits <= kLanes && 2 * splits <= want && 2 * splits <= chunks) splits *= 2;
+  return splits;
+}
+
 inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // SMs of the current device (132, an H200, if it cannot be read).
@@ -84,8 +231,9 @@ inline int64_t CandidateChunks(const model::SparseAttentionArgs& args, int64_t c
 }
 
 // Launches kernel(args, error_word) on a (tokens, groups, splits) grid, the `splits` blocks
-// of a (token, group) forming one cluster. If such a cluster cannot be scheduled, the
-// (non-sticky) launch error is cleared and each (token, group) runs in one block.
+// of a (token, group) forming one cluster (splits: 1, 2, 4 or 8). If such a cluster cannot
+// be scheduled, the (non-sticky) launch error is cleared and each (token, group) runs in one
+// block (same bits, see the top of this file).
 template <typename Kernel>
 cudaError_t LaunchClusterSplit(Kernel kernel, const model::SparseAttentionArgs& args,
                                int* error_word, int64_t groups, int splits, int threads,

@@ -8,7 +8,8 @@
 // exact, the sums are fp32 (truncating tensor-core adds kept to a few per rounding), so
 // ~1e-6 of max |out| is typical; the CPU reference sums in double.
 //
-// Filters: --gtest_filter='CudaAttentionMmaTest.*:AttnMma*.*'; the benchmark:
+// Filters: --gtest_filter='CudaAttentionMmaTest.*:AttnMma*.*:SparseAttentionInvarianceTest.*';
+// the benchmark:
 // --gtest_also_run_disabled_tests --gtest_filter='AttnMmaBench.DISABLED_V41Shapes'.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_attention_invariance.h"
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
@@ -474,6 +476,18 @@ TEST_F(AttnMmaBench, DISABLED_V41Shapes) {
         static_cast<long long>(T), static_cast<long long>(window + n_select), mma_us,
         flops / mma_us / 1e6, old_us, flops / old_us / 1e6, old_us / mma_us);
     EXPECT_GT(mma_us, 0.0);
+  }
+}
+
+// Every token's output is bitwise the same alone, in batches and repeated in larger calls
+// (cuda_attention_invariance.h), for the tensor-core kernel on fake-quantised rows.
+TEST_F(SparseAttentionInvarianceTest, MmaKernelBatchAndChunkInvariantBitwise) {
+  for (InvarianceCase c : Cases(SmallOnly())) {
+    c.bf16_rows = true;
+    CheckInvariance(c, [](const model::SparseAttentionArgs& a, int* err, cudaStream_t stream) {
+      EXPECT_TRUE(kernels::SparseAttentionMmaApplicable(a));
+      return kernels::SparseAttentionMma(a, err, stream);
+    });
   }
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/cuda_attention_invariance.h"
 #include "backend/cuda/cuda_test_util.h"
 
 namespace deepinfer::backend::cuda::testing {
@@ -670,6 +671,16 @@ TEST_F(CudaAttentionTest, CandidateMaskAndApplyMask) {
     cpu_.ApplyMask(s.data(), expected.data(), c.T, c.n);
     gpu_->ApplyMask(gs, mask, c.T, c.n);
     EXPECT_TRUE(BitExact(FromGpu(gs, c.T * c.n), s));
+  }
+}
+
+// Every token's output is bitwise the same alone, in batches and repeated in larger calls
+// (cuda_attention_invariance.h), for the fp32 kernel on arbitrary fp32 rows.
+TEST_F(SparseAttentionInvarianceTest, Fp32KernelBatchAndChunkInvariantBitwise) {
+  for (const InvarianceCase& c : Cases(SmallOnly())) {
+    CheckInvariance(c, [](const model::SparseAttentionArgs& a, int* err, cudaStream_t stream) {
+      return kernels::SparseAttention(a, err, stream);
+    });
   }
 }
 

@@ -5,10 +5,16 @@
 // SparseAttention is MQA: every query head attends to the SAME latent K=V rows. One block
 // serves one token and a group of kAttnGroup heads, so each candidate row is staged in
 // shared memory once (cp.async, double-buffered chunks of kAttnChunk rows) and reused by
-// all heads of the group. When tokens x groups would leave most SMs idle (decode), the
-// candidate range is also split over a thread-block cluster of up to kAttnMaxSplits blocks;
-// the partial (max, denominator, weighted sum) of each split are merged through distributed
-// shared memory, so no global workspace is needed.
+// all heads of the group. Each token's candidates run as attention::kLanes fixed lanes
+// merged by a fixed tree (attention_common.cuh), so out[t] is bitwise independent of the
+// batch; when tokens x groups would leave most SMs idle (decode), the lanes are spread over
+// a thread-block cluster of 2, 4 or 8 blocks whose subtree roots are merged through
+// distributed shared memory, so no global workspace is needed.
+//
+// Cost of the lane tree (against the former per-call split): a block running k > 1 lanes
+// folds 32 accumulator floats per thread k - 1 times (a few hundred FLOPs per thread,
+// 2 barriers per lane) and keeps pending subtrees in local memory (<= 7 stores and 7 loads
+// of 16 KiB per block, L1/L2); prefill blocks read ~40 chunks x 16 rows x 2 KiB, so < 3%.
 //
 // Varlen (several sequences in one call, SparseAttentionArgs::window_start etc. non-null):
 // token t's candidates are its window_len[t] window rows from window_start[t], then its
@@ -32,6 +38,9 @@ namespace {
 
 using attention::Aligned16;
 using attention::CandidateRow;
+using attention::kLaneLevels;
+using attention::kLanes;
+using attention::kMergeCoefs;
 using attention::TokenRows;
 
 namespace cg = cooperative_groups;
@@ -41,7 +50,6 @@ constexpr int kAttnWarps = kAttnThreads / 32;
 constexpr int kAttnGroup = 8;                              // heads per block
 constexpr int kAttnChunk = 16;                             // candidate rows staged per round
 constexpr int kAttnRowsPerWarp = kAttnChunk / kAttnWarps;  // scoring: rows per warp
-constexpr int kAttnMaxSplits = 8;                          // portable cluster size
 static_assert(kAttnChunk % kAttnWarps == 0, "every warp scores whole rows");
 static_assert(kAttnChunk <= 32, "softmax: one lane per staged row");
 // Each thread owns at most one float4 quad of channels in the PV phase.
@@ -71,16 +79,20 @@ __device__ __forceinline__ void CpAsyncWait() {
 // Shared-memory layout of SparseAttentionKernel (floats unless noted). dp = head_dim
 // rounded up to 4; channels >= head_dim are zero in q_s and kv_s.
 struct AttnSmem {
-  float* q;      // [kAttnGroup, dp] the group's queries (zero for heads >= heads)
-  float* kv;     // [2, kAttnChunk, dp] double-buffered staged rows (zero if not attended)
-  float* score;  // [kAttnChunk, kAttnGroup] scaled scores of the current chunk
-  float* prob;   // [kAttnChunk, kAttnGroup] exp(score - running max)
-  float* m;      // [kAttnGroup] running max (starts at the sink logit)
-  float* l;      // [kAttnGroup] running denominator
-  float* alpha;  // [kAttnGroup] rescale of the accumulators for the current chunk
-  float* coef;   // [kAttnGroup, kAttnMaxSplits] split merge weights
-  int* valid;    // [2, kAttnChunk] 1 if the staged row is attended
-  float* part;   // [kAttnGroup, dp] the split's weighted sums (aliases kv after the loop)
+  float* q;          // [kAttnGroup, dp] the group's queries (zero for heads >= heads)
+  float* kv;         // [2, kAttnChunk, dp] double-buffered staged rows (zero if not attended)
+  float* score;      // [kAttnChunk, kAttnGroup] scaled scores of the current chunk
+  float* prob;       // [kAttnChunk, kAttnGroup] exp(score - running max)
+  float* m;          // [kAttnGroup] running max (starts at the sink logit)
+  float* l;          // [kAttnGroup] running denominator
+  float* alpha;      // [kAttnGroup] rescale of the accumulators for the current chunk
+  float* coef;       // [kAttnGroup, kMergeCoefs] cluster merge tree weights
+  float* pending_m;  // [kLaneLevels, kAttnGroup] pending subtrees of the block's lanes
+  float* pending_l;  // [kLaneLevels, kAttnGroup]
+  float* step_a;     // [kLaneLevels, kAttnGroup] weights of the folds at a lane's end
+  float* step_b;     // [kLaneLevels, kAttnGroup]
+  int* valid;        // [2, kAttnChunk] 1 if the staged row is attended
+  float* part;       // [kAttnGroup, dp] the split's weighted sums (aliases kv after the loop)
 
   __device__ AttnSmem(float* base, int64_t dp) {
     q = base;
@@ -91,7 +103,11 @@ struct AttnSmem {
     l = m + kAttnGroup;
     alpha = l + kAttnGroup;
     coef = alpha + kAttnGroup;
-    valid = reinterpret_cast<int*>(coef + kAttnGroup * kAttnMaxSplits);
+    pending_m = coef + kAttnGroup * kMergeCoefs;
+    pending_l = pending_m + kLaneLevels * kAttnGroup;
+    step_a = pending_l + kLaneLevels * kAttnGroup;
+    step_b = step_a + kLaneLevels * kAttnGroup;
+    valid = reinterpret_cast<int*>(step_b + kLaneLevels * kAttnGroup);
     part = kv;
   }
 };
@@ -102,7 +118,7 @@ __host__ __device__ inline int64_t AttnPaddedDim(int64_t d) { return (d + 3) / 4
 int64_t AttnSharedBytes(int64_t d) {
   const int64_t dp = AttnPaddedDim(d);
   const int64_t floats = kAttnGroup * dp + 2 * kAttnChunk * dp + 2 * kAttnChunk * kAttnGroup +
-                         3 * kAttnGroup + kAttnGroup * kAttnMaxSplits;
+                         3 * kAttnGroup + kAttnGroup * kMergeCoefs + 4 * kLaneLevels * kAttnGroup;
   return floats * static_cast<int64_t>(sizeof(float)) + 2 * kAttnChunk * sizeof(int);
 }
 
@@ -242,26 +258,21 @@ __device__ __forceinline__ void StoreQuad(const model::SparseAttentionArgs& a, i
   }
 }
 
-// Merges the splits of the cluster: with M = max_b m_b and L = sum_b l_b exp(m_b - M),
-// out = sum_b part_b exp(m_b - M) / L. Block rank b writes elements b, b + S, ... (in
-// units of kAttnThreads). Every block of the cluster must call it.
+// Merges the subtree roots of the cluster's blocks with the upper levels of the lane tree
+// (attention::ClusterTreeScalars / ClusterTreeValue). Block rank b writes elements b,
+// b + S, ... (in units of kAttnThreads). Every block of the cluster must call it.
 __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int64_t head_base,
                             const AttnSmem& s, int64_t dp) {
   cg::cluster_group cluster = cg::this_cluster();
   const int splits = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
-  cluster.sync();  // every split's m, l, part are final
+  cluster.sync();  // every block's root m, l, part are final
   if (threadIdx.x < kAttnGroup) {
     const int h = threadIdx.x;
-    float mx = NegInf();
-    for (int b = 0; b < splits; ++b) mx = MaxF(mx, *cluster.map_shared_rank(s.m + h, b));
-    float denom = 0.0f;
-    for (int b = 0; b < splits; ++b) {
-      const float e = expf(*cluster.map_shared_rank(s.m + h, b) - mx);
-      s.coef[h * kAttnMaxSplits + b] = e;
-      denom += *cluster.map_shared_rank(s.l + h, b) * e;
-    }
-    for (int b = 0; b < splits; ++b) s.coef[h * kAttnMaxSplits + b] /= denom;
+    attention::ClusterTreeScalars(
+        splits, s.coef + h * kMergeCoefs,
+        [&](int b) { return *cluster.map_shared_rank(s.m + h, b); },
+        [&](int b) { return *cluster.map_shared_rank(s.l + h, b); });
   }
   __syncthreads();
   const int64_t n_heads = a.heads - head_base < kAttnGroup ? a.heads - head_base : kAttnGroup;
@@ -269,19 +280,61 @@ __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int6
   for (int64_t e = rank * int64_t{kAttnThreads} + threadIdx.x; e < n;
        e += int64_t{splits} * kAttnThreads) {
     const int64_t h = e / a.head_dim, c = e - h * a.head_dim;
-    float v = 0.0f;
-    for (int b = 0; b < splits; ++b) {
-      v += *cluster.map_shared_rank(s.part + h * dp + c, b) * s.coef[h * kAttnMaxSplits + b];
-    }
-    a.out[(t * a.heads + head_base + h) * a.head_dim + c] = v;
+    a.out[(t * a.heads + head_base + h) * a.head_dim + c] = attention::ClusterTreeValue(
+        splits, s.coef + h * kMergeCoefs,
+        [&](int b) { return *cluster.map_shared_rank(s.part + h * dp + c, b); });
   }
   cluster.sync();  // keep this block's shared memory alive until every block has read it
 }
 
-// Grid (tokens, ceil(heads / kAttnGroup), splits); a cluster spans the splits of one
-// (token, group). With chunks_per_split = ceil(ceil(token's candidates / kAttnChunk) /
-// splits), split z handles chunks [z * chunks_per_split, (z+1) * chunks_per_split) of the
-// token's candidates (window rows, then selection slots); trailing splits may get none.
+// Per thread: the pending subtrees of the block's lanes for PvOwner's heads (local memory:
+// indexed by tree level, touched only at lane ends).
+using PendingQuads = float4[kLaneLevels][kAttnGroup];
+
+// End of lane `lane` of the block (attention::EndLaneScalars): folds the lane's state into
+// the block's tree and starts the next lane from the fresh state (m = sink, l = 0, O = 0),
+// or leaves the block's root in s.m, s.l and acc for the block's last lane.
+__device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base, const AttnSmem& s,
+                        const PvOwner& o, int lane, int block_levels, bool last,
+                        float4 (&acc)[kAttnGroup], PendingQuads& pending) {
+  __syncthreads();  // the lane's m, l are final; the previous end's weights are read
+  if (threadIdx.x < kAttnGroup) {
+    const int h = threadIdx.x;
+    float m = s.m[h], l = s.l[h];
+    attention::EndLaneScalars(lane, block_levels, last, m, l, s.pending_m, s.pending_l, s.step_a,
+                              s.step_b, kAttnGroup, h);
+    const int64_t head = head_base + h;
+    s.m[h] = last ? m : (head < a.heads ? a.sinks[head] : 0.0f);
+    s.l[h] = last ? l : 0.0f;
+  }
+  __syncthreads();
+  if (!o.active) return;
+  const int folds = attention::EndLaneFolds(lane, block_levels);
+  for (int level = 0; level < folds; ++level) {
+#pragma unroll
+    for (int k = 0; k < kAttnGroup; ++k) {
+      const int h = o.head0 + k * o.head_lanes;
+      if (h < kAttnGroup) {
+        const float wa = s.step_a[level * kAttnGroup + h], wb = s.step_b[level * kAttnGroup + h];
+        const float4 p = pending[level][k];
+        float4& v = acc[k];
+        v.x = attention::FoldValue(p.x, v.x, wa, wb), v.y = attention::FoldValue(p.y, v.y, wa, wb);
+        v.z = attention::FoldValue(p.z, v.z, wa, wb), v.w = attention::FoldValue(p.w, v.w, wa, wb);
+      }
+    }
+  }
+  if (last) return;
+#pragma unroll
+  for (int k = 0; k < kAttnGroup; ++k) {
+    pending[folds][k] = acc[k];
+    acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+// Grid (tokens, ceil(heads / kAttnGroup), splits), splits in {1, 2, 4, 8}; a cluster spans
+// the splits of one (token, group). Block z runs lanes [z k, (z + 1) k), k = kLanes /
+// splits, of its token's candidates (window rows, then selection slots; lane v = rows
+// [v R, (v + 1) R), R = attention::LaneRows), each from a fresh online-softmax state.
 template <int kVec>
 __global__ void __launch_bounds__(kAttnThreads)
     SparseAttentionKernel(model::SparseAttentionArgs a, int* error_word) {
@@ -293,8 +346,10 @@ __global__ void __launch_bounds__(kAttnThreads)
   const bool reporter = threadIdx.x == 0 && blockIdx.y == 0 && split == 0;
   const TokenRows rows(a, t, reporter, error_word);
   const int64_t total = rows.candidates(a.n_select);
-  const int64_t chunks_per_split =
-      ((total + kAttnChunk - 1) / kAttnChunk + gridDim.z - 1) / gridDim.z;
+  const int lanes = kLanes / static_cast<int>(gridDim.z), first_lane = split * lanes;
+  const int block_levels = attention::BlockLevels(static_cast<int>(gridDim.z));
+  const int64_t lane_rows = attention::LaneRows(total, kAttnChunk);
+  const int64_t lane_chunks = lane_rows / kAttnChunk;
 
   for (int64_t e = threadIdx.x; e < kAttnGroup * dp; e += kAttnThreads) {
     const int64_t h = e / dp, c = e - h * dp, head = head_base + h;
@@ -303,38 +358,46 @@ __global__ void __launch_bounds__(kAttnThreads)
   if (threadIdx.x < kAttnGroup) {
     const int64_t head = head_base + threadIdx.x;
     s.m[threadIdx.x] = head < a.heads ? a.sinks[head] : 0.0f;
-    s.l[threadIdx.x] = split == 0 ? 1.0f : 0.0f;  // exp(sink - m): counted by one split only
+    s.l[threadIdx.x] = first_lane == 0 ? 1.0f : 0.0f;  // exp(sink - m): lane 0 only
   }
 
-  const int64_t row_begin = int64_t{split} * chunks_per_split * kAttnChunk;
-  const int64_t row_limit = row_begin + chunks_per_split * kAttnChunk;
-  const int64_t row_end = total < row_limit ? total : row_limit;
-  const int64_t n_chunks =
-      row_end > row_begin ? (row_end - row_begin + kAttnChunk - 1) / kAttnChunk : 0;
+  const int64_t row_limit = int64_t{first_lane} * lane_rows;
+  const int64_t row_begin = total < row_limit ? total : row_limit;
+  const int64_t row_stop = row_limit + lanes * lane_rows;
+  const int64_t row_end = total < row_stop ? total : row_stop;
+  const int64_t n_chunks = (row_end - row_begin + kAttnChunk - 1) / kAttnChunk;
   const PvOwner owner(dp);
   float4 acc[kAttnGroup];
+  PendingQuads pending;
 #pragma unroll
   for (int k = 0; k < kAttnGroup; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
   if (n_chunks > 0) StageChunk<kVec>(a, t, rows, row_begin, row_end, 0, s, dp, error_word);
   CpAsyncCommit();
-  for (int64_t ch = 0; ch < n_chunks; ++ch) {
-    const int buf = static_cast<int>(ch & 1);
-    if (ch + 1 < n_chunks) {
-      StageChunk<kVec>(a, t, rows, row_begin + (ch + 1) * kAttnChunk, row_end, buf ^ 1, s, dp,
-                       error_word);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
+  int64_t ch = 0;
+  for (int lane = 0; lane < lanes; ++lane) {
+    const int64_t lane_end =
+        (lane + 1) * lane_chunks < n_chunks ? (lane + 1) * lane_chunks : n_chunks;
+    for (; ch < lane_end; ++ch) {
+      const int buf = static_cast<int>(ch & 1);
+      if (ch + 1 < n_chunks) {
+        StageChunk<kVec>(a, t, rows, row_begin + (ch + 1) * kAttnChunk, row_end, buf ^ 1, s, dp,
+                         error_word);
+        CpAsyncCommit();
+        CpAsyncWait<1>();
+      } else {
+        CpAsyncWait<0>();
+      }
+      __syncthreads();  // chunk ch staged; q, m, l initialised
+      ScoreChunk(s, buf, dp, a.scale);
+      __syncthreads();
+      SoftmaxChunk(s);
+      __syncthreads();
+      AccumulateChunk(s, buf, dp, owner, acc);
+      __syncthreads();  // buffer buf is restaged by the next round
     }
-    __syncthreads();  // chunk ch staged; q, m, l initialised
-    ScoreChunk(s, buf, dp, a.scale);
-    __syncthreads();
-    SoftmaxChunk(s);
-    __syncthreads();
-    AccumulateChunk(s, buf, dp, owner, acc);
-    __syncthreads();  // buffer buf is restaged by the next round
+    EndLane(a, head_base, s, owner, first_lane + lane, block_levels, lane + 1 == lanes, acc,
+            pending);
   }
   CpAsyncWait<0>();
   __syncthreads();
@@ -345,10 +408,12 @@ __global__ void __launch_bounds__(kAttnThreads)
       for (int k = 0; k < kAttnGroup; ++k) {
         const int h = owner.head0 + k * owner.head_lanes;
         if (h < kAttnGroup && head_base + h < a.heads) {
-          const float l = s.l[h];
+          const float inv_l = attention::InverseDenominator(s.l[h]);
           const float4 v = acc[k];
-          StoreQuad(a, t, head_base + h, 4 * owner.quad,
-                    make_float4(v.x / l, v.y / l, v.z / l, v.w / l));
+          StoreQuad(
+              a, t, head_base + h, 4 * owner.quad,
+              make_float4(attention::Normalize(v.x, inv_l), attention::Normalize(v.y, inv_l),
+                          attention::Normalize(v.z, inv_l), attention::Normalize(v.w, inv_l)));
         }
       }
     }
@@ -358,7 +423,9 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
     for (int k = 0; k < kAttnGroup; ++k) {
       const int h = owner.head0 + k * owner.head_lanes;
-      if (h < kAttnGroup) *reinterpret_cast<float4*>(s.part + h * dp + 4 * owner.quad) = acc[k];
+      if (h < kAttnGroup) {
+        *reinterpret_cast<float4*>(s.part + h * dp + 4 * owner.quad) = acc[k];
+      }
     }
   }
   MergeSplits(a, t, head_base, s, dp);
@@ -437,13 +504,11 @@ __global__ void __launch_bounds__(kIdxThreads)
   }
 }
 
-// Splits of the candidate range per (token, group): enough blocks to cover the SMs twice,
-// at most kAttnMaxSplits, at least one chunk each.
+// Blocks per (token, group): enough to cover the SMs twice, a power of two <= kLanes, at
+// most the (estimated) chunks per token. Physical only: the bits do not depend on it.
 int AttnSplits(int64_t blocks, int64_t chunks) {
   const int64_t want = (2 * int64_t{attention::MultiprocessorCount()} + blocks - 1) / blocks;
-  int64_t splits = want < kAttnMaxSplits ? want : kAttnMaxSplits;
-  if (splits > chunks) splits = chunks;
-  return static_cast<int>(splits < 1 ? 1 : splits);
+  return attention::PhysicalSplits(want, chunks);
 }
 
 template <int kVec>

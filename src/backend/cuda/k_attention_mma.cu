@@ -34,9 +34,21 @@
 //      P V goes into a fresh fp32 fragment (3 MMAs per n-tile: lo, mid, hi) that is then
 //      added in fp32 round-to-nearest (tensor-core accumulation truncates; fresh partials
 //      keep that to a few MMAs per rounding).
-// out = O / l. When tokens x head groups leave SMs idle (decode), the candidate range is
-// split over a thread-block cluster of up to 8 blocks, merged through distributed shared
-// memory exactly like kernels::SparseAttention.
+// out = O / l. Batch invariance: the candidates run as attention::kLanes fixed lanes,
+// each from a fresh state, merged by a fixed binary tree (attention_common.cuh), so out[t]
+// is bitwise the same whatever the other tokens of the call are. When tokens x head groups
+// leave SMs idle (decode), the lanes are spread over a thread-block cluster of 2, 4 or 8
+// blocks whose subtree roots are merged through distributed shared memory, exactly like
+// kernels::SparseAttention.
+//
+// Cost of the lane tree (estimate, V4.1 shapes, 640 entries = 40 chunks): T = 1 (8 blocks
+// per cluster, one lane each) and T = 32 (2 blocks, 4 lanes each) keep the former split;
+// per lane end a block spends 2 barriers, 16 expf per head and <= 3 folds of its 32
+// accumulator floats per thread, and parks pending subtrees in local memory (<= 7 stores +
+// 7 loads of 32 KiB per block at T >= 34, i.e. < 1/2 of one chunk's row gather each); the
+// chunk loop itself is unchanged. Expected: T = 1 and T = 32 within ~1%, T = 4096 (one
+// block runs all 8 lanes) within ~3% (7 lane ends against 40 chunks). Token-count splits
+// that were not a power of two (T = 9..16) now round down to 4 (was 5..7).
 //
 // Shared memory (D = 512): q terms 48.75 KiB, raw 32 KiB, kv 16.25 KiB, score partials
 // 12 KiB, P terms 2.25 KiB: ~112 KiB, two blocks per SM.
@@ -55,6 +67,8 @@ namespace {
 
 using attention::Aligned16;
 using attention::CandidateRow;
+using attention::kLaneLevels;
+using attention::kMergeCoefs;
 using attention::TokenRows;
 
 namespace cg = cooperative_groups;
@@ -64,7 +78,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kHeads = static_cast<int>(kAttnMmaHeadsPerBlock);  // M side: one m-tile
 constexpr int kChunk = 16;                                       // candidate rows per round
 constexpr int kTerms = 3;                                        // hi, mid, lo
-constexpr int kMaxSplits = 8;                                    // portable cluster size
 constexpr int kMaxKSteps = static_cast<int>(kAttnMmaMaxHeadDim) / 16;
 constexpr int kKStepsPerWarp = kMaxKSteps / kWarps;  // QK: at most 4 k-steps per warp
 constexpr int kMaxNTilesPerWarp = static_cast<int>(kAttnMmaMaxHeadDim) / 8 / kWarps;  // PV: 8
@@ -121,17 +134,21 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
 __host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf16 elements
 
 struct Smem {
-  uint16_t* q;     // [kTerms][kHeads][d + 8] bf16 terms of q (hi, mid, lo)
-  float* raw;      // [kChunk][d] fp32 rows in flight; after the loop: O partial [kHeads][d]
-  uint16_t* kv;    // [kChunk][d + 8] bf16 rows of the current chunk (zero if not attended)
-  float* spart;    // [kWarps][kHeads][kSpStride] per-warp partial scores
-  uint16_t* p;     // [kTerms][kHeads][kPStride] bf16 terms of the probabilities
-  float* m;        // [kHeads] running max
-  float* l;        // [kHeads] running denominator
-  float* alpha;    // [kHeads] rescale of O for the current chunk
-  float* coef;     // [kHeads][kMaxSplits] split merge weights
-  int* raw_valid;  // [kChunk] 1 if the row in `raw` is attended
-  int* kv_valid;   // [kChunk] 1 if the row in `kv` is attended
+  uint16_t* q;       // [kTerms][kHeads][d + 8] bf16 terms of q (hi, mid, lo)
+  float* raw;        // [kChunk][d] fp32 rows in flight; after the loop: O partial [kHeads][d]
+  uint16_t* kv;      // [kChunk][d + 8] bf16 rows of the current chunk (zero if not attended)
+  float* spart;      // [kWarps][kHeads][kSpStride] per-warp partial scores
+  uint16_t* p;       // [kTerms][kHeads][kPStride] bf16 terms of the probabilities
+  float* m;          // [kHeads] running max
+  float* l;          // [kHeads] running denominator
+  float* alpha;      // [kHeads] rescale of O for the current chunk
+  float* coef;       // [kHeads][kMergeCoefs] cluster merge weights (aliases spart)
+  float* step_a;     // [kLaneLevels][kHeads] fold weights at a lane's end (aliases spart)
+  float* step_b;     // [kLaneLevels][kHeads] (aliases spart)
+  float* pending_m;  // [kLaneLevels][kHeads] pending subtrees of the block's lanes
+  float* pending_l;  // [kLaneLevels][kHeads]
+  int* raw_valid;    // [kChunk] 1 if the row in `raw` is attended
+  int* kv_valid;     // [kChunk] 1 if the row in `kv` is attended
 
   __device__ Smem(unsigned char* base, int64_t d) {
     const int64_t rs = RowStride(d);
@@ -143,8 +160,12 @@ struct Smem {
     m = reinterpret_cast<float*>(p + kTerms * kHeads * kPStride);
     l = m + kHeads;
     alpha = l + kHeads;
-    coef = alpha + kHeads;
-    raw_valid = reinterpret_cast<int*>(coef + kHeads * kMaxSplits);
+    coef = spart;  // spart is free after the chunk loop and at lane ends
+    step_a = spart + kHeads * kMergeCoefs;
+    step_b = step_a + kLaneLevels * kHeads;
+    pending_m = alpha + kHeads;
+    pending_l = pending_m + kLaneLevels * kHeads;
+    raw_valid = reinterpret_cast<int*>(pending_l + kLaneLevels * kHeads);
     kv_valid = raw_valid + kChunk;
   }
 };
@@ -153,8 +174,10 @@ int64_t SharedBytes(int64_t d) {
   const int64_t rs = RowStride(d);
   return kTerms * kHeads * rs * 2 + kChunk * d * 4 + kChunk * rs * 2 +
          kWarps * kHeads * kSpStride * 4 + kTerms * kHeads * kPStride * 2 + 3 * kHeads * 4 +
-         kHeads * kMaxSplits * 4 + 2 * kChunk * 4;
+         2 * kLaneLevels * kHeads * 4 + 2 * kChunk * 4;
 }
+static_assert(kHeads * kMergeCoefs + 2 * kLaneLevels * kHeads <= kWarps * kHeads * kSpStride,
+              "merge and fold weights fit in spart");
 static_assert(kChunk >= kHeads, "the O partial of the split merge fits in `raw`");
 
 // Issues the cp.async copies of candidate rows [row0, row0 + kChunk) (clipped to row_end)
@@ -313,43 +336,81 @@ __device__ void AccumulateChunk(const Smem& s, int64_t d, float (&o)[kMaxNTilesP
   }
 }
 
-// Merges the splits of the cluster: with M = max_b m_b and L = sum_b l_b exp(m_b - M),
-// out = sum_b O_b exp(m_b - M) / L (O_b in each block's s.raw as [kHeads][d]).
+// Merges the subtree roots of the cluster's blocks (O in each block's s.raw as
+// [kHeads][d], m and l in s.m, s.l) with the upper levels of the lane tree.
 __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int64_t head_base,
                             const Smem& s) {
   cg::cluster_group cluster = cg::this_cluster();
   const int splits = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
   const int64_t d = a.head_dim;
-  cluster.sync();  // every split's m, l, O are final
+  cluster.sync();  // every block's root m, l, O are final
   if (threadIdx.x < kHeads) {
     const int h = threadIdx.x;
-    float mx = NegInf();
-    for (int b = 0; b < splits; ++b) mx = fmaxf(mx, *cluster.map_shared_rank(s.m + h, b));
-    float denom = 0.0f;
-    for (int b = 0; b < splits; ++b) {
-      const float e = expf(*cluster.map_shared_rank(s.m + h, b) - mx);
-      s.coef[h * kMaxSplits + b] = e;
-      denom += *cluster.map_shared_rank(s.l + h, b) * e;
-    }
-    for (int b = 0; b < splits; ++b) s.coef[h * kMaxSplits + b] /= denom;
+    attention::ClusterTreeScalars(
+        splits, s.coef + h * kMergeCoefs,
+        [&](int b) { return *cluster.map_shared_rank(s.m + h, b); },
+        [&](int b) { return *cluster.map_shared_rank(s.l + h, b); });
   }
   __syncthreads();
   for (int64_t e = rank * int64_t{kThreads} + threadIdx.x; e < kHeads * d;
        e += int64_t{splits} * kThreads) {
     const int64_t h = e / d, c = e - h * d;
-    float v = 0.0f;
-    for (int b = 0; b < splits; ++b) {
-      v += *cluster.map_shared_rank(s.raw + e, b) * s.coef[h * kMaxSplits + b];
-    }
-    a.out[(t * a.heads + head_base + h) * d + c] = v;
+    a.out[(t * a.heads + head_base + h) * d + c] =
+        attention::ClusterTreeValue(splits, s.coef + h * kMergeCoefs,
+                                    [&](int b) { return *cluster.map_shared_rank(s.raw + e, b); });
   }
   cluster.sync();  // keep this block's shared memory alive until every block has read it
 }
 
-// Grid (tokens, heads / 16, splits); a cluster spans the splits of one (token, group).
-// Split z takes chunks [z * cps, (z + 1) * cps) of the token's candidates, cps =
-// ceil(ceil(candidates / kChunk) / splits); trailing splits may get none.
+// Per thread: the pending subtrees of the block's lanes, the same fragment layout as `o`
+// (local memory: indexed by tree level, touched only at lane ends).
+using PendingFragments = float[kLaneLevels][kMaxNTilesPerWarp][4];
+
+// End of lane `lane` of the block (attention::EndLaneScalars): folds the lane's state into
+// the block's tree and starts the next lane from the fresh state (m = sink, l = 0, o = 0),
+// or leaves the block's root in s.m, s.l and o for the block's last lane.
+__device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base, const Smem& s,
+                        int lane, int block_levels, bool last, float (&o)[kMaxNTilesPerWarp][4],
+                        PendingFragments& pending) {
+  __syncthreads();  // the lane's m, l are final; spart and the previous weights are free
+  if (threadIdx.x < kHeads) {
+    const int h = threadIdx.x;
+    float m = s.m[h], l = s.l[h];
+    attention::EndLaneScalars(lane, block_levels, last, m, l, s.pending_m, s.pending_l, s.step_a,
+                              s.step_b, kHeads, h);
+    s.m[h] = last ? m : a.sinks[head_base + h];
+    s.l[h] = last ? l : 0.0f;
+  }
+  __syncthreads();
+  const int g = (threadIdx.x & 31) >> 2;
+  const int nt = static_cast<int>(a.head_dim / 64);
+  const int folds = attention::EndLaneFolds(lane, block_levels);
+  for (int level = 0; level < folds; ++level) {
+    const float a_lo = s.step_a[level * kHeads + g], b_lo = s.step_b[level * kHeads + g];
+    const float a_hi = s.step_a[level * kHeads + g + 8], b_hi = s.step_b[level * kHeads + g + 8];
+#pragma unroll
+    for (int n = 0; n < kMaxNTilesPerWarp; ++n) {
+      if (n < nt) {
+        o[n][0] = attention::FoldValue(pending[level][n][0], o[n][0], a_lo, b_lo);
+        o[n][1] = attention::FoldValue(pending[level][n][1], o[n][1], a_lo, b_lo);
+        o[n][2] = attention::FoldValue(pending[level][n][2], o[n][2], a_hi, b_hi);
+        o[n][3] = attention::FoldValue(pending[level][n][3], o[n][3], a_hi, b_hi);
+      }
+    }
+  }
+  if (last) return;
+#pragma unroll
+  for (int n = 0; n < kMaxNTilesPerWarp; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pending[folds][n][i] = o[n][i], o[n][i] = 0.0f;
+  }
+}
+
+// Grid (tokens, heads / 16, splits), splits in {1, 2, 4, 8}; a cluster spans the splits of
+// one (token, group). Block z runs lanes [z k, (z + 1) k), k = kLanes / splits, of its
+// token's candidates (lane v = rows [v R, (v + 1) R), R = attention::LaneRows), each from a
+// fresh online-softmax state, folded by the lane tree.
 __global__ void __launch_bounds__(kThreads, 2)
     SparseAttentionMmaKernel(model::SparseAttentionArgs a, int* error_word) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
@@ -359,11 +420,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int split = blockIdx.z;
   const TokenRows rows(a, t, threadIdx.x == 0 && blockIdx.y == 0 && split == 0, error_word);
   const int64_t total = rows.win_len + a.n_select;
-  const int64_t chunks_per_split = ((total + kChunk - 1) / kChunk + gridDim.z - 1) / gridDim.z;
-  const int64_t row_begin = int64_t{split} * chunks_per_split * kChunk;
-  const int64_t row_limit = row_begin + chunks_per_split * kChunk;
-  const int64_t row_end = total < row_limit ? total : row_limit;
-  const int64_t n_chunks = row_end > row_begin ? (row_end - row_begin + kChunk - 1) / kChunk : 0;
+  const int lanes = attention::kLanes / static_cast<int>(gridDim.z), first_lane = split * lanes;
+  const int block_levels = attention::BlockLevels(static_cast<int>(gridDim.z));
+  const int64_t lane_rows = attention::LaneRows(total, kChunk);
+  const int64_t lane_chunks = lane_rows / kChunk;
+  const int64_t row_limit = int64_t{first_lane} * lane_rows;
+  const int64_t row_begin = total < row_limit ? total : row_limit;
+  const int64_t row_stop = row_limit + lanes * lane_rows;
+  const int64_t row_end = total < row_stop ? total : row_stop;
+  const int64_t n_chunks = (row_end - row_begin + kChunk - 1) / kChunk;
 
   if (n_chunks > 0) IssueChunk(a, t, rows, row_begin, row_end, s, error_word);
   for (int64_t e = threadIdx.x; e < kHeads * d; e += kThreads) {
@@ -375,23 +440,30 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   if (threadIdx.x < kHeads) {
     s.m[threadIdx.x] = a.sinks[head_base + threadIdx.x];
-    s.l[threadIdx.x] = split == 0 ? 1.0f : 0.0f;  // exp(sink - m): counted by one split only
+    s.l[threadIdx.x] = first_lane == 0 ? 1.0f : 0.0f;  // exp(sink - m): lane 0 only
   }
 
   float o[kMaxNTilesPerWarp][4] = {};
-  for (int64_t ch = 0; ch < n_chunks; ++ch) {
-    CpAsyncWaitAll();
-    __syncthreads();  // raw(ch) landed; q, m, l set; the previous chunk's kv / p are free
-    const bool inexact = ConvertChunk(s, d);
-    if (__syncthreads_or(inexact) && threadIdx.x == 0) atomicOr(error_word, kErrAttnKvNotBf16);
-    if (ch + 1 < n_chunks) {  // raw is free: copy the next chunk during this one's math
-      IssueChunk(a, t, rows, row_begin + (ch + 1) * kChunk, row_end, s, error_word);
+  PendingFragments pending;
+  int64_t ch = 0;
+  for (int lane = 0; lane < lanes; ++lane) {
+    const int64_t lane_end =
+        (lane + 1) * lane_chunks < n_chunks ? (lane + 1) * lane_chunks : n_chunks;
+    for (; ch < lane_end; ++ch) {
+      CpAsyncWaitAll();
+      __syncthreads();  // raw(ch) landed; q, m, l set; the previous chunk's kv / p are free
+      const bool inexact = ConvertChunk(s, d);
+      if (__syncthreads_or(inexact) && threadIdx.x == 0) atomicOr(error_word, kErrAttnKvNotBf16);
+      if (ch + 1 < n_chunks) {  // raw is free: copy the next chunk during this one's math
+        IssueChunk(a, t, rows, row_begin + (ch + 1) * kChunk, row_end, s, error_word);
+      }
+      ScoreChunk(s, d);
+      __syncthreads();
+      SoftmaxChunk(s, a.scale);
+      __syncthreads();
+      AccumulateChunk(s, d, o);
     }
-    ScoreChunk(s, d);
-    __syncthreads();
-    SoftmaxChunk(s, a.scale);
-    __syncthreads();
-    AccumulateChunk(s, d, o);
+    EndLane(a, head_base, s, first_lane + lane, block_levels, lane + 1 == lanes, o, pending);
   }
   CpAsyncWaitAll();
   __syncthreads();  // m, l final; raw free
@@ -401,14 +473,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int nt = static_cast<int>(d / 64);
   const int64_t d0 = int64_t{warp} * nt * 8;
   if (gridDim.z == 1) {
-    const float inv_lo = 1.0f / s.l[g], inv_hi = 1.0f / s.l[g + 8];
+    const float inv_lo = attention::InverseDenominator(s.l[g]);
+    const float inv_hi = attention::InverseDenominator(s.l[g + 8]);
     float* out_lo = a.out + (t * a.heads + head_base + g) * d + d0 + 2 * q4;
     float* out_hi = out_lo + 8 * d;
 #pragma unroll
     for (int n = 0; n < kMaxNTilesPerWarp; ++n) {
       if (n < nt) {
-        out_lo[8 * n] = o[n][0] * inv_lo, out_lo[8 * n + 1] = o[n][1] * inv_lo;
-        out_hi[8 * n] = o[n][2] * inv_hi, out_hi[8 * n + 1] = o[n][3] * inv_hi;
+        out_lo[8 * n] = attention::Normalize(o[n][0], inv_lo);
+        out_lo[8 * n + 1] = attention::Normalize(o[n][1], inv_lo);
+        out_hi[8 * n] = attention::Normalize(o[n][2], inv_hi);
+        out_hi[8 * n + 1] = attention::Normalize(o[n][3], inv_hi);
       }
     }
     return;
@@ -424,13 +499,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   MergeSplits(a, t, head_base, s);
 }
 
-// Splits of the candidate range per (token, head group): as many as keep one wave of
-// blocks (two per SM) full, at most kMaxSplits, at least one chunk each.
+// Blocks per (token, head group): as many as keep one wave of blocks (two per SM) full, a
+// power of two <= kLanes, at most the (estimated) chunks per token. Physical only: the
+// bits do not depend on it.
 int Splits(int64_t blocks, int64_t chunks) {
-  int64_t splits = 2 * int64_t{attention::MultiprocessorCount()} / blocks;
-  if (splits > kMaxSplits) splits = kMaxSplits;
-  if (splits > chunks) splits = chunks;
-  return static_cast<int>(splits < 1 ? 1 : splits);
+  return attention::PhysicalSplits(2 * int64_t{attention::MultiprocessorCount()} / blocks, chunks);
 }
 
 }  // namespace

@@ -147,6 +147,10 @@ cudaError_t RoutedExperts(const RoutedExpertsLaunch& launch, float* h, cudaStrea
 inline int64_t RoutedExpertsScratchFloats(int64_t T, int64_t k, int64_t I) { return T * k * I; }
 
 // --- attention pieces (k_attention.cu) ------------------------------------------------
+// SparseAttention (and SparseAttentionMma): out[t] is bitwise a function of token t's own
+// inputs (q rows, position, window range, selection, sinks and the rows it attends), never
+// of args.tokens or of the other tokens of the call (fixed lanes and merge tree, see
+// attention_common.cuh).
 cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_word,
                             cudaStream_t stream);
 cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,

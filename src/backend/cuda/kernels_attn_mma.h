@@ -32,10 +32,11 @@ inline constexpr int64_t kAttnMmaMaxHeadDim = 512;
 // arrays are not read.
 bool SparseAttentionMmaApplicable(const model::SparseAttentionArgs& args);
 
-// out = SparseAttention(args) (see model/backend.h). Device pointers. Selection ids >=
-// the token's comp_len (n_comp without varlen) and varlen ranges outside the buffers set
-// kErrSelectionOutOfRange in *error_word (those rows are not attended); rows that are not
-// exact bf16 set kErrAttnKvNotBf16. Returns cudaErrorInvalidValue when
+// out = SparseAttention(args) (see model/backend.h), out[t] bitwise independent of the
+// other tokens of the call (as kernels::SparseAttention; not bitwise equal to it). Device
+// pointers. Selection ids >= the token's comp_len (n_comp without varlen) and varlen ranges
+// outside the buffers set kErrSelectionOutOfRange in *error_word (those rows are not
+// attended); rows that are not exact bf16 set kErrAttnKvNotBf16. Returns cudaErrorInvalidValue when
 // !SparseAttentionMmaApplicable(args) (cudaSuccess for tokens == 0).
 cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* error_word,
                                cudaStream_t stream);
