@@ -5,9 +5,10 @@
 //
 // Batch invariance (bitwise). out[t] must not depend on how many tokens share the call,
 // so the arithmetic of a token is fixed by the token alone:
-//   * its candidates (window rows, then selection slots) are cut into kLanes = 8 lanes of
-//     LaneRows(candidates) consecutive rows (a multiple of the kernel's chunk; trailing
-//     lanes may be empty);
+//   * its candidates (window rows from its first to its last attended one, then selection
+//     slots from its first to its last non-empty one: TokenRows::Trim) are cut into
+//     kLanes = 8 lanes of LaneRows(candidates) consecutive rows (a multiple of the
+//     kernel's chunk; trailing lanes may be empty);
 //   * each lane runs the online softmax from a fresh state (m = sink, l = 1 for lane 0 and
 //     0 for the others, O = 0) chunk by chunk, in candidate order;
 //   * the 8 lane states are merged by the complete binary tree ((0 1)(2 3))((4 5)(6 7)),
@@ -19,6 +20,10 @@
 // local memory), and the cluster folds the `splits` subtree roots through distributed
 // shared memory with the upper levels of the same tree. Every mapping performs the same
 // float operations on the same values, so the bits do not change with splits.
+//
+// The contract therefore: out[t] is bitwise a function of q[t], q_pos[t], the sinks, the
+// scale and window, and the token's trimmed candidate sequence (the rows and ids in it,
+// in order), whatever T, n_select, the other tokens and the untrimmed ranges are.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,13 +35,20 @@
 
 namespace deepinfer::backend::cuda::kernels::attention {
 
-// The rows one query token may attend: window rows [win0, win0 + win_len) and compressed
-// rows comp0 + id for ids < comp_len (null varlen arrays: the whole buffers). Ranges
-// outside the shared buffers (a caller bug) are flagged kErrSelectionOutOfRange (if
+// The rows one query token may attend: window rows [win0, win0 + win_len) and selection
+// slots [sel0, sel0 + sel_len) (ids index compressed rows comp0 + id, id < comp_len).
+// The constructor takes the token's full ranges (null varlen arrays: the whole buffers);
+// ranges outside the shared buffers (a caller bug) are flagged kErrSelectionOutOfRange (if
 // `report`) and attend nothing there, so no read leaves the buffers.
+//
+// Trim (called by every thread of the block) then cuts the window range to its first ..
+// last attended row and the slots to the first .. last non-empty one. The token's
+// candidates are these trimmed ranges, so rows that a caller adds or drops around them
+// (older or future window rows, -1 padding of a wider n_select: what changes with the
+// batch and the prefill chunk) change nothing, not even the bits.
 struct TokenRows {
   int64_t p;  // query position
-  int64_t win0, win_len, comp0, comp_len;
+  int64_t win0, win_len, comp0, comp_len, sel0, sel_len;
 
   __device__ TokenRows(const model::SparseAttentionArgs& a, int64_t t, bool report,
                        int* error_word) {
@@ -45,6 +57,7 @@ struct TokenRows {
     win_len = a.window_len != nullptr ? a.window_len[t] : a.n_window - win0;
     comp0 = a.comp_offset != nullptr ? a.comp_offset[t] : 0;
     comp_len = a.comp_len != nullptr ? a.comp_len[t] : a.n_comp - comp0;
+    sel0 = 0, sel_len = a.n_select;
     const bool bad_window = win0 < 0 || win_len < 0 || win0 + win_len > a.n_window;
     const bool bad_comp = comp0 < 0 || comp_len < 0 || comp0 + comp_len > a.n_comp;
     if (bad_window) win0 = 0, win_len = 0;
@@ -52,12 +65,39 @@ struct TokenRows {
     if (report && (bad_window || bad_comp)) atomicOr(error_word, kErrSelectionOutOfRange);
   }
 
-  __device__ int64_t candidates(int64_t n_select) const { return win_len + n_select; }
+  // scratch: 4 long longs of shared memory. Two block barriers; every thread must call it.
+  __device__ void Trim(const model::SparseAttentionArgs& a, int64_t t, long long* scratch) {
+    constexpr long long kNone = 0x7fffffffffffffffLL;
+    if (threadIdx.x == 0) scratch[0] = kNone, scratch[1] = -1, scratch[2] = kNone, scratch[3] = -1;
+    __syncthreads();
+    long long w_lo = kNone, w_hi = -1, s_lo = kNone, s_hi = -1;  // j ascends per thread
+#pragma unroll 4
+    for (int64_t j = threadIdx.x; j < win_len; j += blockDim.x) {
+      const int64_t wp = a.window_pos[win0 + j];
+      if (wp <= p && wp > p - a.window) w_lo = w_lo == kNone ? j : w_lo, w_hi = j;
+    }
+#pragma unroll 4
+    for (int64_t k = threadIdx.x; k < a.n_select; k += blockDim.x) {
+      if (a.selection[t * a.n_select + k] >= 0) s_lo = s_lo == kNone ? k : s_lo, s_hi = k;
+    }
+    if (w_hi >= 0) atomicMin(&scratch[0], w_lo), atomicMax(&scratch[1], w_hi);
+    if (s_hi >= 0) atomicMin(&scratch[2], s_lo), atomicMax(&scratch[3], s_hi);
+    __syncthreads();
+    const long long w_first = scratch[0], w_last = scratch[1];
+    const long long s_first = scratch[2], s_last = scratch[3];
+    win0 = w_last >= 0 ? win0 + w_first : win0;
+    win_len = w_last >= 0 ? w_last - w_first + 1 : 0;
+    sel0 = s_last >= 0 ? s_first : 0;
+    sel_len = s_last >= 0 ? s_last - s_first + 1 : 0;
+  }
+
+  __device__ int64_t candidates() const { return win_len + sel_len; }
 };
 
 // The key/value row of candidate j of query token t, or null if it is not attended:
 // j < win_len: window row win0 + j if its position is in (p - window, p];
-// else: selection slot j - win_len (-1 = empty; ids >= comp_len flag an error if `report`).
+// else: selection slot sel0 + j - win_len (-1 = empty; ids >= comp_len flag an error if
+// `report`).
 __device__ __forceinline__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t,
                                                      const TokenRows& rows, int64_t j, bool report,
                                                      int* error_word) {
@@ -66,7 +106,7 @@ __device__ __forceinline__ const float* CandidateRow(const model::SparseAttentio
     const int64_t wp = a.window_pos[i];
     return (wp <= rows.p && wp > rows.p - a.window) ? a.window_kv + i * a.head_dim : nullptr;
   }
-  const int32_t g = a.selection[t * a.n_select + (j - rows.win_len)];
+  const int32_t g = a.selection[t * a.n_select + rows.sel0 + (j - rows.win_len)];
   if (g < 0) return nullptr;
   if (g >= rows.comp_len) {
     if (report) atomicOr(error_word, kErrSelectionOutOfRange);

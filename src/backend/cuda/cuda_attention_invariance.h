@@ -8,6 +8,10 @@
 // or, with varlen off, one shared sequence seen by tokens at different positions. Every
 // token runs alone first; then batches of 2, 6, 12, 24 tokens (consecutive tokens, covering
 // the pool), the whole pool, and 64 and 300 entries that repeat tokens in a shuffled order.
+// "Padded" calls (every token alone, the batches of 24 and the 300 entries) give each token
+// what a prefill chunk or a wider batch adds around its rows in the engine: window ranges
+// widened by rows older than the window and future rows (varlen), and n_select widened by
+// -1 slots; the output must not change by a bit.
 // On an H200 (132 SMs) these batch sizes put both kernels on 8, 4, 2 and 1 blocks per
 // (token, head group). The whole-pool call is also checked against the CPU reference
 // (max |gpu - cpu| <= 1e-5 max |cpu|, relative L2 <= 1e-5).
@@ -49,6 +53,7 @@ class SparseAttentionInvarianceTest : public CudaVsCpuTest {
     std::vector<float> q, window_kv, comp_kv, sinks;  // q: [pool, heads, d]
     std::vector<int32_t> q_pos, window_pos, selection;
     std::vector<int32_t> window_start, window_len, comp_offset, comp_len;
+    std::vector<int32_t> padded_start, padded_len;  // varlen: the widened window ranges
     int64_t n_window = 0, n_comp = 0;
     float scale = 1.0f;
     // Device copies of the shared buffers.
@@ -67,16 +72,24 @@ class SparseAttentionInvarianceTest : public CudaVsCpuTest {
         // then outside it), compressed counts 0 .. max_comp_rows.
         const int64_t win = (t * 37) % (c.window + c.window / 4 + 1);
         const int64_t comp = t % 9 == 4 ? 0 : (t * 997 + 11) % (c.max_comp_rows + 1);
-        p.window_start.push_back(static_cast<int32_t>(p.n_window));
+        // Rows around the token's own: `pre` older than its window, `post` in its future.
+        const int64_t pre = t % 3 == 0 ? 0 : 1 + t % 5, post = t % 4 == 1 ? 0 : 1 + t % 7;
+        const int32_t p_t = p.q_pos[t], w = static_cast<int32_t>(c.window);
+        p.padded_start.push_back(static_cast<int32_t>(p.n_window));
+        p.padded_len.push_back(static_cast<int32_t>(pre + win + post));
+        p.window_start.push_back(static_cast<int32_t>(p.n_window + pre));
         p.window_len.push_back(static_cast<int32_t>(win));
         p.comp_offset.push_back(static_cast<int32_t>(p.n_comp));
         p.comp_len.push_back(static_cast<int32_t>(comp));
+        for (int64_t r = 0; r < pre; ++r) p.window_pos.push_back(p_t - w - static_cast<int32_t>(r));
         for (int64_t r = 0; r < win; ++r) {
           const bool stale = r % 7 == 3;
-          p.window_pos.push_back(stale ? -1 : p.q_pos[t] - static_cast<int32_t>(win - 1 - r));
+          p.window_pos.push_back(stale ? -1 : p_t - static_cast<int32_t>(win - 1 - r));
         }
+        for (int64_t r = 0; r < post; ++r)
+          p.window_pos.push_back(p_t + 1 + static_cast<int32_t>(r));
         AppendSelection(p, comp);
-        p.n_window += win, p.n_comp += comp;
+        p.n_window += pre + win + post, p.n_comp += comp;
       }
     } else {
       // One sequence: rows at positions ending at the last token's; each token sees the
@@ -114,21 +127,27 @@ class SparseAttentionInvarianceTest : public CudaVsCpuTest {
     p.selection.insert(p.selection.end(), ids.begin(), ids.end());
   }
 
-  // The per-token arrays of a call over pool tokens `entries`, gathered from the pool.
+  // The per-token arrays of a call over pool tokens `entries`, gathered from the pool;
+  // `padded`: widened window ranges and kSelectPad more -1 slots per token.
+  static constexpr int64_t kSelectPad = 19;
   struct HostCall {
+    int64_t n_select = 0;
     std::vector<float> q;
     std::vector<int32_t> q_pos, selection, window_start, window_len, comp_offset, comp_len;
   };
-  HostCall Gather(const Pool& p, const std::vector<int64_t>& entries) {
+  HostCall Gather(const Pool& p, const std::vector<int64_t>& entries, bool padded) {
     HostCall h;
+    h.n_select = p.c.n_select + (padded ? kSelectPad : 0);
     const int64_t hd = p.c.heads * p.c.d;
     for (int64_t t : entries) {
       h.q.insert(h.q.end(), p.q.begin() + t * hd, p.q.begin() + (t + 1) * hd);
       h.q_pos.push_back(p.q_pos[t]);
       h.selection.insert(h.selection.end(), p.selection.begin() + t * p.c.n_select,
                          p.selection.begin() + (t + 1) * p.c.n_select);
+      h.selection.resize(h.selection.size() + (h.n_select - p.c.n_select), -1);
       if (p.c.varlen) {
-        h.window_start.push_back(p.window_start[t]), h.window_len.push_back(p.window_len[t]);
+        h.window_start.push_back(padded ? p.padded_start[t] : p.window_start[t]);
+        h.window_len.push_back(padded ? p.padded_len[t] : p.window_len[t]);
         h.comp_offset.push_back(p.comp_offset[t]), h.comp_len.push_back(p.comp_len[t]);
       }
     }
@@ -140,7 +159,7 @@ class SparseAttentionInvarianceTest : public CudaVsCpuTest {
     model::SparseAttentionArgs a;
     a.tokens = static_cast<int64_t>(h.q_pos.size()), a.heads = p.c.heads, a.head_dim = p.c.d;
     a.n_window = p.n_window, a.window = p.c.window, a.n_comp = p.n_comp;
-    a.n_select = p.c.n_select, a.scale = p.scale;
+    a.n_select = h.n_select, a.scale = p.scale;
     const bool v = p.c.varlen;
     if (!device) {
       a.q = h.q.data(), a.q_pos = h.q_pos.data(), a.selection = h.selection.data();
@@ -166,8 +185,8 @@ class SparseAttentionInvarianceTest : public CudaVsCpuTest {
   // Runs `launch` over `entries`; returns the outputs [entries, heads, d] (clean error word
   // expected).
   std::vector<float> RunEntries(const Pool& p, const std::vector<int64_t>& entries,
-                                const AttentionLaunch& launch) {
-    const HostCall h = Gather(p, entries);
+                                const AttentionLaunch& launch, bool padded = false) {
+    const HostCall h = Gather(p, entries, padded);
     const model::SparseAttentionArgs a = CallArgs(p, h, /*device=*/true);
     int32_t* err = ToGpu(std::vector<int32_t>{0});
     EXPECT_EQ(launch(a, reinterpret_cast<int*>(err), gpu_->stream()), cudaSuccess);
@@ -195,12 +214,16 @@ class SparseAttentionInvarianceTest : public CudaVsCpuTest {
             << entries.size();
       }
     };
+    for (int64_t t = 0; t < c.pool; ++t) {
+      SCOPED_TRACE("alone, padded");
+      check({t}, RunEntries(p, {t}, launch, /*padded=*/true));
+    }
     for (int64_t size : {2, 6, 12, 24}) {
-      SCOPED_TRACE(::testing::Message() << "batches of " << size);
+      SCOPED_TRACE(::testing::Message() << "batches of " << size << (size == 24 ? ", padded" : ""));
       for (int64_t first = 0; first < c.pool; first += size) {
         std::vector<int64_t> entries;
         for (int64_t k = 0; k < size; ++k) entries.push_back((first + k) % c.pool);
-        check(entries, RunEntries(p, entries, launch));
+        check(entries, RunEntries(p, entries, launch, /*padded=*/size == 24));
       }
     }
     std::vector<int64_t> all(c.pool);
@@ -214,10 +237,10 @@ class SparseAttentionInvarianceTest : public CudaVsCpuTest {
       SCOPED_TRACE(::testing::Message() << size << " entries, tokens repeated");
       std::vector<int64_t> entries(size);
       for (int64_t k = 0; k < size; ++k) entries[k] = (k * 5 + 3) % c.pool;
-      check(entries, RunEntries(p, entries, launch));
+      check(entries, RunEntries(p, entries, launch, /*padded=*/size == 300));
     }
     // Accuracy of the whole-pool call against the CPU reference.
-    const HostCall h = Gather(p, all);
+    const HostCall h = Gather(p, all, /*padded=*/false);
     model::SparseAttentionArgs ha = CallArgs(p, h, /*device=*/false);
     std::vector<float> expected(c.pool * hd);
     ha.out = expected.data();

@@ -15,6 +15,8 @@
 // folds 32 accumulator floats per thread k - 1 times (a few hundred FLOPs per thread,
 // 2 barriers per lane) and keeps pending subtrees in local memory (<= 7 stores and 7 loads
 // of 16 KiB per block, L1/L2); prefill blocks read ~40 chunks x 16 rows x 2 KiB, so < 3%.
+// TokenRows::Trim scans the token's window positions and selection ids once per block (one
+// L2 round trip, 2 barriers) and drops the masked rows at the ends of its range.
 //
 // Varlen (several sequences in one call, SparseAttentionArgs::window_start etc. non-null):
 // token t's candidates are its window_len[t] window rows from window_start[t], then its
@@ -76,6 +78,15 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+__host__ __device__ inline int64_t AttnPaddedDim(int64_t d) { return (d + 3) / 4 * 4; }
+
+// Floats of AttnSmem before its Trim scratch (rounded up to 8 bytes).
+__host__ __device__ inline int64_t AttnFloatsBeforeTrim(int64_t dp) {
+  const int64_t floats = kAttnGroup * dp + 2 * kAttnChunk * dp + 2 * kAttnChunk * kAttnGroup +
+                         3 * kAttnGroup + kAttnGroup * kMergeCoefs + 4 * kLaneLevels * kAttnGroup;
+  return (floats + 1) / 2 * 2;
+}
+
 // Shared-memory layout of SparseAttentionKernel (floats unless noted). dp = head_dim
 // rounded up to 4; channels >= head_dim are zero in q_s and kv_s.
 struct AttnSmem {
@@ -91,6 +102,7 @@ struct AttnSmem {
   float* pending_l;  // [kLaneLevels, kAttnGroup]
   float* step_a;     // [kLaneLevels, kAttnGroup] weights of the folds at a lane's end
   float* step_b;     // [kLaneLevels, kAttnGroup]
+  long long* trim;   // [4] TokenRows::Trim scratch
   int* valid;        // [2, kAttnChunk] 1 if the staged row is attended
   float* part;       // [kAttnGroup, dp] the split's weighted sums (aliases kv after the loop)
 
@@ -107,19 +119,17 @@ struct AttnSmem {
     pending_l = pending_m + kLaneLevels * kAttnGroup;
     step_a = pending_l + kLaneLevels * kAttnGroup;
     step_b = step_a + kLaneLevels * kAttnGroup;
-    valid = reinterpret_cast<int*>(step_b + kLaneLevels * kAttnGroup);
+    trim = reinterpret_cast<long long*>(base + AttnFloatsBeforeTrim(dp));  // 8-byte aligned
+    valid = reinterpret_cast<int*>(trim + 4);
     part = kv;
   }
 };
 static_assert(2 * kAttnChunk >= kAttnGroup, "the split partials fit in the staging buffers");
 
-__host__ __device__ inline int64_t AttnPaddedDim(int64_t d) { return (d + 3) / 4 * 4; }
-
 int64_t AttnSharedBytes(int64_t d) {
   const int64_t dp = AttnPaddedDim(d);
-  const int64_t floats = kAttnGroup * dp + 2 * kAttnChunk * dp + 2 * kAttnChunk * kAttnGroup +
-                         3 * kAttnGroup + kAttnGroup * kMergeCoefs + 4 * kLaneLevels * kAttnGroup;
-  return floats * static_cast<int64_t>(sizeof(float)) + 2 * kAttnChunk * sizeof(int);
+  return AttnFloatsBeforeTrim(dp) * static_cast<int64_t>(sizeof(float)) + 4 * sizeof(long long) +
+         2 * kAttnChunk * sizeof(int);
 }
 
 // Issues the copies of chunk rows [row0, row0 + kAttnChunk) (clipped to row_end) into
@@ -336,7 +346,7 @@ __device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base, 
 // splits, of its token's candidates (window rows, then selection slots; lane v = rows
 // [v R, (v + 1) R), R = attention::LaneRows), each from a fresh online-softmax state.
 template <int kVec>
-__global__ void __launch_bounds__(kAttnThreads)
+__global__ void __launch_bounds__(kAttnThreads, 2)  // 2 blocks per SM: <= 128 registers
     SparseAttentionKernel(model::SparseAttentionArgs a, int* error_word) {
   extern __shared__ __align__(16) float smem[];
   const int64_t d = a.head_dim, dp = AttnPaddedDim(d);
@@ -344,8 +354,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t t = blockIdx.x, head_base = int64_t{blockIdx.y} * kAttnGroup;
   const int split = blockIdx.z;
   const bool reporter = threadIdx.x == 0 && blockIdx.y == 0 && split == 0;
-  const TokenRows rows(a, t, reporter, error_word);
-  const int64_t total = rows.candidates(a.n_select);
+  TokenRows rows(a, t, reporter, error_word);
+  rows.Trim(a, t, s.trim);
+  const int64_t total = rows.candidates();
   const int lanes = kLanes / static_cast<int>(gridDim.z), first_lane = split * lanes;
   const int block_levels = attention::BlockLevels(static_cast<int>(gridDim.z));
   const int64_t lane_rows = attention::LaneRows(total, kAttnChunk);

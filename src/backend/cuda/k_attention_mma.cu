@@ -48,7 +48,13 @@
 // 7 loads of 32 KiB per block at T >= 34, i.e. < 1/2 of one chunk's row gather each); the
 // chunk loop itself is unchanged. Expected: T = 1 and T = 32 within ~1%, T = 4096 (one
 // block runs all 8 lanes) within ~3% (7 lane ends against 40 chunks). Token-count splits
-// that were not a power of two (T = 9..16) now round down to 4 (was 5..7).
+// that were not a power of two (T = 9..16) now round down to 4 (was 5..7): up to ~25%
+// slower there. TokenRows::Trim adds one scan of the token's window positions and
+// selection ids (decode: 129 + 512 ints, one L2 round trip and 2 barriers before the first
+// gather, ~1 us on T = 1's 38 us) and removes the masked rows at the ends of the range: in
+// the engine a prefill chunk of T rows gives every token a window range of (cached + T)
+// rows, which were all staged before (4224 rows at T = 4096, ~7x the attended 640); now
+// ~40 chunks per token.
 //
 // Shared memory (D = 512): q terms 48.75 KiB, raw 32 KiB, kv 16.25 KiB, score partials
 // 12 KiB, P terms 2.25 KiB: ~112 KiB, two blocks per SM.
@@ -147,6 +153,7 @@ struct Smem {
   float* step_b;     // [kLaneLevels][kHeads] (aliases spart)
   float* pending_m;  // [kLaneLevels][kHeads] pending subtrees of the block's lanes
   float* pending_l;  // [kLaneLevels][kHeads]
+  long long* trim;   // [4] TokenRows::Trim scratch
   int* raw_valid;    // [kChunk] 1 if the row in `raw` is attended
   int* kv_valid;     // [kChunk] 1 if the row in `kv` is attended
 
@@ -165,7 +172,8 @@ struct Smem {
     step_b = step_a + kLaneLevels * kHeads;
     pending_m = alpha + kHeads;
     pending_l = pending_m + kLaneLevels * kHeads;
-    raw_valid = reinterpret_cast<int*>(pending_l + kLaneLevels * kHeads);
+    trim = reinterpret_cast<long long*>(pending_l + kLaneLevels * kHeads);
+    raw_valid = reinterpret_cast<int*>(trim + 4);
     kv_valid = raw_valid + kChunk;
   }
 };
@@ -174,7 +182,7 @@ int64_t SharedBytes(int64_t d) {
   const int64_t rs = RowStride(d);
   return kTerms * kHeads * rs * 2 + kChunk * d * 4 + kChunk * rs * 2 +
          kWarps * kHeads * kSpStride * 4 + kTerms * kHeads * kPStride * 2 + 3 * kHeads * 4 +
-         2 * kLaneLevels * kHeads * 4 + 2 * kChunk * 4;
+         2 * kLaneLevels * kHeads * 4 + 4 * 8 + 2 * kChunk * 4;
 }
 static_assert(kHeads * kMergeCoefs + 2 * kLaneLevels * kHeads <= kWarps * kHeads * kSpStride,
               "merge and fold weights fit in spart");
@@ -418,8 +426,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const Smem s(smem_bytes, d);
   const int64_t t = blockIdx.x, head_base = int64_t{blockIdx.y} * kHeads;
   const int split = blockIdx.z;
-  const TokenRows rows(a, t, threadIdx.x == 0 && blockIdx.y == 0 && split == 0, error_word);
-  const int64_t total = rows.win_len + a.n_select;
+  TokenRows rows(a, t, threadIdx.x == 0 && blockIdx.y == 0 && split == 0, error_word);
+  rows.Trim(a, t, s.trim);
+  const int64_t total = rows.candidates();
   const int lanes = attention::kLanes / static_cast<int>(gridDim.z), first_lane = split * lanes;
   const int block_levels = attention::BlockLevels(static_cast<int>(gridDim.z));
   const int64_t lane_rows = attention::LaneRows(total, kChunk);
