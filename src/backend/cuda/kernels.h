@@ -148,9 +148,10 @@ inline int64_t RoutedExpertsScratchFloats(int64_t T, int64_t k, int64_t I) { ret
 
 // --- attention pieces (k_attention.cu) ------------------------------------------------
 // SparseAttention (and SparseAttentionMma): out[t] is bitwise a function of token t's own
-// inputs (q rows, position, window range, selection, sinks and the rows it attends), never
-// of args.tokens or of the other tokens of the call (fixed lanes and merge tree, see
-// attention_common.cuh).
+// inputs (q rows, position, sinks, and its candidates trimmed to the window rows between its
+// first and last attended one and the selection slots between its first and last non-empty
+// one), never of args.tokens, n_select padding, masked rows around its window range or the
+// other tokens of the call (fixed lanes and merge tree, see attention_common.cuh).
 cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_word,
                             cudaStream_t stream);
 cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
