@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -299,11 +300,14 @@ int Run(const Options& opt) {
     std::fprintf(stderr, "gpu_model_bench: warm-up failed: %s\n", st.ToString().c_str());
     return 1;
   }
-  ordered_json out = {{"model", loaded->dir},
-                      {"backend", opt.backend},
-                      {"layers", loaded->model->config().text().num_hidden_layers},
-                      {"warmup_s", bench.warmup_s()},
-                      {"ceilings", {{"hbm_GBps", ceil.hbm_GBps}, {"fp8_tflops", ceil.fp8_tflops}}}};
+  ordered_json out = {
+      {"model", loaded->dir},
+      {"backend", opt.backend},
+      {"fp8_activations", std::getenv("DEEPINFER_CUDA_FP8_ACT") != nullptr &&
+                              std::string(std::getenv("DEEPINFER_CUDA_FP8_ACT")) != "0"},
+      {"layers", loaded->model->config().text().num_hidden_layers},
+      {"warmup_s", bench.warmup_s()},
+      {"ceilings", {{"hbm_GBps", ceil.hbm_GBps}, {"fp8_tflops", ceil.fp8_tflops}}}};
   out["decode"] = ordered_json::array();
   for (int64_t context : opt.contexts) {
     for (int64_t batch : opt.batches) {

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
+#include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_mma.h"
 #include "base/check.h"
 #include "base/logging.h"
@@ -110,9 +111,12 @@ base::Status CudaBackend::Init() {
                               : kBf16GemmMinTokens;
   const char* fused = std::getenv("DEEPINFER_CUDA_FUSED_MOE");
   fused_experts_ = fused == nullptr || std::strcmp(fused, "0") != 0;
-  LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}", device_, prop.name,
+  const char* fp8 = std::getenv("DEEPINFER_CUDA_FP8_ACT");
+  fp8_activations_ = fp8 != nullptr && std::strcmp(fp8, "0") != 0;
+  LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}{}", device_, prop.name,
            prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30),
-           sync_each_op_ ? ", synchronising after every op" : "");
+           sync_each_op_ ? ", synchronising after every op" : "",
+           fp8_activations_ ? ", FP8 activations (fast mode)" : "");
   return base::Status::Ok();
 }
 
@@ -387,6 +391,10 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
                     static_cast<int>(ldx), &beta, y_cols, static_cast<int>(ldy)),
         "Linear sgemm");
   };
+  if (fp8_activations_ && kernels::Fp8LinearApplicable(*dw)) {
+    LinearFp8(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
+    return Done("Linear", w.name);
+  }
   // One row: the GEMV (fastest there). More rows, up to 64: the tensor-core skinny GEMM.
   if (T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
     Check(kernels::LinearGemv(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
@@ -417,6 +425,23 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
     }
   }
   Done("Linear", w.name);
+}
+
+void CudaBackend::LinearFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
+                            int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate) {
+  const int64_t K = w.cols;
+  const int64_t act_bytes = kernels::Fp8ActivationBytes(T, K);
+  const int64_t partial_bytes = kernels::Fp8LinearScratchBytes(n_rows, K, T);
+  auto* act = static_cast<uint8_t*>(TempBytes(static_cast<size_t>(act_bytes + partial_bytes)));
+  if (act == nullptr) return;
+  auto* scale = reinterpret_cast<float*>(act + (T * K + 15) / 16 * 16);
+  if (!Check(kernels::QuantizeFp8Activations(x, T, K, ldx, act, scale, stream_),
+             "Linear fp8 quantise")) {
+    return;
+  }
+  Check(kernels::LinearFp8(w, row0, n_rows, act, scale, T, y, ldy, accumulate,
+                           partial_bytes > 0 ? act + act_bytes : nullptr, stream_),
+        "Linear fp8");
 }
 
 void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
@@ -464,7 +489,8 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
   const int64_t R = w.rows / groups;
   // Decide before the op starts (its timing record): the per-group Linear calls are ops too.
   base::StatusOr<kernels::DeviceWeight> dw = base::InternalError("not fetched");
-  if (T <= gemv_max_tokens_ && R % 32 == 0 && Check(cudaSetDevice(device_), "cudaSetDevice")) {
+  if (!fp8_activations_ && T <= gemv_max_tokens_ && R % 32 == 0 &&
+      Check(cudaSetDevice(device_), "cudaSetDevice")) {
     dw = weights_.Get(w);
     if (!dw.ok()) return Fail(dw.status());
   }

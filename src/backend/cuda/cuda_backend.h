@@ -95,6 +95,12 @@ class CudaBackend final : public model::Backend {
   // SparseAttention on tensor cores (kernels::SparseAttentionMma) where it applies (default
   // on; DEEPINFER_CUDA_ATTN_MMA=0 turns it off at creation).
   void set_attention_mma(bool on) { attention_mma_ = on; }
+  // FP8-activation fast mode (kernels_fp8.h): FP8 / MXFP4 Linears and the routed experts
+  // quantise their activations per 32 values to e4m3 like DeepSeek's kernels (a documented
+  // deviation from the goldens; default off, DEEPINFER_CUDA_FP8_ACT=1 turns it on at
+  // creation).
+  void set_fp8_activations(bool on) { fp8_activations_ = on; }
+  bool fp8_activations() const { return fp8_activations_; }
 
   // --- model::Backend ------------------------------------------------------------------
   float* AllocFloats(int64_t n) override;
@@ -213,6 +219,9 @@ class CudaBackend final : public model::Backend {
   // bf16 GEMMs with fp32 accumulation (y += W x_hi, W x_mid, W x_lo). Not for F32 weights.
   void LinearBf16Split(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                        int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
+  // Linear in the FP8-activation mode (quantise x, then kernels::LinearFp8).
+  void LinearFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
+                 int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
   // The persistent fp32 dequantisation tile for Linear, grown on demand.
   float* LinearScratch(int64_t floats);
 
@@ -227,8 +236,11 @@ class CudaBackend final : public model::Backend {
     model::WeightFormat up_format = model::WeightFormat::kMxFp4;
     model::WeightFormat down_format = model::WeightFormat::kMxFp4;
     int64_t D = 0, I = 0;
+    bool scales_aligned4 = true;  // every scale pointer 4-byte aligned (the FP8 kernels)
   };
   const ExpertTable* ExpertTableFor(const model::RoutedExpertsArgs& args);
+  // RoutedExperts in the FP8-activation mode (kernels::RoutedExpertsFp8).
+  void RoutedExpertsFp8(const model::RoutedExpertsArgs& args, const ExpertTable& table);
   base::StatusOr<ExpertTable> BuildExpertTable(const model::RoutedExpertsArgs& args);
   void FreeExpertTables();
 
@@ -243,6 +255,7 @@ class CudaBackend final : public model::Backend {
   int64_t bf16_gemm_min_tokens_ = 0;  // set in Init(); LinearBf16Split from this many rows
   bool attention_mma_ = true;         // set in Init(); SparseAttentionMma where it applies
   int64_t mma_max_tokens_ = 0;        // set in Init(); LinearMma above the GEMV up to this
+  bool fp8_activations_ = false;      // set in Init(); the FP8-activation fast mode
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   DeviceArena arena_;
   WeightCache weights_;

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_moe.h"
 #include "base/check.h"
 
@@ -67,6 +68,10 @@ bool UseGroupedExperts(const kernels::RoutedExpertsLaunch& l) {
 bool CudaBackend::CanFuseRoutedExperts(int64_t T, const model::ExpertWeights& e) const {
   if (!fused_experts_ || !ExpertShapeOk(e)) return false;
   const int64_t I = e.w1.rows, D = e.w1.cols;
+  if (fp8_activations_ &&
+      kernels::RoutedExpertsFp8Applicable(e.w1.format, e.w2.format, D, I, T, 1, 1)) {
+    return UsableInPlace(e.w1.data) && UsableInPlace(e.w2.data) && UsableInPlace(e.w3.data);
+  }
   // k is not known here; 1 stands for "some valid k" (RoutedExperts checks the real one).
   // Above the token-slot kernels' limit only the grouped ones run (assuming k <= 16).
   const bool fits = T <= kernels::kMaxFusedExpertTokens
@@ -118,6 +123,7 @@ base::StatusOr<CudaBackend::ExpertTable> CudaBackend::BuildExpertTable(
       }
       host[e].data[m] = dw.data;
       host[e].scale[m] = dw.scale;
+      table.scales_aligned4 &= reinterpret_cast<uintptr_t>(dw.scale) % 4 == 0;
     }
   }
   const size_t bytes = host.size() * sizeof(kernels::ExpertPointers);
@@ -162,6 +168,13 @@ void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
   CHECK(a.table != nullptr && a.n_experts > 0) << "RoutedExperts: empty expert table";
   if (a.T <= 0 || !Usable()) return;
   const model::ExpertWeights& first = a.table[0];
+  if (fp8_activations_ &&
+      kernels::RoutedExpertsFp8Applicable(first.w1.format, first.w2.format, a.D, first.w1.rows, a.T,
+                                          a.k, a.n_experts)) {
+    const ExpertTable* table = ExpertTableFor(a);
+    if (table == nullptr) return;
+    if (table->scales_aligned4 && table->D == a.D) return RoutedExpertsFp8(a, *table);
+  }
   const bool token_slot_ok = kernels::RoutedExpertsApplicable(first.w1.format, first.w2.format, a.D,
                                                               first.w1.rows, a.T, a.k);
   const bool grouped_ok = GroupedAllowed() && kernels::RoutedExpertsGroupedApplicable(
@@ -202,6 +215,29 @@ void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
     if (h == nullptr) return;
     Check(kernels::RoutedExperts(launch, h, stream_), "RoutedExperts");
   }
+  Done("RoutedExperts");
+}
+
+void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, const ExpertTable& table) {
+  kernels::RoutedExpertsLaunch launch;
+  launch.table = table.device;
+  launch.n_experts = a.n_experts;
+  launch.up_format = table.up_format;
+  launch.down_format = table.down_format;
+  launch.D = a.D;
+  launch.I = table.I;
+  launch.x = a.x;
+  launch.T = a.T;
+  launch.experts = a.experts;
+  launch.weights = a.weights;
+  launch.k = a.k;
+  launch.swiglu_limit = a.swiglu_limit;
+  launch.y = a.y;
+  launch.error_word = error_word_;
+  void* scratch = TempBytes(static_cast<size_t>(
+      kernels::RoutedExpertsFp8ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts)));
+  if (scratch == nullptr) return;
+  Check(kernels::RoutedExpertsFp8(launch, scratch, stream_), "RoutedExperts (fp8)");
   Done("RoutedExperts");
 }
 

@@ -1,0 +1,425 @@
+// The FP8-activation fast mode (kernels_fp8.h) against the CPU reference run on
+// fake-quantised activations: QuantizeFp8Activations bitwise against
+// FakeQuant(kFp8Block32Pow2), LinearFp8 for FP8 (block32, row32) and MXFP4 weights at 1..300
+// tokens (skinny split-K and wide tiles), its batch invariance (bitwise), and the routed
+// experts (CudaBackend::RoutedExperts with set_fp8_activations) against a per-token
+// reference that quantises x and h the same way.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_fp8.h"
+
+namespace deepinfer::backend::cuda::testing {
+namespace {
+
+using model::ExpertWeights;
+using model::FakeQuantKind;
+using model::WeightFormat;
+using model::WeightRef;
+
+// Per element: |gpu - reference| <= kBoundTol * sum_k |xq[k] w[k]|. The products are exact;
+// the tensor core sums each 32-value block with limited alignment precision (about 14
+// significand bits reported for Hopper FP8 accumulation), then fp32 fma per block.
+constexpr double kBoundTol = 0x1p-11;
+constexpr double kRelL2Tol = 1e-3;
+
+struct HostWeight {
+  std::vector<uint8_t> data, scale;
+  WeightRef ref;
+  kernels::DeviceWeight device;
+};
+
+class CudaFp8Test : public CudaVsCpuTest {
+ protected:
+  HostWeight MakeWeight(WeightFormat f, int64_t rows, int64_t cols) {
+    HostWeight w;
+    const int64_t cb = cols / 32;
+    if (f == WeightFormat::kMxFp4) {
+      w.data = Bytes(rows * cols / 2, 0, 255);
+      w.scale = Bytes(rows * cb, 118, 124);
+    } else {
+      w.data = Fp8Bytes(rows * cols);
+      w.scale = Bytes((f == WeightFormat::kFp8Block32 ? (rows + 31) / 32 : rows) * cb, 112, 124);
+    }
+    w.ref = WeightRef{"fp8test", f, rows, cols, w.data.data(), w.scale.data()};
+    w.device.format = f;
+    w.device.rows = rows;
+    w.device.cols = cols;
+    w.device.data = BytesToGpu(w.data);
+    w.device.scale = BytesToGpu(w.scale);
+    return w;
+  }
+
+  // x with per-block magnitudes spread over ~2^-8 .. 2^8 (exercises the scales).
+  std::vector<float> Activations(int64_t T, int64_t K) {
+    std::vector<float> x = Normal(T * K);
+    const std::vector<int32_t> e = Ints(T * K / 32, -8, 8);
+    for (int64_t i = 0; i < T * K; ++i) x[i] = std::ldexp(x[i], e[i / 32]);
+    return x;
+  }
+
+  std::vector<float> FakeQuantized(std::vector<float> x, int64_t T, int64_t K) {
+    cpu_.FakeQuant(x.data(), T, K, K, FakeQuantKind::kFp8Block32Pow2);
+    return x;
+  }
+
+  // y [T, ldy] from LinearFp8 (device quantisation of x first) on the device copy of y0.
+  std::vector<float> RunLinear(const HostWeight& w, int64_t row0, int64_t n_rows,
+                               const std::vector<float>& x, int64_t T, std::vector<float> y0,
+                               int64_t ldy, bool accumulate) {
+    const int64_t K = w.device.cols;
+    auto* act = PoisonedBytes(kernels::Fp8ActivationBytes(T, K));
+    auto* scale = reinterpret_cast<float*>(act + (T * K + 15) / 16 * 16);
+    const int64_t scratch_bytes = kernels::Fp8LinearScratchBytes(n_rows, K, T);
+    uint8_t* scratch = scratch_bytes > 0 ? PoisonedBytes(scratch_bytes) : nullptr;
+    float* y = ToGpu(y0);
+    EXPECT_EQ(kernels::QuantizeFp8Activations(ToGpu(x), T, K, K, act, scale, gpu_->stream()),
+              cudaSuccess);
+    const cudaError_t e = kernels::LinearFp8(w.device, row0, n_rows, act, scale, T, y, ldy,
+                                             accumulate, scratch, gpu_->stream());
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    return FromGpu(y, T * ldy);
+  }
+
+  void CheckLinear(WeightFormat f, int64_t T, int64_t K, int64_t N, int64_t row0, int64_t n_rows,
+                   int64_t ldy_pad, bool accumulate) {
+    SCOPED_TRACE(::testing::Message()
+                 << model::WeightFormatName(f) << " T=" << T << " K=" << K << " N=" << N << " rows "
+                 << row0 << "+" << n_rows << (accumulate ? " accumulate" : "") << " segments "
+                 << kernels::Fp8LinearSegments(n_rows, K));
+    const HostWeight w = MakeWeight(f, N, K);
+    ASSERT_TRUE(kernels::Fp8LinearApplicable(w.device));
+    const int64_t ldy = n_rows + ldy_pad;
+    const std::vector<float> x = Activations(T, K);
+    const std::vector<float> xq = FakeQuantized(x, T, K);
+    const std::vector<float> y0 = Normal(T * ldy);
+    std::vector<float> expected = y0;
+    cpu_.Linear(xq.data(), T, K, w.ref, row0, n_rows, expected.data(), ldy, accumulate);
+    const std::vector<float> got = RunLinear(w, row0, n_rows, x, T, y0, ldy, accumulate);
+    std::vector<int64_t> ids(n_rows);
+    for (int64_t i = 0; i < n_rows; ++i) ids[i] = row0 + i;
+    std::vector<float> wd(n_rows * K);
+    cpu_.GatherRows(w.ref, ids.data(), n_rows, wd.data());
+    int64_t bad = 0;
+    double worst = 0.0;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < ldy; ++i) {
+        const int64_t at = t * ldy + i;
+        if (i >= n_rows) {
+          if (std::memcmp(&got[at], &y0[at], 4) != 0 && bad++ < 5) {
+            ADD_FAILURE() << "pad y[" << t << "," << i << "] changed";
+          }
+          continue;
+        }
+        double bound = 0.0;
+        for (int64_t k = 0; k < K; ++k) bound += std::fabs(double(xq[t * K + k]) * wd[i * K + k]);
+        const double base = accumulate ? std::fabs(y0[at]) : 0.0;
+        const double err = std::fabs(double(got[at]) - double(expected[at]));
+        worst = std::max(worst, err / (bound + 1e-30));
+        const double allowed = kBoundTol * bound + 0x1p-22 * (base + std::fabs(expected[at]));
+        if (!(err <= allowed) && bad++ < 5) {
+          ADD_FAILURE() << "y[" << t << "," << i << "] = " << got[at] << " expected "
+                        << expected[at] << " (|err| " << err << " > " << allowed << ")";
+        }
+      }
+    }
+    std::printf("  %s T=%lld K=%lld rows=%lld: max |err| / sum|xw| = %.3g\n",
+                std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(T),
+                static_cast<long long>(K), static_cast<long long>(n_rows), worst);
+    EXPECT_EQ(bad, 0);
+    EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
+  }
+};
+
+TEST_F(CudaFp8Test, QuantizeMatchesFakeQuantBitwise) {
+  for (const auto& [T, K] : {std::pair<int64_t, int64_t>{1, 32}, {37, 256}, {5, 5120}}) {
+    std::vector<float> x = Activations(T, K);
+    x[0] = 0.0f;  // an all-small block takes the 1e-4 amax floor
+    for (int i = 1; i < 32 && i < K; ++i) x[i] = 1e-7f * static_cast<float>(i);
+    auto* q = PoisonedBytes(kernels::Fp8ActivationBytes(T, K));
+    auto* s = reinterpret_cast<float*>(q + (T * K + 15) / 16 * 16);
+    ASSERT_EQ(kernels::QuantizeFp8Activations(ToGpu(x), T, K, K, q, s, gpu_->stream()),
+              cudaSuccess);
+    const std::vector<uint8_t> qb = BytesFromGpu(q, T * K);
+    std::vector<float> scales(T * K / 32);
+    ASSERT_EQ(cudaMemcpy(scales.data(), s, scales.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    const std::vector<float> expected = FakeQuantized(x, T, K);
+    std::vector<float> got(T * K);
+    for (int64_t i = 0; i < T * K; ++i) {
+      const int64_t j = i % 32, base = i - j;
+      const int64_t pos = base + (j & ~7) + ((j & 1) ? 4 + ((j & 7) >> 1) : ((j & 7) >> 1));
+      const uint8_t b = qb[pos];
+      const int exponent = (b >> 3) & 0xF, mantissa = b & 7;
+      const float mag = exponent == 0 ? std::ldexp(float(mantissa), -9)
+                                      : std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
+      got[i] = ((b & 0x80) ? -mag : mag) * scales[i / 32];
+    }
+    EXPECT_TRUE(BitExact(got, expected)) << "T " << T << " K " << K;
+  }
+}
+
+TEST_F(CudaFp8Test, LinearMatchesCpuAllFormats) {
+  struct Shape {
+    int64_t K, N, row0, n_rows, ldy_pad;
+  };
+  const std::vector<Shape> shapes = {
+      {256, 77, 5, 41, 3},       // 2 stages, one partial tile
+      {2048, 300, 7, 293, 0},    // 16 stages, split into segments
+      {1024, 1300, 0, 1300, 1},  // 11 tiles
+  };
+  for (WeightFormat f :
+       {WeightFormat::kFp8Block32, WeightFormat::kFp8Row32, WeightFormat::kMxFp4}) {
+    for (int64_t T : {1, 5, 9, 33, 64, 65, 200}) {
+      for (const Shape& s : shapes) {
+        CheckLinear(f, T, s.K, s.N, s.row0, s.n_rows, s.ldy_pad, T % 2 == 1);
+      }
+    }
+  }
+}
+
+TEST_F(CudaFp8Test, LinearMatchesCpuRealV41Dims) {
+  if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  for (int64_t T : {1, 32, 300}) {
+    CheckLinear(WeightFormat::kFp8Block32, T, 5120, 1280, 0, 1280, 0, false);  // wq_a
+    CheckLinear(WeightFormat::kFp8Block32, T, 1280, 4096, 0, 4096, 0, true);   // wq_b slice
+    CheckLinear(WeightFormat::kMxFp4, T, 5120, 2304, 0, 2304, 0, false);       // expert w1
+  }
+}
+
+// A token's output is bitwise the same alone, among 63 others (skinny tiles, split K) and
+// among 299 others (wide tiles, segments looped in one block).
+TEST_F(CudaFp8Test, LinearBatchInvariantBitwise) {
+  for (WeightFormat f : {WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    const int64_t K = 2048, N = 700;
+    const HostWeight w = MakeWeight(f, N, K);
+    ASSERT_GT(kernels::Fp8LinearSegments(N, K), 1);
+    const std::vector<float> big = Activations(300, K);
+    const std::vector<float> all =
+        RunLinear(w, 0, N, big, 300, std::vector<float>(300 * N), N, false);
+    for (int64_t T : {1, 2, 8, 64, 65}) {
+      const std::vector<float> x(big.end() - T * K, big.end());  // the last T tokens
+      const std::vector<float> got = RunLinear(w, 0, N, x, T, std::vector<float>(T * N), N, false);
+      const std::vector<float> tail(all.end() - T * N, all.end());
+      EXPECT_TRUE(BitExact(got, tail)) << model::WeightFormatName(f) << " T " << T;
+    }
+  }
+}
+
+// --- routed experts --------------------------------------------------------------------
+
+class CudaFp8ExpertsTest : public CudaFp8Test {
+ protected:
+  struct Experts {
+    std::vector<HostWeight> mats;
+    std::vector<ExpertWeights> table;
+    int64_t D = 0, I = 0;
+  };
+
+  Experts MakeExperts(int64_t n, WeightFormat f, int64_t D, int64_t I) {
+    Experts ex;
+    ex.D = D, ex.I = I;
+    ex.mats.reserve(3 * n);
+    for (int64_t e = 0; e < n; ++e) {
+      ExpertWeights w;
+      ex.mats.push_back(MakeWeight(f, I, D));
+      w.w1 = ex.mats.back().ref;
+      ex.mats.push_back(MakeWeight(f, D, I));
+      w.w2 = ex.mats.back().ref;
+      ex.mats.push_back(MakeWeight(f, I, D));
+      w.w3 = ex.mats.back().ref;
+      w.w1.name = std::to_string(e) + ".w1";
+      w.w2.name = std::to_string(e) + ".w2";
+      w.w3.name = std::to_string(e) + ".w3";
+      ex.table.push_back(w);
+    }
+    return ex;
+  }
+
+  // Per token and slot: xq = FakeQuant(x), h = SwiGlu(W1 xq, W3 xq) * weight,
+  // hq = FakeQuant(h), out = W2 hq; slots summed in order.
+  std::vector<float> Reference(const Experts& ex, const std::vector<float>& x, int64_t T,
+                               const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                               int64_t k, float limit) {
+    const int64_t D = ex.D, I = ex.I;
+    const std::vector<float> xq = FakeQuantized(x, T, D);
+    std::vector<float> y(T * D, 0.0f), gate(I), up(I), h(I), out(D);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < k; ++i) {
+        const ExpertWeights& e = ex.table[ids[t * k + i]];
+        cpu_.Linear(xq.data() + t * D, 1, D, e.w1, 0, I, gate.data(), I, false);
+        cpu_.Linear(xq.data() + t * D, 1, D, e.w3, 0, I, up.data(), I, false);
+        cpu_.SwiGlu(gate.data(), up.data(), 1, I, limit, &weights[t * k + i], h.data());
+        cpu_.FakeQuant(h.data(), 1, I, I, FakeQuantKind::kFp8Block32Pow2);
+        cpu_.Linear(h.data(), 1, I, e.w2, 0, D, out.data(), D, false);
+        for (int64_t d = 0; d < D; ++d) y[t * D + d] += out[d];
+      }
+    }
+    return y;
+  }
+
+  std::vector<int32_t> Route(int64_t T, int64_t k, int64_t n) {
+    std::vector<int32_t> ids(T * k);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < k; ++i) {
+        int32_t e;
+        do {
+          e = Ints(1, 0, static_cast<int32_t>(n - 1))[0];
+        } while (std::find(&ids[t * k], &ids[t * k] + i, e) != &ids[t * k] + i);
+        ids[t * k + i] = e;
+      }
+    }
+    return ids;
+  }
+
+  std::vector<float> RunGpu(const Experts& ex, const std::vector<float>& x, int64_t T,
+                            const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                            int64_t k, float limit) {
+    gpu_->set_fp8_activations(true);
+    model::RoutedExpertsArgs a;
+    a.x = ToGpu(x), a.T = T, a.D = ex.D, a.experts = ToGpu(ids), a.weights = ToGpu(weights);
+    a.k = k, a.table = ex.table.data(), a.n_experts = static_cast<int64_t>(ex.table.size());
+    a.swiglu_limit = limit;
+    a.y = PoisonedFloats(T * ex.D);
+    EXPECT_TRUE(gpu_->CanFuseRoutedExperts(T, ex.table[0]));
+    gpu_->RoutedExperts(a);
+    return FromGpu(a.y, T * ex.D);
+  }
+};
+
+TEST_F(CudaFp8ExpertsTest, MatchesCpuReference) {
+  for (WeightFormat f : {WeightFormat::kMxFp4, WeightFormat::kFp8Block32}) {
+    const Experts ex = MakeExperts(16, f, 256, 384);
+    for (int64_t T : {1, 7, 65, 100, 150, 600}) {  // item widths 8, 8, 32, 64, 96, 128
+      SCOPED_TRACE(::testing::Message() << model::WeightFormatName(f) << " T " << T);
+      const int64_t k = 6;
+      const std::vector<float> x = Normal(T * ex.D, 4.0f);
+      const std::vector<int32_t> ids = Route(T, k, 16);
+      const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+      const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
+      const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
+      EXPECT_TRUE(AllClose(got, expected, 2e-2, 2e-2 * MaxAbs(expected)));
+    }
+  }
+}
+
+// A token's row is bitwise the same alone and inside batches of 8, 64 and 600 tokens.
+TEST_F(CudaFp8ExpertsTest, BatchInvariantBitwise) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t k = 6, T = 600;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const std::vector<float> all = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  for (int64_t n : {1, 8, 64}) {
+    const std::vector<float> xs(x.end() - n * ex.D, x.end());
+    const std::vector<int32_t> is(ids.end() - n * k, ids.end());
+    const std::vector<float> ws(weights.end() - n * k, weights.end());
+    const std::vector<float> got = RunGpu(ex, xs, n, is, ws, k, 7.0f);
+    EXPECT_TRUE(BitExact(got, std::vector<float>(all.end() - n * ex.D, all.end()))) << n;
+  }
+}
+
+TEST_F(CudaFp8ExpertsTest, RealV41ShapeDecode) {
+  if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  const Experts ex = MakeExperts(24, WeightFormat::kMxFp4, 5120, 2304);
+  const int64_t T = 4, k = 6;
+  const std::vector<float> x = Normal(T * ex.D);
+  const std::vector<int32_t> ids = Route(T, k, 24);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 0.5f);
+  const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
+  EXPECT_TRUE(RelL2Close(RunGpu(ex, x, T, ids, weights, k, 7.0f), expected, 5e-3));
+}
+
+// The error is sticky in the backend, so this test runs on a backend of its own.
+TEST_F(CudaFp8ExpertsTest, OutOfRangeIdGivesNanRowAndError) {
+  const Experts ex = MakeExperts(8, WeightFormat::kMxFp4, 256, 256);
+  const int64_t T = 3, k = 2;
+  const std::vector<float> x = Normal(T * ex.D);
+  const std::vector<int32_t> ids = {0, 1, 2, 8, 3, 4};  // token 1 has id 8 of 8 experts
+  const std::vector<float> weights = Uniform(T * k, 0.1f, 1.0f);
+  auto created = CudaBackend::Create(0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<CudaBackend> b = std::move(created).value();
+  b->set_fp8_activations(true);
+  model::RoutedExpertsArgs a;
+  float* dx = b->AllocFloats(T * ex.D);
+  int32_t* dids = b->AllocInts(T * k);
+  float* dw = b->AllocFloats(T * k);
+  b->CopyToDevice(dx, x.data(), T * ex.D * 4);
+  b->CopyToDevice(dids, ids.data(), T * k * 4);
+  b->CopyToDevice(dw, weights.data(), T * k * 4);
+  a.x = dx, a.T = T, a.D = ex.D, a.experts = dids, a.weights = dw;
+  a.k = k, a.table = ex.table.data(), a.n_experts = 8, a.swiglu_limit = 0.0f;
+  a.y = b->AllocFloats(T * ex.D);
+  b->RoutedExperts(a);
+  const base::Status st = b->Synchronize();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("expert id"), std::string::npos) << st;
+  std::vector<float> y(T * ex.D);
+  ASSERT_EQ(cudaMemcpy(y.data(), a.y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int64_t d = 0; d < ex.D; ++d) {
+    EXPECT_TRUE(std::isnan(y[ex.D + d])) << d;
+    EXPECT_TRUE(std::isfinite(y[d]) && std::isfinite(y[2 * ex.D + d])) << d;
+  }
+}
+
+// Device time at V4.1 shapes (run with --gtest_also_run_disabled_tests).
+TEST_F(CudaFp8Test, DISABLED_Bench) {
+  for (WeightFormat f : {WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    const int64_t K = 5120, N = f == WeightFormat::kMxFp4 ? 4608 : 32768;
+    const HostWeight w = MakeWeight(f, N, K);
+    for (int64_t T : {1, 8, 32, 64, 256, 4096}) {
+      const int64_t act = kernels::Fp8ActivationBytes(T, K);
+      auto* q = PoisonedBytes(act);
+      auto* s = reinterpret_cast<float*>(q + (T * K + 15) / 16 * 16);
+      const int64_t sb = kernels::Fp8LinearScratchBytes(N, K, T);
+      uint8_t* scratch = sb > 0 ? PoisonedBytes(sb) : nullptr;
+      float* y = PoisonedFloats(T * N);
+      ASSERT_EQ(
+          kernels::QuantizeFp8Activations(ToGpu(Normal(T * K)), T, K, K, q, s, gpu_->stream()),
+          cudaSuccess);
+      const double us = DeviceMicrosPerCall([&] {
+        kernels::LinearFp8(w.device, 0, N, q, s, T, y, N, false, scratch, gpu_->stream());
+      });
+      const double bytes = double(N) * K * (f == WeightFormat::kMxFp4 ? 0.5 : 1.0);
+      std::printf("FP8ACT %s %lldx%lld T=%lld: %.1f us, weight %.0f GB/s, %.1f TFLOP/s\n",
+                  std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(N),
+                  static_cast<long long>(K), static_cast<long long>(T), us, bytes / us / 1e3,
+                  2.0 * N * K * T / us / 1e6);
+    }
+  }
+}
+
+// One call per shape, for profilers (ncu -k regex:DenseKernel).
+TEST_F(CudaFp8Test, DISABLED_ProfileOnce) {
+  for (WeightFormat f : {WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    const int64_t K = 5120, N = 32768;
+    const HostWeight w = MakeWeight(f, N, K);
+    for (int64_t T : {1, 32, 4096}) {
+      auto* q = PoisonedBytes(kernels::Fp8ActivationBytes(T, K));
+      auto* s = reinterpret_cast<float*>(q + (T * K + 15) / 16 * 16);
+      const int64_t sb = kernels::Fp8LinearScratchBytes(N, K, T);
+      uint8_t* scratch = sb > 0 ? PoisonedBytes(sb) : nullptr;
+      float* y = PoisonedFloats(T * N);
+      ASSERT_EQ(
+          kernels::QuantizeFp8Activations(ToGpu(Normal(T * K)), T, K, K, q, s, gpu_->stream()),
+          cudaSuccess);
+      ASSERT_EQ(kernels::LinearFp8(w.device, 0, N, q, s, T, y, N, false, scratch, gpu_->stream()),
+                cudaSuccess);
+      ASSERT_TRUE(gpu_->Synchronize().ok());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda::testing

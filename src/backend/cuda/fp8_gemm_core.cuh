@@ -1,0 +1,386 @@
+// FP8-activation tensor-core GEMM core (the fast mode of kernels_fp8.h), shared by the dense
+// Linear (k_fp8_gemm.cu) and the grouped routed experts (k_moe_fp8.cu). Include from .cu
+// files only.
+//
+// Numerics (DeepSeek's kernels, model.md §2.8): activations are quantised per row per 32
+// values to e4m3 with a power-of-two scale (QuantizeFp8Activations, the same values as
+// FakeQuantKind::kFp8Block32Pow2); weights are e4m3 (FP8, ue8m0 scale per 32x32 block or per
+// row and 32 columns) or e2m1 (MXFP4, ue8m0 scale per row and 32 columns). Every 32-value
+// K block is one mma.sync m16n8k32 e4m3 x e4m3 into a fresh zero accumulator (a partial P);
+// then acc += P * (weight scale * activation scale) in fp32 (fma). So each output is
+// sum over K blocks, in K order, of one tensor-core partial: the result of an output
+// element depends only on its weight row and its activation row, whatever the tile shape,
+// the token count or the other tokens (batch-invariant within the fast mode).
+//
+// e2m1 -> e4m3 is exact: the nibble s|e1 e0|m becomes the byte s|0 0 e1 e0|m 0 0, which is
+// the e2m1 value times 2^-6 (the e2m1 subnormal 0.5 lands on the e4m3 subnormal 2^-7); the
+// 2^6 goes into the weight scale.
+//
+// K permutation inside a 32-value block. For lane (g = lane / 4, t = lane % 4), the MMA's
+// logical k 4t..4t+3 (registers a0 / a1 and b0) are the physical values 8t, 8t+2, 8t+4, 8t+6
+// and logical k 16+4t..16+4t+3 (a2 / a3 and b1) are 8t+1, 8t+3, 8t+5, 8t+7. The activations
+// are stored permuted accordingly (each 8-value group as its values 0,2,4,6,1,3,5,7), so a
+// lane's B fragment is one 8-byte load; one 32-bit word of e2m1 nibbles gives two A
+// registers with 4 shifts/masks, and 8 e4m3 weight bytes give two with 2 byte permutes.
+//
+// Pipeline: a block owns BM weight rows x BN tokens; K runs in stages of 128 values (4
+// scale blocks), loaded with cp.async into a kStages-deep ring of shared-memory buffers
+// (weights, their scale bytes, activations, their scales; rows beyond the ends are
+// zero-filled). Warps form a kWM x kWN grid; a warp owns kMT 16-row M tiles x kNT 8-token N
+// tiles.
+#pragma once
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_numerics.cuh"
+#include "model/backend.h"
+
+namespace deepinfer::backend::cuda::kernels::fp8 {
+
+using model::WeightFormat;
+
+inline constexpr int kStageK = 128;         // K values per pipeline stage
+inline constexpr int kStageBlocks = 4;      // 32-value scale blocks per stage
+inline constexpr int kActStride = 160;      // smem bytes per activation row per stage (+32 pad)
+inline constexpr int kActStageBytes = 128;  // stored bytes per activation row per stage
+
+// Shared-memory layout of a weight row per stage. The padding keeps the 8 rows a quarter
+// warp reads in distinct banks.
+template <WeightFormat F>
+struct WeightTraits {
+  static constexpr bool kFp4 = F == WeightFormat::kMxFp4;
+  static constexpr int kStageBytes = kFp4 ? 64 : 128;  // stored bytes per row per stage
+  static constexpr int kStride = kFp4 ? 80 : 160;
+  static constexpr int kScaleShift = kFp4 ? 6 : 0;  // the e2m1 -> e4m3 factor 2^-6
+  static constexpr int64_t RowBytes(int64_t K) { return kFp4 ? K / 2 : K; }
+};
+
+// Block shape. Threads = 32 * kWM * kWN; BM = 16 * kWM * kMT rows; BN = 8 * kWN * kNT tokens.
+template <WeightFormat F, int kWM_, int kWN_, int kMT_, int kNT_, int kStages_>
+struct TileConfig {
+  static constexpr WeightFormat kFormat = F;
+  static constexpr int kWM = kWM_, kWN = kWN_, kMT = kMT_, kNT = kNT_, kStages = kStages_;
+  static constexpr int kThreads = 32 * kWM * kWN;
+  static constexpr int kBM = 16 * kWM * kMT;
+  static constexpr int kBN = 8 * kWN * kNT;
+  using W = WeightTraits<F>;
+  static constexpr int kWeightBytes = kBM * W::kStride;
+  static constexpr int kWeightScaleBytes = kBM * kStageBlocks;  // one byte per row and block
+  static constexpr int kActBytes = kBN * kActStride;
+  static constexpr int kActScaleBytes = kBN * kStageBlocks * 4;  // floats
+  static constexpr int kStageBytes = kWeightBytes + kWeightScaleBytes + kActBytes + kActScaleBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+};
+
+// One block's problem. Virtual weight row v (0 <= v < n_rows) is stored row
+// row_base + v of part 0 if v < part_rows, else row v - part_rows of part 1 (the gate and up
+// matrices of an expert as one [2I, D] weight; a plain weight has part_rows >= n_rows).
+// Activation row n (0 <= n < n_tokens) is row act_row(n) of xq / xs.
+struct TileJob {
+  const uint8_t* data[2];
+  const uint8_t* scale[2];
+  int64_t part_rows;
+  int64_t row_base;
+  int64_t n_rows;
+  int64_t K;
+  int64_t v0;               // first virtual row of the tile
+  int64_t stage0, stage1;   // K stages [stage0, stage1) (split K)
+  const uint8_t* xq;        // [*, K] permuted e4m3
+  const float* xs;          // [*, K / 32]
+  const int32_t* act_rows;  // null: act_row(n) = act_base + n; else act_rows[n] / act_div
+  int64_t act_base;
+  int act_div;
+  int n_tokens;  // tokens of this tile (<= BN)
+};
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem),
+               "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
+
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
+}
+
+// Eight e2m1 nibbles (nibble i = value i) as e4m3 bytes of value * 2^-6: .x holds values
+// 0, 2, 4, 6 and .y values 1, 3, 5, 7 (byte j = the j-th of them).
+__device__ __forceinline__ uint2 E2m1x8ToE4m3(uint32_t w) {
+  uint2 r;
+  r.x = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
+  r.y = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
+  return r;
+}
+
+// Eight e4m3 bytes (lo = values 0..3, hi = 4..7) as .x = values 0, 2, 4, 6, .y = 1, 3, 5, 7.
+__device__ __forceinline__ uint2 SplitEvenOdd(uint32_t lo, uint32_t hi) {
+  uint2 r;
+  asm("prmt.b32 %0, %1, %2, 0x6420;" : "=r"(r.x) : "r"(lo), "r"(hi));
+  asm("prmt.b32 %0, %1, %2, 0x7531;" : "=r"(r.y) : "r"(lo), "r"(hi));
+  return r;
+}
+
+// d = a * b on one m16n8k32 e4m3 tile, fp32, from a zero accumulator.
+__device__ __forceinline__ void MmaE4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+// 2^(byte - 127 + shift) (ue8m0 with the e2m1 factor folded in; byte 255 never reaches here).
+__device__ __forceinline__ float ScaleFromE8m0(uint32_t byte, int shift) {
+  const int e = static_cast<int>(byte) + shift;  // biased fp32 exponent
+  return e >= 1 && e <= 254 ? __int_as_float(e << 23) : ldexpf(1.0f, e - 127);
+}
+
+// Quantises one 32-value block held one value per lane (the whole warp calls it): returns
+// the e4m3 byte of this lane's value and sets *scale to the block's power-of-two scale, the
+// same numbers as FakeQuantKind::kFp8Block32Pow2 (cuda_numerics.cuh, backend/cpu/numerics.cc).
+__device__ __forceinline__ uint8_t QuantizeLaneE4m3(float v, float* scale) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float s = Pow2Ceil(MaxF(amax, 1e-4f) * (1.0f / 448.0f));
+  *scale = s;
+  const float q = RoundToE4m3(ClampF(v / s, -448.0f, 448.0f));
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
+}
+
+// Position of value j (0..31) of a block in the permuted storage order.
+__device__ __forceinline__ int PermutedIndex(int j) {
+  return (j & ~7) + ((j & 1) ? 4 + ((j & 7) >> 1) : ((j & 7) >> 1));
+}
+
+template <class Cfg>
+struct Fp8Tile {
+  using W = typename Cfg::W;
+  static constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kMT = Cfg::kMT, kNT = Cfg::kNT;
+
+  struct Stage {
+    uint8_t* w;
+    uint8_t* ws;
+    uint8_t* x;
+    float* xs;
+  };
+
+  __device__ static Stage StageAt(char* smem, int s) {
+    char* base = smem + s * Cfg::kStageBytes;
+    Stage st;
+    st.w = reinterpret_cast<uint8_t*>(base);
+    st.ws = st.w + Cfg::kWeightBytes;
+    st.x = st.ws + Cfg::kWeightScaleBytes;
+    st.xs = reinterpret_cast<float*>(st.x + Cfg::kActBytes);
+    return st;
+  }
+
+  // Stored row of virtual row v: (part, row within the part).
+  __device__ static const uint8_t* WeightRow(const TileJob& j, int64_t v, int64_t* row_out,
+                                             int* part_out) {
+    const int part = v >= j.part_rows ? 1 : 0;
+    const int64_t row = part ? v - j.part_rows : j.row_base + v;
+    *row_out = row;
+    *part_out = part;
+    return (part ? j.data[1] : j.data[0]) + row * W::RowBytes(j.K);
+  }
+
+  __device__ static int64_t ActRow(const TileJob& j, int n) {
+    return j.act_rows == nullptr ? j.act_base + n : int64_t{j.act_rows[n]} / j.act_div;
+  }
+
+  // Issues the cp.async loads of K stage `ks` into buffer `st` (no commit).
+  __device__ static void LoadStage(const TileJob& j, int64_t ks, const Stage& st) {
+    constexpr int kWChunks = W::kStageBytes / 16;  // 16-byte chunks per weight row
+    const int64_t kblocks = j.K / 32;
+    for (int c = threadIdx.x; c < kBM * kWChunks; c += Cfg::kThreads) {
+      const int r = c / kWChunks, part16 = c % kWChunks;
+      const int64_t v = j.v0 + r;
+      const bool valid = v < j.n_rows;
+      int64_t row = 0;
+      int part = 0;
+      const uint8_t* src = valid ? WeightRow(j, v, &row, &part) : j.data[0];
+      if (valid) src += ks * W::kStageBytes + part16 * 16;
+      CpAsync16(st.w + r * W::kStride + part16 * 16, src, valid);
+    }
+    for (int r = threadIdx.x; r < kBM; r += Cfg::kThreads) {
+      const int64_t v = j.v0 + r;
+      const bool valid = v < j.n_rows;
+      const uint8_t* src = j.scale[0];
+      if (valid) {
+        int64_t row = 0;
+        int part = 0;
+        WeightRow(j, v, &row, &part);
+        const int64_t scale_row = Cfg::kFormat == WeightFormat::kFp8Block32 ? row / 32 : row;
+        src = (part ? j.scale[1] : j.scale[0]) + scale_row * kblocks + ks * kStageBlocks;
+      }
+      CpAsync4(st.ws + r * kStageBlocks, src, valid);
+    }
+    constexpr int kXChunks = kActStageBytes / 16;
+    for (int c = threadIdx.x; c < kBN * kXChunks; c += Cfg::kThreads) {
+      const int n = c / kXChunks, part16 = c % kXChunks;
+      const bool valid = n < j.n_tokens;
+      const uint8_t* src = j.xq;
+      if (valid) src += ActRow(j, n) * j.K + ks * kStageK + part16 * 16;
+      CpAsync16(st.x + n * kActStride + part16 * 16, src, valid);
+    }
+    for (int n = threadIdx.x; n < kBN; n += Cfg::kThreads) {
+      const bool valid = n < j.n_tokens;
+      const float* src = j.xs;
+      if (valid) src += ActRow(j, n) * kblocks + ks * kStageBlocks;
+      CpAsync16(st.xs + n * kStageBlocks, src, valid);
+    }
+  }
+
+  // The A fragment of local rows (r, r + 8) for scale block kb of a stage.
+  __device__ static void LoadA(const Stage& st, int r, int kb, int t, uint32_t (&a)[4]) {
+    if constexpr (W::kFp4) {
+      const uint32_t w0 =
+          *reinterpret_cast<const uint32_t*>(st.w + r * W::kStride + kb * 16 + 4 * t);
+      const uint32_t w1 =
+          *reinterpret_cast<const uint32_t*>(st.w + (r + 8) * W::kStride + kb * 16 + 4 * t);
+      const uint2 p0 = E2m1x8ToE4m3(w0), p1 = E2m1x8ToE4m3(w1);
+      a[0] = p0.x;
+      a[1] = p1.x;
+      a[2] = p0.y;
+      a[3] = p1.y;
+    } else {
+      const uint2 w0 = *reinterpret_cast<const uint2*>(st.w + r * W::kStride + kb * 32 + 8 * t);
+      const uint2 w1 =
+          *reinterpret_cast<const uint2*>(st.w + (r + 8) * W::kStride + kb * 32 + 8 * t);
+      const uint2 p0 = SplitEvenOdd(w0.x, w0.y), p1 = SplitEvenOdd(w1.x, w1.y);
+      a[0] = p0.x;
+      a[1] = p1.x;
+      a[2] = p0.y;
+      a[3] = p1.y;
+    }
+  }
+
+  // Multiplies one stage into acc (warp (wm, wn), lane (g, t)).
+  __device__ static void ComputeStage(const Stage& st, int wm, int wn, int g, int t,
+                                      float (&acc)[kMT][kNT][4]) {
+#pragma unroll
+    for (int kb = 0; kb < kStageBlocks; ++kb) {
+      uint32_t b[kNT][2];
+      float xs[kNT][2];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int n = (wn * kNT + nt) * 8;
+        const uint2 v =
+            *reinterpret_cast<const uint2*>(st.x + (n + g) * kActStride + kb * 32 + 8 * t);
+        b[nt][0] = v.x;
+        b[nt][1] = v.y;
+        xs[nt][0] = st.xs[(n + 2 * t) * kStageBlocks + kb];
+        xs[nt][1] = st.xs[(n + 2 * t + 1) * kStageBlocks + kb];
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        const int r = (wm * kMT + mt) * 16 + g;
+        uint32_t a[4];
+        LoadA(st, r, kb, t, a);
+        const float ws0 = ScaleFromE8m0(st.ws[r * kStageBlocks + kb], W::kScaleShift);
+        const float ws1 = ScaleFromE8m0(st.ws[(r + 8) * kStageBlocks + kb], W::kScaleShift);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          float p[4];
+          MmaE4m3(p, a, b[nt][0], b[nt][1]);
+          acc[mt][nt][0] = fmaf(p[0], ws0 * xs[nt][0], acc[mt][nt][0]);
+          acc[mt][nt][1] = fmaf(p[1], ws0 * xs[nt][1], acc[mt][nt][1]);
+          acc[mt][nt][2] = fmaf(p[2], ws1 * xs[nt][0], acc[mt][nt][2]);
+          acc[mt][nt][3] = fmaf(p[3], ws1 * xs[nt][1], acc[mt][nt][3]);
+        }
+      }
+    }
+  }
+
+  // Runs the K stages [stage0, stage1) of job j into total: the range is cut into `segments`
+  // equal parts (boundaries stage0 + s * n / segments, n = stage1 - stage0); each part is
+  // summed in acc (from zero), then total = part 0, total += part 1, ... in order, exactly
+  // as the split-K reduction adds the partials of `segments` blocks (so one block looping
+  // over the segments gives the same bits as a split over blocks). smem holds
+  // Cfg::kSmemBytes. Every thread of the block must call it.
+  __device__ static void Run(const TileJob& j, int segments, char* smem,
+                             float (&total)[kMT][kNT][4]) {
+    float acc[kMT][kNT][4];
+    ZeroAcc(acc);
+    ZeroAcc(total);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wm = warp % Cfg::kWM, wn = warp / Cfg::kWM;
+    const int g = lane / 4, t = lane % 4;
+    const int64_t n_stages = j.stage1 - j.stage0;
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages - 1; ++s) {
+      if (s < n_stages) LoadStage(j, j.stage0 + s, StageAt(smem, s));
+      CpAsyncCommit();
+    }
+    int segment = 0;
+    int64_t boundary = n_stages / segments;
+    for (int64_t i = 0; i < n_stages; ++i) {
+      CpAsyncWait<Cfg::kStages - 2>();
+      __syncthreads();
+      const int64_t next = i + Cfg::kStages - 1;
+      if (next < n_stages) {
+        LoadStage(j, j.stage0 + next, StageAt(smem, static_cast<int>(next % Cfg::kStages)));
+      }
+      CpAsyncCommit();
+      ComputeStage(StageAt(smem, static_cast<int>(i % Cfg::kStages)), wm, wn, g, t, acc);
+      if (i + 1 == boundary) {
+        Fold(segment == 0, acc, total);
+        ++segment;
+        boundary = segment + 1 == segments ? n_stages : (segment + 1) * n_stages / segments;
+      }
+    }
+    CpAsyncWait<0>();
+  }
+
+  __device__ static void ZeroAcc(float (&acc)[kMT][kNT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+      }
+    }
+  }
+
+  // total = acc (first segment) or total + acc; then acc = 0.
+  __device__ static void Fold(bool first, float (&acc)[kMT][kNT][4], float (&total)[kMT][kNT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          total[mt][nt][i] = first ? acc[mt][nt][i] : total[mt][nt][i] + acc[mt][nt][i];
+          acc[mt][nt][i] = 0.0f;
+        }
+      }
+    }
+  }
+
+  // Output coordinates of acc[mt][nt][i]: local row and local token.
+  __device__ static int AccRow(int mt, int i) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    return ((warp % Cfg::kWM) * kMT + mt) * 16 + lane / 4 + (i >= 2 ? 8 : 0);
+  }
+  __device__ static int AccToken(int nt, int i) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    return ((warp / Cfg::kWM) * kNT + nt) * 8 + 2 * (lane % 4) + (i & 1);
+  }
+};
+
+}  // namespace deepinfer::backend::cuda::kernels::fp8

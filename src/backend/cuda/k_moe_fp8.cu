@@ -1,0 +1,366 @@
+// Routed experts with FP8 activations, expert-major for any T (kernels_fp8.h).
+//
+// Roofline (V4.1-Flash: 384 MXFP4 experts of [2304, 5120] x 3, top-6): each distinct expert
+// read once is 18.8 MB. Decode T = 32 touches ~151 experts: 2.84 GB, 0.62 ms at 4.6 TB/s.
+// Prefill T = 4096 (24,576 pairs): 3 * 2 * 24576 * 2304 * 5120 = 1.74 TFLOP per layer,
+// 1.2 ms at the 1,449 TFLOP/s FP8 ceiling; every expert is read once per item (<= BN pairs).
+//
+// Launches (grid sizes depend only on T, k, n_experts and the shapes; no host sync):
+//  1. QuantizeFp8Activations(x) -> xq [T, D].
+//  2. CountPairs: block e counts the pairs routed to expert e (__syncthreads_count).
+//  3. FillGroups: block e places its pairs at order[start_e ..] in pair order (stable,
+//     ballot prefix counts: no atomics decide a position) and writes its work items
+//     (expert, first position, count <= BN), ceil(count / BN) of them at item_base_e.
+//  4. Gate/up GEMM: grid (2I / BM, max items); item i multiplies the expert's [W1; W3]
+//     (one [2I, D] weight) with the xq rows of its pairs' tokens -> gu [P, 2I].
+//  5. SwiGluQuantize: h = SwiGLU(g, u) * weight -> hq [P, I] (e4m3, per 32 values).
+//  6. Down GEMM: grid (D / BM, max items): W2 with the hq rows of the pairs -> out [P, D].
+//  7. Combine: y[t] = sum over slots in order of out[t*k + i] (NaN for a bad id).
+// Every output element is one tile lane's K-ordered sum (fp8_gemm_core.cuh), so a token's
+// result does not depend on which other tokens share its experts, nor on T.
+#include <algorithm>
+
+#include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/fp8_gemm_core.cuh"
+#include "backend/cuda/kernels_fp8.h"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+using fp8::TileConfig;
+using fp8::TileJob;
+using model::WeightFormat;
+
+constexpr int kGroupThreads = 256;
+constexpr int kThreads = 256;
+
+int64_t Align16(int64_t b) { return (b + 15) / 16 * 16; }
+
+// Item: (expert, first position in order, pairs).
+struct Item {
+  int32_t expert, start, count, pad;
+};
+
+struct Scratch {
+  int64_t xq = 0, hq = 0, gu = 0, out = 0, order = 0, counts = 0, items = 0, n_items = 0;
+  int64_t total = 0;
+};
+
+int64_t MaxItems(int64_t P, int64_t n_experts, int bn) {
+  return (P + bn - 1) / bn + std::min(P, n_experts);
+}
+
+Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, int bn) {
+  const int64_t P = T * k;
+  Scratch s;
+  int64_t at = 0;
+  auto take = [&](int64_t bytes) {
+    const int64_t here = at;
+    at += Align16(bytes);
+    return here;
+  };
+  s.xq = take(Fp8ActivationBytes(T, D));
+  s.hq = take(Fp8ActivationBytes(P, I));
+  s.gu = take(P * 2 * I * 4);
+  s.out = take(P * D * 4);
+  s.order = take(P * 4);
+  s.counts = take(n_experts * 4);
+  s.items = take(MaxItems(P, n_experts, bn) * static_cast<int64_t>(sizeof(Item)));
+  s.n_items = take(4);
+  s.total = at;
+  return s;
+}
+
+// --- grouping ------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kGroupThreads)
+    CountPairsKernel(const int32_t* experts, int64_t P, int32_t* counts) {
+  const int32_t e = static_cast<int32_t>(blockIdx.x);
+  int count = 0;
+  for (int64_t base = 0; base < P; base += kGroupThreads) {
+    const int64_t p = base + threadIdx.x;
+    count += __syncthreads_count(p < P && experts[p] == e);
+  }
+  if (threadIdx.x == 0) counts[e] = count;
+}
+
+__global__ void __launch_bounds__(kGroupThreads)
+    FillGroupsKernel(const int32_t* experts, int64_t P, const int32_t* counts, int bn,
+                     int32_t* order, Item* items, int32_t* n_items) {
+  __shared__ int scratch[33];
+  __shared__ int sums[2];
+  const int32_t e = static_cast<int32_t>(blockIdx.x);
+  if (threadIdx.x < 2) sums[threadIdx.x] = 0;
+  __syncthreads();
+  int start = 0, item_base = 0;
+  for (int32_t i = threadIdx.x; i < e; i += kGroupThreads) {
+    start += counts[i];
+    item_base += (counts[i] + bn - 1) / bn;
+  }
+  atomicAdd(&sums[0], start);  // integer sums: the order does not matter
+  atomicAdd(&sums[1], item_base);
+  __syncthreads();
+  start = sums[0];
+  item_base = sums[1];
+  const int count = counts[e];
+  int placed = 0;
+  for (int64_t base = 0; base < P; base += kGroupThreads) {
+    const int64_t p = base + threadIdx.x;
+    const bool mine = p < P && experts[p] == e;
+    int chunk_total = 0;
+    const int rank = BlockExclusiveCount(mine, &chunk_total, scratch);
+    if (mine) order[start + placed + rank] = static_cast<int32_t>(p);
+    placed += chunk_total;
+  }
+  const int my_items = (count + bn - 1) / bn;
+  for (int i = threadIdx.x; i < my_items; i += kGroupThreads) {
+    items[item_base + i] = Item{e, start + i * bn, min(bn, count - i * bn), 0};
+  }
+  if (e == static_cast<int32_t>(gridDim.x) - 1 && threadIdx.x == 0) {
+    *n_items = item_base + my_items;
+  }
+}
+
+// --- expert GEMMs --------------------------------------------------------------------
+
+struct ExpertGemmArgs {
+  const ExpertPointers* table;
+  bool up;  // gate/up ([W1; W3] x xq rows of tokens) or down (W2 x hq rows of pairs)
+  int64_t D, I, k;
+  const uint8_t* xq;
+  const float* xs;
+  const int32_t* order;
+  const Item* items;
+  const int32_t* n_items;
+  float* out;  // [P, n_rows]
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) ExpertGemmKernel(ExpertGemmArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  using Tile = fp8::Fp8Tile<Cfg>;
+  if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
+  const Item item = a.items[blockIdx.y];
+  const ExpertPointers& ep = a.table[item.expert];
+  TileJob j{};
+  const int m0 = a.up ? 0 : 1, m1 = a.up ? 2 : 1;
+  j.data[0] = static_cast<const uint8_t*>(ep.data[m0]);
+  j.data[1] = static_cast<const uint8_t*>(ep.data[m1]);
+  j.scale[0] = ep.scale[m0];
+  j.scale[1] = ep.scale[m1];
+  j.n_rows = a.up ? 2 * a.I : a.D;
+  j.part_rows = a.up ? a.I : a.D;
+  j.row_base = 0;
+  j.K = a.up ? a.D : a.I;
+  j.v0 = int64_t{blockIdx.x} * Cfg::kBM;
+  j.stage0 = 0;
+  j.stage1 = j.K / fp8::kStageK;
+  j.xq = a.xq;
+  j.xs = a.xs;
+  j.act_rows = a.order + item.start;
+  j.act_base = 0;
+  j.act_div = a.up ? static_cast<int>(a.k) : 1;
+  j.n_tokens = item.count;
+  float total[Cfg::kMT][Cfg::kNT][4];
+  Tile::Run(j, 1, smem, total);
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kNT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t v = j.v0 + Tile::AccRow(mt, i);
+        const int n = Tile::AccToken(nt, i);
+        if (v >= j.n_rows || n >= item.count) continue;
+        a.out[int64_t{j.act_rows[n]} * j.n_rows + v] = total[mt][nt][i];
+      }
+    }
+  }
+}
+
+// h = SwiGLU(g, u) * weight of pair p, quantised per 32 values: one warp per block.
+__global__ void __launch_bounds__(kThreads)
+    SwiGluQuantizeKernel(const float* gu, const float* weights, int64_t P, int64_t I, float limit,
+                         uint8_t* hq, float* hs) {
+  const int lane = threadIdx.x % 32;
+  const int64_t per_row = I / 32;
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  for (int64_t b = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32; b < P * per_row;
+       b += warps) {
+    const int64_t p = b / per_row, c = (b % per_row) * 32 + lane;
+    const float h = SwiGluValue(gu[p * 2 * I + c], gu[p * 2 * I + I + c], limit) * weights[p];
+    float s;
+    const uint8_t byte = fp8::QuantizeLaneE4m3(h, &s);
+    hq[p * I + (c - lane) + fp8::PermutedIndex(lane)] = byte;
+    if (lane == 0) hs[b] = s;
+  }
+}
+
+// y[t, d] = sum over slots in order; NaN (and the error bit) if a slot's id is out of range.
+__global__ void __launch_bounds__(kThreads)
+    CombineKernel(const float* out, const int32_t* experts, int64_t T, int64_t k, int64_t n_experts,
+                  int64_t D, float* y, int* error_word) {
+  for (int64_t e = blockIdx.x * int64_t{kThreads} + threadIdx.x; e < T * D;
+       e += int64_t{gridDim.x} * kThreads) {
+    const int64_t t = e / D, d = e % D;
+    bool bad = false;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t id = experts[t * k + i];
+      if (id < 0 || id >= n_experts) {
+        bad = true;
+      } else {
+        sum += out[(t * k + i) * D + d];
+      }
+    }
+    if (bad && d == 0 && error_word != nullptr) atomicOr(error_word, kErrExpertOutOfRange);
+    y[e] = bad ? NaNf() : sum;
+  }
+}
+
+template <class Cfg>
+cudaError_t LaunchGemm(const ExpertGemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      ExpertGemmKernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (attr != cudaSuccess) return attr;
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  const dim3 grid(static_cast<unsigned>((rows + Cfg::kBM - 1) / Cfg::kBM),
+                  static_cast<unsigned>(max_items));
+  ExpertGemmKernel<Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Tile shapes by the mean pairs per expert (each item holds up to BN pairs of one expert, so
+// BN near the mean wastes the fewest MMA columns): BN 8 and 32 stream 128-row tiles with 8
+// warps of one M tile; BN 64, 96 and 128 use 2 x 4 warps of 4 x (BN / 32) MMA tiles.
+enum class Shape { kBn8, kBn32, kBn64, kBn96, kBn128 };
+
+Shape ShapeFor(int64_t T, int64_t k, int64_t n_experts) {
+  const int64_t mean = (T * k + n_experts - 1) / n_experts;
+  const int64_t want = mean + mean / 4;
+  if (want <= 8) return Shape::kBn8;
+  if (want <= 32) return Shape::kBn32;
+  if (want <= 64) return Shape::kBn64;
+  if (want <= 96) return Shape::kBn96;
+  return Shape::kBn128;
+}
+
+int TokensPerItem(Shape s) {
+  switch (s) {
+    case Shape::kBn8:
+      return 8;
+    case Shape::kBn32:
+      return 32;
+    case Shape::kBn64:
+      return 64;
+    case Shape::kBn96:
+      return 96;
+    case Shape::kBn128:
+      return 128;
+  }
+  return 128;
+}
+
+template <WeightFormat F>
+cudaError_t LaunchFormat(Shape s, const ExpertGemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  constexpr int kSkinnyStages = F == WeightFormat::kMxFp4 ? 6 : 4;
+  switch (s) {
+    case Shape::kBn8:
+      return LaunchGemm<TileConfig<F, 8, 1, 1, 1, kSkinnyStages>>(a, max_items, stream);
+    case Shape::kBn32:
+      return LaunchGemm<TileConfig<F, 8, 1, 1, 4, kSkinnyStages>>(a, max_items, stream);
+    case Shape::kBn64:
+      return LaunchGemm<TileConfig<F, 2, 4, 4, 2, 4>>(a, max_items, stream);
+    case Shape::kBn96:
+      return LaunchGemm<TileConfig<F, 2, 4, 4, 3, 4>>(a, max_items, stream);
+    case Shape::kBn128:
+      return LaunchGemm<TileConfig<F, 2, 4, 4, 4, 4>>(a, max_items, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchExpertGemm(WeightFormat f, Shape s, const ExpertGemmArgs& a, int64_t max_items,
+                             cudaStream_t stream) {
+  if (f == WeightFormat::kMxFp4) return LaunchFormat<WeightFormat::kMxFp4>(s, a, max_items, stream);
+  if (f == WeightFormat::kFp8Block32) {
+    return LaunchFormat<WeightFormat::kFp8Block32>(s, a, max_items, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool FormatOk(WeightFormat f) {
+  return f == WeightFormat::kMxFp4 || f == WeightFormat::kFp8Block32;
+}
+
+}  // namespace
+
+bool RoutedExpertsFp8Applicable(WeightFormat up_format, WeightFormat down_format, int64_t D,
+                                int64_t I, int64_t T, int64_t k, int64_t n_experts) {
+  return FormatOk(up_format) && FormatOk(down_format) && D > 0 && I > 0 && D % fp8::kStageK == 0 &&
+         I % fp8::kStageK == 0 && T >= 1 && k >= 1 && k <= kMaxFusedExpertSlots && n_experts >= 1 &&
+         T * k <= (int64_t{1} << 30);
+}
+
+int64_t RoutedExpertsFp8ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
+                                     int64_t n_experts) {
+  return Layout(T, k, D, I, n_experts, TokensPerItem(ShapeFor(T, k, n_experts))).total;
+}
+
+cudaError_t RoutedExpertsFp8(const RoutedExpertsLaunch& l, void* scratch, cudaStream_t stream) {
+  if (l.T <= 0) return cudaSuccess;
+  if (!RoutedExpertsFp8Applicable(l.up_format, l.down_format, l.D, l.I, l.T, l.k, l.n_experts)) {
+    return cudaErrorInvalidValue;
+  }
+  const Shape shape = ShapeFor(l.T, l.k, l.n_experts);
+  const int bn = TokensPerItem(shape);
+  const int64_t P = l.T * l.k;
+  const Scratch s = Layout(l.T, l.k, l.D, l.I, l.n_experts, bn);
+  auto* base = static_cast<char*>(scratch);
+  auto* xq = reinterpret_cast<uint8_t*>(base + s.xq);
+  auto* xs = reinterpret_cast<float*>(base + s.xq + Align16(l.T * l.D));
+  auto* hq = reinterpret_cast<uint8_t*>(base + s.hq);
+  auto* hs = reinterpret_cast<float*>(base + s.hq + Align16(P * l.I));
+  auto* gu = reinterpret_cast<float*>(base + s.gu);
+  auto* out = reinterpret_cast<float*>(base + s.out);
+  auto* order = reinterpret_cast<int32_t*>(base + s.order);
+  auto* counts = reinterpret_cast<int32_t*>(base + s.counts);
+  auto* items = reinterpret_cast<Item*>(base + s.items);
+  auto* n_items = reinterpret_cast<int32_t*>(base + s.n_items);
+  const int64_t max_items = MaxItems(P, l.n_experts, bn);
+
+  cudaError_t e = QuantizeFp8Activations(l.x, l.T, l.D, l.D, xq, xs, stream);
+  if (e != cudaSuccess) return e;
+  const unsigned experts = static_cast<unsigned>(l.n_experts);
+  CountPairsKernel<<<experts, kGroupThreads, 0, stream>>>(l.experts, P, counts);
+  FillGroupsKernel<<<experts, kGroupThreads, 0, stream>>>(l.experts, P, counts, bn, order, items,
+                                                          n_items);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+
+  ExpertGemmArgs a{};
+  a.table = l.table;
+  a.D = l.D;
+  a.I = l.I;
+  a.k = l.k;
+  a.order = order;
+  a.items = items;
+  a.n_items = n_items;
+  a.up = true;
+  a.xq = xq;
+  a.xs = xs;
+  a.out = gu;
+  if ((e = LaunchExpertGemm(l.up_format, shape, a, max_items, stream)) != cudaSuccess) return e;
+  const int64_t h_blocks = P * (l.I / 32);
+  SwiGluQuantizeKernel<<<static_cast<unsigned>(std::min<int64_t>((h_blocks + 7) / 8, 132 * 16)),
+                         kThreads, 0, stream>>>(gu, l.weights, P, l.I, l.swiglu_limit, hq, hs);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  a.up = false;
+  a.xq = hq;
+  a.xs = hs;
+  a.out = out;
+  if ((e = LaunchExpertGemm(l.down_format, shape, a, max_items, stream)) != cudaSuccess) return e;
+  CombineKernel<<<GridFor(l.T * l.D, kThreads), kThreads, 0, stream>>>(
+      out, l.experts, l.T, l.k, l.n_experts, l.D, l.y, l.error_word);
+  return cudaGetLastError();
+}
+
+}  // namespace deepinfer::backend::cuda::kernels
