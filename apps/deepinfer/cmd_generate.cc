@@ -143,6 +143,7 @@ int RunGenerate(int argc, char** argv) {
   bool json_out = false;
   int max_batch = 16;
   std::string backend_name = "cpu";
+  deepinfer::backend::BackendOptions backend_options;
   app.add_option("--model", model_dir, "checkpoint directory (default: embedded demo model)");
   auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text");
   app.add_option("--prompts-file", prompts_file, "JSONL file, one request per line")
@@ -155,6 +156,10 @@ int RunGenerate(int argc, char** argv) {
   app.add_option("--max-batch", max_batch, "max concurrently running sequences (default 16)");
   app.add_flag("--json", json_out, "one JSON object per request on stdout");
   app.add_option("--backend", backend_name, "compute backend: cpu, cuda or cuda:N (default cpu)");
+  app.add_flag("--batch-invariant", backend_options.batch_invariant,
+               "bitwise batch-invariant results (cuda: no kernel chosen by batch size)");
+  app.add_flag("--fp8-activations", backend_options.fp8_activations,
+               "cuda: quantise GEMM activations to FP8 like DeepSeek's kernels");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -166,7 +171,7 @@ int RunGenerate(int argc, char** argv) {
   }
   if (*seed_opt) d.seed = seed;
 
-  auto loaded = deepinfer::engine::LoadModelForEngine(model_dir, backend_name);
+  auto loaded = deepinfer::engine::LoadModelForEngine(model_dir, backend_name, backend_options);
   if (!loaded.ok()) {
     std::fprintf(stderr, "error: %s\n", loaded.status().ToString().c_str());
     return 2;

@@ -71,6 +71,7 @@ class LateBoundService final : public server::GenerationService {
 struct ServeFlags {
   std::string model_dir;
   std::string backend = "cpu";  // backend::CreateBackend name: cpu, cuda, cuda:N
+  backend::BackendOptions backend_options;
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -112,8 +113,9 @@ base::Status LoadRuntime(const ServeFlags& flags, const fs::path& model_dir,
     config.scheduler.eos_token_ids = {server::EosTokenId(tokenizer)};
     DI_ASSIGN_OR_RETURN(runtime->engine, engine::Engine::Create(config, std::move(runner)));
   } else {
-    DI_ASSIGN_OR_RETURN(runtime->loaded,
-                        engine::LoadModelForEngine(model_dir.string(), flags.backend));
+    DI_ASSIGN_OR_RETURN(
+        runtime->loaded,
+        engine::LoadModelForEngine(model_dir.string(), flags.backend, flags.backend_options));
     engine::ModelEngineOptions options;
     options.num_slots = flags.max_num_seqs;
     options.max_tokens_per_step = std::max(512, flags.max_num_seqs);
@@ -148,6 +150,11 @@ int RunServe(int argc, char** argv) {
   ServeFlags flags;
   app.add_option("--model", flags.model_dir, "checkpoint directory (default: the demo model)");
   app.add_option("--backend", flags.backend, "compute backend: cpu, cuda or cuda:N (default cpu)");
+  app.add_flag("--batch-invariant", flags.backend_options.batch_invariant,
+               "bitwise batch-invariant results (cuda: no kernel chosen by batch size)");
+  app.add_flag("--fp8-activations", flags.backend_options.fp8_activations,
+               "cuda: quantise GEMM activations to FP8 like DeepSeek's kernels (faster prefill; "
+               "deviates slightly from the reference)");
   app.add_option("--host", flags.host, "address to listen on")->capture_default_str();
   app.add_option("--port", flags.port, "port to listen on (0: any free port)")
       ->capture_default_str();

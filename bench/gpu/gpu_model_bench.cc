@@ -231,6 +231,7 @@ class Bench {
     base::StatusOr<model::ForwardOutput> out = model_.Forward(b);
     if (!out.ok()) return out.status();
     if (host_issue_s != nullptr) *host_issue_s = out->host_issue_seconds;
+    model_.Recycle(std::move(*out));  // as the engine does: no fresh 66 MB per step at B=128
     return base::Status::Ok();
   }
 

@@ -25,8 +25,14 @@ int ParseCudaDevice(std::string_view name) {
 
 }  // namespace
 
-base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view name) {
-  if (name == "cpu") return std::unique_ptr<model::Backend>(new cpu::CpuBackend());
+base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view name,
+                                                              const BackendOptions& options) {
+  if (name == "cpu") {
+    if (options.fp8_activations) {
+      return base::InvalidArgumentError("FP8 activations need a CUDA backend, not cpu");
+    }
+    return std::unique_ptr<model::Backend>(new cpu::CpuBackend());
+  }
   const int device = ParseCudaDevice(name);
   if (device < 0) {
     return base::InvalidArgumentError("unknown backend '" + std::string(name) +
@@ -38,8 +44,11 @@ base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view n
                                   std::to_string(cuda::CudaBackend::DeviceCount()) + " found)");
   }
   DI_ASSIGN_OR_RETURN(auto backend, cuda::CudaBackend::Create(device));
+  if (options.batch_invariant) backend->set_batch_invariant(true);
+  if (options.fp8_activations) backend->set_fp8_activations(true);
   return std::unique_ptr<model::Backend>(std::move(backend));
 #else
+  (void)options;
   return base::UnavailableError("backend '" + std::string(name) +
                                 "': this build has no CUDA backend (configure with nvcc)");
 #endif

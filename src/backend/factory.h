@@ -12,10 +12,23 @@
 
 namespace deepinfer::backend {
 
+// Numerics switches of a backend (the CPU reference is batch-invariant and exact already).
+struct BackendOptions {
+  // Every token's results bitwise independent of the batch and chunk it runs in (the CUDA
+  // backend then never picks a kernel by token count: no one-row GEMV, token slices of the
+  // tensor-core paths; slower at batch 1).
+  bool batch_invariant = false;
+  // GEMM activations quantised to FP8 like DeepSeek's kernels (CUDA only; a documented
+  // deviation from the goldens, model.md §2.8).
+  bool fp8_activations = false;
+};
+
 // "cpu" -> the fp32 reference backend; "cuda" / "cuda:N" -> the Hopper backend on device N
-// (default 0). InvalidArgument for an unknown name; Unavailable when the build has no CUDA
-// backend or no usable device; FailedPrecondition for a device this build cannot run on.
-base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view name);
+// (default 0). InvalidArgument for an unknown name or for fp8_activations on the CPU;
+// Unavailable when the build has no CUDA backend or no usable device; FailedPrecondition for
+// a device this build cannot run on.
+base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view name,
+                                                              const BackendOptions& options = {});
 
 // Backend names this build can create on this machine right now ("cpu" always).
 std::vector<std::string> AvailableBackends();

@@ -30,5 +30,13 @@ TEST(BackendFactoryTest, MissingCudaDeviceIsUnavailableNotACrash) {
   EXPECT_EQ(backend.status().code(), base::StatusCode::kUnavailable);
 }
 
+TEST(BackendFactoryTest, CpuTakesBatchInvarianceButNotFp8Activations) {
+  EXPECT_TRUE(CreateBackend("cpu", {.batch_invariant = true}).ok());
+  auto fp8 = CreateBackend("cpu", {.fp8_activations = true});
+  ASSERT_FALSE(fp8.ok());
+  EXPECT_EQ(fp8.status().code(), base::StatusCode::kInvalidArgument);
+  EXPECT_NE(fp8.status().ToString().find("FP8"), std::string::npos) << fp8.status();
+}
+
 }  // namespace
 }  // namespace deepinfer::backend

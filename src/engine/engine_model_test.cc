@@ -43,7 +43,8 @@ std::string TestBackendName() {
 class EngineGoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    auto backend = backend::CreateBackend(TestBackendName());
+    // Batch-invariant mode: the bitwise tests compare runs with different batches and chunks.
+    auto backend = backend::CreateBackend(TestBackendName(), {.batch_invariant = true});
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_owner_ = std::move(*backend);
     const std::filesystem::path dir = kGoldens / GetParam();

@@ -14,7 +14,8 @@
 namespace deepinfer::engine {
 
 base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir_arg,
-                                               const std::string& backend_name) {
+                                               const std::string& backend_name,
+                                               const backend::BackendOptions& options) {
   LoadedModel out;
   const io::ResolveEnv env = io::ResolveEnv::FromProcess();
   if (dir_arg.empty() && !env.deepinfer_hf_model_dir) {
@@ -32,7 +33,7 @@ base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir_arg,
     if (!derived.ok()) return derived.status().WithContext(fmt::format("model {}", out.dir));
     engram = std::move(*derived);
   }
-  DI_ASSIGN_OR_RETURN(out.backend, backend::CreateBackend(backend_name));
+  DI_ASSIGN_OR_RETURN(out.backend, backend::CreateBackend(backend_name, options));
   auto m = model::Model::Load(dir, out.backend.get(), std::move(engram));
   if (!m.ok()) return m.status().WithContext(fmt::format("model {}", out.dir));
   out.model = std::move(*m);

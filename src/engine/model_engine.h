@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/factory.h"
 #include "base/statusor.h"
 #include "engine/engine.h"
 #include "model/backend.h"
@@ -29,7 +30,8 @@ struct LoadedModel {
 // backend (backend::CreateBackend: "cpu", "cuda", "cuda:N"). Errors name the directory or the
 // backend.
 base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir,
-                                               const std::string& backend = "cpu");
+                                               const std::string& backend = "cpu",
+                                               const backend::BackendOptions& options = {});
 
 struct ModelEngineOptions {
   int32_t num_slots = 16;             // concurrently running sequences

@@ -150,6 +150,7 @@ base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
       out.tokens.push_back({target.seq_id, s.token, s.logprob, std::move(s.top_logprobs)});
     }
   }
+  model_->Recycle(std::move(forward));
   for (const kv::StateCopy& copy : plan.copies_after) DI_RETURN_IF_ERROR(ApplyCopy(copy));
   return out;
 }

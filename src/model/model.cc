@@ -191,6 +191,8 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
   forward_start_ = std::chrono::steady_clock::now();
   ForwardOutput out;
   out.vocab = config_.text().vocab_size;
+  out.logits = std::move(spare_logits_);  // recycled storage: size set in Logits
+  spare_logits_ = {};
   // Validate every chunk before touching any state, so a bad batch changes nothing.
   DI_RETURN_IF_ERROR(ValidateBatch(batch));
   for (const ForwardChunk& chunk : batch.chunks) {
@@ -198,12 +200,28 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
         EnsureBlocks(backend_, chunk.state->blocks,
                      chunk.state->length + static_cast<int64_t>(chunk.tokens.size())));
   }
+  HostPhase("validate+blocks");
   if (!batch.chunks.empty()) ForwardAll(batch, &out);
+  out.logits.resize(static_cast<size_t>(out.rows) * static_cast<size_t>(out.vocab));
   // Ops report nothing themselves; an asynchronous backend (CUDA) surfaces its first error
   // here, so a failed step never returns plausible-looking logits.
   DI_RETURN_IF_ERROR(
       backend_->Synchronize().WithContext("backend " + std::string(backend_->name())));
+  HostPhase("synchronize");
+  if (host_profile_) {
+    std::string line;
+    for (const auto& [label, ms] : host_phases_) line += fmt::format(" {} {:.2f}", label, ms);
+    LOG_INFO("forward host ms (cumulative):{}", line);
+    host_phases_.clear();
+  }
   return out;
+}
+
+void Model::HostPhase(const char* label) {
+  if (!host_profile_) return;
+  host_phases_.emplace_back(label, std::chrono::duration<double, std::milli>(
+                                       std::chrono::steady_clock::now() - forward_start_)
+                                       .count());
 }
 
 void Model::Emit(const std::string& name, const float* data, int64_t rows, int64_t cols) {
@@ -289,8 +307,12 @@ void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, F
   DeviceFloats logits(backend_, n * t.vocab_size);
   backend_->Linear(picked.data(), n, D, weights_->head, 0, t.vocab_size, logits.data(),
                    t.vocab_size);
-  const size_t old = out->logits.size();
+  // Rows of earlier calls in this Forward stay; recycled storage beyond them is reused
+  // without zero-filling (every float is overwritten by the copy below).
+  const size_t old = out->rows * static_cast<size_t>(t.vocab_size);
+  HostPhase("head");
   out->logits.resize(old + n * t.vocab_size);
+  HostPhase("resize");
   out->host_issue_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start_).count();
   backend_->CopyToHost(out->logits.data() + old, logits.data(), n * t.vocab_size * sizeof(float));
@@ -304,6 +326,7 @@ void Model::ForwardAll(const ForwardBatch& batch, ForwardOutput* out) {
   const float hc_eps = static_cast<float>(t.hc_eps);
   BatchContext b;
   StartBatch(batch, b);
+  HostPhase("start");
   const int64_t T = b.rows;
   // Incoming pre-mix: one-hot on stream 0.
   DeviceFloats carry_pre(backend_, T * hc);
@@ -337,6 +360,7 @@ void Model::ForwardAll(const ForwardBatch& batch, ForwardOutput* out) {
     Emit(name + "ffn_out", y.data(), T, D);
     backend_->HcExpand(y.data(), f_post.data(), f_comb.data(), T, hc, D, b.x.data());
     Emit(name + "streams_out", b.x.data(), T, hc * D);
+    HostPhase("layer");
   }
   backend_->HcCollapse(b.x.data(), carry_pre.data(), T, hc, D, u0.data());
   backend_->RmsNorm(u0.data(), T, D, D, weights_->norm.data(), eps, u.data(), D);

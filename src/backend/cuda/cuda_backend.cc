@@ -113,6 +113,8 @@ base::Status CudaBackend::Init() {
   fused_experts_ = fused == nullptr || std::strcmp(fused, "0") != 0;
   const char* fp8 = std::getenv("DEEPINFER_CUDA_FP8_ACT");
   fp8_activations_ = fp8 != nullptr && std::strcmp(fp8, "0") != 0;
+  const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
+  if (invariant != nullptr && std::strcmp(invariant, "0") != 0) set_batch_invariant(true);
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}{}", device_, prop.name,
            prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30),
            sync_each_op_ ? ", synchronising after every op" : "",
@@ -226,6 +228,11 @@ void* CudaBackend::TempBytes(size_t bytes) {
 void CudaBackend::ReleaseTemps() {
   for (void* p : temps_) arena_.Release(p).IgnoreError();
   temps_.clear();
+}
+
+void CudaBackend::set_batch_invariant(bool on) {
+  batch_invariant_ = on;
+  gemv_max_tokens_ = on ? 0 : kernels::kDefaultGemvTokens;
 }
 
 float* CudaBackend::LinearScratch(int64_t floats) {
@@ -401,6 +408,19 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
           "Linear gemv");
     return Done("Linear", w.name);
   }
+  if (batch_invariant_ && mma_max_tokens_ > 0 &&
+      kernels::MmaLinearApplicable(*dw, std::min(T, kernels::kMaxMmaTokens))) {
+    // Slices of at most 64 tokens: each token's result is that of the same kernel alone.
+    for (int64_t t = 0; t < T; t += kernels::kMaxMmaTokens) {
+      const int64_t n = std::min(kernels::kMaxMmaTokens, T - t);
+      if (!Check(kernels::LinearMma(*dw, row0, n_rows, x + t * ldx, n, ldx, y + t * ldy, ldy,
+                                    accumulate, stream_),
+                 "Linear mma")) {
+        break;
+      }
+    }
+    return Done("Linear", w.name);
+  }
   if (T <= mma_max_tokens_ && kernels::MmaLinearApplicable(*dw, T)) {
     Check(kernels::LinearMma(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
           "Linear mma");
@@ -442,6 +462,24 @@ void CudaBackend::LinearFp8(const float* x, int64_t T, int64_t ldx, const kernel
   Check(kernels::LinearFp8(w, row0, n_rows, act, scale, T, y, ldy, accumulate,
                            partial_bytes > 0 ? act + act_bytes : nullptr, stream_),
         "Linear fp8");
+}
+
+void CudaBackend::LinearGroupedFp8(const float* x, int64_t T, int64_t ldx,
+                                   const kernels::DeviceWeight& w, int64_t groups, float* y,
+                                   int64_t ldy) {
+  const int64_t K = groups * w.cols;  // all groups' activations, quantised at once
+  const int64_t act_bytes = kernels::Fp8ActivationBytes(T, K);
+  const int64_t partial_bytes = kernels::Fp8LinearScratchBytes(w.rows, w.cols, T);
+  auto* act = static_cast<uint8_t*>(TempBytes(static_cast<size_t>(act_bytes + partial_bytes)));
+  if (act == nullptr) return;
+  auto* scale = reinterpret_cast<float*>(act + (T * K + 15) / 16 * 16);
+  if (!Check(kernels::QuantizeFp8Activations(x, T, K, ldx, act, scale, stream_),
+             "LinearGrouped fp8 quantise")) {
+    return;
+  }
+  Check(kernels::LinearFp8Grouped(w, groups, act, scale, T, y, ldy,
+                                  partial_bytes > 0 ? act + act_bytes : nullptr, stream_),
+        "LinearGrouped fp8");
 }
 
 void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
@@ -487,6 +525,16 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
       << w.name << ": " << w.rows << " rows in " << groups << " groups";
   if (T == 0 || failed_) return;
   const int64_t R = w.rows / groups;
+  if (fp8_activations_ && x_group_stride == w.cols &&
+      Check(cudaSetDevice(device_), "cudaSetDevice")) {
+    base::StatusOr<kernels::DeviceWeight> fw = weights_.Get(w);
+    if (!fw.ok()) return Fail(fw.status());
+    if (kernels::Fp8LinearGroupedApplicable(*fw, groups)) {
+      if (!Usable()) return;
+      LinearGroupedFp8(x, T, ldx, *fw, groups, y, ldy);
+      return Done("Linear", w.name);
+    }
+  }
   // Decide before the op starts (its timing record): the per-group Linear calls are ops too.
   base::StatusOr<kernels::DeviceWeight> dw = base::InternalError("not fetched");
   if (!fp8_activations_ && T <= gemv_max_tokens_ && R % 32 == 0 &&

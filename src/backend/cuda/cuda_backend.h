@@ -100,6 +100,13 @@ class CudaBackend final : public model::Backend {
   // deviation from the goldens; default off, DEEPINFER_CUDA_FP8_ACT=1 turns it on at
   // creation).
   void set_fp8_activations(bool on) { fp8_activations_ = on; }
+  // Batch-invariant mode (backend::BackendOptions): no kernel is chosen by token count. Linear
+  // skips the one-row GEMV and runs the tensor-core path in slices of at most 64 tokens,
+  // HcMix runs the split kernel in slices of 64, RoutedExperts the grouped kernels in
+  // slices of 256; the attention kernels are invariant in every mode. Default off
+  // (DEEPINFER_BATCH_INVARIANT=1 turns it on at creation).
+  void set_batch_invariant(bool on);
+  bool batch_invariant() const { return batch_invariant_; }
   bool fp8_activations() const { return fp8_activations_; }
 
   // --- model::Backend ------------------------------------------------------------------
@@ -222,6 +229,9 @@ class CudaBackend final : public model::Backend {
   // Linear in the FP8-activation mode (quantise x, then kernels::LinearFp8).
   void LinearFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                  int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
+  // LinearGrouped in the FP8-activation mode (contiguous groups, one GEMM launch).
+  void LinearGroupedFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
+                        int64_t groups, float* y, int64_t ldy);
   // The persistent fp32 dequantisation tile for Linear, grown on demand.
   float* LinearScratch(int64_t floats);
 
@@ -256,6 +266,7 @@ class CudaBackend final : public model::Backend {
   bool attention_mma_ = true;         // set in Init(); SparseAttentionMma where it applies
   int64_t mma_max_tokens_ = 0;        // set in Init(); LinearMma above the GEMV up to this
   bool fp8_activations_ = false;      // set in Init(); the FP8-activation fast mode
+  bool batch_invariant_ = false;      // set in Init(); set_batch_invariant
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   DeviceArena arena_;
   WeightCache weights_;

@@ -1,4 +1,5 @@
 // CudaBackend: fused routed experts (decode) and the cached per-layer expert tables.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -72,6 +73,8 @@ bool CudaBackend::CanFuseRoutedExperts(int64_t T, const model::ExpertWeights& e)
       kernels::RoutedExpertsFp8Applicable(e.w1.format, e.w2.format, D, I, T, 1, 1)) {
     return UsableInPlace(e.w1.data) && UsableInPlace(e.w2.data) && UsableInPlace(e.w3.data);
   }
+  // Batch-invariant mode runs larger T as slices of the grouped kernels' maximum.
+  if (batch_invariant_) T = std::min(T, kernels::kMaxGroupedExpertTokens);
   // k is not known here; 1 stands for "some valid k" (RoutedExperts checks the real one).
   // Above the token-slot kernels' limit only the grouped ones run (assuming k <= 16).
   const bool fits = T <= kernels::kMaxFusedExpertTokens
@@ -168,6 +171,23 @@ void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
   CHECK(a.table != nullptr && a.n_experts > 0) << "RoutedExperts: empty expert table";
   if (a.T <= 0 || !Usable()) return;
   const model::ExpertWeights& first = a.table[0];
+  const int64_t slice =
+      std::max<int64_t>(1, kernels::kMaxGroupedExpertPairs / std::max<int64_t>(a.k, 1));
+  if (batch_invariant_ && !fp8_activations_ &&
+      a.T > std::min(kernels::kMaxGroupedExpertTokens, slice)) {
+    // Slices the grouped kernels take whole: each token's result is that of its slice alone.
+    const int64_t step = std::min(kernels::kMaxGroupedExpertTokens, slice);
+    for (int64_t t = 0; t < a.T && Usable(); t += step) {
+      model::RoutedExpertsArgs part = a;
+      part.T = std::min(step, a.T - t);
+      part.x = a.x + t * a.D;
+      part.experts = a.experts + t * a.k;
+      part.weights = a.weights + t * a.k;
+      part.y = a.y + t * a.D;
+      RoutedExperts(part);
+    }
+    return;
+  }
   if (fp8_activations_ &&
       kernels::RoutedExpertsFp8Applicable(first.w1.format, first.w2.format, a.D, first.w1.rows, a.T,
                                           a.k, a.n_experts)) {

@@ -57,13 +57,20 @@ void CudaBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
     return Fail(
         Unsupported("HcMix", "hc " + std::to_string(hc) + " > " + std::to_string(kernels::kMaxHc)));
   }
-  if (T <= 64) {  // few tokens: split each token's 2 MB projection over many SMs
-    auto* scratch = static_cast<float*>(
-        TempBytes(static_cast<size_t>(T * kernels::HcMixSplits(T, hc, D) * 25) * sizeof(float)));
-    if (scratch) {
-      Check(kernels::HcMixSplit(x, T, hc, D, w, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb,
-                                scratch, stream_),
-            "HcMix");
+  // Few tokens (or any count in batch-invariant mode, in slices of 64): split each token's
+  // 2 MB projection over many SMs; the split kernel's sums do not depend on T.
+  if (T <= 64 || batch_invariant_) {
+    const int64_t slice = std::min<int64_t>(T, 64);
+    auto* scratch = static_cast<float*>(TempBytes(
+        static_cast<size_t>(slice * kernels::HcMixSplits(slice, hc, D) * 25) * sizeof(float)));
+    for (int64_t t = 0; scratch != nullptr && t < T; t += slice) {
+      const int64_t n = std::min(slice, T - t);
+      if (!Check(kernels::HcMixSplit(x + t * hc * D, n, hc, D, w, norm_eps, hc_eps, sinkhorn_iters,
+                                     pre + t * hc, post + t * hc, comb + t * hc * hc, scratch,
+                                     stream_),
+                 "HcMix")) {
+        break;
+      }
     }
   } else {
     Check(

@@ -195,6 +195,29 @@ TEST_F(CudaFp8Test, LinearMatchesCpuRealV41Dims) {
   }
 }
 
+// LinearGrouped (wo_a's shape class: contiguous groups) through the backend in the FP8 mode:
+// one quantisation of all groups and one grouped GEMM, against the CPU on fake-quantised x.
+TEST_F(CudaFp8Test, LinearGroupedMatchesCpu) {
+  const int64_t groups = 8, R = 256, K = 512;
+  for (WeightFormat f : {WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    const HostWeight w = MakeWeight(f, groups * R, K);
+    ASSERT_TRUE(kernels::Fp8LinearGroupedApplicable(w.device, groups));
+    for (int64_t T : {1, 9, 100}) {
+      SCOPED_TRACE(::testing::Message() << model::WeightFormatName(f) << " T " << T);
+      const std::vector<float> x = Activations(T, groups * K);
+      const std::vector<float> xq = FakeQuantized(x, T, groups * K);
+      std::vector<float> expected(T * groups * R);
+      cpu_.LinearGrouped(xq.data(), T, groups * K, K, w.ref, groups, expected.data(), groups * R);
+      gpu_->set_fp8_activations(true);
+      float* y = PoisonedFloats(T * groups * R);
+      gpu_->LinearGrouped(ToGpu(x), T, groups * K, K, w.ref, groups, y, groups * R);
+      const std::vector<float> got = FromGpu(y, T * groups * R);
+      EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
+      EXPECT_TRUE(AllClose(got, expected, 1e-3, 1e-4 * MaxAbs(expected)));
+    }
+  }
+}
+
 // A token's output is bitwise the same alone, among 63 others (skinny tiles, split K) and
 // among 299 others (wide tiles, segments looped in one block).
 TEST_F(CudaFp8Test, LinearBatchInvariantBitwise) {

@@ -73,6 +73,9 @@ struct TileConfig {
   static constexpr int kActScaleBytes = kBN * kStageBlocks * 4;  // floats
   static constexpr int kStageBytes = kWeightBytes + kWeightScaleBytes + kActBytes + kActScaleBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
+  // Skinny tiles (one warp column) stream weights: two blocks per SM keep more loads in
+  // flight (caps registers at 128); wide tiles run one block per SM.
+  static constexpr int kMinBlocksPerSm = kWN == 1 ? 2 : 1;
 };
 
 // One block's problem. Virtual weight row v (0 <= v < n_rows) is stored row
@@ -88,8 +91,9 @@ struct TileJob {
   int64_t K;
   int64_t v0;               // first virtual row of the tile
   int64_t stage0, stage1;   // K stages [stage0, stage1) (split K)
-  const uint8_t* xq;        // [*, K] permuted e4m3
-  const float* xs;          // [*, K / 32]
+  const uint8_t* xq;        // [*, act_ld] permuted e4m3 (this job's K columns first)
+  const float* xs;          // [*, act_ld / 32]
+  int64_t act_ld;           // activation row stride in values (>= K, a multiple of 128)
   const int32_t* act_rows;  // null: act_row(n) = act_base + n; else act_rows[n] / act_div
   int64_t act_base;
   int act_div;
@@ -142,10 +146,14 @@ __device__ __forceinline__ void MmaE4m3(float (&d)[4], const uint32_t (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
-// 2^(byte - 127 + shift) (ue8m0 with the e2m1 factor folded in; byte 255 never reaches here).
-__device__ __forceinline__ float ScaleFromE8m0(uint32_t byte, int shift) {
-  const int e = static_cast<int>(byte) + shift;  // biased fp32 exponent
-  return e >= 1 && e <= 254 ? __int_as_float(e << 23) : ldexpf(1.0f, e - 127);
+// 2^(b - 127 + kShift) for byte kByte (b) of a word of 4 ue8m0 scales, as the fp32 with
+// biased exponent b + kShift: 3 integer ops (an ldexpf fallback for the ends of the range
+// was compiled as predicated code on every call and made the tile loop integer-bound).
+// Exact for b + kShift in 1..254; b = 0 with kShift = 0 (2^-127) gives 0, and MXFP4 scale
+// bytes above 248 (values beyond 2^122) are not representable (never in real weights).
+template <int kByte, int kShift>
+__device__ __forceinline__ float ScaleFromE8m0Word(uint32_t word) {
+  return __int_as_float((((word >> (8 * kByte)) & 0xFFu) + kShift) << 23);
 }
 
 // Quantises one 32-value block held one value per lane (the whole warp calls it): returns
@@ -234,13 +242,13 @@ struct Fp8Tile {
       const int n = c / kXChunks, part16 = c % kXChunks;
       const bool valid = n < j.n_tokens;
       const uint8_t* src = j.xq;
-      if (valid) src += ActRow(j, n) * j.K + ks * kStageK + part16 * 16;
+      if (valid) src += ActRow(j, n) * j.act_ld + ks * kStageK + part16 * 16;
       CpAsync16(st.x + n * kActStride + part16 * 16, src, valid);
     }
     for (int n = threadIdx.x; n < kBN; n += Cfg::kThreads) {
       const bool valid = n < j.n_tokens;
       const float* src = j.xs;
-      if (valid) src += ActRow(j, n) * kblocks + ks * kStageBlocks;
+      if (valid) src += ActRow(j, n) * (j.act_ld / 32) + ks * kStageBlocks;
       CpAsync16(st.xs + n * kStageBlocks, src, valid);
     }
   }
@@ -272,8 +280,27 @@ struct Fp8Tile {
   // Multiplies one stage into acc (warp (wm, wn), lane (g, t)).
   __device__ static void ComputeStage(const Stage& st, int wm, int wn, int g, int t,
                                       float (&acc)[kMT][kNT][4]) {
+    // The stage's weight scales: 4 bytes per row (one word).
+    uint32_t ws_word[kMT][2];
 #pragma unroll
-    for (int kb = 0; kb < kStageBlocks; ++kb) {
+    for (int mt = 0; mt < kMT; ++mt) {
+      const int r = (wm * kMT + mt) * 16 + g;
+      ws_word[mt][0] = *reinterpret_cast<const uint32_t*>(st.ws + r * kStageBlocks);
+      ws_word[mt][1] = *reinterpret_cast<const uint32_t*>(st.ws + (r + 8) * kStageBlocks);
+    }
+    ComputeBlock<0>(st, wm, wn, g, t, ws_word, acc);
+    ComputeBlock<1>(st, wm, wn, g, t, ws_word, acc);
+    ComputeBlock<2>(st, wm, wn, g, t, ws_word, acc);
+    ComputeBlock<3>(st, wm, wn, g, t, ws_word, acc);
+  }
+
+  // Scale block kKb of a stage: one MMA per (M tile, N tile), scaled into acc.
+  template <int kKb>
+  __device__ static void ComputeBlock(const Stage& st, int wm, int wn, int g, int t,
+                                      const uint32_t (&ws_word)[kMT][2],
+                                      float (&acc)[kMT][kNT][4]) {
+    constexpr int kb = kKb;
+    {
       uint32_t b[kNT][2];
       float xs[kNT][2];
 #pragma unroll
@@ -291,8 +318,8 @@ struct Fp8Tile {
         const int r = (wm * kMT + mt) * 16 + g;
         uint32_t a[4];
         LoadA(st, r, kb, t, a);
-        const float ws0 = ScaleFromE8m0(st.ws[r * kStageBlocks + kb], W::kScaleShift);
-        const float ws1 = ScaleFromE8m0(st.ws[(r + 8) * kStageBlocks + kb], W::kScaleShift);
+        const float ws0 = ScaleFromE8m0Word<kKb, W::kScaleShift>(ws_word[mt][0]);
+        const float ws1 = ScaleFromE8m0Word<kKb, W::kScaleShift>(ws_word[mt][1]);
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
           float p[4];
@@ -311,9 +338,12 @@ struct Fp8Tile {
   // summed in acc (from zero), then total = part 0, total += part 1, ... in order, exactly
   // as the split-K reduction adds the partials of `segments` blocks (so one block looping
   // over the segments gives the same bits as a split over blocks). smem holds
-  // Cfg::kSmemBytes. Every thread of the block must call it.
+  // Cfg::kSmemBytes. Every thread of the block must call it. kSegmented = false requires
+  // segments == 1 and keeps no second accumulator (fewer registers).
+  template <bool kSegmented>
   __device__ static void Run(const TileJob& j, int segments, char* smem,
                              float (&total)[kMT][kNT][4]) {
+    if constexpr (!kSegmented) segments = 1;
     float acc[kMT][kNT][4];
     ZeroAcc(acc);
     ZeroAcc(total);
@@ -337,13 +367,14 @@ struct Fp8Tile {
       }
       CpAsyncCommit();
       ComputeStage(StageAt(smem, static_cast<int>(i % Cfg::kStages)), wm, wn, g, t, acc);
-      if (i + 1 == boundary) {
+      if (kSegmented && i + 1 == boundary) {
         Fold(segment == 0, acc, total);
         ++segment;
         boundary = segment + 1 == segments ? n_stages : (segment + 1) * n_stages / segments;
       }
     }
     CpAsyncWait<0>();
+    if constexpr (!kSegmented) Fold(true, acc, total);
   }
 
   __device__ static void ZeroAcc(float (&acc)[kMT][kNT][4]) {

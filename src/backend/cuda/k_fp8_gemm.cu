@@ -59,13 +59,17 @@ struct DenseArgs {
   float* y;
   int64_t ldy;
   bool accumulate;
+  int64_t group_rows;  // rows per group (a multiple of the tile rows); >= n_rows if ungrouped
+  int64_t act_ld;      // activation row stride in values; group g reads columns g*K ..
   int segments;
   bool split;      // one block per segment (grid z), partials to `partial`
   float* partial;  // [segments, T, n_rows]
 };
 
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) DenseKernel(DenseArgs a) {
+// kSegmented: one block loops over a.segments > 1 segments (the wide tiles' split-K
+// equivalent); otherwise a block runs one segment (a.split) or the whole K (segments == 1).
+template <class Cfg, bool kSegmented>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) DenseKernel(DenseArgs a) {
   extern __shared__ __align__(16) char smem[];
   using Tile = fp8::Fp8Tile<Cfg>;
   const int64_t v0 = int64_t{blockIdx.x} * Cfg::kBM;
@@ -79,8 +83,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) DenseKernel(DenseArgs a) {
   j.n_rows = a.n_rows;
   j.K = a.K;
   j.v0 = v0;
-  j.xq = a.xq;
-  j.xs = a.xs;
+  const int64_t group = v0 / a.group_rows;
+  j.xq = a.xq + group * a.K;
+  j.xs = a.xs + group * (a.K / 32);
+  j.act_ld = a.act_ld;
   j.act_rows = nullptr;
   j.act_base = n0;
   j.act_div = 1;
@@ -89,7 +95,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) DenseKernel(DenseArgs a) {
   j.stage0 = a.split ? seg * stages / a.segments : 0;
   j.stage1 = a.split ? (seg + 1 == a.segments ? stages : (seg + 1) * stages / a.segments) : stages;
   float total[Cfg::kMT][Cfg::kNT][4];
-  Tile::Run(j, a.split ? 1 : a.segments, smem, total);
+  Tile::template Run<kSegmented>(j, a.split ? 1 : a.segments, smem, total);
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMT; ++mt) {
 #pragma unroll
@@ -123,16 +129,22 @@ __global__ void ReduceSegmentsKernel(const float* partial, int segments, int64_t
   }
 }
 
-template <class Cfg>
-cudaError_t LaunchDense(const DenseArgs& a, cudaStream_t stream) {
+template <class Cfg, bool kSegmented>
+cudaError_t LaunchDenseKernel(const DenseArgs& a, cudaStream_t stream) {
   static const cudaError_t attr = cudaFuncSetAttribute(
-      DenseKernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+      DenseKernel<Cfg, kSegmented>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>((a.n_rows + Cfg::kBM - 1) / Cfg::kBM),
                   static_cast<unsigned>((a.T + Cfg::kBN - 1) / Cfg::kBN),
                   static_cast<unsigned>(a.split ? a.segments : 1));
-  DenseKernel<Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+  DenseKernel<Cfg, kSegmented><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   return cudaGetLastError();
+}
+
+template <class Cfg>
+cudaError_t LaunchDense(const DenseArgs& a, cudaStream_t stream) {
+  if (!a.split && a.segments > 1) return LaunchDenseKernel<Cfg, true>(a, stream);
+  return LaunchDenseKernel<Cfg, false>(a, stream);
 }
 
 // Skinny configurations: 8 warps x 16 rows, NT token tiles; deeper rings for MXFP4 (its
@@ -144,10 +156,11 @@ using Wide = TileConfig<F, 2, 4, 4, 4, 4>;
 
 template <WeightFormat F>
 cudaError_t LaunchFor(const DenseArgs& a, cudaStream_t stream) {
-  if (a.T <= 8) return LaunchDense<Skinny<F, 1>>(a, stream);
-  if (a.T <= 16) return LaunchDense<Skinny<F, 2>>(a, stream);
-  if (a.T <= 32) return LaunchDense<Skinny<F, 4>>(a, stream);
-  if (a.T <= kFp8SkinnyTokens) return LaunchDense<Skinny<F, 8>>(a, stream);
+  // Skinny tiles never loop over segments (T <= 64 splits K over blocks instead).
+  if (a.T <= 8) return LaunchDenseKernel<Skinny<F, 1>, false>(a, stream);
+  if (a.T <= 16) return LaunchDenseKernel<Skinny<F, 2>, false>(a, stream);
+  if (a.T <= 32) return LaunchDenseKernel<Skinny<F, 4>, false>(a, stream);
+  if (a.T <= kFp8SkinnyTokens) return LaunchDenseKernel<Skinny<F, 8>, false>(a, stream);
   return LaunchDense<Wide<F>>(a, stream);
 }
 
@@ -192,27 +205,15 @@ int64_t Fp8LinearScratchBytes(int64_t n_rows, int64_t K, int64_t T) {
   return Align16(int64_t{segments} * T * n_rows * 4);
 }
 
-cudaError_t LinearFp8(const DeviceWeight& w, int64_t row0, int64_t n_rows, const uint8_t* xq,
-                      const float* xs, int64_t T, float* y, int64_t ldy, bool accumulate,
-                      void* scratch, cudaStream_t stream) {
-  if (n_rows <= 0 || T <= 0) return cudaSuccess;
-  if (!Fp8LinearApplicable(w) || row0 < 0 || row0 + n_rows > w.rows) return cudaErrorInvalidValue;
-  DenseArgs a{};
+namespace {
+
+cudaError_t RunDense(const DeviceWeight& w, DenseArgs a, cudaStream_t stream) {
   a.data = static_cast<const uint8_t*>(w.data);
   a.scale = w.scale;
   a.K = w.cols;
-  a.row0 = row0;
-  a.n_rows = n_rows;
-  a.xq = xq;
-  a.xs = xs;
-  a.T = T;
-  a.y = y;
-  a.ldy = ldy;
-  a.accumulate = accumulate;
-  a.segments = Fp8LinearSegments(n_rows, w.cols);
-  a.split = a.segments > 1 && T <= kFp8SkinnyTokens;
-  a.partial = static_cast<float*>(scratch);
-  if (a.split && scratch == nullptr) return cudaErrorInvalidValue;
+  a.segments = Fp8LinearSegments(a.n_rows, w.cols);
+  a.split = a.segments > 1 && a.T <= kFp8SkinnyTokens;
+  if (a.split && a.partial == nullptr) return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorInvalidValue;
   switch (w.format) {
     case WeightFormat::kFp8Block32:
@@ -228,11 +229,58 @@ cudaError_t LinearFp8(const DeviceWeight& w, int64_t row0, int64_t n_rows, const
       break;
   }
   if (e != cudaSuccess || !a.split) return e;
-  const int64_t count = T * n_rows;
+  const int64_t count = a.T * a.n_rows;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 132 * 8));
-  ReduceSegmentsKernel<<<blocks, 256, 0, stream>>>(a.partial, a.segments, T, n_rows, y, ldy,
-                                                   accumulate);
+  ReduceSegmentsKernel<<<blocks, 256, 0, stream>>>(a.partial, a.segments, a.T, a.n_rows, a.y, a.ldy,
+                                                   a.accumulate);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LinearFp8(const DeviceWeight& w, int64_t row0, int64_t n_rows, const uint8_t* xq,
+                      const float* xs, int64_t T, float* y, int64_t ldy, bool accumulate,
+                      void* scratch, cudaStream_t stream) {
+  if (n_rows <= 0 || T <= 0) return cudaSuccess;
+  if (!Fp8LinearApplicable(w) || row0 < 0 || row0 + n_rows > w.rows) return cudaErrorInvalidValue;
+  DenseArgs a{};
+  a.row0 = row0;
+  a.n_rows = n_rows;
+  a.xq = xq;
+  a.xs = xs;
+  a.T = T;
+  a.y = y;
+  a.ldy = ldy;
+  a.accumulate = accumulate;
+  a.group_rows = n_rows;
+  a.act_ld = w.cols;
+  a.partial = static_cast<float*>(scratch);
+  return RunDense(w, a, stream);
+}
+
+bool Fp8LinearGroupedApplicable(const DeviceWeight& w, int64_t groups) {
+  return Fp8LinearApplicable(w) && groups >= 1 && w.rows % groups == 0 &&
+         (w.rows / groups) % 128 == 0;
+}
+
+cudaError_t LinearFp8Grouped(const DeviceWeight& w, int64_t groups, const uint8_t* xq,
+                             const float* xs, int64_t T, float* y, int64_t ldy, void* scratch,
+                             cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  if (!Fp8LinearGroupedApplicable(w, groups)) return cudaErrorInvalidValue;
+  DenseArgs a{};
+  a.row0 = 0;
+  a.n_rows = w.rows;
+  a.xq = xq;
+  a.xs = xs;
+  a.T = T;
+  a.y = y;
+  a.ldy = ldy;
+  a.accumulate = false;
+  a.group_rows = w.rows / groups;
+  a.act_ld = groups * w.cols;
+  a.partial = static_cast<float*>(scratch);
+  return RunDense(w, a, stream);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

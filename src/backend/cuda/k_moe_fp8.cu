@@ -136,7 +136,8 @@ struct ExpertGemmArgs {
 };
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) ExpertGemmKernel(ExpertGemmArgs a) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
+    ExpertGemmKernel(ExpertGemmArgs a) {
   extern __shared__ __align__(16) char smem[];
   using Tile = fp8::Fp8Tile<Cfg>;
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
@@ -157,12 +158,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) ExpertGemmKernel(ExpertGemmArgs
   j.stage1 = j.K / fp8::kStageK;
   j.xq = a.xq;
   j.xs = a.xs;
+  j.act_ld = j.K;
   j.act_rows = a.order + item.start;
   j.act_base = 0;
   j.act_div = a.up ? static_cast<int>(a.k) : 1;
   j.n_tokens = item.count;
   float total[Cfg::kMT][Cfg::kNT][4];
-  Tile::Run(j, 1, smem, total);
+  Tile::template Run<false>(j, 1, smem, total);
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMT; ++mt) {
 #pragma unroll

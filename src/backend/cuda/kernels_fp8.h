@@ -55,6 +55,16 @@ cudaError_t LinearFp8(const DeviceWeight& w, int64_t row0, int64_t n_rows, const
                       const float* xs, int64_t T, float* y, int64_t ldy, bool accumulate,
                       void* scratch, cudaStream_t stream);
 
+// Grouped (block-diagonal) weight, as model::Backend::LinearGrouped with contiguous groups:
+// y[t, g*R + i] = sum_k xq[t, g*K + k] * W[g*R + i, k], R = w.rows / groups, K = w.cols;
+// xq / xs quantise the T rows of groups * K values (QuantizeFp8Activations with K * groups);
+// y overwritten. One launch (+ the split-K reduction). Applicable when Fp8LinearApplicable
+// and R is a multiple of 128. scratch: Fp8LinearScratchBytes(w.rows, K, T).
+bool Fp8LinearGroupedApplicable(const DeviceWeight& w, int64_t groups);
+cudaError_t LinearFp8Grouped(const DeviceWeight& w, int64_t groups, const uint8_t* xq,
+                             const float* xs, int64_t T, float* y, int64_t ldy, void* scratch,
+                             cudaStream_t stream);
+
 // --- grouped routed experts (k_moe_fp8.cu) ----------------------------------------------
 
 // True if RoutedExpertsFp8 handles the experts: w1/w3 and w2 MXFP4 or FP8 block32, D and I
