@@ -106,6 +106,16 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
                "r"(valid ? 16 : 0));
 }
 
+// The same with an L2 prefetch of the surrounding 256 bytes: a weight row contributes 64
+// (MXFP4) or 128 (FP8) bytes per stage, so the next stages of the row come from L2 instead
+// of separate short DRAM accesses (H200 decode B=32, FP8 mode: 13.96 -> 13.71 ms; B=256
+// 55.6 -> 52.1 ms). Deeper rings (9 MXFP4 / 5 FP8 stages) were slower: B=32 15.3 ms.
+__device__ __forceinline__ void CpAsync16Prefetch(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+
 __device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem),
@@ -222,7 +232,7 @@ struct Fp8Tile {
       int part = 0;
       const uint8_t* src = valid ? WeightRow(j, v, &row, &part) : j.data[0];
       if (valid) src += ks * W::kStageBytes + part16 * 16;
-      CpAsync16(st.w + r * W::kStride + part16 * 16, src, valid);
+      CpAsync16Prefetch(st.w + r * W::kStride + part16 * 16, src, valid);
     }
     for (int r = threadIdx.x; r < kBM; r += Cfg::kThreads) {
       const int64_t v = j.v0 + r;
