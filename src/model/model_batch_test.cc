@@ -88,6 +88,42 @@ TEST_P(ModelBatchTest, MixedBatchEqualsSeparateRuns) {
   EXPECT_EQ(c.length, 302);
 }
 
+// Recycled logits storage (Model::Recycle) of a larger earlier output: the next outputs have
+// exactly their own rows, with the same values as without recycling (smaller, then larger
+// than the recycled size, then an empty batch).
+TEST_P(ModelBatchTest, RecycledLogitsStorageGivesExactOutputs) {
+  const std::vector<int32_t> prompt = {0, 11, 23, 35, 47, 59, 61};
+  const int64_t V = model_->config().text().vocab_size;
+  SequenceState fresh = model_->NewSequence();
+  const std::vector<float> expected_prefill = Run({{&fresh, prompt, 0, true}});
+  const std::vector<int32_t> next = {9};
+  const std::vector<float> expected_decode = Run({{&fresh, next, fresh.length, false}});
+
+  SequenceState s = model_->NewSequence();
+  ForwardBatch big;
+  big.chunks = {{&s, prompt, 0, true}};
+  auto first = model_->Forward(big);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->logits, expected_prefill);
+  model_->Recycle(std::move(*first));  // 7 rows of storage come back
+  ForwardBatch small;
+  small.chunks = {{&s, next, s.length, false}};
+  auto second = model_->Forward(small);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->rows, 1);
+  ASSERT_EQ(second->logits.size(), static_cast<size_t>(V));
+  EXPECT_EQ(second->logits, expected_decode);
+  model_->Recycle(std::move(*second));
+  auto empty = model_->Forward(ForwardBatch{});
+  if (empty.ok()) EXPECT_TRUE(empty->logits.empty());
+  SequenceState t = model_->NewSequence();
+  ForwardBatch again;
+  again.chunks = {{&t, prompt, 0, true}};
+  auto third = model_->Forward(again);  // larger than whatever storage is left
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->logits, expected_prefill);
+}
+
 TEST_P(ModelBatchTest, SyntheticContextState) {
   const io::TextConfig& t = model_->config().text();
   SequenceState s = Synthetic(301);
