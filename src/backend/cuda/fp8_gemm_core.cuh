@@ -220,46 +220,104 @@ struct Fp8Tile {
     return j.act_rows == nullptr ? j.act_base + n : int64_t{j.act_rows[n]} / j.act_div;
   }
 
-  // Issues the cp.async loads of K stage `ks` into buffer `st` (no commit).
-  __device__ static void LoadStage(const TileJob& j, int64_t ks, const Stage& st) {
-    constexpr int kWChunks = W::kStageBytes / 16;  // 16-byte chunks per weight row
+  // Per-thread share of a stage's cp.async copies: weight chunks, weight scale words,
+  // activation chunks, activation scale rows (thread i takes copies i, i + threads, ..).
+  static constexpr int kWChunks = W::kStageBytes / 16;  // 16-byte chunks per weight row
+  static constexpr int kXChunks = kActStageBytes / 16;  // per activation row
+  static constexpr int kWCopies = kBM * kWChunks, kWsCopies = kBM;
+  static constexpr int kXCopies = kBN * kXChunks, kXsCopies = kBN;
+  static constexpr int PerThread(int copies) {
+    return (copies + Cfg::kThreads - 1) / Cfg::kThreads;
+  }
+
+  // Sources of this thread's copies at K stage 0 (null: zero-fill), computed once per tile:
+  // a stage then adds its K offset (the index math and the row lookups of the job were
+  // about a third of the instructions of a decode tile; ncu, H200).
+  struct LoadPlan {
+    const uint8_t* w[PerThread(kWCopies)];
+    const uint8_t* ws[PerThread(kWsCopies)];
+    const uint8_t* x[PerThread(kXCopies)];
+    const float* xs[PerThread(kXsCopies)];
+    const void* dummy;  // a readable address for the zero-fill copies
+  };
+
+  __device__ static bool Mine(int i, int copies) {
+    return copies % Cfg::kThreads == 0 ||
+           static_cast<int>(threadIdx.x) + i * Cfg::kThreads < copies;
+  }
+
+  __device__ static LoadPlan MakePlan(const TileJob& j) {
+    LoadPlan p;
+    p.dummy = j.xq;
     const int64_t kblocks = j.K / 32;
-    for (int c = threadIdx.x; c < kBM * kWChunks; c += Cfg::kThreads) {
-      const int r = c / kWChunks, part16 = c % kWChunks;
-      const int64_t v = j.v0 + r;
-      const bool valid = v < j.n_rows;
+#pragma unroll
+    for (int i = 0; i < PerThread(kWCopies); ++i) {
+      const int c = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      const int64_t v = j.v0 + c / kWChunks;
       int64_t row = 0;
       int part = 0;
-      const uint8_t* src = valid ? WeightRow(j, v, &row, &part) : j.data[0];
-      if (valid) src += ks * W::kStageBytes + part16 * 16;
-      CpAsync16Prefetch(st.w + r * W::kStride + part16 * 16, src, valid);
+      p.w[i] = v < j.n_rows ? WeightRow(j, v, &row, &part) + (c % kWChunks) * 16 : nullptr;
     }
-    for (int r = threadIdx.x; r < kBM; r += Cfg::kThreads) {
-      const int64_t v = j.v0 + r;
-      const bool valid = v < j.n_rows;
-      const uint8_t* src = j.scale[0];
-      if (valid) {
+#pragma unroll
+    for (int i = 0; i < PerThread(kWsCopies); ++i) {
+      const int64_t v = j.v0 + static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      p.ws[i] = nullptr;
+      if (v < j.n_rows) {
         int64_t row = 0;
         int part = 0;
         WeightRow(j, v, &row, &part);
         const int64_t scale_row = Cfg::kFormat == WeightFormat::kFp8Block32 ? row / 32 : row;
-        src = (part ? j.scale[1] : j.scale[0]) + scale_row * kblocks + ks * kStageBlocks;
+        p.ws[i] = (part ? j.scale[1] : j.scale[0]) + scale_row * kblocks;
       }
-      CpAsync4(st.ws + r * kStageBlocks, src, valid);
     }
-    constexpr int kXChunks = kActStageBytes / 16;
-    for (int c = threadIdx.x; c < kBN * kXChunks; c += Cfg::kThreads) {
-      const int n = c / kXChunks, part16 = c % kXChunks;
-      const bool valid = n < j.n_tokens;
-      const uint8_t* src = j.xq;
-      if (valid) src += ActRow(j, n) * j.act_ld + ks * kStageK + part16 * 16;
-      CpAsync16(st.x + n * kActStride + part16 * 16, src, valid);
+#pragma unroll
+    for (int i = 0; i < PerThread(kXCopies); ++i) {
+      const int c = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      const int n = c / kXChunks;
+      p.x[i] = n < j.n_tokens && Mine(i, kXCopies)
+                   ? j.xq + ActRow(j, n) * j.act_ld + (c % kXChunks) * 16
+                   : nullptr;
     }
-    for (int n = threadIdx.x; n < kBN; n += Cfg::kThreads) {
-      const bool valid = n < j.n_tokens;
-      const float* src = j.xs;
-      if (valid) src += ActRow(j, n) * (j.act_ld / 32) + ks * kStageBlocks;
-      CpAsync16(st.xs + n * kStageBlocks, src, valid);
+#pragma unroll
+    for (int i = 0; i < PerThread(kXsCopies); ++i) {
+      const int n = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      p.xs[i] =
+          n < j.n_tokens && Mine(i, kXsCopies) ? j.xs + ActRow(j, n) * (j.act_ld / 32) : nullptr;
+    }
+    return p;
+  }
+
+  // Issues the cp.async loads of K stage `ks` into buffer `st` (no commit).
+  __device__ static void LoadStage(const LoadPlan& p, int64_t ks, const Stage& st) {
+    const auto* dummy = static_cast<const uint8_t*>(p.dummy);
+#pragma unroll
+    for (int i = 0; i < PerThread(kWCopies); ++i) {
+      if (!Mine(i, kWCopies)) continue;
+      const int c = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      const uint8_t* src = p.w[i] ? p.w[i] + ks * W::kStageBytes : dummy;
+      CpAsync16Prefetch(st.w + (c / kWChunks) * W::kStride + (c % kWChunks) * 16, src,
+                        p.w[i] != nullptr);
+    }
+#pragma unroll
+    for (int i = 0; i < PerThread(kWsCopies); ++i) {
+      if (!Mine(i, kWsCopies)) continue;
+      const int r = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      const uint8_t* src = p.ws[i] ? p.ws[i] + ks * kStageBlocks : dummy;
+      CpAsync4(st.ws + r * kStageBlocks, src, p.ws[i] != nullptr);
+    }
+#pragma unroll
+    for (int i = 0; i < PerThread(kXCopies); ++i) {
+      if (!Mine(i, kXCopies)) continue;
+      const int c = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      const uint8_t* src = p.x[i] ? p.x[i] + ks * kStageK : dummy;
+      CpAsync16(st.x + (c / kXChunks) * kActStride + (c % kXChunks) * 16, src, p.x[i] != nullptr);
+    }
+#pragma unroll
+    for (int i = 0; i < PerThread(kXsCopies); ++i) {
+      if (!Mine(i, kXsCopies)) continue;
+      const int n = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      const void* src = p.xs[i] ? static_cast<const void*>(p.xs[i] + ks * kStageBlocks) : dummy;
+      CpAsync16(st.xs + n * kStageBlocks, src, p.xs[i] != nullptr);
     }
   }
 
@@ -361,9 +419,10 @@ struct Fp8Tile {
     const int wm = warp % Cfg::kWM, wn = warp / Cfg::kWM;
     const int g = lane / 4, t = lane % 4;
     const int64_t n_stages = j.stage1 - j.stage0;
+    const LoadPlan plan = MakePlan(j);
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
-      if (s < n_stages) LoadStage(j, j.stage0 + s, StageAt(smem, s));
+      if (s < n_stages) LoadStage(plan, j.stage0 + s, StageAt(smem, s));
       CpAsyncCommit();
     }
     int segment = 0;
@@ -373,7 +432,7 @@ struct Fp8Tile {
       __syncthreads();
       const int64_t next = i + Cfg::kStages - 1;
       if (next < n_stages) {
-        LoadStage(j, j.stage0 + next, StageAt(smem, static_cast<int>(next % Cfg::kStages)));
+        LoadStage(plan, j.stage0 + next, StageAt(smem, static_cast<int>(next % Cfg::kStages)));
       }
       CpAsyncCommit();
       ComputeStage(StageAt(smem, static_cast<int>(i % Cfg::kStages)), wm, wn, g, t, acc);
