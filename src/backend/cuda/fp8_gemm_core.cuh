@@ -73,9 +73,10 @@ struct TileConfig {
   static constexpr int kActScaleBytes = kBN * kStageBlocks * 4;  // floats
   static constexpr int kStageBytes = kWeightBytes + kWeightScaleBytes + kActBytes + kActScaleBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
-  // Skinny tiles (one warp column) stream weights: two blocks per SM keep more loads in
-  // flight (caps registers at 128); wide tiles run one block per SM.
-  static constexpr int kMinBlocksPerSm = kWN == 1 ? 2 : 1;
+  // Skinny tiles (one warp column) stream weights: two blocks per SM (three at 8 tokens,
+  // where shared memory allows it for MXFP4) keep more loads in flight (caps registers at
+  // 128 / 85); wide tiles run one block per SM.
+  static constexpr int kMinBlocksPerSm = kWN == 1 ? (kNT == 1 ? 3 : 2) : 1;
 };
 
 // One block's problem. Virtual weight row v (0 <= v < n_rows) is stored row
