@@ -26,6 +26,7 @@
 // in order), whatever T, n_select, the other tokens and the untrimmed ranges are.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -215,6 +216,23 @@ __device__ void ClusterTreeScalars(int splits, float* coef, LoadM load_m, LoadL 
     }
   }
   coef[2 * kTreeNodes] = InverseDenominator(l[0]);
+}
+
+// Cluster-wide step of the merge: waits until every block's root m / l are final, then
+// thread h < n_heads writes head h's coefficients coef[h * kMergeCoefs ..] from the roots'
+// m[h], l[h] of all blocks (ClusterTreeScalars). Ends with a block barrier. Every thread
+// of every block of the cluster must call it.
+__device__ inline void ClusterMergeCoefs(const float* m, const float* l, float* coef, int n_heads) {
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int splits = static_cast<int>(cluster.num_blocks());
+  cluster.sync();
+  if (static_cast<int>(threadIdx.x) < n_heads) {
+    const int h = static_cast<int>(threadIdx.x);
+    ClusterTreeScalars(
+        splits, coef + h * kMergeCoefs, [&](int b) { return *cluster.map_shared_rank(m + h, b); },
+        [&](int b) { return *cluster.map_shared_rank(l + h, b); });
+  }
+  __syncthreads();
 }
 
 // One output value from the `splits` roots' values load(r) with ClusterTreeScalars' coef.

@@ -447,38 +447,37 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   Done("Linear", w.name);
 }
 
+CudaBackend::Fp8Input CudaBackend::QuantizeFp8(const float* x, int64_t T, int64_t K, int64_t ldx,
+                                               int64_t extra_bytes, const char* what) {
+  const int64_t act_bytes = kernels::Fp8ActivationBytes(T, K);
+  auto* q = static_cast<uint8_t*>(TempBytes(static_cast<size_t>(act_bytes + extra_bytes)));
+  if (q == nullptr) return {};
+  Fp8Input in{q, kernels::Fp8ActivationScales(q, T, K), extra_bytes > 0 ? q + act_bytes : nullptr};
+  if (!Check(kernels::QuantizeFp8Activations(x, T, K, ldx, in.q, in.scale, stream_), what)) {
+    return {};
+  }
+  return in;
+}
+
 void CudaBackend::LinearFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                             int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate) {
-  const int64_t K = w.cols;
-  const int64_t act_bytes = kernels::Fp8ActivationBytes(T, K);
-  const int64_t partial_bytes = kernels::Fp8LinearScratchBytes(n_rows, K, T);
-  auto* act = static_cast<uint8_t*>(TempBytes(static_cast<size_t>(act_bytes + partial_bytes)));
-  if (act == nullptr) return;
-  auto* scale = reinterpret_cast<float*>(act + (T * K + 15) / 16 * 16);
-  if (!Check(kernels::QuantizeFp8Activations(x, T, K, ldx, act, scale, stream_),
-             "Linear fp8 quantise")) {
-    return;
-  }
-  Check(kernels::LinearFp8(w, row0, n_rows, act, scale, T, y, ldy, accumulate,
-                           partial_bytes > 0 ? act + act_bytes : nullptr, stream_),
-        "Linear fp8");
+  const Fp8Input in = QuantizeFp8(
+      x, T, w.cols, ldx, kernels::Fp8LinearScratchBytes(n_rows, w.cols, T), "Linear fp8 quantise");
+  if (in.q == nullptr) return;
+  Check(
+      kernels::LinearFp8(w, row0, n_rows, in.q, in.scale, T, y, ldy, accumulate, in.extra, stream_),
+      "Linear fp8");
 }
 
 void CudaBackend::LinearGroupedFp8(const float* x, int64_t T, int64_t ldx,
                                    const kernels::DeviceWeight& w, int64_t groups, float* y,
                                    int64_t ldy) {
-  const int64_t K = groups * w.cols;  // all groups' activations, quantised at once
-  const int64_t act_bytes = kernels::Fp8ActivationBytes(T, K);
-  const int64_t partial_bytes = kernels::Fp8LinearScratchBytes(w.rows, w.cols, T);
-  auto* act = static_cast<uint8_t*>(TempBytes(static_cast<size_t>(act_bytes + partial_bytes)));
-  if (act == nullptr) return;
-  auto* scale = reinterpret_cast<float*>(act + (T * K + 15) / 16 * 16);
-  if (!Check(kernels::QuantizeFp8Activations(x, T, K, ldx, act, scale, stream_),
-             "LinearGrouped fp8 quantise")) {
-    return;
-  }
-  Check(kernels::LinearFp8Grouped(w, groups, act, scale, T, y, ldy,
-                                  partial_bytes > 0 ? act + act_bytes : nullptr, stream_),
+  // All groups' activations (contiguous in x) are quantised at once.
+  const Fp8Input in =
+      QuantizeFp8(x, T, groups * w.cols, ldx, kernels::Fp8LinearScratchBytes(w.rows, w.cols, T),
+                  "LinearGrouped fp8 quantise");
+  if (in.q == nullptr) return;
+  Check(kernels::LinearFp8Grouped(w, groups, in.q, in.scale, T, y, ldy, in.extra, stream_),
         "LinearGrouped fp8");
 }
 

@@ -226,6 +226,15 @@ class CudaBackend final : public model::Backend {
   // bf16 GEMMs with fp32 accumulation (y += W x_hi, W x_mid, W x_lo). Not for F32 weights.
   void LinearBf16Split(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                        int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
+  // x [T, K] (row stride ldx) quantised for the FP8 kernels into temp memory, followed by
+  // extra_bytes of scratch (extra, null if 0); q is null after a failure (recorded).
+  struct Fp8Input {
+    uint8_t* q = nullptr;
+    float* scale = nullptr;
+    void* extra = nullptr;
+  };
+  Fp8Input QuantizeFp8(const float* x, int64_t T, int64_t K, int64_t ldx, int64_t extra_bytes,
+                       const char* what);
   // Linear in the FP8-activation mode (quantise x, then kernels::LinearFp8).
   void LinearFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                  int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
@@ -249,6 +258,9 @@ class CudaBackend final : public model::Backend {
     bool scales_aligned4 = true;  // every scale pointer 4-byte aligned (the FP8 kernels)
   };
   const ExpertTable* ExpertTableFor(const model::RoutedExpertsArgs& args);
+  // The kernels' view of a RoutedExperts call on a cached expert table.
+  kernels::RoutedExpertsLaunch ExpertsLaunch(const model::RoutedExpertsArgs& args,
+                                             const ExpertTable& table) const;
   // RoutedExperts in the FP8-activation mode (kernels::RoutedExpertsFp8).
   void RoutedExpertsFp8(const model::RoutedExpertsArgs& args, const ExpertTable& table);
   base::StatusOr<ExpertTable> BuildExpertTable(const model::RoutedExpertsArgs& args);

@@ -209,21 +209,7 @@ void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
   }
   const ExpertTable* table = ExpertTableFor(a);
   if (table == nullptr) return;
-  kernels::RoutedExpertsLaunch launch;
-  launch.table = table->device;
-  launch.n_experts = a.n_experts;
-  launch.up_format = table->up_format;
-  launch.down_format = table->down_format;
-  launch.D = a.D;
-  launch.I = table->I;
-  launch.x = a.x;
-  launch.T = a.T;
-  launch.experts = a.experts;
-  launch.weights = a.weights;
-  launch.k = a.k;
-  launch.swiglu_limit = a.swiglu_limit;
-  launch.y = a.y;
-  launch.error_word = error_word_;
+  const kernels::RoutedExpertsLaunch launch = ExpertsLaunch(a, *table);
   if (UseGroupedExperts(launch)) {
     void* scratch = TempBytes(static_cast<size_t>(
         kernels::RoutedExpertsGroupedScratchBytes(a.T, a.k, a.D, table->I, a.n_experts)));
@@ -238,7 +224,8 @@ void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
   Done("RoutedExperts");
 }
 
-void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, const ExpertTable& table) {
+kernels::RoutedExpertsLaunch CudaBackend::ExpertsLaunch(const model::RoutedExpertsArgs& a,
+                                                        const ExpertTable& table) const {
   kernels::RoutedExpertsLaunch launch;
   launch.table = table.device;
   launch.n_experts = a.n_experts;
@@ -254,6 +241,11 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, const Expe
   launch.swiglu_limit = a.swiglu_limit;
   launch.y = a.y;
   launch.error_word = error_word_;
+  return launch;
+}
+
+void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, const ExpertTable& table) {
+  const kernels::RoutedExpertsLaunch launch = ExpertsLaunch(a, table);
   void* scratch = TempBytes(static_cast<size_t>(
       kernels::RoutedExpertsFp8ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts)));
   if (scratch == nullptr) return;

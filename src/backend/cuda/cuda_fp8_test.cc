@@ -78,7 +78,7 @@ class CudaFp8Test : public CudaVsCpuTest {
                                int64_t ldy, bool accumulate) {
     const int64_t K = w.device.cols;
     auto* act = PoisonedBytes(kernels::Fp8ActivationBytes(T, K));
-    auto* scale = reinterpret_cast<float*>(act + (T * K + 15) / 16 * 16);
+    auto* scale = kernels::Fp8ActivationScales(act, T, K);
     const int64_t scratch_bytes = kernels::Fp8LinearScratchBytes(n_rows, K, T);
     uint8_t* scratch = scratch_bytes > 0 ? PoisonedBytes(scratch_bytes) : nullptr;
     float* y = ToGpu(y0);
@@ -146,7 +146,7 @@ TEST_F(CudaFp8Test, QuantizeMatchesFakeQuantBitwise) {
     x[0] = 0.0f;  // an all-small block takes the 1e-4 amax floor
     for (int i = 1; i < 32 && i < K; ++i) x[i] = 1e-7f * static_cast<float>(i);
     auto* q = PoisonedBytes(kernels::Fp8ActivationBytes(T, K));
-    auto* s = reinterpret_cast<float*>(q + (T * K + 15) / 16 * 16);
+    auto* s = kernels::Fp8ActivationScales(q, T, K);
     ASSERT_EQ(kernels::QuantizeFp8Activations(ToGpu(x), T, K, K, q, s, gpu_->stream()),
               cudaSuccess);
     const std::vector<uint8_t> qb = BytesFromGpu(q, T * K);
@@ -268,25 +268,12 @@ class CudaFp8ExpertsTest : public CudaFp8Test {
   }
 
   // Per token and slot: xq = FakeQuant(x), h = SwiGlu(W1 xq, W3 xq) * weight,
-  // hq = FakeQuant(h), out = W2 hq; slots summed in order.
+  // hq = FakeQuant(h), out = W2 hq; slots summed in order (cuda_test_util.h).
   std::vector<float> Reference(const Experts& ex, const std::vector<float>& x, int64_t T,
                                const std::vector<int32_t>& ids, const std::vector<float>& weights,
                                int64_t k, float limit) {
-    const int64_t D = ex.D, I = ex.I;
-    const std::vector<float> xq = FakeQuantized(x, T, D);
-    std::vector<float> y(T * D, 0.0f), gate(I), up(I), h(I), out(D);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = 0; i < k; ++i) {
-        const ExpertWeights& e = ex.table[ids[t * k + i]];
-        cpu_.Linear(xq.data() + t * D, 1, D, e.w1, 0, I, gate.data(), I, false);
-        cpu_.Linear(xq.data() + t * D, 1, D, e.w3, 0, I, up.data(), I, false);
-        cpu_.SwiGlu(gate.data(), up.data(), 1, I, limit, &weights[t * k + i], h.data());
-        cpu_.FakeQuant(h.data(), 1, I, I, FakeQuantKind::kFp8Block32Pow2);
-        cpu_.Linear(h.data(), 1, I, e.w2, 0, D, out.data(), D, false);
-        for (int64_t d = 0; d < D; ++d) y[t * D + d] += out[d];
-      }
-    }
-    return y;
+    return RoutedExpertsReference(cpu_, ex.table, ex.D, ex.I, x, T, ids, weights, k, limit,
+                                  /*fp8_activations=*/true);
   }
 
   std::vector<int32_t> Route(int64_t T, int64_t k, int64_t n) {
@@ -396,24 +383,43 @@ TEST_F(CudaFp8ExpertsTest, OutOfRangeIdGivesNanRowAndError) {
   }
 }
 
+// Device buffers of one LinearFp8 call at T tokens on an N x K weight: quantised random
+// activations, split-K scratch and y (for the benchmarks).
+struct Fp8Call {
+  uint8_t* q;
+  float* scale;
+  uint8_t* scratch;
+  float* y;
+};
+
+class CudaFp8BenchTest : public CudaFp8Test {
+ protected:
+  Fp8Call Prepare(int64_t T, int64_t N, int64_t K) {
+    Fp8Call c{};
+    c.q = PoisonedBytes(kernels::Fp8ActivationBytes(T, K));
+    c.scale = kernels::Fp8ActivationScales(c.q, T, K);
+    const int64_t sb = kernels::Fp8LinearScratchBytes(N, K, T);
+    c.scratch = sb > 0 ? PoisonedBytes(sb) : nullptr;
+    c.y = PoisonedFloats(T * N);
+    EXPECT_EQ(kernels::QuantizeFp8Activations(ToGpu(Normal(T * K)), T, K, K, c.q, c.scale,
+                                              gpu_->stream()),
+              cudaSuccess);
+    return c;
+  }
+  cudaError_t Run(const HostWeight& w, const Fp8Call& c, int64_t T) {
+    return kernels::LinearFp8(w.device, 0, w.device.rows, c.q, c.scale, T, c.y, w.device.rows,
+                              false, c.scratch, gpu_->stream());
+  }
+};
+
 // Device time at V4.1 shapes (run with --gtest_also_run_disabled_tests).
-TEST_F(CudaFp8Test, DISABLED_Bench) {
+TEST_F(CudaFp8BenchTest, DISABLED_Bench) {
   for (WeightFormat f : {WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
     const int64_t K = 5120, N = f == WeightFormat::kMxFp4 ? 4608 : 32768;
     const HostWeight w = MakeWeight(f, N, K);
     for (int64_t T : {1, 8, 32, 64, 256, 4096}) {
-      const int64_t act = kernels::Fp8ActivationBytes(T, K);
-      auto* q = PoisonedBytes(act);
-      auto* s = reinterpret_cast<float*>(q + (T * K + 15) / 16 * 16);
-      const int64_t sb = kernels::Fp8LinearScratchBytes(N, K, T);
-      uint8_t* scratch = sb > 0 ? PoisonedBytes(sb) : nullptr;
-      float* y = PoisonedFloats(T * N);
-      ASSERT_EQ(
-          kernels::QuantizeFp8Activations(ToGpu(Normal(T * K)), T, K, K, q, s, gpu_->stream()),
-          cudaSuccess);
-      const double us = DeviceMicrosPerCall([&] {
-        kernels::LinearFp8(w.device, 0, N, q, s, T, y, N, false, scratch, gpu_->stream());
-      });
+      const Fp8Call c = Prepare(T, N, K);
+      const double us = DeviceMicrosPerCall([&] { Run(w, c, T); });
       const double bytes = double(N) * K * (f == WeightFormat::kMxFp4 ? 0.5 : 1.0);
       std::printf("FP8ACT %s %lldx%lld T=%lld: %.1f us, weight %.0f GB/s, %.1f TFLOP/s\n",
                   std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(N),
@@ -424,21 +430,11 @@ TEST_F(CudaFp8Test, DISABLED_Bench) {
 }
 
 // One call per shape, for profilers (ncu -k regex:DenseKernel).
-TEST_F(CudaFp8Test, DISABLED_ProfileOnce) {
+TEST_F(CudaFp8BenchTest, DISABLED_ProfileOnce) {
   for (WeightFormat f : {WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
-    const int64_t K = 5120, N = 32768;
-    const HostWeight w = MakeWeight(f, N, K);
+    const HostWeight w = MakeWeight(f, 32768, 5120);
     for (int64_t T : {1, 32, 4096}) {
-      auto* q = PoisonedBytes(kernels::Fp8ActivationBytes(T, K));
-      auto* s = reinterpret_cast<float*>(q + (T * K + 15) / 16 * 16);
-      const int64_t sb = kernels::Fp8LinearScratchBytes(N, K, T);
-      uint8_t* scratch = sb > 0 ? PoisonedBytes(sb) : nullptr;
-      float* y = PoisonedFloats(T * N);
-      ASSERT_EQ(
-          kernels::QuantizeFp8Activations(ToGpu(Normal(T * K)), T, K, K, q, s, gpu_->stream()),
-          cudaSuccess);
-      ASSERT_EQ(kernels::LinearFp8(w.device, 0, N, q, s, T, y, N, false, scratch, gpu_->stream()),
-                cudaSuccess);
+      ASSERT_EQ(Run(w, Prepare(T, 32768, 5120), T), cudaSuccess);
       ASSERT_TRUE(gpu_->Synchronize().ok());
     }
   }

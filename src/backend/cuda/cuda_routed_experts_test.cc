@@ -115,23 +115,12 @@ class CudaRoutedExpertsTest : public CudaVsCpuTest {
     return ex;
   }
 
-  // The CPU reference of RoutedExperts.
+  // The CPU reference of RoutedExperts (cuda_test_util.h).
   std::vector<float> Reference(const Experts& ex, const std::vector<float>& x, int64_t T,
                                const std::vector<int32_t>& ids, const std::vector<float>& weights,
                                int64_t k, float limit) {
-    const int64_t D = ex.D, I = ex.I;
-    std::vector<float> y(T * D, 0.0f), gate(I), up(I), h(I), out(D);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = 0; i < k; ++i) {
-        const ExpertWeights& e = ex.table[ids[t * k + i]];
-        cpu_.Linear(x.data() + t * D, 1, D, e.w1, 0, I, gate.data(), I, false);
-        cpu_.Linear(x.data() + t * D, 1, D, e.w3, 0, I, up.data(), I, false);
-        cpu_.SwiGlu(gate.data(), up.data(), 1, I, limit, &weights[t * k + i], h.data());
-        cpu_.Linear(h.data(), 1, I, e.w2, 0, D, out.data(), D, false);
-        for (int64_t d = 0; d < D; ++d) y[t * D + d] += out[d];
-      }
-    }
-    return y;
+    return RoutedExpertsReference(cpu_, ex.table, ex.D, ex.I, x, T, ids, weights, k, limit,
+                                  /*fp8_activations=*/false);
   }
 
   // Random routing with repeated experts across tokens (ids drawn from a small pool when

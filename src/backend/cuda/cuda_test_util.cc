@@ -251,4 +251,27 @@ double CudaVsCpuTest::DeviceMicrosPerCall(const std::function<void()>& call) {
   return 1000.0 * ms / kIters;
 }
 
+std::vector<float> RoutedExpertsReference(cpu::CpuBackend& cpu,
+                                          const std::vector<model::ExpertWeights>& table, int64_t D,
+                                          int64_t I, const std::vector<float>& x, int64_t T,
+                                          const std::vector<int32_t>& ids,
+                                          const std::vector<float>& weights, int64_t k, float limit,
+                                          bool fp8_activations) {
+  std::vector<float> in = x;
+  if (fp8_activations) cpu.FakeQuant(in.data(), T, D, D, model::FakeQuantKind::kFp8Block32Pow2);
+  std::vector<float> y(T * D, 0.0f), gate(I), up(I), h(I), out(D);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < k; ++i) {
+      const model::ExpertWeights& e = table[ids[t * k + i]];
+      cpu.Linear(in.data() + t * D, 1, D, e.w1, 0, I, gate.data(), I, false);
+      cpu.Linear(in.data() + t * D, 1, D, e.w3, 0, I, up.data(), I, false);
+      cpu.SwiGlu(gate.data(), up.data(), 1, I, limit, &weights[t * k + i], h.data());
+      if (fp8_activations) cpu.FakeQuant(h.data(), 1, I, I, model::FakeQuantKind::kFp8Block32Pow2);
+      cpu.Linear(h.data(), 1, I, e.w2, 0, D, out.data(), D, false);
+      for (int64_t d = 0; d < D; ++d) y[t * D + d] += out[d];
+    }
+  }
+  return y;
+}
+
 }  // namespace deepinfer::backend::cuda::testing

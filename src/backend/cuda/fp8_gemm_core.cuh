@@ -185,6 +185,22 @@ __device__ __forceinline__ int PermutedIndex(int j) {
   return (j & ~7) + ((j & 1) ? 4 + ((j & 7) >> 1) : ((j & 7) >> 1));
 }
 
+// The whole warp quantises one 32-value block, lane l holding value l: its byte goes to
+// q_block[PermutedIndex(l)], lane 0 writes the block's scale.
+__device__ __forceinline__ void StoreQuantizedBlock(float v, uint8_t* q_block, float* scale) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  float s;
+  const uint8_t byte = QuantizeLaneE4m3(v, &s);
+  q_block[PermutedIndex(lane)] = byte;
+  if (lane == 0) *scale = s;
+}
+
+// Warps (one per 32-value block, grid-stride) of 256-thread blocks: a grid for n_blocks.
+inline unsigned WarpPerBlockGrid(int64_t n_blocks) {
+  const int64_t blocks = (n_blocks + 7) / 8;
+  return static_cast<unsigned>(blocks < 132 * 16 ? (blocks < 1 ? 1 : blocks) : 132 * 16);
+}
+
 template <class Cfg>
 struct Fp8Tile {
   using W = typename Cfg::W;

@@ -276,15 +276,7 @@ __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int6
   cg::cluster_group cluster = cg::this_cluster();
   const int splits = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
-  cluster.sync();  // every block's root m, l, part are final
-  if (threadIdx.x < kAttnGroup) {
-    const int h = threadIdx.x;
-    attention::ClusterTreeScalars(
-        splits, s.coef + h * kMergeCoefs,
-        [&](int b) { return *cluster.map_shared_rank(s.m + h, b); },
-        [&](int b) { return *cluster.map_shared_rank(s.l + h, b); });
-  }
-  __syncthreads();
+  attention::ClusterMergeCoefs(s.m, s.l, s.coef, kAttnGroup);  // every root m, l, part is final
   const int64_t n_heads = a.heads - head_base < kAttnGroup ? a.heads - head_base : kAttnGroup;
   const int64_t n = n_heads * a.head_dim;
   for (int64_t e = rank * int64_t{kAttnThreads} + threadIdx.x; e < n;

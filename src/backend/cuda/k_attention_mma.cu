@@ -352,15 +352,7 @@ __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int6
   const int splits = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
   const int64_t d = a.head_dim;
-  cluster.sync();  // every block's root m, l, O are final
-  if (threadIdx.x < kHeads) {
-    const int h = threadIdx.x;
-    attention::ClusterTreeScalars(
-        splits, s.coef + h * kMergeCoefs,
-        [&](int b) { return *cluster.map_shared_rank(s.m + h, b); },
-        [&](int b) { return *cluster.map_shared_rank(s.l + h, b); });
-  }
-  __syncthreads();
+  attention::ClusterMergeCoefs(s.m, s.l, s.coef, kHeads);  // every root m, l, O is final
   for (int64_t e = rank * int64_t{kThreads} + threadIdx.x; e < kHeads * d;
        e += int64_t{splits} * kThreads) {
     const int64_t h = e / d, c = e - h * d;

@@ -31,8 +31,6 @@ constexpr int64_t kTargetBlocks = 2 * 132;  // ~2 blocks per H200 SM
 constexpr int kMaxSegments = 8;
 constexpr int kMinStagesPerSegment = 4;
 
-int64_t Align16(int64_t b) { return (b + 15) / 16 * 16; }
-
 // One warp per 32-value block (grid-stride).
 __global__ void __launch_bounds__(kQuantThreads)
     QuantizeKernel(const float* x, int64_t rows, int64_t K, int64_t ldx, uint8_t* q, float* scale) {
@@ -42,10 +40,7 @@ __global__ void __launch_bounds__(kQuantThreads)
   for (int64_t b = blockIdx.x * int64_t{kQuantThreads / 32} + threadIdx.x / 32;
        b < rows * blocks_per_row; b += warps) {
     const int64_t row = b / blocks_per_row, blk = b % blocks_per_row;
-    float s;
-    const uint8_t byte = fp8::QuantizeLaneE4m3(x[row * ldx + blk * 32 + lane], &s);
-    q[row * K + blk * 32 + fp8::PermutedIndex(lane)] = byte;
-    if (lane == 0) scale[b] = s;
+    fp8::StoreQuantizedBlock(x[row * ldx + blk * 32 + lane], q + row * K + blk * 32, scale + b);
   }
 }
 
@@ -169,17 +164,15 @@ bool Aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p)
 }  // namespace
 
 int64_t Fp8ActivationBytes(int64_t rows, int64_t K) {
-  return Align16(rows * K) + Align16(rows * (K / 32) * 4);
+  return AlignUp16(rows * K) + AlignUp16(rows * (K / 32) * 4);
 }
 
 cudaError_t QuantizeFp8Activations(const float* x, int64_t rows, int64_t K, int64_t ldx, uint8_t* q,
                                    float* scale, cudaStream_t stream) {
   if (rows <= 0 || K <= 0) return cudaSuccess;
   if (K % 32 != 0) return cudaErrorInvalidValue;
-  const int64_t warps = rows * (K / 32);
-  const int64_t blocks = std::min<int64_t>((warps + 7) / 8, 132 * 16);
-  QuantizeKernel<<<static_cast<unsigned>(blocks), kQuantThreads, 0, stream>>>(x, rows, K, ldx, q,
-                                                                              scale);
+  QuantizeKernel<<<fp8::WarpPerBlockGrid(rows * (K / 32)), kQuantThreads, 0, stream>>>(
+      x, rows, K, ldx, q, scale);
   return cudaGetLastError();
 }
 
@@ -202,15 +195,36 @@ int Fp8LinearSegments(int64_t n_rows, int64_t K) {
 int64_t Fp8LinearScratchBytes(int64_t n_rows, int64_t K, int64_t T) {
   const int segments = Fp8LinearSegments(n_rows, K);
   if (segments == 1 || T > kFp8SkinnyTokens) return 0;
-  return Align16(int64_t{segments} * T * n_rows * 4);
+  return AlignUp16(int64_t{segments} * T * n_rows * 4);
 }
 
 namespace {
 
+// The arguments of an ungrouped call (one group of all rows; activation rows of K values).
+DenseArgs DenseArgsFor(int64_t row0, int64_t n_rows, const uint8_t* xq, const float* xs, int64_t T,
+                       float* y, int64_t ldy, bool accumulate, void* scratch) {
+  DenseArgs a{};
+  a.row0 = row0;
+  a.n_rows = n_rows;
+  a.xq = xq;
+  a.xs = xs;
+  a.T = T;
+  a.y = y;
+  a.ldy = ldy;
+  a.accumulate = accumulate;
+  a.group_rows = n_rows;
+  a.act_ld = 0;  // RunDense: the weight's K
+  a.partial = static_cast<float*>(scratch);
+  return a;
+}
+
+// Fills the weight fields (and act_ld if unset), launches the tiles and, for a split K, the
+// reduction.
 cudaError_t RunDense(const DeviceWeight& w, DenseArgs a, cudaStream_t stream) {
   a.data = static_cast<const uint8_t*>(w.data);
   a.scale = w.scale;
   a.K = w.cols;
+  if (a.act_ld == 0) a.act_ld = w.cols;
   a.segments = Fp8LinearSegments(a.n_rows, w.cols);
   a.split = a.segments > 1 && a.T <= kFp8SkinnyTokens;
   if (a.split && a.partial == nullptr) return cudaErrorInvalidValue;
@@ -243,19 +257,7 @@ cudaError_t LinearFp8(const DeviceWeight& w, int64_t row0, int64_t n_rows, const
                       void* scratch, cudaStream_t stream) {
   if (n_rows <= 0 || T <= 0) return cudaSuccess;
   if (!Fp8LinearApplicable(w) || row0 < 0 || row0 + n_rows > w.rows) return cudaErrorInvalidValue;
-  DenseArgs a{};
-  a.row0 = row0;
-  a.n_rows = n_rows;
-  a.xq = xq;
-  a.xs = xs;
-  a.T = T;
-  a.y = y;
-  a.ldy = ldy;
-  a.accumulate = accumulate;
-  a.group_rows = n_rows;
-  a.act_ld = w.cols;
-  a.partial = static_cast<float*>(scratch);
-  return RunDense(w, a, stream);
+  return RunDense(w, DenseArgsFor(row0, n_rows, xq, xs, T, y, ldy, accumulate, scratch), stream);
 }
 
 bool Fp8LinearGroupedApplicable(const DeviceWeight& w, int64_t groups) {
@@ -268,18 +270,9 @@ cudaError_t LinearFp8Grouped(const DeviceWeight& w, int64_t groups, const uint8_
                              cudaStream_t stream) {
   if (T <= 0) return cudaSuccess;
   if (!Fp8LinearGroupedApplicable(w, groups)) return cudaErrorInvalidValue;
-  DenseArgs a{};
-  a.row0 = 0;
-  a.n_rows = w.rows;
-  a.xq = xq;
-  a.xs = xs;
-  a.T = T;
-  a.y = y;
-  a.ldy = ldy;
-  a.accumulate = false;
+  DenseArgs a = DenseArgsFor(0, w.rows, xq, xs, T, y, ldy, /*accumulate=*/false, scratch);
   a.group_rows = w.rows / groups;
   a.act_ld = groups * w.cols;
-  a.partial = static_cast<float*>(scratch);
   return RunDense(w, a, stream);
 }
 

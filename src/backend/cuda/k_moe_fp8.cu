@@ -15,7 +15,8 @@
 //     (one [2I, D] weight) with the xq rows of its pairs' tokens -> gu [P, 2I].
 //  5. SwiGluQuantize: h = SwiGLU(g, u) * weight -> hq [P, I] (e4m3, per 32 values).
 //  6. Down GEMM: grid (D / BM, max items): W2 with the hq rows of the pairs -> out [P, D].
-//  7. Combine: y[t] = sum over slots in order of out[t*k + i] (NaN for a bad id).
+//  7. CombineSlots (k_moe_grouped.cu): y[t] = sum over slots in order of out[t*k + i] (NaN
+//     for a bad id; CountPairs sets the error bit).
 // Every output element is one tile lane's K-ordered sum (fp8_gemm_core.cuh), so a token's
 // result does not depend on which other tokens share its experts, nor on T.
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels_fp8.h"
+#include "backend/cuda/kernels_moe.h"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -33,8 +35,6 @@ using model::WeightFormat;
 
 constexpr int kGroupThreads = 256;
 constexpr int kThreads = 256;
-
-int64_t Align16(int64_t b) { return (b + 15) / 16 * 16; }
 
 // Item: (expert, first position in order, pairs).
 struct Item {
@@ -56,7 +56,7 @@ Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, in
   int64_t at = 0;
   auto take = [&](int64_t bytes) {
     const int64_t here = at;
-    at += Align16(bytes);
+    at += AlignUp16(bytes);
     return here;
   };
   s.xq = take(Fp8ActivationBytes(T, D));
@@ -74,8 +74,14 @@ Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, in
 // --- grouping ------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(kGroupThreads)
-    CountPairsKernel(const int32_t* experts, int64_t P, int32_t* counts) {
+    CountPairsKernel(const int32_t* experts, int64_t P, int32_t n_experts, int32_t* counts,
+                     int* error_word) {
   const int32_t e = static_cast<int32_t>(blockIdx.x);
+  if (e == 0 && error_word != nullptr) {  // ids out of range join no group (NaN rows)
+    for (int64_t p = threadIdx.x; p < P; p += kGroupThreads) {
+      if (experts[p] < 0 || experts[p] >= n_experts) atomicOr(error_word, kErrExpertOutOfRange);
+    }
+  }
   int count = 0;
   for (int64_t base = 0; base < P; base += kGroupThreads) {
     const int64_t p = base + threadIdx.x;
@@ -191,32 +197,7 @@ __global__ void __launch_bounds__(kThreads)
        b += warps) {
     const int64_t p = b / per_row, c = (b % per_row) * 32 + lane;
     const float h = SwiGluValue(gu[p * 2 * I + c], gu[p * 2 * I + I + c], limit) * weights[p];
-    float s;
-    const uint8_t byte = fp8::QuantizeLaneE4m3(h, &s);
-    hq[p * I + (c - lane) + fp8::PermutedIndex(lane)] = byte;
-    if (lane == 0) hs[b] = s;
-  }
-}
-
-// y[t, d] = sum over slots in order; NaN (and the error bit) if a slot's id is out of range.
-__global__ void __launch_bounds__(kThreads)
-    CombineKernel(const float* out, const int32_t* experts, int64_t T, int64_t k, int64_t n_experts,
-                  int64_t D, float* y, int* error_word) {
-  for (int64_t e = blockIdx.x * int64_t{kThreads} + threadIdx.x; e < T * D;
-       e += int64_t{gridDim.x} * kThreads) {
-    const int64_t t = e / D, d = e % D;
-    bool bad = false;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k; ++i) {
-      const int32_t id = experts[t * k + i];
-      if (id < 0 || id >= n_experts) {
-        bad = true;
-      } else {
-        sum += out[(t * k + i) * D + d];
-      }
-    }
-    if (bad && d == 0 && error_word != nullptr) atomicOr(error_word, kErrExpertOutOfRange);
-    y[e] = bad ? NaNf() : sum;
+    fp8::StoreQuantizedBlock(h, hq + p * I + (c - lane), hs + b);
   }
 }
 
@@ -319,9 +300,9 @@ cudaError_t RoutedExpertsFp8(const RoutedExpertsLaunch& l, void* scratch, cudaSt
   const Scratch s = Layout(l.T, l.k, l.D, l.I, l.n_experts, bn);
   auto* base = static_cast<char*>(scratch);
   auto* xq = reinterpret_cast<uint8_t*>(base + s.xq);
-  auto* xs = reinterpret_cast<float*>(base + s.xq + Align16(l.T * l.D));
+  auto* xs = Fp8ActivationScales(xq, l.T, l.D);
   auto* hq = reinterpret_cast<uint8_t*>(base + s.hq);
-  auto* hs = reinterpret_cast<float*>(base + s.hq + Align16(P * l.I));
+  auto* hs = Fp8ActivationScales(hq, P, l.I);
   auto* gu = reinterpret_cast<float*>(base + s.gu);
   auto* out = reinterpret_cast<float*>(base + s.out);
   auto* order = reinterpret_cast<int32_t*>(base + s.order);
@@ -333,7 +314,8 @@ cudaError_t RoutedExpertsFp8(const RoutedExpertsLaunch& l, void* scratch, cudaSt
   cudaError_t e = QuantizeFp8Activations(l.x, l.T, l.D, l.D, xq, xs, stream);
   if (e != cudaSuccess) return e;
   const unsigned experts = static_cast<unsigned>(l.n_experts);
-  CountPairsKernel<<<experts, kGroupThreads, 0, stream>>>(l.experts, P, counts);
+  CountPairsKernel<<<experts, kGroupThreads, 0, stream>>>(
+      l.experts, P, static_cast<int32_t>(l.n_experts), counts, l.error_word);
   FillGroupsKernel<<<experts, kGroupThreads, 0, stream>>>(l.experts, P, counts, bn, order, items,
                                                           n_items);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
@@ -352,17 +334,15 @@ cudaError_t RoutedExpertsFp8(const RoutedExpertsLaunch& l, void* scratch, cudaSt
   a.out = gu;
   if ((e = LaunchExpertGemm(l.up_format, shape, a, max_items, stream)) != cudaSuccess) return e;
   const int64_t h_blocks = P * (l.I / 32);
-  SwiGluQuantizeKernel<<<static_cast<unsigned>(std::min<int64_t>((h_blocks + 7) / 8, 132 * 16)),
-                         kThreads, 0, stream>>>(gu, l.weights, P, l.I, l.swiglu_limit, hq, hs);
+  SwiGluQuantizeKernel<<<fp8::WarpPerBlockGrid(h_blocks), kThreads, 0, stream>>>(
+      gu, l.weights, P, l.I, l.swiglu_limit, hq, hs);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   a.up = false;
   a.xq = hq;
   a.xs = hs;
   a.out = out;
   if ((e = LaunchExpertGemm(l.down_format, shape, a, max_items, stream)) != cudaSuccess) return e;
-  CombineKernel<<<GridFor(l.T * l.D, kThreads), kThreads, 0, stream>>>(
-      out, l.experts, l.T, l.k, l.n_experts, l.D, l.y, l.error_word);
-  return cudaGetLastError();
+  return CombineSlots(out, l.experts, l.T, l.k, l.n_experts, l.D, l.y, stream);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

@@ -81,8 +81,6 @@ struct ScratchLayout {
   int64_t h = 0, out = 0, order = 0, expert = 0, start = 0, count = 0, n_active = 0, total = 0;
 };
 
-int64_t Align16(int64_t b) { return (b + 15) / 16 * 16; }
-
 int64_t MaxGroups(int64_t P, int64_t n_experts) { return std::min(P, n_experts); }
 
 ScratchLayout Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts) {
@@ -91,7 +89,7 @@ ScratchLayout Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_exper
   int64_t at = 0;
   auto take = [&](int64_t bytes) {
     const int64_t here = at;
-    at += Align16(bytes);
+    at += AlignUp16(bytes);
     return here;
   };
   l.h = take(P * I * 4);
@@ -485,11 +483,22 @@ cudaError_t RoutedExpertsGrouped(const RoutedExpertsLaunch& a, void* scratch, cu
   e = LaunchTileFor<false>(a.down_format, down, max_groups, stream);
   if (e != cudaSuccess) return e;
 
-  const dim3 grid(static_cast<unsigned>((a.D + kCombineThreads - 1) / kCombineThreads),
-                  static_cast<unsigned>(a.T));
-  CombineSlotsKernel<<<grid, kCombineThreads, 0, stream>>>(part, a.experts, a.k, a.n_experts, a.D,
-                                                           a.y);
-  return cudaGetLastError();
+  return CombineSlots(part, a.experts, a.T, a.k, a.n_experts, a.D, a.y, stream);
+}
+
+cudaError_t CombineSlots(const float* part, const int32_t* experts, int64_t T, int64_t k,
+                         int64_t n_experts, int64_t D, float* y, cudaStream_t stream) {
+  constexpr int64_t kMaxGridY = 65535;
+  for (int64_t t0 = 0; t0 < T; t0 += kMaxGridY) {  // tokens as grid rows, in slices
+    const int64_t n = T - t0 < kMaxGridY ? T - t0 : kMaxGridY;
+    const dim3 grid(static_cast<unsigned>((D + kCombineThreads - 1) / kCombineThreads),
+                    static_cast<unsigned>(n));
+    CombineSlotsKernel<<<grid, kCombineThreads, 0, stream>>>(part + t0 * k * D, experts + t0 * k, k,
+                                                             n_experts, D, y + t0 * D);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

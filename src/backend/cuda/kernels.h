@@ -35,6 +35,9 @@ enum DeviceErrorBit : int {
   kErrExpertOutOfRange = 2,     // RoutedExperts expert id outside [0, n_experts)
 };
 
+// `bytes` rounded up to a multiple of 16 (scratch layouts keep every part 16-byte aligned).
+inline constexpr int64_t AlignUp16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
 // A weight matrix in device memory, in its stored format (see model::WeightFormat).
 struct DeviceWeight {
   model::WeightFormat format = model::WeightFormat::kF32;

@@ -29,6 +29,10 @@ inline constexpr int64_t kFp8SkinnyTokens = 64;
 // Bytes of QuantizeFp8Activations' outputs for rows x K values: q (rows * K, rounded up to
 // 16) then the scales (rows * K / 32 floats).
 int64_t Fp8ActivationBytes(int64_t rows, int64_t K);
+// Where the scales start in such a buffer that begins at q.
+inline float* Fp8ActivationScales(uint8_t* q, int64_t rows, int64_t K) {
+  return reinterpret_cast<float*>(q + AlignUp16(rows * K));
+}
 
 // q [rows, K] = e4m3 bytes of x / scale, each 8-value group stored in the order 0, 2, 4, 6,
 // 1, 3, 5, 7; scale [rows, K / 32] = the block's power of two (kFp8Block32Pow2: the same

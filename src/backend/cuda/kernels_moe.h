@@ -47,4 +47,10 @@ int64_t RoutedExpertsGroupedScratchBytes(int64_t T, int64_t k, int64_t D, int64_
 cudaError_t RoutedExpertsGrouped(const RoutedExpertsLaunch& launch, void* scratch,
                                  cudaStream_t stream);
 
+// y[t, :] = sum over slots i = 0 .. k-1, in order, of part[t*k + i, :] ([T*k, D] per-pair
+// expert outputs); a token with an id outside [0, n_experts) gets a NaN row (setting the
+// error bit is the caller's job). Shared by the grouped and the FP8 routed experts.
+cudaError_t CombineSlots(const float* part, const int32_t* experts, int64_t T, int64_t k,
+                         int64_t n_experts, int64_t D, float* y, cudaStream_t stream);
+
 }  // namespace deepinfer::backend::cuda::kernels
