@@ -4,10 +4,13 @@
 // Decode: `batch` standalone sequences get a synthetic context of `context` tokens
 // (Model::FillSyntheticContext: the same work per step as a real context), then one token per
 // sequence per step; the step time is the wall time of Model::Forward, which includes the
-// device synchronisation and copying every sequence's logits to the host. Each figure is the
+// device synchronisation and copying every sequence's greedy token (taken on the device) to
+// the host, or with --logits its whole logits row. Each figure is the
 // median of --steps steps after one warm-up step. Bytes and FLOPs come from roofline.h;
 // achieved GB/s and TFLOP/s are those over the measured time, and "of ceiling" divides by the
 // figures of gpu_ceilings (--ceilings JSON) when given.
+#include <cuda_profiler_api.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <bit>
@@ -45,6 +48,12 @@ struct Options {
   double state_budget_gib = 90;
   std::string ceilings_json;
   std::string json_out;
+  // One extra decode step per grid point between cudaProfilerStart/Stop, for
+  // `ncu --profile-from-start off` (per-kernel device times of exactly one step).
+  bool profile_step = false;
+  // Decode steps return every sequence's logits row (copied to the host, as a sampler with
+  // temperature > 0 needs) instead of its greedy token (taken on the device).
+  bool logits = false;
 };
 
 struct Ceilings {
@@ -153,6 +162,12 @@ class Bench {
         batch / step_s, cost.bytes() / step_s / 1e9,
         ceil_.hbm_GBps > 0 ? 100 * cost.bytes() / step_s / 1e9 / ceil_.hbm_GBps : 0.0,
         cost.flops() / step_s / 1e12, r["host_issue_ms"].get<double>());
+    if (opt_.profile_step && AsCuda(backend_) != nullptr) {
+      cudaProfilerStart();
+      const base::Status st = Step(seqs);
+      cudaProfilerStop();
+      if (!st.ok()) return Failed(r, st);
+    }
     if (breakdown && AsCuda(backend_) != nullptr) {
       AsCuda(backend_)->SetOpTiming(true);
       const auto a = Clock::now();
@@ -226,7 +241,9 @@ class Bench {
     model::ForwardBatch b;
     for (size_t i = 0; i < seqs.size(); ++i) {
       toks[i] = Tokens(1);
-      b.chunks.push_back({&seqs[i], toks[i], seqs[i].length, false});
+      b.chunks.push_back(
+          {&seqs[i], toks[i], seqs[i].length, false,
+           opt_.logits ? model::ChunkOutput::kLogits : model::ChunkOutput::kGreedyToken});
     }
     base::StatusOr<model::ForwardOutput> out = model_.Forward(b);
     if (!out.ok()) return out.status();
@@ -307,6 +324,7 @@ int Run(const Options& opt) {
       {"fp8_activations", std::getenv("DEEPINFER_CUDA_FP8_ACT") != nullptr &&
                               std::string(std::getenv("DEEPINFER_CUDA_FP8_ACT")) != "0"},
       {"layers", loaded->model->config().text().num_hidden_layers},
+      {"decode_output", opt.logits ? "logits rows" : "greedy tokens"},
       {"warmup_s", bench.warmup_s()},
       {"ceilings", {{"hbm_GBps", ceil.hbm_GBps}, {"fp8_tflops", ceil.fp8_tflops}}}};
   out["decode"] = ordered_json::array();
@@ -349,6 +367,10 @@ int main(int argc, char** argv) {
   app.add_option("--state-budget-gib", opt.state_budget_gib, "skip grid points needing more");
   app.add_option("--ceilings", opt.ceilings_json, "gpu_ceilings JSON");
   app.add_option("--json", opt.json_out, "write the results here");
+  app.add_flag("--logits", opt.logits,
+               "decode steps copy logits rows to the host instead of greedy tokens");
+  app.add_flag("--profile-step", opt.profile_step,
+               "one extra decode step per point inside cudaProfilerStart/Stop");
   CLI11_PARSE(app, argc, argv);
   return deepinfer::bench::Run(opt);
 }

@@ -112,6 +112,13 @@ base::Status ModelRunnerV41::ApplyCopy(const kv::StateCopy& copy) {
   return base::Status::Ok();
 }
 
+model::ChunkOutput ModelRunnerV41::OutputFor(const ScheduledChunk& chunk) const {
+  if (observer_) return model::ChunkOutput::kLogits;
+  if (chunk.samples.empty()) return model::ChunkOutput::kNothing;
+  return IsPlainGreedy(*chunk.params) ? model::ChunkOutput::kGreedyToken
+                                      : model::ChunkOutput::kLogits;
+}
+
 base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
   model::ForwardBatch batch;
   for (const ScheduledChunk& chunk : plan.chunks) {
@@ -129,18 +136,33 @@ base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
                       chunk.slot, state ? state->length : -1, chunk.start_position));
     }
     DI_RETURN_IF_ERROR(MapBlocks(chunk, *state));
-    batch.chunks.push_back({&*state, chunk.tokens, chunk.start_position, false});
+    batch.chunks.push_back({&*state, chunk.tokens, chunk.start_position, false, OutputFor(chunk)});
   }
   DI_ASSIGN_OR_RETURN(model::ForwardOutput forward, model_->Forward(batch));
-  if (forward.rows != static_cast<int64_t>(plan.chunks.size()) || forward.vocab != vocab_size()) {
-    return base::InternalError(fmt::format("model returned {} x {} logits for {} chunks",
-                                           forward.rows, forward.vocab, plan.chunks.size()));
+  int64_t logits_rows = 0;
+  for (const model::ForwardChunk& c : batch.chunks) {
+    logits_rows += c.output == model::ChunkOutput::kLogits ? 1 : 0;
+  }
+  if (forward.rows != logits_rows || forward.vocab != vocab_size() ||
+      forward.tokens.size() != plan.chunks.size()) {
+    return base::InternalError(
+        fmt::format("model returned {} x {} logits and {} tokens for {} chunks", forward.rows,
+                    forward.vocab, forward.tokens.size(), plan.chunks.size()));
   }
   StepOutput out;
+  int64_t row = 0;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& chunk = plan.chunks[i];
+    if (batch.chunks[i].output == model::ChunkOutput::kGreedyToken) {
+      // Every target of the chunk is plain greedy: the argmax is the whole of SampleToken.
+      for (const SampleTarget& target : chunk.samples) {
+        out.tokens.push_back({target.seq_id, forward.tokens[i], 0.0f, {}});
+      }
+      continue;
+    }
+    if (batch.chunks[i].output == model::ChunkOutput::kNothing) continue;
     const std::span<const float> logits(
-        forward.logits.data() + i * static_cast<size_t>(forward.vocab),
+        forward.logits.data() + row++ * static_cast<size_t>(forward.vocab),
         static_cast<size_t>(forward.vocab));
     if (observer_) observer_(chunk, logits);
     for (const SampleTarget& target : chunk.samples) {

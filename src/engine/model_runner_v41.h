@@ -27,7 +27,10 @@ namespace deepinfer::engine {
 
 class ModelRunnerV41 : public ModelRunner {
  public:
-  // Sees the logits row after each chunk's last token (tests: batch invariance).
+  // Sees the logits row after each chunk's last token (tests: batch invariance). Without an
+  // observer, a chunk that samples nothing runs no head, and a chunk whose samples are all
+  // plain greedy (IsPlainGreedy) has its argmax taken on the backend (ids, not logits, are
+  // copied back).
   using LogitsObserver =
       std::function<void(const ScheduledChunk& chunk, std::span<const float> logits)>;
 
@@ -51,6 +54,8 @@ class ModelRunnerV41 : public ModelRunner {
   base::Status MapBlocks(const ScheduledChunk& chunk, model::SequenceState& state);
   base::Status ApplyCopy(const kv::StateCopy& copy);
   model::SequenceState CopyMutableState(const model::SequenceState& src) const;
+  // What the model returns for `chunk` (see SetLogitsObserver).
+  model::ChunkOutput OutputFor(const ScheduledChunk& chunk) const;
 
   model::Model* model_;
   model::Backend* backend_;

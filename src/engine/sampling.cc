@@ -25,6 +25,12 @@ double CounterUniform(uint64_t seed, int sample_index, int64_t position) {
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
+bool IsPlainGreedy(const SamplingParams& params) {
+  return params.temperature == 0.0f && params.logit_bias.empty() &&
+         params.repetition_penalty == 1.0f && params.frequency_penalty == 0.0f &&
+         params.presence_penalty == 0.0f && !params.logprobs && params.top_logprobs <= 0;
+}
+
 void ApplyBiasAndPenalties(std::span<float> logits, const SamplingParams& params,
                            std::span<const TokenId> prompt, std::span<const TokenId> output) {
   const auto in_vocab = [&](TokenId t) {

@@ -45,6 +45,11 @@ struct Sampled {
 Sampled SampleToken(std::span<const float> logits, const SamplingParams& params,
                     const SampleContext& context);
 
+// True when SampleToken reduces to the argmax of the raw logits with nothing else returned:
+// temperature 0, no logit bias, no penalties, no logprobs. Such a token may be taken on the
+// backend (model::Backend::ArgmaxRows: the same scan, the lowest id on ties).
+bool IsPlainGreedy(const SamplingParams& params);
+
 // Counter-based uniform in [0, 1) (53 bits) from splitmix64 of (seed, sample_index,
 // position): a pure function, so sampling is independent of batching and threads.
 double CounterUniform(uint64_t seed, int sample_index, int64_t position);

@@ -226,6 +226,14 @@ class Backend {
   // value would be -inf. idx [T, k].
   virtual void TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) = 0;
 
+  // --- sampling -----------------------------------------------------------------------
+  // Greedy decoding on the backend, so that a step copies token ids instead of rows of
+  // logits: out[r] = the index of the largest of x[r, 0 .. n) (row stride ld), the lowest
+  // index on ties, exactly what the left-to-right scan `best = 0; if (x[t] > x[best]) best = t`
+  // returns: NaN values are never chosen, except that a NaN x[r, 0] gives 0. out: int32
+  // [rows], backend memory.
+  virtual void ArgmaxRows(const float* x, int64_t rows, int64_t n, int64_t ld, int32_t* out) = 0;
+
   // --- MoE ----------------------------------------------------------------------------
   // sqrtsoftplus router: s = sqrt(softplus(logits)); experts = top-k of s + bias;
   // weights = s[picked] / (sum + 1e-20) * scale if renormalise, else s * scale.

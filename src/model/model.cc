@@ -17,6 +17,14 @@ namespace deepinfer::model {
 using base::Status;
 using base::StatusOr;
 
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
 std::vector<float> RopeInvFreq(int64_t rope_dim, double theta, const io::RopeScaling* yarn) {
   const int64_t half = rope_dim / 2;
   std::vector<float> pos_freq(half), inv(half);
@@ -166,6 +174,9 @@ Status Model::ValidateBatch(const ForwardBatch& batch) const {
                                         std::to_string(chunk.state->length) + " tokens");
     }
     if (chunk.tokens.empty()) return base::InvalidArgumentError("empty forward chunk");
+    if (chunk.all_logits && chunk.output != ChunkOutput::kLogits) {
+      return base::InvalidArgumentError("all_logits on a chunk that returns no logits");
+    }
     if (chunk.state->length + static_cast<int64_t>(chunk.tokens.size()) >
         std::min<int64_t>(config_.text().max_position_embeddings, int64_t{1} << 30)) {
       return base::OutOfRangeError("sequence longer than max_position_embeddings");
@@ -290,33 +301,58 @@ void Model::StartBatch(const ForwardBatch& batch, BatchContext& b) {
   backend_->GatherTokenRows(e.data(), D, expand.data(), b.rows * hc, D, b.x.data());
 }
 
-// Logits of each chunk's last row (or all its rows), one head GEMM for the whole batch.
+// The head over each chunk's last row (or all its rows): one GEMM for the whole batch. Head
+// rows are the kLogits chunks' rows (chunk order), then one row per kGreedyToken chunk,
+// whose argmax is taken on the backend so that only its id is copied back.
 void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, ForwardOutput* out) {
   const io::TextConfig& t = config_.text();
-  const int64_t D = t.hidden_size;
+  const int64_t D = t.hidden_size, V = t.vocab_size;
   std::vector<int32_t> rows;
+  std::vector<size_t> greedy_chunks;
   for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    if (batch.chunks[i].output != ChunkOutput::kLogits) continue;
     const ChunkContext& c = b.chunks[i];
     const int64_t n = batch.chunks[i].all_logits ? c.T : 1;
     for (int64_t r = c.row0 + c.T - n; r < c.row0 + c.T; ++r)
       rows.push_back(static_cast<int32_t>(r));
   }
+  const int64_t n_logits = static_cast<int64_t>(rows.size());
+  for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    if (batch.chunks[i].output != ChunkOutput::kGreedyToken) continue;
+    rows.push_back(static_cast<int32_t>(b.chunks[i].row0 + b.chunks[i].T - 1));
+    greedy_chunks.push_back(i);
+  }
+  out->tokens.assign(batch.chunks.size(), -1);
   const int64_t n = static_cast<int64_t>(rows.size());
+  if (n == 0) {
+    out->host_issue_seconds = SecondsSince(forward_start_);
+    return;
+  }
   DeviceFloats picked(backend_, n * D);
   backend_->GatherTokenRows(h, D, rows.data(), n, D, picked.data());
-  DeviceFloats logits(backend_, n * t.vocab_size);
-  backend_->Linear(picked.data(), n, D, weights_->head, 0, t.vocab_size, logits.data(),
-                   t.vocab_size);
+  DeviceFloats logits(backend_, n * V);
+  backend_->Linear(picked.data(), n, D, weights_->head, 0, V, logits.data(), V);
+  const int64_t n_greedy = n - n_logits;
+  DeviceInts greedy(backend_, std::max<int64_t>(n_greedy, 1));
+  if (n_greedy > 0) {
+    backend_->ArgmaxRows(logits.data() + n_logits * V, n_greedy, V, V, greedy.data());
+  }
   // Rows of earlier calls in this Forward stay; recycled storage beyond them is reused
   // without zero-filling (every float is overwritten by the copy below).
-  const size_t old = out->rows * static_cast<size_t>(t.vocab_size);
+  const size_t old = out->rows * static_cast<size_t>(V);
   HostPhase("head");
-  out->logits.resize(old + n * t.vocab_size);
+  out->logits.resize(old + n_logits * V);
   HostPhase("resize");
-  out->host_issue_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start_).count();
-  backend_->CopyToHost(out->logits.data() + old, logits.data(), n * t.vocab_size * sizeof(float));
-  out->rows += n;
+  out->host_issue_seconds = SecondsSince(forward_start_);
+  if (n_greedy > 0) {
+    std::vector<int32_t> ids(n_greedy);
+    backend_->CopyToHost(ids.data(), greedy.data(), n_greedy * sizeof(int32_t));
+    for (int64_t j = 0; j < n_greedy; ++j) out->tokens[greedy_chunks[j]] = ids[j];
+  }
+  if (n_logits > 0) {
+    backend_->CopyToHost(out->logits.data() + old, logits.data(), n_logits * V * sizeof(float));
+  }
+  out->rows += n_logits;
 }
 
 void Model::ForwardAll(const ForwardBatch& batch, ForwardOutput* out) {

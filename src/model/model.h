@@ -29,13 +29,23 @@
 
 namespace deepinfer::model {
 
+// What a chunk returns (ForwardOutput).
+enum class ChunkOutput {
+  kLogits,       // logits rows (all_logits: one per token, else the last token's)
+  kGreedyToken,  // only the argmax of the last token's logits (Backend::ArgmaxRows): the
+                 // step copies one id instead of a vocab-sized row
+  kNothing,      // no head at all (a prompt chunk that samples nothing)
+};
+
 struct ForwardChunk {
   SequenceState* state = nullptr;
   std::span<const int32_t> tokens;
   // Must equal state->length (positions are start_pos .. start_pos + tokens.size() - 1).
   int64_t start_pos = 0;
-  // Logits for every token of the chunk (true) or only its last token (false).
+  // Logits for every token of the chunk (true) or only its last token (false); only with
+  // output == kLogits.
   bool all_logits = false;
+  ChunkOutput output = ChunkOutput::kLogits;
 };
 
 struct ForwardBatch {
@@ -43,10 +53,13 @@ struct ForwardBatch {
 };
 
 struct ForwardOutput {
-  // [rows, vocab] fp32; rows = sum over chunks of (all_logits ? tokens : 1), chunk order.
+  // [rows, vocab] fp32 for the kLogits chunks, in chunk order; rows = the sum over those
+  // chunks of (all_logits ? tokens : 1).
   std::vector<float> logits;
   int64_t rows = 0;
   int64_t vocab = 0;
+  // [chunks]: the greedy token of each kGreedyToken chunk, -1 for the other chunks.
+  std::vector<int32_t> tokens;
   // Host wall time from the start of Forward until the last device op was issued (just
   // before waiting for the logits): when it is close to the whole step, the host's launches
   // bound the step, not the device.

@@ -124,6 +124,55 @@ TEST_P(ModelBatchTest, RecycledLogitsStorageGivesExactOutputs) {
   EXPECT_EQ(third->logits, expected_prefill);
 }
 
+// One batch with a chunk of each ChunkOutput: logits rows only for the kLogits chunk (equal
+// to an all-logits run), the kGreedyToken chunk's id equal to the argmax of its logits, and
+// the kNothing chunk's state advanced exactly (its next logits equal the plain run's).
+TEST_P(ModelBatchTest, ChunkOutputsGreedyAndNothing) {
+  const std::vector<int32_t> prompt = {0, 11, 23, 35, 47, 59, 61};
+  const std::vector<int32_t> one = {77}, two = {88}, next = {9};
+  const int64_t V = model_->config().text().vocab_size;
+  auto first_max = [&](const float* row) {
+    int64_t best = 0;
+    for (int64_t t = 1; t < V; ++t) best = row[t] > row[best] ? t : best;
+    return static_cast<int32_t>(best);
+  };
+  // Reference: every chunk returns logits.
+  SequenceState a0 = model_->NewSequence(), b0 = model_->NewSequence();
+  SequenceState c0 = model_->NewSequence();
+  Run({{&b0, prompt, 0, false}});
+  const std::vector<float> ref =
+      Run({{&a0, prompt, 0, false}, {&b0, one, b0.length, false}, {&c0, prompt, 0, false}});
+  ASSERT_EQ(static_cast<int64_t>(ref.size()), 3 * V);
+  const std::vector<float> ref_next = Run({{&a0, next, a0.length, false}});
+
+  SequenceState a = model_->NewSequence(), b = model_->NewSequence(), c = model_->NewSequence();
+  Run({{&b, prompt, 0, false}});
+  ForwardBatch batch;
+  batch.chunks = {{&a, prompt, 0, false, ChunkOutput::kNothing},
+                  {&b, one, b.length, false, ChunkOutput::kGreedyToken},
+                  {&c, prompt, 0, false, ChunkOutput::kLogits}};
+  auto out = model_->Forward(batch);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->rows, 1);
+  ASSERT_EQ(static_cast<int64_t>(out->logits.size()), V);
+  for (int64_t i = 0; i < V; ++i) ASSERT_EQ(out->logits[i], ref[2 * V + i]) << "logit " << i;
+  EXPECT_EQ(out->tokens, (std::vector<int32_t>{-1, first_max(ref.data() + V), -1}));
+  EXPECT_EQ(a.length, 7);
+  EXPECT_EQ(Run({{&a, next, a.length, false}}), ref_next);
+
+  // No chunk wants logits: no head runs, nothing is copied; all_logits needs kLogits.
+  ForwardBatch quiet;
+  quiet.chunks = {{&c, two, c.length, false, ChunkOutput::kNothing}};
+  auto none = model_->Forward(quiet);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->rows, 0);
+  EXPECT_TRUE(none->logits.empty());
+  EXPECT_EQ(none->tokens, (std::vector<int32_t>{-1}));
+  ForwardBatch bad;
+  bad.chunks = {{&c, two, c.length, true, ChunkOutput::kGreedyToken}};
+  EXPECT_EQ(model_->Forward(bad).status().code(), base::StatusCode::kInvalidArgument);
+}
+
 TEST_P(ModelBatchTest, SyntheticContextState) {
   const io::TextConfig& t = model_->config().text();
   SequenceState s = Synthetic(301);

@@ -177,4 +177,15 @@ void CpuBackend::TopK(const float* scores, int64_t T, int64_t n, int64_t k, int3
   }
 }
 
+void CpuBackend::ArgmaxRows(const float* x, int64_t rows, int64_t n, int64_t ld, int32_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* v = x + r * ld;
+    int64_t best = 0;
+    for (int64_t t = 1; t < n; ++t) {
+      if (v[t] > v[best]) best = t;
+    }
+    out[r] = static_cast<int32_t>(best);
+  }
+}
+
 }  // namespace deepinfer::backend::cpu

@@ -61,6 +61,7 @@ class CpuBackend final : public model::Backend {
                      int64_t block, int64_t keep_blocks, uint8_t* mask) override;
   void ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) override;
   void TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) override;
+  void ArgmaxRows(const float* x, int64_t rows, int64_t n, int64_t ld, int32_t* out) override;
 
   void RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T, int64_t n_experts,
                          int64_t k, bool renormalise, float scale, int32_t* experts,

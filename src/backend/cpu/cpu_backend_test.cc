@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -70,6 +71,22 @@ TEST(CpuBackendTest, TopKSkipsNegInfAndBreaksTiesByIndex) {
   CpuBackend b;
   b.TopK(s.data(), 1, 6, 4, idx.data());
   EXPECT_EQ(idx, (std::vector<int32_t>{2, 0, 3, -1}));
+}
+
+TEST(CpuBackendTest, ArgmaxRowsTakesTheFirstMaximumAndSkipsNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // Rows of 5 (stride 6; the 6th value of each row is outside it and must be ignored).
+  std::vector<float> x = {
+      1.0f,  3.0f, 2.0f,  3.0f, -1.0f, 9.0f,   // tie of 3s: the first (1)
+      nan,   5.0f, 6.0f,  7.0f, 8.0f,  9.0f,   // NaN first: 0
+      1.0f,  nan,  -2.0f, nan,  0.5f,  9.0f,   // NaNs skipped: 0
+      -inf,  -inf, -inf,  -inf, -inf,  9.0f,   // all -inf: 0
+      -0.0f, 0.0f, -3.0f, inf,  inf,   9.0f};  // +inf twice: the first (3); -0 == 0
+  std::vector<int32_t> out(5, -7);
+  CpuBackend b;
+  b.ArgmaxRows(x.data(), 5, 5, 6, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 0, 0, 0, 3}));
 }
 
 TEST(CpuBackendTest, IndexerScoresMaskInvisibleEntries) {

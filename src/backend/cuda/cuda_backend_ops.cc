@@ -189,6 +189,12 @@ void CudaBackend::TopK(const float* scores, int64_t T, int64_t n, int64_t k, int
   Done("TopK");
 }
 
+void CudaBackend::ArgmaxRows(const float* x, int64_t rows, int64_t n, int64_t ld, int32_t* out) {
+  if (rows <= 0 || n <= 0 || !Usable()) return;
+  Check(kernels::ArgmaxRows(x, rows, n, ld, out, stream_), "ArgmaxRows");
+  Done("ArgmaxRows");
+}
+
 void CudaBackend::RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
                                     int64_t n_experts, int64_t k, bool renormalise, float scale,
                                     int32_t* experts, float* weights) {

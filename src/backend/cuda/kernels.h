@@ -169,6 +169,11 @@ cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64
 // Shared memory IndexerScores needs (the caller checks it against kMaxSharedBytes).
 int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim);
 
+// --- sampling (k_sample.cu) -----------------------------------------------------------
+// model::Backend::ArgmaxRows: out[r] (int32 [rows], device) = the first maximum of row r.
+cudaError_t ArgmaxRows(const float* x, int64_t rows, int64_t n, int64_t ld, int32_t* out,
+                       cudaStream_t stream);
+
 // --- selection (k_topk.cu) ------------------------------------------------------------
 cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx,
                  cudaStream_t stream);
