@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
@@ -38,6 +39,26 @@ struct RandomWeight {
   std::vector<uint8_t> data, scale;
   WeightRef ref;
 };
+
+// Rows [0, rows) of `got` and `want` (row stride ld, n values used per row) bitwise equal;
+// the failure names the first differing rows and columns.
+::testing::AssertionResult RowsBitExact(const std::vector<float>& got,
+                                        const std::vector<float>& want, int64_t rows, int64_t n,
+                                        int64_t ld) {
+  int64_t bad = 0;
+  std::ostringstream first;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      const float a = got[r * ld + c], b = want[r * ld + c];
+      if (std::memcmp(&a, &b, sizeof(float)) != 0 && bad++ < 5) {
+        first << "\n  row " << r << " col " << c << ": got " << a << " expected " << b;
+      }
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << rows * n << " values differ:" << first.str();
+}
 
 class CudaDenseTest : public CudaVsCpuTest {
  protected:
@@ -265,6 +286,41 @@ TEST_F(CudaDenseTest, RmsNorm) {
   }
 }
 
+// The decode shapes (rows of 5120, 1280, 512 and 128; the register-held vectorised path, and
+// with ld % 4 != 0 the scalar fallback) at 1, 7, 32 and 300 rows: close to the CPU, and each
+// row bitwise the same whether the call has 1, 7, 32 or 300 rows (batch invariance).
+TEST_F(CudaDenseTest, RmsNormDecodeShapesAreBatchInvariant) {
+  const int64_t max_rows = SmallOnly() ? 32 : 300;
+  for (int64_t n : {5120, 1280, 512, 128, 8192, 8196}) {
+    for (int64_t pad : {0, 4, 1}) {
+      const bool weighted = pad != 4;
+      SCOPED_TRACE(::testing::Message()
+                   << "n " << n << " ld " << n + pad << (weighted ? " weighted" : " no weight"));
+      const int64_t ld = n + pad;
+      const std::vector<float> x = Normal(max_rows * ld, 3.0f), w = Normal(n);
+      std::vector<float> expected(max_rows * ld, 0.0f);
+      cpu_.RmsNorm(x.data(), max_rows, n, ld, weighted ? w.data() : nullptr, 1e-6f, expected.data(),
+                   ld);
+      const float* gx = ToGpu(x);
+      const float* gw = weighted ? ToGpu(w) : nullptr;
+      float* all = PoisonedFloats(max_rows * ld);
+      gpu_->RmsNorm(gx, max_rows, n, ld, gw, 1e-6f, all, ld);
+      const std::vector<float> full = FromGpu(all, max_rows * ld);
+      std::vector<float> full_used(full), expected_used(expected);
+      for (int64_t r = 0; r < max_rows; ++r) {  // compare only the n used values per row
+        for (int64_t c = n; c < ld; ++c) full_used[r * ld + c] = expected_used[r * ld + c] = 0.0f;
+      }
+      EXPECT_TRUE(AllClose(full_used, expected_used, 1e-5, 1e-6));
+      for (int64_t rows : {1, 7, 32}) {
+        SCOPED_TRACE(::testing::Message() << "call of " << rows << " rows vs " << max_rows);
+        float* part = PoisonedFloats(rows * ld);
+        gpu_->RmsNorm(gx, rows, n, ld, gw, 1e-6f, part, ld);
+        EXPECT_TRUE(RowsBitExact(FromGpu(part, rows * ld), full, rows, n, ld));
+      }
+    }
+  }
+}
+
 TEST_F(CudaDenseTest, RopeForwardAndInverse) {
   struct Case {
     int64_t rows, heads, stride, offset, pairs, extra;
@@ -333,6 +389,29 @@ TEST_F(CudaDenseTest, FakeQuantBitExact) {
   }
 }
 
+// FakeQuant at the decode shapes (rows of 512 for the FP8 and FP4-E4M3 kinds, 64 x 128 for
+// the FP4 pow2 kind) and at 1, 7, 32 and 300 rows, bitwise against the CPU emulation.
+TEST_F(CudaDenseTest, FakeQuantDecodeShapesBitExact) {
+  struct Case {
+    FakeQuantKind kind;
+    int64_t n;
+  };
+  for (const Case& c :
+       {Case{FakeQuantKind::kFp8Block32Pow2, 512}, Case{FakeQuantKind::kFp4Block16E4m3, 512},
+        Case{FakeQuantKind::kFp4Block32Pow2, 128},
+        Case{FakeQuantKind::kFp4Block16E4m3, 48}}) {  // 3 blocks per row
+    for (int64_t rows : {1, 7, 32, 64, 300}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "kind " << static_cast<int>(c.kind) << " n " << c.n << " rows " << rows);
+      std::vector<float> x = QuantInputs(this, rng_, rows, c.n, 16);
+      float* dx = ToGpu(x);
+      gpu_->FakeQuant(dx, rows, c.n, c.n, c.kind);
+      cpu_.FakeQuant(x.data(), rows, c.n, c.n, c.kind);
+      EXPECT_TRUE(RowsBitExact(FromGpu(dx, rows * c.n), x, rows, c.n, c.n));
+    }
+  }
+}
+
 TEST_F(CudaDenseTest, HcMixCollapseExpand) {
   const int64_t hc = 4, n_mix = (2 + hc) * hc;
   std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 8}, {5, 64}, {3, 160}};
@@ -365,6 +444,36 @@ TEST_F(CudaDenseTest, HcMixCollapseExpand) {
     cpu_.HcExpand(out.data(), post.data(), comb.data(), T, hc, D, streams.data());
     gpu_->HcExpand(ToGpu(out), ToGpu(post), ToGpu(comb), T, hc, D, gx);
     EXPECT_TRUE(AllClose(FromGpu(gx, T * hc * D), streams, 1e-5, 1e-6));
+  }
+}
+
+// The split pre-mix (T <= 64) at the real shape: token t's pre / post / comb are bitwise
+// the same in calls of 1, 5 (a partial group of tokens) and 64 tokens.
+TEST_F(CudaDenseTest, HcMixSplitIsBatchInvariant) {
+  const int64_t hc = 4, n_mix = (2 + hc) * hc;
+  const int64_t D = SmallOnly() ? 128 : 5120, max_T = 64;
+  const std::vector<float> x = Normal(max_T * hc * D), fn = Normal(n_mix * hc * D, 0.05f);
+  const std::vector<float> scale = Uniform(3, 0.2f, 2.0f), base = Normal(n_mix);
+  const model::HcSiteWeights w{ToGpu(fn), ToGpu(scale), ToGpu(base)};
+  const float* gx = ToGpu(x);
+  float *pre = PoisonedFloats(max_T * hc), *post = PoisonedFloats(max_T * hc),
+        *comb = PoisonedFloats(max_T * hc * hc);
+  gpu_->HcMix(gx, max_T, hc, D, w, 1e-20f, 1e-6f, 20, pre, post, comb);
+  const std::vector<float> pre_all = FromGpu(pre, max_T * hc), post_all = FromGpu(post, max_T * hc),
+                           comb_all = FromGpu(comb, max_T * hc * hc);
+  std::vector<float> cpu_pre(max_T * hc), cpu_post(max_T * hc), cpu_comb(max_T * hc * hc);
+  cpu_.HcMix(x.data(), max_T, hc, D, {fn.data(), scale.data(), base.data()}, 1e-20f, 1e-6f, 20,
+             cpu_pre.data(), cpu_post.data(), cpu_comb.data());
+  EXPECT_TRUE(AllClose(pre_all, cpu_pre, 1e-4, 1e-5));
+  EXPECT_TRUE(AllClose(comb_all, cpu_comb, 1e-4, 1e-5));
+  for (int64_t T : {1, 5}) {
+    SCOPED_TRACE(::testing::Message() << "call of " << T << " tokens vs " << max_T);
+    float *p = PoisonedFloats(T * hc), *q = PoisonedFloats(T * hc),
+          *c = PoisonedFloats(T * hc * hc);
+    gpu_->HcMix(gx, T, hc, D, w, 1e-20f, 1e-6f, 20, p, q, c);
+    EXPECT_TRUE(RowsBitExact(FromGpu(p, T * hc), pre_all, T, hc, hc)) << "pre";
+    EXPECT_TRUE(RowsBitExact(FromGpu(q, T * hc), post_all, T, hc, hc)) << "post";
+    EXPECT_TRUE(RowsBitExact(FromGpu(c, T * hc * hc), comb_all, T, hc * hc, hc * hc)) << "comb";
   }
 }
 

@@ -22,6 +22,11 @@ TEST_F(CudaMoeTest, RouteSqrtSoftplus) {
                              {7, 12, 3, false, true, 1.5f},
                              {3, 33, 33, true, true, 1.0f}};
   if (!SmallOnly()) cases.push_back({9, 384, 6, true, true, 1.5f});  // V4.1-Flash router
+  if (!SmallOnly()) cases.push_back({300, 384, 6, true, true, 1.5f});
+  cases.push_back({6, 512, 32, true, true, 1.0f});   // the warp kernel's limits
+  cases.push_back({5, 40, 32, false, false, 2.0f});  // k = 32 of few experts
+  cases.push_back({3, 513, 6, true, true, 1.0f});    // block kernel (experts > 512)
+  cases.push_back({2, 100, 40, true, false, 1.0f});  // block kernel (k > 32)
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "T " << c.T << " experts " << c.experts << " k " << c.k);
     const std::vector<float> logits = Normal(c.T * c.experts, 3.0f);
@@ -34,6 +39,28 @@ TEST_F(CudaMoeTest, RouteSqrtSoftplus) {
     float* gw = PoisonedFloats(c.T * c.k);
     gpu_->RouteSqrtSoftplus(ToGpu(logits), c.bias ? ToGpu(bias) : nullptr, c.T, c.experts, c.k,
                             c.renormalise, c.scale, ge, gw);
+    EXPECT_EQ(FromGpu(ge, c.T * c.k), experts);
+    EXPECT_TRUE(AllClose(FromGpu(gw, c.T * c.k), weights, 1e-5, 1e-7));
+  }
+}
+
+// Many exact ties (logits from a few integers, no bias): the lower expert id wins each tie,
+// on both kernels (warp kernel: <= 512 experts and k <= 32; block kernel otherwise).
+TEST_F(CudaMoeTest, RouteSqrtSoftplusTiesGoToLowerIds) {
+  struct Case {
+    int64_t T, experts, k;
+  };
+  for (const Case& c : {Case{7, 384, 6}, Case{4, 512, 32}, Case{3, 600, 6}, Case{2, 64, 40}}) {
+    SCOPED_TRACE(::testing::Message() << "T " << c.T << " experts " << c.experts << " k " << c.k);
+    const std::vector<int32_t> ints = Ints(c.T * c.experts, -2, 2);
+    const std::vector<float> logits(ints.begin(), ints.end());
+    std::vector<int32_t> experts(c.T * c.k);
+    std::vector<float> weights(c.T * c.k);
+    cpu_.RouteSqrtSoftplus(logits.data(), nullptr, c.T, c.experts, c.k, true, 1.0f, experts.data(),
+                           weights.data());
+    int32_t* ge = PoisonedInts(c.T * c.k);
+    float* gw = PoisonedFloats(c.T * c.k);
+    gpu_->RouteSqrtSoftplus(ToGpu(logits), nullptr, c.T, c.experts, c.k, true, 1.0f, ge, gw);
     EXPECT_EQ(FromGpu(ge, c.T * c.k), experts);
     EXPECT_TRUE(AllClose(FromGpu(gw, c.T * c.k), weights, 1e-5, 1e-7));
   }

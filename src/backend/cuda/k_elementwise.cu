@@ -85,22 +85,32 @@ __global__ void GatedPoolKernel(const float* c, const float* z, int64_t groups, 
   }
 }
 
-__global__ void HcCollapseKernel(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+// The three kernels below are templated on the index type: int32 when every index of the
+// call fits (always at decode shapes), which replaces the 64-bit divisions of the index
+// decomposition (tens of instructions each) by 32-bit ones. Same float operations either way.
+#define DI_GRID_STRIDE_T(Index, i, n)                                              \
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + \
+                 static_cast<Index>(threadIdx.x);                                  \
+       i < (n); i += static_cast<Index>(gridDim.x) * static_cast<Index>(blockDim.x))
+
+template <typename Index>
+__global__ void HcCollapseKernel(const float* x, const float* pre, Index T, Index hc, Index D,
                                  float* y) {
-  DI_GRID_STRIDE(i, T * D) {
-    const int64_t t = i / D, d = i % D;
+  DI_GRID_STRIDE_T(Index, i, T * D) {
+    const Index t = i / D, d = i - t * D;
     const float* xt = x + t * hc * D + d;
     float acc = 0.0f;
-    for (int64_t k = 0; k < hc; ++k) acc += pre[t * hc + k] * xt[k * D];
+    for (Index k = 0; k < hc; ++k) acc += pre[t * hc + k] * xt[k * D];
     y[i] = acc;
   }
 }
 
 // One thread owns channel d of all hc streams of token t, so the update is in place.
-__global__ void HcExpandKernel(const float* y, const float* post, const float* comb, int64_t T,
-                               int64_t hc, int64_t D, float* x) {
-  DI_GRID_STRIDE(i, T * D) {
-    const int64_t t = i / D, d = i % D;
+template <typename Index>
+__global__ void HcExpandKernel(const float* y, const float* post, const float* comb, Index T,
+                               Index hc, Index D, float* x) {
+  DI_GRID_STRIDE_T(Index, i, T * D) {
+    const Index t = i / D, d = i - t * D;
     float* xt = x + t * hc * D + d;
     const float* c = comb + t * hc * hc;
     float old[kMaxHcExpand];
@@ -119,13 +129,13 @@ __global__ void HcExpandKernel(const float* y, const float* post, const float* c
   }
 }
 
-__global__ void RopeKernel(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride,
-                           int64_t offset, int64_t n_pairs, const int32_t* pos,
-                           const float* inv_freq, bool inverse) {
-  DI_GRID_STRIDE(i, rows * heads * n_pairs) {
-    const int64_t pair = i % n_pairs;
-    const int64_t h = (i / n_pairs) % heads;
-    const int64_t r = i / (n_pairs * heads);
+template <typename Index>
+__global__ void RopeKernel(float* x, Index rows, Index ld, Index heads, Index head_stride,
+                           Index offset, Index n_pairs, const int32_t* pos, const float* inv_freq,
+                           bool inverse) {
+  DI_GRID_STRIDE_T(Index, i, rows * heads * n_pairs) {
+    const Index rh = i / n_pairs, pair = i - rh * n_pairs;
+    const Index r = rh / heads, h = rh - r * heads;
     const float angle = static_cast<float>(pos[r]) * inv_freq[pair];
     const float c = cosf(angle);
     const float s = inverse ? -sinf(angle) : sinf(angle);
@@ -135,6 +145,9 @@ __global__ void RopeKernel(float* x, int64_t rows, int64_t ld, int64_t heads, in
     v[1] = xe * s + xo * c;
   }
 }
+
+// Whether every index below `extent` (and the grid-stride overshoot) fits in int32.
+bool FitsInt32(int64_t extent) { return extent < (int64_t{1} << 30); }
 
 cudaError_t Launched() { return cudaGetLastError(); }
 
@@ -204,7 +217,13 @@ cudaError_t GatedPool(const float* c, const float* z, int64_t groups, int64_t ra
 cudaError_t HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D, float* y,
                        cudaStream_t stream) {
   if (T * D <= 0) return cudaSuccess;
-  HcCollapseKernel<<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(x, pre, T, hc, D, y);
+  if (FitsInt32(T * hc * D)) {
+    HcCollapseKernel<int32_t><<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(
+        x, pre, static_cast<int32_t>(T), static_cast<int32_t>(hc), static_cast<int32_t>(D), y);
+  } else {
+    HcCollapseKernel<int64_t>
+        <<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(x, pre, T, hc, D, y);
+  }
   return Launched();
 }
 
@@ -212,7 +231,14 @@ cudaError_t HcExpand(const float* y, const float* post, const float* comb, int64
                      int64_t D, float* x, cudaStream_t stream) {
   if (T * D <= 0) return cudaSuccess;
   if (hc > kMaxHcExpand) return cudaErrorInvalidValue;
-  HcExpandKernel<<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(y, post, comb, T, hc, D, x);
+  if (FitsInt32(T * hc * D)) {
+    HcExpandKernel<int32_t><<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(
+        y, post, comb, static_cast<int32_t>(T), static_cast<int32_t>(hc), static_cast<int32_t>(D),
+        x);
+  } else {
+    HcExpandKernel<int64_t>
+        <<<GridFor(T * D, kThreads), kThreads, 0, stream>>>(y, post, comb, T, hc, D, x);
+  }
   return Launched();
 }
 
@@ -221,8 +247,16 @@ cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head
                  bool inverse, cudaStream_t stream) {
   const int64_t total = rows * heads * n_pairs;
   if (total <= 0) return cudaSuccess;
-  RopeKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(
-      x, rows, ld, heads, head_stride, offset, n_pairs, pos, inv_freq, inverse);
+  // Largest element offset touched: (rows - 1) * ld + heads * head_stride + offset + 2 * n_pairs.
+  if (FitsInt32(total) && FitsInt32(rows * ld + heads * head_stride + offset + 2 * n_pairs)) {
+    const auto i32 = [](int64_t v) { return static_cast<int32_t>(v); };
+    RopeKernel<int32_t><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
+        x, i32(rows), i32(ld), i32(heads), i32(head_stride), i32(offset), i32(n_pairs), pos,
+        inv_freq, inverse);
+  } else {
+    RopeKernel<int64_t><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
+        x, rows, ld, heads, head_stride, offset, n_pairs, pos, inv_freq, inverse);
+  }
   return Launched();
 }
 

@@ -1,5 +1,10 @@
 // Row-reduction kernels: RMSNorm, the mHC pre-mix (norm + mix logits + Sinkhorn) and the
-// Engram gate. One thread block per row; fp32 with block tree reductions.
+// Engram gate. fp32 with tree reductions. These run a few times per decode step on 1..32
+// rows, so they are written for latency: where the shapes allow, a row is held in registers
+// (float4 loads, all issued before the one reduction) instead of being walked twice.
+#include <cstdint>
+#include <type_traits>
+
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
@@ -10,7 +15,10 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;  // 24 mix logits for hc = 4
+constexpr int kMaxRowThreads = 512;             // threads of one register-held row
+constexpr int kMaxVec = 4;                      // float4 per thread of a register-held row
 
+// Any row length, any alignment: grid-stride over the row, two passes.
 __global__ void RmsNormKernel(const float* x, int64_t n, int64_t ldx, const float* weight,
                               float eps, float* y, int64_t ldy) {
   __shared__ float scratch[33];
@@ -22,6 +30,67 @@ __global__ void RmsNormKernel(const float* x, int64_t n, int64_t ldx, const floa
   const float inv = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     yr[i] = weight ? weight[i] * (xr[i] * inv) : xr[i] * inv;
+  }
+}
+
+__device__ __forceinline__ float4 Zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+__device__ __forceinline__ float SumSquares(float4 v) {
+  return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+}
+
+// Sum over the `group_threads` threads (a multiple of 32) of this thread's row group; the
+// block holds blockDim.x / group_threads groups. Every warp of a group sums the group's warp
+// partials in the same order, so all get the same bits. `scratch`: 32 floats. All threads of
+// the block must call; ends without a trailing barrier (scratch is written once per kernel).
+__device__ __forceinline__ float GroupSum(float v, int group_threads, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = WarpSum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int group_warps = group_threads >> 5;
+  const int first = (static_cast<int>(threadIdx.x) / group_threads) * group_warps;
+  return WarpSum(lane < group_warps ? scratch[first + lane] : 0.0f);
+}
+
+// Register-held rows: n % 4 == 0, 16-byte aligned rows, n <= 4 * kVec * group_threads. Each
+// row is owned by a group of group_threads threads; thread g of the group holds float4s
+// g, g + group_threads, .. of the row. All loads (x and weight) are issued before the one
+// reduction. The summation order depends only on (n, kVec, group_threads), which the launcher
+// derives from n alone: a row's bits do not depend on the number of rows.
+template <int kVec>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    RmsNormRowKernel(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
+                     float eps, float* y, int64_t ldy, int group_threads) {
+  __shared__ float scratch[32];
+  const int g = static_cast<int>(threadIdx.x) % group_threads;
+  const int64_t row =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / group_threads) + threadIdx.x / group_threads;
+  const bool live = row < rows;
+  const int64_t n4 = n >> 2;
+  const float4* xr = reinterpret_cast<const float4*>(x + (live ? row : 0) * ldx);
+  const float4* wr = reinterpret_cast<const float4*>(weight);
+  float4 v[kVec], w[kVec];
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int64_t i = g + q * group_threads;
+    const bool in = live && i < n4;
+    v[q] = in ? xr[i] : Zero4();  // plain load: y may alias x (in place)
+    w[q] = in && wr ? __ldg(wr + i) : Zero4();
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) sum += SumSquares(v[q]);
+  sum = GroupSum(sum, group_threads, scratch);
+  if (!live) return;
+  const float inv = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
+  float4* yr = reinterpret_cast<float4*>(y + row * ldy);
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int64_t i = g + q * group_threads;
+    if (i >= n4) break;
+    float4 o = make_float4(v[q].x * inv, v[q].y * inv, v[q].z * inv, v[q].w * inv);
+    if (wr) o = make_float4(w[q].x * o.x, w[q].y * o.y, w[q].z * o.z, w[q].w * o.w);
+    yr[i] = o;
   }
 }
 
@@ -170,6 +239,67 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Tokens per HcMixPartialPairKernel block (they share the block's fn registers).
+constexpr int kMixTokens = 4;
+
+// HcMixPartialKernel for slice == 2 * kThreads (hc * D a multiple of 512, e.g. 4 x 5120):
+// thread th of block (g, s) loads fn[j, i] for its two columns i = s * slice + th + {0,
+// kThreads} into registers once (all loads in flight together) and reduces tokens
+// g * kMixTokens .. with them, so fn is read once per kMixTokens tokens instead of once per
+// token. Per token, every sum is formed by the same operations in the same order as in
+// HcMixPartialKernel (column th first, then th + kThreads; warp tree; warps in order): the
+// bits are those of HcMixPartialKernel and do not depend on T.
+__global__ void __launch_bounds__(kThreads)
+    HcMixPartialPairKernel(const float* x, int64_t T, int64_t width, int n_mix, const float* fn,
+                           float* partial) {
+  __shared__ float part[kMixTokens][kThreads / 32][kMaxMix + 1];
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kMixTokens, s = blockIdx.y;
+  const int64_t splits = gridDim.y;
+  const int64_t i0 = s * 2 * kThreads + threadIdx.x, i1 = i0 + kThreads;
+  float f0[kMaxMix], f1[kMaxMix], v0[kMixTokens], v1[kMixTokens];
+#pragma unroll
+  for (int j = 0; j < kMaxMix; ++j) {
+    f0[j] = j < n_mix ? __ldg(fn + j * width + i0) : 0.0f;
+    f1[j] = j < n_mix ? __ldg(fn + j * width + i1) : 0.0f;
+  }
+#pragma unroll
+  for (int g = 0; g < kMixTokens; ++g) {
+    const bool live = t0 + g < T;
+    v0[g] = live ? x[(t0 + g) * width + i0] : 0.0f;
+    v1[g] = live ? x[(t0 + g) * width + i1] : 0.0f;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int g = 0; g < kMixTokens; ++g) {
+    float acc[kMaxMix + 1];
+#pragma unroll
+    for (int j = 0; j <= kMaxMix; ++j) acc[j] = 0.0f;
+    acc[kMaxMix] += v0[g] * v0[g];
+#pragma unroll
+    for (int j = 0; j < kMaxMix; ++j) {
+      if (j < n_mix) acc[j] += v0[g] * f0[j];
+    }
+    acc[kMaxMix] += v1[g] * v1[g];
+#pragma unroll
+    for (int j = 0; j < kMaxMix; ++j) {
+      if (j < n_mix) acc[j] += v1[g] * f1[j];
+    }
+#pragma unroll
+    for (int j = 0; j <= kMaxMix; ++j) {
+      const float v = WarpSum(acc[j]);
+      if (lane == 0) part[g][warp][j] = v;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kMixTokens * (kMaxMix + 1); e += kThreads) {
+    const int g = e / (kMaxMix + 1), j = e % (kMaxMix + 1);
+    if (t0 + g >= T) break;  // e grows with g
+    float v = 0.0f;
+    for (int w = 0; w < kThreads / 32; ++w) v += part[g][w][j];
+    partial[((t0 + g) * splits + s) * (kMaxMix + 1) + j] = v;
+  }
+}
+
 // One warp per token: sums the slices in order (deterministic), then pre / post / comb.
 __global__ void HcMixFinishKernel(const float* partial, int64_t splits, int64_t hc, int64_t width,
                                   const float* scale, const float* base, float norm_eps,
@@ -178,9 +308,23 @@ __global__ void HcMixFinishKernel(const float* partial, int64_t splits, int64_t 
   __shared__ float z[kMaxMix + 1];
   const int64_t t = blockIdx.x;
   const int n_mix = static_cast<int>((2 + hc) * hc);
+  // Lane j sums logit j over the slices in order; the loads of kChunk slices are issued
+  // together (one memory round trip per chunk instead of a dependent chain).
+  constexpr int kChunk = 16;
   for (int j = threadIdx.x; j <= kMaxMix; j += blockDim.x) {
+    const float* pj = partial + t * splits * (kMaxMix + 1) + j;
     float v = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) v += partial[(t * splits + s) * (kMaxMix + 1) + j];
+    for (int64_t s0 = 0; s0 < splits; s0 += kChunk) {
+      float buf[kChunk];
+#pragma unroll
+      for (int q = 0; q < kChunk; ++q) {
+        buf[q] = s0 + q < splits ? pj[(s0 + q) * (kMaxMix + 1)] : 0.0f;
+      }
+#pragma unroll
+      for (int q = 0; q < kChunk; ++q) {
+        if (s0 + q < splits) v += buf[q];
+      }
+    }
     z[j] = v;
   }
   __syncthreads();
@@ -219,13 +363,116 @@ __global__ void EngramGateKernel(float* x, const float* key, const float* value,
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xs[d] += gate * value[t * D + d];
 }
 
+// EngramGateKernel with register-held rows: D % 4 == 0, 16-byte aligned operands,
+// D <= 4 * kVec * blockDim.x. One block of blockDim.x threads (a multiple of 32) per (token,
+// stream); thread g holds float4s g, g + blockDim.x, .. of x, key, both weights and value,
+// all loaded before the first reduction; two reductions (both norms together, then the dot).
+template <int kVec>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    EngramGateRowKernel(float* x, const float* key, const float* value, const float* q_weight,
+                        const float* k_weight, int64_t hc, int64_t D, float eps) {
+  __shared__ float norms[2][32];
+  __shared__ float dots[32];
+  const int64_t row = blockIdx.x;  // t * hc + k
+  const int64_t t = row / hc, k = row % hc, D4 = D >> 2;
+  const int g = threadIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = blockDim.x >> 5;
+  float4* xs = reinterpret_cast<float4*>(x + row * D);
+  const float4* ks = reinterpret_cast<const float4*>(key + row * D);
+  const float4* qw = reinterpret_cast<const float4*>(q_weight + k * D);
+  const float4* kw = reinterpret_cast<const float4*>(k_weight + k * D);
+  const float4* vs = reinterpret_cast<const float4*>(value + t * D);
+  float4 xv[kVec], kv[kVec], qv[kVec], wv[kVec], vv[kVec];
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int64_t i = g + q * static_cast<int64_t>(blockDim.x);
+    const bool in = i < D4;
+    xv[q] = in ? xs[i] : Zero4();
+    kv[q] = in ? __ldg(ks + i) : Zero4();
+    qv[q] = in ? __ldg(qw + i) : Zero4();
+    wv[q] = in ? __ldg(kw + i) : Zero4();
+    vv[q] = in ? __ldg(vs + i) : Zero4();
+  }
+  float sx = 0.0f, sk = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) sx += SumSquares(xv[q]), sk += SumSquares(kv[q]);
+  sx = WarpSum(sx), sk = WarpSum(sk);
+  if (lane == 0) norms[0][warp] = sx, norms[1][warp] = sk;
+  __syncthreads();
+  sx = WarpSum(lane < n_warps ? norms[0][lane] : 0.0f);
+  sk = WarpSum(lane < n_warps ? norms[1][lane] : 0.0f);
+  const float rx = 1.0f / sqrtf(sx / static_cast<float>(D) + eps);
+  const float rk = 1.0f / sqrtf(sk / static_cast<float>(D) + eps);
+  auto term = [&](float xe, float qe, float ke, float we) {
+    return (xe * rx * qe) * (ke * rk * we);
+  };
+  float dot = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    dot += term(xv[q].x, qv[q].x, kv[q].x, wv[q].x) + term(xv[q].y, qv[q].y, kv[q].y, wv[q].y) +
+           term(xv[q].z, qv[q].z, kv[q].z, wv[q].z) + term(xv[q].w, qv[q].w, kv[q].w, wv[q].w);
+  }
+  dot = GroupSum(dot, blockDim.x, dots);
+  dot *= 1.0f / sqrtf(static_cast<float>(D));
+  const float gate = Sigmoid(copysignf(sqrtf(MaxF(fabsf(dot), 1e-6f)), dot));
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int64_t i = g + q * static_cast<int64_t>(blockDim.x);
+    if (i >= D4) break;
+    xs[i] = make_float4(xv[q].x + gate * vv[q].x, xv[q].y + gate * vv[q].y,
+                        xv[q].z + gate * vv[q].z, xv[q].w + gate * vv[q].w);
+  }
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// float4s per thread and threads per row of a register-held row of n4 float4s: the fewest
+// float4s per thread that keep the row within kMaxRowThreads threads (a function of n only).
+struct RowShape {
+  int vec, threads;
+};
+RowShape RowShapeFor(int64_t n4) {
+  int vec = 1;
+  while (vec < kMaxVec && n4 > int64_t{vec} * kMaxRowThreads) vec *= 2;
+  const int64_t threads = ((n4 + vec - 1) / vec + 31) / 32 * 32;
+  return {vec, static_cast<int>(threads)};
+}
+
+template <typename Kernel>
+void LaunchByVec(int vec, Kernel&& launch) {
+  switch (vec) {
+    case 1:
+      return launch(std::integral_constant<int, 1>{});
+    case 2:
+      return launch(std::integral_constant<int, 2>{});
+    default:
+      return launch(std::integral_constant<int, 4>{});
+  }
+}
+
 }  // namespace
 
 cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
                     float eps, float* y, int64_t ldy, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, n, ldx, weight, eps, y,
-                                                                      ldy);
+  const bool vectorised = n % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && Aligned16(x) &&
+                          Aligned16(y) && (weight == nullptr || Aligned16(weight)) &&
+                          n / 4 <= int64_t{kMaxVec} * kMaxRowThreads;
+  if (!vectorised) {
+    RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, n, ldx, weight, eps, y,
+                                                                        ldy);
+    return cudaGetLastError();
+  }
+  // Short rows: several rows (groups of shape.threads threads) per block.
+  const RowShape shape = RowShapeFor(n / 4);
+  int64_t rows_per_block = shape.threads < kThreads ? kThreads / shape.threads : 1;
+  if (rows_per_block > rows) rows_per_block = rows;
+  const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+  const auto threads = static_cast<unsigned>(rows_per_block * shape.threads);
+  LaunchByVec(shape.vec, [&](auto vec) {
+    RmsNormRowKernel<decltype(vec)::value>
+        <<<blocks, threads, 0, stream>>>(x, rows, n, ldx, weight, eps, y, ldy, shape.threads);
+  });
   return cudaGetLastError();
 }
 
@@ -255,8 +502,15 @@ cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
   if (hc > kMaxHc || hc <= 0 || T > 65535) return cudaErrorInvalidValue;
   const int64_t splits = HcMixSplits(T, hc, D), width = hc * D;
   const int64_t slice = (width + splits - 1) / splits;
-  HcMixPartialKernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(splits)), kThreads, 0,
-                       stream>>>(x, width, static_cast<int>((2 + hc) * hc), w.fn, slice, scratch);
+  const int n_mix = static_cast<int>((2 + hc) * hc);
+  if (slice == 2 * kThreads && splits * slice == width) {  // depends on (hc, D) only
+    const auto groups = static_cast<unsigned>((T + kMixTokens - 1) / kMixTokens);
+    HcMixPartialPairKernel<<<dim3(groups, static_cast<unsigned>(splits)), kThreads, 0, stream>>>(
+        x, T, width, n_mix, w.fn, scratch);
+  } else {
+    HcMixPartialKernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(splits)), kThreads, 0,
+                         stream>>>(x, width, n_mix, w.fn, slice, scratch);
+  }
   HcMixFinishKernel<<<static_cast<unsigned>(T), 32, 0, stream>>>(scratch, splits, hc, width,
                                                                  w.scale, w.base, norm_eps, hc_eps,
                                                                  sinkhorn_iters, pre, post, comb);
@@ -267,6 +521,18 @@ cudaError_t EngramGate(float* x, const float* key, const float* value, const flo
                        const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps,
                        cudaStream_t stream) {
   if (T * hc <= 0 || D <= 0) return cudaSuccess;
+  const bool vectorised = D % 4 == 0 && D / 4 <= int64_t{kMaxVec} * kMaxRowThreads &&
+                          Aligned16(x) && Aligned16(key) && Aligned16(value) &&
+                          Aligned16(q_weight) && Aligned16(k_weight);
+  if (vectorised) {
+    const RowShape shape = RowShapeFor(D / 4);
+    LaunchByVec(shape.vec, [&](auto vec) {
+      EngramGateRowKernel<decltype(vec)::value>
+          <<<static_cast<unsigned>(T * hc), static_cast<unsigned>(shape.threads), 0, stream>>>(
+              x, key, value, q_weight, k_weight, hc, D, eps);
+    });
+    return cudaGetLastError();
+  }
   EngramGateKernel<<<static_cast<unsigned>(T * hc), kThreads, 0, stream>>>(x, key, value, q_weight,
                                                                            k_weight, hc, D, eps);
   return cudaGetLastError();

@@ -14,43 +14,45 @@ using model::WeightFormat;
 
 constexpr int kThreads = 256;
 
-__device__ float BlockAmax(const float* x, int n) {
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = MaxF(amax, fabsf(x[i]));
-  return amax;
-}
-
-// One thread per quantisation block (16 or 32 values), same steps as the CPU emulation.
+// Lanes per quantisation block: one value per lane, kBlock (16 or 32) consecutive lanes per
+// block, so a warp loads 32 consecutive values (coalesced) and the block's amax is a
+// shuffle tree over kBlock lanes (max is order-independent: bit-exact with the CPU's loop).
+// Each lane then performs the CPU emulation's steps on its own value. The loop trip count
+// is warp-uniform (every lane takes part in the shuffles).
+template <int kBlock>
 __global__ void FakeQuantKernel(float* x, int64_t rows, int64_t n, int64_t ld, int kind) {
-  const int block = kind == static_cast<int>(FakeQuantKind::kFp4Block16E4m3) ? 16 : 32;
-  const int64_t blocks_per_row = n / block;
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < rows * blocks_per_row;
-       b += int64_t{gridDim.x} * blockDim.x) {
-    float* v = x + (b / blocks_per_row) * ld + (b % blocks_per_row) * block;
-    const float amax = BlockAmax(v, block);
+  constexpr int kBlocksPerWarp = 32 / kBlock;
+  const int lane = threadIdx.x & 31;
+  const int64_t blocks_per_row = n / kBlock;
+  const int64_t total = rows * blocks_per_row;
+  const int64_t warps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  for (int64_t first = ((blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5) * kBlocksPerWarp;
+       first < total; first += warps * kBlocksPerWarp) {
+    const int64_t b = first + lane / kBlock;
+    const bool live = b < total;
+    float* p = x + (b / blocks_per_row) * ld + (b % blocks_per_row) * kBlock + lane % kBlock;
+    const float v = live ? *p : 0.0f;
+    float amax = MaxF(0.0f, fabsf(v));  // as the CPU loop from 0: a NaN never becomes amax
+#pragma unroll
+    for (int offset = kBlock / 2; offset > 0; offset >>= 1) {
+      amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    }
+    float out;
     if (kind == static_cast<int>(FakeQuantKind::kFp8Block32Pow2)) {
       const float inv448 = 1.0f / 448.0f;
       const float scale = Pow2Ceil(MaxF(amax, 1e-4f) * inv448);
-      for (int i = 0; i < block; ++i) {
-        const float q = ClampF(v[i] / scale, -448.0f, 448.0f);
-        v[i] = RoundToE4m3(q) * scale;
-      }
+      out = RoundToE4m3(ClampF(v / scale, -448.0f, 448.0f)) * scale;
     } else if (kind == static_cast<int>(FakeQuantKind::kFp4Block16E4m3)) {
       const float floor_amax = 6.0f * 0.001953125f;  // 6 * 2^-9
       const float scale = RoundToE4m3(MaxF(amax, floor_amax) / 6.0f);
-      for (int i = 0; i < block; ++i) {
-        const float q = ClampF(v[i] / scale, -6.0f, 6.0f);
-        v[i] = RoundToE2m1(q) * scale;
-      }
+      out = RoundToE2m1(ClampF(v / scale, -6.0f, 6.0f)) * scale;
     } else {
       const float inv6 = 1.0f / 6.0f;
       const float floor_amax = 6.0f * ldexpf(1.0f, -126);
       const float scale = Pow2Ceil(MaxF(amax, floor_amax) * inv6);
-      for (int i = 0; i < block; ++i) {
-        const float q = ClampF(v[i] / scale, -6.0f, 6.0f);
-        v[i] = RoundToE2m1(q) * scale;
-      }
+      out = RoundToE2m1(ClampF(v / scale, -6.0f, 6.0f)) * scale;
     }
+    if (live) *p = out;
   }
 }
 
@@ -129,8 +131,12 @@ cudaError_t FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKi
   const int block = kind == FakeQuantKind::kFp4Block16E4m3 ? 16 : 32;
   const int64_t total = rows * (n / block);
   if (total <= 0) return cudaSuccess;
-  FakeQuantKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, rows, n, ld,
-                                                                     static_cast<int>(kind));
+  const unsigned grid = GridFor(total * block, kThreads);  // one lane per value
+  if (block == 16) {
+    FakeQuantKernel<16><<<grid, kThreads, 0, stream>>>(x, rows, n, ld, static_cast<int>(kind));
+  } else {
+    FakeQuantKernel<32><<<grid, kThreads, 0, stream>>>(x, rows, n, ld, static_cast<int>(kind));
+  }
   return cudaGetLastError();
 }
 

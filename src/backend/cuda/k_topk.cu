@@ -125,8 +125,72 @@ __device__ void BitonicSortDescending(TopKShared& sh, int p) {
   }
 }
 
+// Sorts the p (a power of two <= blockDim.x) pairs sh.sel[0, p) descending and returns
+// pair threadIdx.x of the sorted order (0 for threads >= p). Thread i holds element i in a
+// register: the compare-exchange stages of stride < 32 run on warp shuffles, only those of
+// stride >= 32 go through shared memory (one barrier each), so a 512-element sort takes 14
+// barriers instead of 45. The network is BitonicSortDescending's. Every thread must call.
+__device__ uint64_t BitonicSortDescendingInRegisters(TopKShared& sh, int p) {
+  const int i = threadIdx.x;
+  __syncthreads();
+  uint64_t v = i < p ? sh.sel[i] : 0;
+  for (int size = 2; size <= p; size <<= 1) {
+    const bool descending = (i & size) == 0;
+    if (size >= 64) {  // strides size/2 .. 32 through shared memory
+      if (i < p) sh.sel[i] = v;
+      __syncthreads();
+      for (int stride = size >> 1; stride >= 32; stride >>= 1) {
+        if (i < (p >> 1)) {
+          const int lo = 2 * i - (i & (stride - 1));
+          const int hi = lo + stride;
+          const bool lo_descending = (lo & size) == 0;
+          const uint64_t a = sh.sel[lo], b = sh.sel[hi];
+          if ((a < b) == lo_descending && a != b) sh.sel[lo] = b, sh.sel[hi] = a;
+        }
+        __syncthreads();
+      }
+      if (i < p) v = sh.sel[i];  // only element i is touched until the next barrier
+    }
+    // Strides 16 .. 1: the lower index of a pair keeps the larger value iff descending.
+    for (int stride = (size >> 1) < 16 ? (size >> 1) : 16; stride > 0; stride >>= 1) {
+      const uint64_t o = __shfl_xor_sync(kFullWarp, v, stride);
+      const bool keep_max = ((i & stride) == 0) == descending;
+      v = keep_max ? (v > o ? v : o) : (v < o ? v : o);
+    }
+  }
+  return v;
+}
+
+// Keys of one warp segment [seg_begin, seg_end): f(i, valid, key) for i = seg_begin + lane,
+// + 32, .. (warp-uniform trip count). kCached > 0: the keys come from this thread's registers
+// `cached` (loaded once per row); 0: from global memory.
+template <int kCached, typename F>
+__device__ __forceinline__ void ForSegment(const float* s, int64_t seg_begin, int64_t seg_end,
+                                           const uint32_t* cached, F&& f) {
+  const int lane = threadIdx.x & 31;
+  if constexpr (kCached > 0) {
+#pragma unroll
+    for (int q = 0; q < kCached; ++q) {
+      const int64_t base = seg_begin + 32 * q;
+      if (base >= seg_end) break;
+      f(base + lane, base + lane < seg_end, cached[q]);
+    }
+  } else {
+    (void)cached;
+    for (int64_t base = seg_begin; base < seg_end; base += 32) {
+      const int64_t i = base + lane;
+      f(i, i < seg_end, i < seg_end ? OrderedKey(__ldg(s + i)) : 0u);
+    }
+  }
+}
+
+// Keys per thread of a register-held TopK row: n <= kTopKThreads * kTopKCachedKeys.
+constexpr int kTopKCachedKeys = 4;
+
 // One block of kTopKThreads per row. Writes the ids of the k_eff = min(k, n) largest
 // entries in order to idx[row, 0..k_eff), -1 for -inf values and for slots k_eff..k.
+// Warp w owns the index segment [w * seg, (w + 1) * seg); with kCached > 0 its keys are
+// loaded once into registers and every pass reads them there.
 //
 // 1. Radix select, 11 bits per pass from the top: keeps a key prefix (prefix under mask)
 //    such that every key whose masked bits exceed it is selected, and of the eq_count keys
@@ -135,6 +199,7 @@ __device__ void BitonicSortDescending(TopKShared& sh, int p) {
 //    to it -- all of them, or (prefix fully resolved) the `remaining` of lowest index,
 //    found by a per-warp-segment count in index order.
 // 3. Bitonic sort of the k_eff packed (key, id) pairs; write ids.
+template <int kCached>
 __global__ void __launch_bounds__(kTopKThreads)
     TopKKernel(const float* scores, int64_t n, int64_t k, int32_t* idx) {
   __shared__ TopKShared sh;
@@ -143,6 +208,16 @@ __global__ void __launch_bounds__(kTopKThreads)
   const int k_eff = static_cast<int>(k < n ? k : n);
   for (int64_t i = k_eff + threadIdx.x; i < k; i += blockDim.x) out[i] = -1;
   if (k_eff <= 0) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t seg = ((n + kTopKWarps - 1) / kTopKWarps + 31) / 32 * 32;
+  const int64_t seg_begin = warp * seg < n ? warp * seg : n;
+  const int64_t seg_end = seg_begin + seg < n ? seg_begin + seg : n;
+  uint32_t cached[kCached > 0 ? kCached : 1];
+#pragma unroll
+  for (int q = 0; q < kCached; ++q) {
+    const int64_t i = seg_begin + 32 * q + lane;
+    cached[q] = i < seg_end ? OrderedKey(__ldg(s + i)) : 0u;
+  }
 
   // 1. Radix select.
   uint32_t prefix = 0, mask = 0;
@@ -154,17 +229,15 @@ __global__ void __launch_bounds__(kTopKThreads)
     const uint32_t digit_mask = pass == 2 ? 0x3FFu : 0x7FFu;
     for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.hist[b] = 0;
     __syncthreads();
-    // Warp-uniform trip count, so that lanes with the same digit add once (ties are common).
-    for (int64_t chunk = 0; chunk < n; chunk += blockDim.x) {
-      const int64_t i = chunk + threadIdx.x;
-      const uint32_t key = i < n ? OrderedKey(__ldg(s + i)) : 0;
-      const bool counted = i < n && (key & mask) == prefix;
+    // Lanes with the same digit add once (ties are common).
+    ForSegment<kCached>(s, seg_begin, seg_end, cached, [&](int64_t, bool valid, uint32_t key) {
+      const bool counted = valid && (key & mask) == prefix;
       const uint32_t digit = counted ? (key >> shift) & digit_mask : kNoDigit;
       const unsigned peers = __match_any_sync(kFullWarp, digit);
-      if (counted && (threadIdx.x & 31) == __ffs(peers) - 1) {
+      if (counted && lane == __ffs(peers) - 1) {
         atomicAdd(&sh.hist[digit], static_cast<uint32_t>(__popc(peers)));
       }
-    }
+    });
     __syncthreads();
     int bin, above, count;
     FindRadixBin(sh, remaining, &bin, &above, &count);
@@ -175,23 +248,16 @@ __global__ void __launch_bounds__(kTopKThreads)
   }
   const bool take_all_equal = remaining == eq_count;
 
-  // 2. Compaction. Warp w scans the index range [w * seg, (w + 1) * seg).
+  // 2. Compaction.
   if (threadIdx.x == 0) sh.taken = 0;
   __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t seg = ((n + kTopKWarps - 1) / kTopKWarps + 31) / 32 * 32;
-  const int64_t seg_begin = warp * seg < n ? warp * seg : n;
-  const int64_t seg_end = seg_begin + seg < n ? seg_begin + seg : n;
   int warp_equal = 0;
-  for (int64_t base = seg_begin; base < seg_end; base += 32) {
-    const int64_t i = base + lane;
-    const uint32_t key = i < seg_end ? OrderedKey(__ldg(s + i)) : 0;
+  ForSegment<kCached>(s, seg_begin, seg_end, cached, [&](int64_t i, bool valid, uint32_t key) {
     const uint32_t masked = key & mask;
-    const bool valid = i < seg_end;
     const bool equal = valid && masked == prefix;
     warp_equal += __popc(__ballot_sync(kFullWarp, equal));
     AppendPairs(sh, valid && (masked > prefix || (take_all_equal && equal)), key, i);
-  }
+  });
   if (!take_all_equal) {
     // The prefix is the full key: take its first `remaining` occurrences in index order.
     if (lane == 0) sh.warp_scratch[warp] = warp_equal;
@@ -208,23 +274,30 @@ __global__ void __launch_bounds__(kTopKThreads)
     }
     __syncthreads();
     int rank = sh.warp_scratch[warp];
-    for (int64_t base = seg_begin; base < seg_end && rank < remaining; base += 32) {
-      const int64_t i = base + lane;
-      const bool equal = i < seg_end && OrderedKey(__ldg(s + i)) == prefix;
+    ForSegment<kCached>(s, seg_begin, seg_end, cached, [&](int64_t i, bool valid, uint32_t key) {
+      if (rank >= remaining) return;  // warp-uniform
+      const bool equal = valid && key == prefix;
       const unsigned ballot = __ballot_sync(kFullWarp, equal);
       const int my_rank = rank + __popc(ballot & ((1u << lane) - 1u));
       AppendPairs(sh, equal && my_rank < remaining, prefix, i);
       rank += __popc(ballot);
-    }
+    });
   }
 
   // 3. Sort the k_eff selected pairs (padded with zeros to a power of two) and write ids.
   int p = 1;
   while (p < k_eff) p <<= 1;
   for (int i = k_eff + threadIdx.x; i < p; i += blockDim.x) sh.sel[i] = 0;
+  const uint32_t neg_inf_key = OrderedKey(NegInf());
+  if (p <= static_cast<int>(blockDim.x)) {
+    const uint64_t pair = BitonicSortDescendingInRegisters(sh, p);
+    if (static_cast<int>(threadIdx.x) < k_eff) {
+      out[threadIdx.x] = PairKey(pair) == neg_inf_key ? -1 : PairId(pair);
+    }
+    return;
+  }
   __syncthreads();
   BitonicSortDescending(sh, p);
-  const uint32_t neg_inf_key = OrderedKey(NegInf());
   for (int i = threadIdx.x; i < k_eff; i += blockDim.x) {
     const uint64_t pair = sh.sel[i];
     out[i] = PairKey(pair) == neg_inf_key ? -1 : PairId(pair);
@@ -318,13 +391,90 @@ __global__ void __launch_bounds__(kRouteThreads)
   }
 }
 
+// Experts per lane of RouteWarpKernel (n_experts <= 32 * kRouteWarpPerLane).
+constexpr int kRouteWarpPerLane = 16;
+constexpr int kRouteWarpThreads = 128;  // 4 tokens per block
+constexpr int kRouteWarpMaxK = 32;
+
+// The arg-max rule of RouteKernel: larger value, then lower id; id -1 loses.
+__device__ __forceinline__ bool RouteBetter(float ov, int32_t oi, float v, int32_t id) {
+  return oi >= 0 && (id < 0 || ov > v || (ov == v && oi < id));
+}
+
+// RouteKernel for n_experts <= 32 * kRouteWarpPerLane and k <= kRouteWarpMaxK, one warp per
+// token with no block barriers: lane l holds experts l, l + 32, .. (s and s + bias in
+// registers, loaded together); each round is a register scan + a 5-step shuffle arg-max with
+// the same rule as RouteKernel, and the winner's lane marks it taken. The same s values, the
+// same selection and the same in-order weight sum as RouteKernel (bitwise).
+__global__ void __launch_bounds__(kRouteWarpThreads)
+    RouteWarpKernel(const float* logits, const float* bias, int64_t T, int64_t n_experts, int64_t k,
+                    bool renormalise, float scale, int32_t* experts, float* weights) {
+  __shared__ float picked_s[kRouteWarpThreads / 32][kRouteWarpMaxK];
+  __shared__ int32_t picked_id[kRouteWarpThreads / 32][kRouteWarpMaxK];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (kRouteWarpThreads / 32) + warp;
+  if (t >= T) return;  // whole warps leave
+  float s[kRouteWarpPerLane], biased[kRouteWarpPerLane];
+  float raw[kRouteWarpPerLane];
+#pragma unroll
+  for (int q = 0; q < kRouteWarpPerLane; ++q) {
+    const int64_t e = lane + 32 * q;
+    raw[q] = e < n_experts ? __ldg(logits + t * n_experts + e) : 0.0f;
+    biased[q] = e < n_experts && bias ? __ldg(bias + e) : 0.0f;
+  }
+#pragma unroll
+  for (int q = 0; q < kRouteWarpPerLane; ++q) {
+    s[q] = sqrtf(Softplus(raw[q]));
+    biased[q] = s[q] + biased[q];
+  }
+  unsigned taken = 0;  // bit q: expert lane + 32 q already picked
+  for (int64_t round = 0; round < k; ++round) {
+    float v = NegInf();
+    int32_t id = -1;
+#pragma unroll
+    for (int q = 0; q < kRouteWarpPerLane; ++q) {
+      const int32_t e = lane + 32 * q;
+      if (e < n_experts && !(taken >> q & 1u) && (id < 0 || biased[q] > v)) v = biased[q], id = e;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float ov = __shfl_xor_sync(kFullWarp, v, offset);
+      const int32_t oi = __shfl_xor_sync(kFullWarp, id, offset);
+      if (RouteBetter(ov, oi, v, id)) v = ov, id = oi;
+    }
+    // Lane 0's winner (every lane's, unless NaNs make the order inconsistent); its owner
+    // records it, so exactly one lane writes each round.
+    id = __shfl_sync(kFullWarp, id, 0);
+    if (id >= 0 && (id & 31) == lane) {
+      const int q = id >> 5;
+      float sv = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRouteWarpPerLane; ++r) sv = r == q ? s[r] : sv;
+      taken |= 1u << q;
+      picked_s[warp][round] = sv, picked_id[warp][round] = id;
+    }
+  }
+  __syncwarp();
+  if (lane >= k) return;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k; ++i) sum += picked_s[warp][i];
+  const float w = picked_s[warp][lane];
+  experts[t * k + lane] = picked_id[warp][lane];
+  weights[t * k + lane] = (renormalise && k > 1) ? w / (sum + 1e-20f) * scale : w * scale;
+}
+
 }  // namespace
 
 cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx,
                  cudaStream_t stream) {
   if (T <= 0 || k <= 0) return cudaSuccess;
   if ((k < n ? k : n) > kMaxTopK) return cudaErrorInvalidValue;
-  TopKKernel<<<static_cast<unsigned>(T), kTopKThreads, 0, stream>>>(scores, n, k, idx);
+  if (n <= int64_t{kTopKThreads} * kTopKCachedKeys) {
+    TopKKernel<kTopKCachedKeys>
+        <<<static_cast<unsigned>(T), kTopKThreads, 0, stream>>>(scores, n, k, idx);
+  } else {
+    TopKKernel<0><<<static_cast<unsigned>(T), kTopKThreads, 0, stream>>>(scores, n, k, idx);
+  }
   return cudaGetLastError();
 }
 
@@ -351,6 +501,13 @@ cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
                               float* weights, cudaStream_t stream) {
   if (T <= 0 || k <= 0) return cudaSuccess;
   if (n_experts > kMaxRouteExperts || k > 64 || k > n_experts) return cudaErrorInvalidValue;
+  if (n_experts <= 32 * kRouteWarpPerLane && k <= kRouteWarpMaxK) {
+    const int per_block = kRouteWarpThreads / 32;
+    RouteWarpKernel<<<static_cast<unsigned>((T + per_block - 1) / per_block), kRouteWarpThreads, 0,
+                      stream>>>(logits, bias, T, n_experts, k, renormalise, scale, experts,
+                                weights);
+    return cudaGetLastError();
+  }
   const size_t smem = 2 * static_cast<size_t>(n_experts) * sizeof(float);
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(
