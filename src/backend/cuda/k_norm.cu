@@ -300,35 +300,37 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One warp per token: sums the slices in order (deterministic), then pre / post / comb.
-__global__ void HcMixFinishKernel(const float* partial, int64_t splits, int64_t hc, int64_t width,
-                                  const float* scale, const float* base, float norm_eps,
-                                  float hc_eps, int sinkhorn_iters, float* pre, float* post,
-                                  float* comb) {
+constexpr int kFinishThreads = 128;
+constexpr int kFinishSlices = 64;  // slices staged in shared memory per round (40 at 4 x 5120)
+
+// One block of kFinishThreads per token: the token's partials (contiguous, [splits][25]) are
+// staged in shared memory by coalesced loads of all threads (a few per thread, in flight
+// together), thread j <= 24 sums logit j over the slices in order (deterministic, the same
+// bits as a sequential loop), then warp 0 writes pre / post / comb.
+__global__ void __launch_bounds__(kFinishThreads)
+    HcMixFinishKernel(const float* partial, int64_t splits, int64_t hc, int64_t width,
+                      const float* scale, const float* base, float norm_eps, float hc_eps,
+                      int sinkhorn_iters, float* pre, float* post, float* comb) {
+  __shared__ float stage[kFinishSlices * (kMaxMix + 1)];
   __shared__ float z[kMaxMix + 1];
   const int64_t t = blockIdx.x;
   const int n_mix = static_cast<int>((2 + hc) * hc);
-  // Lane j sums logit j over the slices in order; the loads of kChunk slices are issued
-  // together (one memory round trip per chunk instead of a dependent chain).
-  constexpr int kChunk = 16;
-  for (int j = threadIdx.x; j <= kMaxMix; j += blockDim.x) {
-    const float* pj = partial + t * splits * (kMaxMix + 1) + j;
-    float v = 0.0f;
-    for (int64_t s0 = 0; s0 < splits; s0 += kChunk) {
-      float buf[kChunk];
-#pragma unroll
-      for (int q = 0; q < kChunk; ++q) {
-        buf[q] = s0 + q < splits ? pj[(s0 + q) * (kMaxMix + 1)] : 0.0f;
-      }
-#pragma unroll
-      for (int q = 0; q < kChunk; ++q) {
-        if (s0 + q < splits) v += buf[q];
-      }
+  const int j = threadIdx.x;
+  float v = 0.0f;
+  for (int64_t s0 = 0; s0 < splits; s0 += kFinishSlices) {
+    const int count = static_cast<int>(splits - s0 < kFinishSlices ? splits - s0 : kFinishSlices);
+    const float* src = partial + (t * splits + s0) * (kMaxMix + 1);
+#pragma unroll 4
+    for (int e = threadIdx.x; e < count * (kMaxMix + 1); e += kFinishThreads) stage[e] = src[e];
+    __syncthreads();
+    if (j <= kMaxMix) {
+      for (int q = 0; q < count; ++q) v += stage[q * (kMaxMix + 1) + j];
     }
-    z[j] = v;
+    __syncthreads();
   }
+  if (j <= kMaxMix) z[j] = v;
   __syncthreads();
-  if (threadIdx.x >= 32) return;  // one warp (the launch has 32 threads)
+  if (threadIdx.x >= 32) return;  // warp 0 writes the mix
   const float inv = 1.0f / sqrtf(z[kMaxMix] / static_cast<float>(width) + norm_eps);
   if (threadIdx.x < n_mix) z[threadIdx.x] *= inv;
   __syncwarp();
@@ -511,9 +513,9 @@ cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
     HcMixPartialKernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(splits)), kThreads, 0,
                          stream>>>(x, width, n_mix, w.fn, slice, scratch);
   }
-  HcMixFinishKernel<<<static_cast<unsigned>(T), 32, 0, stream>>>(scratch, splits, hc, width,
-                                                                 w.scale, w.base, norm_eps, hc_eps,
-                                                                 sinkhorn_iters, pre, post, comb);
+  HcMixFinishKernel<<<static_cast<unsigned>(T), kFinishThreads, 0, stream>>>(
+      scratch, splits, hc, width, w.scale, w.base, norm_eps, hc_eps, sinkhorn_iters, pre, post,
+      comb);
   return cudaGetLastError();
 }
 
