@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/thread_pool.h"
 #include "engine/sampling.h"
 #include "fmt/format.h"
 
@@ -149,7 +150,17 @@ base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
         fmt::format("model returned {} x {} logits and {} tokens for {} chunks", forward.rows,
                     forward.vocab, forward.tokens.size(), plan.chunks.size()));
   }
+  // Plan order: out.tokens[i] is the i-th SampleTarget of the plan. The observer sees each
+  // chunk's logits on this thread in chunk order; the rows are then sampled in parallel
+  // (SampleToken is a pure, thread-safe function of its row and context).
+  struct SampleJob {
+    std::span<const float> logits;
+    const ScheduledChunk* chunk;
+    const SampleTarget* target;
+    size_t index;  // into out.tokens
+  };
   StepOutput out;
+  std::vector<SampleJob> jobs;
   int64_t row = 0;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& chunk = plan.chunks[i];
@@ -166,12 +177,24 @@ base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
         static_cast<size_t>(forward.vocab));
     if (observer_) observer_(chunk, logits);
     for (const SampleTarget& target : chunk.samples) {
-      const SampleContext ctx{target.seed, target.sample_index, chunk.end_position(), chunk.prompt,
-                              chunk.output};
-      Sampled s = SampleToken(logits, *chunk.params, ctx);
-      out.tokens.push_back({target.seq_id, s.token, s.logprob, std::move(s.top_logprobs)});
+      jobs.push_back({logits, &chunk, &target, out.tokens.size()});
+      out.tokens.push_back({target.seq_id, 0, 0.0f, {}});
     }
   }
+  base::ThreadPool::Default().ParallelFor(
+      static_cast<int64_t>(jobs.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t j = begin; j < end; ++j) {
+          const SampleJob& job = jobs[static_cast<size_t>(j)];
+          const ScheduledChunk& chunk = *job.chunk;
+          const SampleContext ctx{job.target->seed, job.target->sample_index, chunk.end_position(),
+                                  chunk.prompt, chunk.output};
+          Sampled s = SampleToken(job.logits, *chunk.params, ctx);
+          SampledToken& token = out.tokens[job.index];
+          token.token = s.token;
+          token.logprob = s.logprob;
+          token.top_logprobs = std::move(s.top_logprobs);
+        }
+      });
   model_->Recycle(std::move(forward));
   for (const kv::StateCopy& copy : plan.copies_after) DI_RETURN_IF_ERROR(ApplyCopy(copy));
   return out;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <unordered_map>
 
 #include "base/check.h"
@@ -60,6 +59,36 @@ void ApplyBiasAndPenalties(std::span<float> logits, const SamplingParams& params
 
 namespace {
 
+// Rows shorter than this sort their kept ids for the sampling walk; longer ones walk the row.
+constexpr size_t kSortKeptLimit = 4096;
+// First ranked prefix looked at by a top_p walk without top_k; it grows x4 when too short.
+constexpr size_t kInitialPrefix = 64;
+
+// A ranking candidate: its value and id, compared without indirection.
+struct Candidate {
+  double value;
+  TokenId id;
+};
+
+// Per-thread scratch: SampleToken runs on pool workers, one row per call.
+struct Scratch {
+  std::vector<float> logits;      // biased / penalised copy of the row
+  std::vector<double> weights;    // exp((l - max) / temperature)
+  std::vector<TokenId> ranked;    // most probable first
+  std::vector<Candidate> buffer;  // ExtendRanking candidates
+  std::vector<TokenId> kept;      // kept ids in id order
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+bool HasBiasOrPenalty(const SamplingParams& params) {
+  return !params.logit_bias.empty() || params.repetition_penalty != 1.0f ||
+         params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f;
+}
+
 TokenId Argmax(std::span<const float> logits) {
   size_t best = 0;
   for (size_t t = 1; t < logits.size(); ++t) {
@@ -68,78 +97,211 @@ TokenId Argmax(std::span<const float> logits) {
   return static_cast<TokenId>(best);
 }
 
-// Token ids ordered most probable first, ties by lower id.
-std::vector<TokenId> ByDescendingProb(std::span<const double> probs) {
-  std::vector<TokenId> order(probs.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
-    return probs[static_cast<size_t>(a)] > probs[static_cast<size_t>(b)];
-  });
-  return order;
+// The ranking "value descending, ties by lower id": a strict total order.
+bool RanksBefore(const Candidate& a, const Candidate& b) {
+  return a.value > b.value || (a.value == b.value && a.id < b.id);
 }
 
-std::vector<double> LogSoftmax(std::span<const float> logits) {
+// The ranking of the ids [0, n) by value(t) (a double). `ranked` holds its first
+// ranked.size() ids; this appends the next min(count, rest) in order. One pass over the row
+// keeping at most 2 * count candidates (std::nth_element halves them whenever full); only
+// the selected candidates are sorted.
+template <class Value>
+void ExtendRanking(size_t n, const Value& value, size_t count, std::vector<TokenId>& ranked,
+                   std::vector<Candidate>& buffer) {
+  if (count == 0 || ranked.size() >= n) return;
+  const bool has_last = !ranked.empty();
+  const Candidate last =
+      has_last ? Candidate{value(ranked.back()), ranked.back()} : Candidate{0.0, -1};
+  const auto keep_best = [&] {
+    std::nth_element(buffer.begin(), buffer.begin() + static_cast<ptrdiff_t>(count - 1),
+                     buffer.end(), RanksBefore);
+    buffer.resize(count);
+  };
+  bool has_cut = false;
+  double cut = 0.0;  // with has_cut: the count-th best value so far (of an earlier id)
+  buffer.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const Candidate c{value(static_cast<TokenId>(i)), static_cast<TokenId>(i)};
+    if (has_cut && !(c.value > cut)) continue;
+    if (has_last && !RanksBefore(last, c)) continue;
+    buffer.push_back(c);
+    if (buffer.size() == 2 * count) {
+      keep_best();
+      cut = buffer.back().value;
+      has_cut = true;
+    }
+  }
+  if (buffer.size() > count) keep_best();
+  std::sort(buffer.begin(), buffer.end(), RanksBefore);
+  for (const Candidate& c : buffer) ranked.push_back(c.id);
+}
+
+// w[t] = exp((l[t] - max l) / temperature) in double (so the most probable weighs exactly
+// 1); returns their sum in id order. The probabilities of step 6 are w / sum.
+double FillWeights(std::span<const float> logits, float temperature, std::vector<double>& w) {
+  const double inv_t = 1.0 / static_cast<double>(temperature);
   const double max = *std::max_element(logits.begin(), logits.end());
+  w.resize(logits.size());
   double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  const double log_sum = std::log(sum) + max;
-  std::vector<double> out(logits.size());
-  for (size_t t = 0; t < logits.size(); ++t) out[t] = static_cast<double>(logits[t]) - log_sum;
-  return out;
+  for (size_t t = 0; t < logits.size(); ++t) {
+    w[t] = std::exp((static_cast<double>(logits[t]) - max) * inv_t);
+    sum += w[t];
+  }
+  return sum;
 }
 
-void FillLogprobs(std::span<const float> raw, const SamplingParams& params, Sampled* out) {
+// The tokens kept by steps 7-9, in one of three forms.
+struct Kept {
+  enum class Kind { kAll, kMinWeight, kRanked } kind = Kind::kAll;
+  double min_weight = 0.0;          // kMinWeight: kept iff w >= min_weight
+  std::span<const TokenId> ranked;  // kRanked: the kept ids, most probable first
+  bool Contains(std::span<const double> w, TokenId t) const;
+};
+
+bool Kept::Contains(std::span<const double> w, TokenId t) const {
+  if (kind == Kind::kAll) return true;
+  const double v = w[static_cast<size_t>(t)];
+  if (kind == Kind::kMinWeight) return v >= min_weight;
+  // A ranked prefix is exactly the ids ranking no later than its last one.
+  const TokenId last = ranked.back();
+  const double last_v = w[static_cast<size_t>(last)];
+  return v > last_v || (v == last_v && t <= last);
+}
+
+// Length of the kept prefix of `ranked` (grown on demand when `grow`): the walk stops after
+// the element whose cumulative weight (most probable first) reaches `target`, or before the
+// first element under `min_weight` (min_p; the first element weighs 1 >= min_weight).
+size_t WalkRanked(std::span<const double> w, double target, double min_weight, bool grow,
+                  Scratch& s) {
+  const auto weight = [&](TokenId t) { return w[static_cast<size_t>(t)]; };
+  double cum = 0.0;
+  size_t i = 0;
+  while (true) {
+    if (i == s.ranked.size()) {
+      if (!grow || s.ranked.size() == w.size()) return i;
+      size_t more = kInitialPrefix;
+      if (!s.ranked.empty()) {
+        // Every later token weighs <= the last one: at least (target - cum) / last more.
+        const double at_least = std::ceil((target - cum) / weight(s.ranked.back()));
+        more = 3 * s.ranked.size();
+        if (at_least > static_cast<double>(more)) {
+          more =
+              at_least < static_cast<double>(w.size()) ? static_cast<size_t>(at_least) : w.size();
+        }
+      }
+      ExtendRanking(w.size(), weight, more, s.ranked, s.buffer);
+    }
+    const double v = weight(s.ranked[i]);
+    if (v < min_weight) return i;
+    cum += v;
+    ++i;
+    if (cum >= target) return i;
+  }
+}
+
+// Steps 7-9 on weights w (sum `total`, id order). May leave the ranked prefix in s.ranked.
+Kept KeptTokens(std::span<const double> w, double total, const SamplingParams& params, Scratch& s) {
+  const size_t n = w.size();
+  const bool top_k = params.top_k > 0 && static_cast<size_t>(params.top_k) < n;
+  const bool top_p = params.top_p < 1.0f;
+  const double min_weight = static_cast<double>(params.min_p);  // times the max weight, 1
+  Kept kept;
+  if (!top_k && !top_p) {
+    if (params.min_p > 0.0f) kept = {Kept::Kind::kMinWeight, min_weight, {}};
+    return kept;
+  }
+  s.ranked.clear();
+  size_t keep = 0;
+  if (top_k) {
+    const auto weight = [&](TokenId t) { return w[static_cast<size_t>(t)]; };
+    ExtendRanking(n, weight, static_cast<size_t>(params.top_k), s.ranked, s.buffer);
+    double target = std::numeric_limits<double>::infinity();  // no top_p: keep all k
+    if (top_p) {
+      double mass = 0.0;  // over the top_k prefix, most probable first
+      for (TokenId t : s.ranked) mass += w[static_cast<size_t>(t)];
+      target = static_cast<double>(params.top_p) * mass;
+    }
+    keep = WalkRanked(w, target, min_weight, /*grow=*/false, s);
+  } else {
+    keep = WalkRanked(w, static_cast<double>(params.top_p) * total, min_weight, /*grow=*/true, s);
+  }
+  CHECK_GE(keep, 1u);
+  return {Kept::Kind::kRanked, 0.0, std::span<const TokenId>(s.ranked.data(), keep)};
+}
+
+// Step 10: the first kept token (id order) whose cumulative weight exceeds u * kept mass;
+// the last positive kept token when rounding leaves the walk short.
+TokenId Draw(std::span<const double> w, double total, const Kept& kept, double u, Scratch& s) {
+  const auto walk = [&](auto&& for_each_kept) {
+    double mass = 0.0;
+    if (kept.kind == Kept::Kind::kAll) {
+      mass = total;
+    } else {
+      for_each_kept([&](TokenId t) {
+        mass += w[static_cast<size_t>(t)];
+        return false;
+      });
+    }
+    const double target = u * mass;
+    double cum = 0.0;
+    TokenId token = -1;
+    for_each_kept([&](TokenId t) {
+      const double v = w[static_cast<size_t>(t)];
+      if (v <= 0.0) return false;
+      cum += v;
+      token = t;
+      return cum > target;
+    });
+    CHECK_GE(token, 0) << "no token kept";
+    return token;
+  };
+  if (kept.kind == Kept::Kind::kRanked && kept.ranked.size() <= kSortKeptLimit) {
+    s.kept.assign(kept.ranked.begin(), kept.ranked.end());
+    std::sort(s.kept.begin(), s.kept.end());
+    return walk([&](auto&& fn) {
+      for (TokenId t : s.kept) {
+        if (fn(t)) return;
+      }
+    });
+  }
+  return walk([&](auto&& fn) {
+    for (size_t i = 0; i < w.size(); ++i) {
+      const TokenId t = static_cast<TokenId>(i);
+      if (kept.Contains(w, t) && fn(t)) return;
+    }
+  });
+}
+
+// Raw log_softmax (double) of the sampled token and the top_logprobs list.
+void FillLogprobs(std::span<const float> raw, const SamplingParams& params, Scratch& s,
+                  Sampled* out) {
   if (!params.logprobs && params.top_logprobs <= 0) return;
-  const std::vector<double> lp = LogSoftmax(raw);
-  out->logprob = static_cast<float>(lp[static_cast<size_t>(out->token)]);
+  const double max = *std::max_element(raw.begin(), raw.end());
+  double sum = 0.0;
+  for (float l : raw) sum += std::exp(static_cast<double>(l) - max);
+  const double log_sum = std::log(sum) + max;
+  const auto logprob = [&](TokenId t) {
+    return static_cast<double>(raw[static_cast<size_t>(t)]) - log_sum;
+  };
+  out->logprob = static_cast<float>(logprob(out->token));
   const int k = std::min<int>(params.top_logprobs, static_cast<int>(raw.size()));
   if (k <= 0) return;
-  const std::vector<TokenId> order = ByDescendingProb(lp);
-  for (int i = 0; i < k; ++i) {
-    const TokenId t = order[static_cast<size_t>(i)];
-    out->top_logprobs.push_back({t, static_cast<float>(lp[static_cast<size_t>(t)])});
-  }
+  s.ranked.clear();
+  ExtendRanking(raw.size(), logprob, static_cast<size_t>(k), s.ranked, s.buffer);
+  for (TokenId t : s.ranked) out->top_logprobs.push_back({t, static_cast<float>(logprob(t))});
 }
 
 }  // namespace
 
 std::vector<double> TruncatedProbs(std::span<const float> logits, const SamplingParams& params) {
-  const double inv_t = 1.0 / static_cast<double>(params.temperature);
-  const double max = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> p(logits.size());
-  double sum = 0.0;
-  for (size_t t = 0; t < logits.size(); ++t) {
-    p[t] = std::exp((static_cast<double>(logits[t]) - max) * inv_t);
-    sum += p[t];
-  }
-  for (double& v : p) v /= sum;
-  const bool need_order =
-      (params.top_k > 0 && static_cast<size_t>(params.top_k) < p.size()) || params.top_p < 1.0f;
-  if (need_order) {
-    const std::vector<TokenId> order = ByDescendingProb(p);
-    size_t keep = order.size();
-    if (params.top_k > 0) keep = std::min(keep, static_cast<size_t>(params.top_k));
-    if (params.top_p < 1.0f) {
-      double mass = 0.0;
-      for (size_t i = 0; i < keep; ++i) mass += p[static_cast<size_t>(order[i])];
-      const double target = static_cast<double>(params.top_p) * mass;
-      double cum = 0.0;
-      size_t i = 0;
-      while (i < keep) {
-        cum += p[static_cast<size_t>(order[i])];
-        ++i;
-        if (cum >= target) break;
-      }
-      keep = i;
-    }
-    for (size_t i = keep; i < order.size(); ++i) p[static_cast<size_t>(order[i])] = 0.0;
-  }
-  if (params.min_p > 0.0f) {
-    const double threshold =
-        static_cast<double>(params.min_p) * *std::max_element(p.begin(), p.end());
-    for (double& v : p) {
-      if (v < threshold) v = 0.0;
-    }
+  Scratch& s = ThreadScratch();
+  const double total = FillWeights(logits, params.temperature, s.weights);
+  const std::span<const double> w = s.weights;
+  const Kept kept = KeptTokens(w, total, params, s);
+  std::vector<double> p(w.size(), 0.0);
+  for (size_t t = 0; t < w.size(); ++t) {
+    if (kept.Contains(w, static_cast<TokenId>(t))) p[t] = w[t] / total;
   }
   return p;
 }
@@ -147,27 +309,23 @@ std::vector<double> TruncatedProbs(std::span<const float> logits, const Sampling
 Sampled SampleToken(std::span<const float> logits, const SamplingParams& params,
                     const SampleContext& context) {
   CHECK(!logits.empty());
-  std::vector<float> work(logits.begin(), logits.end());
-  ApplyBiasAndPenalties(work, params, context.prompt, context.output);
+  Scratch& s = ThreadScratch();
+  std::span<const float> work = logits;
+  if (HasBiasOrPenalty(params)) {
+    s.logits.assign(logits.begin(), logits.end());
+    ApplyBiasAndPenalties(s.logits, params, context.prompt, context.output);
+    work = s.logits;
+  }
   Sampled out;
   if (params.temperature <= 0.0f) {
     out.token = Argmax(work);
   } else {
-    const std::vector<double> p = TruncatedProbs(work, params);
-    const double total = std::accumulate(p.begin(), p.end(), 0.0);
-    const double target =
-        CounterUniform(context.seed, context.sample_index, context.position) * total;
-    double cum = 0.0;
-    out.token = -1;
-    for (size_t t = 0; t < p.size(); ++t) {
-      if (p[t] <= 0.0) continue;
-      cum += p[t];
-      out.token = static_cast<TokenId>(t);
-      if (cum > target) break;
-    }
-    CHECK_GE(out.token, 0) << "no token kept";
+    const double total = FillWeights(work, params.temperature, s.weights);
+    const Kept kept = KeptTokens(s.weights, total, params, s);
+    const double u = CounterUniform(context.seed, context.sample_index, context.position);
+    out.token = Draw(s.weights, total, kept, u, s);
   }
-  FillLogprobs(logits, params, &out);
+  FillLogprobs(logits, params, s, &out);
   return out;
 }
 

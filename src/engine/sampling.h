@@ -8,14 +8,22 @@
 //   4. frequency / presence penalties (generated tokens only):
 //      l[t] -= frequency * count(t) + presence * (count(t) > 0).
 //   5. temperature == 0: the argmax (lowest id on ties) is returned; done.
-//   6. p = softmax(l / temperature) (in double).
-//   7. top_k: keep the k most probable tokens (ties broken by lower id).
-//   8. top_p: keep the smallest most-probable-first prefix whose mass is >= top_p of the
-//      remaining mass (at least one token).
-//   9. min_p: keep tokens with p >= min_p * max p.
+//   6. p = softmax(l / temperature) (in double). Steps 7-10 compare and sum the weights
+//      w = exp((l - max l) / temperature) (double; the most probable weighs exactly 1), which
+//      the normalisation p = w / sum(w) does not change. "The ranking" below is the order
+//      probability descending, ties by lower id (a strict total order).
+//   7. top_k (1 <= k < vocab; otherwise off): keep the first k tokens of the ranking.
+//   8. top_p (< 1): keep the shortest prefix of the ranking (at least one token) whose mass,
+//      summed in ranking order, is >= top_p * M, where M, the remaining mass, is: with top_k
+//      on, the mass of the top_k prefix summed in ranking order; with top_k off, the mass of
+//      the whole row summed in id order (so the ranking is only needed as far as the prefix
+//      reaches; the two orders differ only in rounding).
+//   9. min_p: keep tokens with p >= min_p * max p (i.e. w >= min_p).
 //  10. u = Uniform(seed, sample_index, position) in [0, 1); walk the kept tokens in id order
-//      and return the first whose cumulative kept mass exceeds u * (total kept mass).
-// Thread-safe (no shared state).
+//      and return the first whose cumulative kept mass exceeds u * (total kept mass, id order).
+// Cost: O(vocab) exp and scans, plus sorting only the ranked prefix that top_k / top_p /
+// top_logprobs reach (a nearly flat row with top_p near 1 may rank most of the row).
+// Thread-safe (no shared state; per-thread scratch buffers are reused between calls).
 #pragma once
 
 #include <cstdint>
@@ -61,7 +69,8 @@ uint64_t Mix64(uint64_t x);
 void ApplyBiasAndPenalties(std::span<float> logits, const SamplingParams& params,
                            std::span<const TokenId> prompt, std::span<const TokenId> output);
 
-// Steps 6-9: the kept probabilities (unnormalised, 0 for removed tokens), exposed for tests.
+// Steps 6-9: p = w / sum(w) for the kept tokens, 0 for removed ones (so the kept ones need not
+// sum to 1), exposed for tests.
 std::vector<double> TruncatedProbs(std::span<const float> logits, const SamplingParams& params);
 
 }  // namespace deepinfer::engine
