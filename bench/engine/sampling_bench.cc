@@ -8,6 +8,8 @@
 //   BM_TopPTopKMinP       top_p 0.9, top_k 40, min_p 0.05
 //   BM_TopPLogprobs       top_p 0.95, logprobs, top_logprobs 5
 //   BM_Penalties          repetition 1.1, frequency 0.3, presence 0.2 over a 2k-token history
+//   BM_BroadTopP          top_p 0.95, temperature 1, no peaked tokens (a high-entropy row:
+//                         the nucleus is ~1/3 of the vocabulary)
 //   BM_FlatTopP           top_p 0.95 at temperature 100 (nearly flat: the worst case)
 #include <benchmark/benchmark.h>
 
@@ -21,17 +23,20 @@ namespace {
 
 constexpr int kVocab = 129280;
 
-const std::vector<float>& Logits() {
-  static const std::vector<float> logits = [] {
-    std::mt19937_64 rng(42);
-    std::normal_distribution<float> normal(0.0f, 2.0f);
-    std::vector<float> l(kVocab);
-    for (float& v : l) v = normal(rng);
-    const int peaked[] = {17, 4242, 9001, 65000, 128000};
-    for (int i = 0; i < 5; ++i) l[static_cast<size_t>(peaked[i])] = 14.0f - 1.0f * i;
-    return l;
-  }();
-  return logits;
+std::vector<float> MakeLogits(bool peaked) {
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> l(kVocab);
+  for (float& v : l) v = normal(rng);
+  const int peaks[] = {17, 4242, 9001, 65000, 128000};
+  for (int i = 0; peaked && i < 5; ++i) l[static_cast<size_t>(peaks[i])] = 14.0f - 1.0f * i;
+  return l;
+}
+
+const std::vector<float>& Logits(bool peaked = true) {
+  static const std::vector<float> with_peaks = MakeLogits(true);
+  static const std::vector<float> without_peaks = MakeLogits(false);
+  return peaked ? with_peaks : without_peaks;
 }
 
 const std::vector<TokenId>& History() {
@@ -45,8 +50,9 @@ const std::vector<TokenId>& History() {
   return history;
 }
 
-void Run(benchmark::State& state, const SamplingParams& params, bool with_history) {
-  const std::vector<float>& logits = Logits();
+void Run(benchmark::State& state, const SamplingParams& params, bool with_history,
+         bool peaked = true) {
+  const std::vector<float>& logits = Logits(peaked);
   const std::span<const TokenId> history =
       with_history ? std::span<const TokenId>(History()) : std::span<const TokenId>();
   // Prompt = the first half of the history, output = the second half.
@@ -106,6 +112,12 @@ void BM_Penalties(benchmark::State& state) {
   Run(state, p, true);
 }
 
+void BM_BroadTopP(benchmark::State& state) {
+  SamplingParams p = Temperature(1.0f);
+  p.top_p = 0.95f;
+  Run(state, p, false, /*peaked=*/false);
+}
+
 void BM_FlatTopP(benchmark::State& state) {
   SamplingParams p = Temperature(100.0f);
   p.top_p = 0.95f;
@@ -118,6 +130,7 @@ BENCHMARK(BM_TopK)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TopPTopKMinP)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TopPLogprobs)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Penalties)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_BroadTopP)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_FlatTopP)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "engine/sampling.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <unordered_map>
+#include <utility>
 
 #include "base/check.h"
 #include "fmt/format.h"
@@ -63,6 +66,8 @@ namespace {
 constexpr size_t kSortKeptLimit = 4096;
 // First ranked prefix looked at by a top_p walk without top_k; it grows x4 when too short.
 constexpr size_t kInitialPrefix = 64;
+// Ranked selections at least this long are radix sorted.
+constexpr size_t kRadixSortMin = 2048;
 
 // A ranking candidate: its value and id, compared without indirection.
 struct Candidate {
@@ -72,11 +77,12 @@ struct Candidate {
 
 // Per-thread scratch: SampleToken runs on pool workers, one row per call.
 struct Scratch {
-  std::vector<float> logits;      // biased / penalised copy of the row
-  std::vector<double> weights;    // exp((l - max) / temperature)
-  std::vector<TokenId> ranked;    // most probable first
-  std::vector<Candidate> buffer;  // ExtendRanking candidates
-  std::vector<TokenId> kept;      // kept ids in id order
+  std::vector<float> logits;        // biased / penalised copy of the row
+  std::vector<double> weights;      // exp((l - max) / temperature)
+  std::vector<TokenId> ranked;      // most probable first
+  std::vector<Candidate> buffer;    // ExtendRanking candidates
+  std::vector<Candidate> sort_tmp;  // RadixSortByValue scratch
+  std::vector<TokenId> kept;        // kept ids in id order
 };
 
 Scratch& ThreadScratch() {
@@ -102,17 +108,46 @@ bool RanksBefore(const Candidate& a, const Candidate& b) {
   return a.value > b.value || (a.value == b.value && a.id < b.id);
 }
 
-// The ranking of the ids [0, n) by value(t) (a double). `ranked` holds its first
-// ranked.size() ids; this appends the next min(count, rest) in order. One pass over the row
-// keeping at most 2 * count candidates (std::nth_element halves them whenever full); only
-// the selected candidates are sorted.
+// Stable sort by value descending: an LSD radix sort (8-bit digits, constant digits
+// skipped) on the order-preserving bits of the double. Candidates in id order come out in
+// ranking order. `tmp` is scratch.
+void RadixSortByValue(std::vector<Candidate>& c, std::vector<Candidate>& tmp) {
+  const auto key = [](double v) {
+    const uint64_t bits = std::bit_cast<uint64_t>(v == 0.0 ? 0.0 : v);  // -0 ranks as +0
+    const uint64_t ascending = (bits >> 63) != 0 ? ~bits : bits | (uint64_t{1} << 63);
+    return ~ascending;
+  };
+  std::array<std::array<uint32_t, 256>, 8> counts{};
+  for (const Candidate& x : c) {
+    const uint64_t k = key(x.value);
+    for (int d = 0; d < 8; ++d) ++counts[d][(k >> (8 * d)) & 255];
+  }
+  tmp.resize(c.size());
+  for (int d = 0; d < 8; ++d) {
+    std::array<uint32_t, 256>& start = counts[d];
+    if (start[(key(c[0].value) >> (8 * d)) & 255] == c.size()) continue;  // one digit value
+    uint32_t offset = 0;
+    for (uint32_t& bucket : start) offset += std::exchange(bucket, offset);
+    for (const Candidate& x : c) tmp[start[(key(x.value) >> (8 * d)) & 255]++] = x;
+    c.swap(tmp);
+  }
+}
+
+// The ranking of the ids [0, n) by value(t) (a double). s.ranked holds its first
+// s.ranked.size() ids; this appends (at least) the next min(count, rest) in order: all of the
+// rest when count is at least a quarter of it (one sort instead of more rounds). One pass over
+// the row keeping at most 2 * count candidates (std::nth_element halves them whenever
+// full); only the selected candidates are sorted (radix sorted when many).
 template <class Value>
-void ExtendRanking(size_t n, const Value& value, size_t count, std::vector<TokenId>& ranked,
-                   std::vector<Candidate>& buffer) {
-  if (count == 0 || ranked.size() >= n) return;
-  const bool has_last = !ranked.empty();
+void ExtendRanking(size_t n, const Value& value, size_t count, Scratch& s) {
+  if (count == 0 || s.ranked.size() >= n) return;
+  const size_t rest = n - s.ranked.size();
+  if (count >= rest / 4) count = rest;
+  const bool has_last = !s.ranked.empty();
   const Candidate last =
-      has_last ? Candidate{value(ranked.back()), ranked.back()} : Candidate{0.0, -1};
+      has_last ? Candidate{value(s.ranked.back()), s.ranked.back()} : Candidate{0.0, -1};
+  const auto after_last = [&](const Candidate& c) { return !has_last || RanksBefore(last, c); };
+  std::vector<Candidate>& buffer = s.buffer;
   const auto keep_best = [&] {
     std::nth_element(buffer.begin(), buffer.begin() + static_cast<ptrdiff_t>(count - 1),
                      buffer.end(), RanksBefore);
@@ -124,7 +159,7 @@ void ExtendRanking(size_t n, const Value& value, size_t count, std::vector<Token
   for (size_t i = 0; i < n; ++i) {
     const Candidate c{value(static_cast<TokenId>(i)), static_cast<TokenId>(i)};
     if (has_cut && !(c.value > cut)) continue;
-    if (has_last && !RanksBefore(last, c)) continue;
+    if (!after_last(c)) continue;
     buffer.push_back(c);
     if (buffer.size() == 2 * count) {
       keep_best();
@@ -132,9 +167,24 @@ void ExtendRanking(size_t n, const Value& value, size_t count, std::vector<Token
       has_cut = true;
     }
   }
+  const bool in_id_order = !has_cut && buffer.size() <= count;
   if (buffer.size() > count) keep_best();
-  std::sort(buffer.begin(), buffer.end(), RanksBefore);
-  for (const Candidate& c : buffer) ranked.push_back(c.id);
+  if (buffer.size() < kRadixSortMin) {
+    std::sort(buffer.begin(), buffer.end(), RanksBefore);
+  } else {
+    if (!in_id_order) {
+      // The selected are exactly the ids after `last` ranking no later than the worst of
+      // them: collect them again, in id order, for the stable sort.
+      const Candidate worst = *std::max_element(buffer.begin(), buffer.end(), RanksBefore);
+      buffer.clear();
+      for (size_t i = 0; i < n; ++i) {
+        const Candidate c{value(static_cast<TokenId>(i)), static_cast<TokenId>(i)};
+        if (after_last(c) && !RanksBefore(worst, c)) buffer.push_back(c);
+      }
+    }
+    RadixSortByValue(buffer, s.sort_tmp);
+  }
+  for (const Candidate& c : buffer) s.ranked.push_back(c.id);
 }
 
 // w[t] = exp((l[t] - max l) / temperature) in double (so the most probable weighs exactly
@@ -190,7 +240,7 @@ size_t WalkRanked(std::span<const double> w, double target, double min_weight, b
               at_least < static_cast<double>(w.size()) ? static_cast<size_t>(at_least) : w.size();
         }
       }
-      ExtendRanking(w.size(), weight, more, s.ranked, s.buffer);
+      ExtendRanking(w.size(), weight, more, s);
     }
     const double v = weight(s.ranked[i]);
     if (v < min_weight) return i;
@@ -215,7 +265,8 @@ Kept KeptTokens(std::span<const double> w, double total, const SamplingParams& p
   size_t keep = 0;
   if (top_k) {
     const auto weight = [&](TokenId t) { return w[static_cast<size_t>(t)]; };
-    ExtendRanking(n, weight, static_cast<size_t>(params.top_k), s.ranked, s.buffer);
+    ExtendRanking(n, weight, static_cast<size_t>(params.top_k), s);
+    s.ranked.resize(static_cast<size_t>(params.top_k));       // it may rank more
     double target = std::numeric_limits<double>::infinity();  // no top_p: keep all k
     if (top_p) {
       double mass = 0.0;  // over the top_k prefix, most probable first
@@ -288,7 +339,8 @@ void FillLogprobs(std::span<const float> raw, const SamplingParams& params, Scra
   const int k = std::min<int>(params.top_logprobs, static_cast<int>(raw.size()));
   if (k <= 0) return;
   s.ranked.clear();
-  ExtendRanking(raw.size(), logprob, static_cast<size_t>(k), s.ranked, s.buffer);
+  ExtendRanking(raw.size(), logprob, static_cast<size_t>(k), s);
+  s.ranked.resize(static_cast<size_t>(k));  // it may rank more
   for (TokenId t : s.ranked) out->top_logprobs.push_back({t, static_cast<float>(logprob(t))});
 }
 
