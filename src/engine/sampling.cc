@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -82,6 +83,7 @@ struct Scratch {
   std::vector<TokenId> ranked;      // most probable first
   std::vector<Candidate> buffer;    // ExtendRanking candidates
   std::vector<Candidate> sort_tmp;  // RadixSortByValue scratch
+  std::vector<double> bucket_mass;  // CrossingBucket histogram
   std::vector<TokenId> kept;        // kept ids in id order
 };
 
@@ -133,16 +135,27 @@ void RadixSortByValue(std::vector<Candidate>& c, std::vector<Candidate>& tmp) {
   }
 }
 
+// Sorts s.buffer in ranking order (a stable radix sort when long: then it must be in id
+// order) and appends its ids to s.ranked.
+void AppendSorted(Scratch& s, bool in_id_order) {
+  if (in_id_order && s.buffer.size() >= kRadixSortMin) {
+    RadixSortByValue(s.buffer, s.sort_tmp);
+  } else {
+    std::sort(s.buffer.begin(), s.buffer.end(), RanksBefore);
+  }
+  for (const Candidate& c : s.buffer) s.ranked.push_back(c.id);
+}
+
 // The ranking of the ids [0, n) by value(t) (a double). s.ranked holds its first
 // s.ranked.size() ids; this appends (at least) the next min(count, rest) in order: all of the
-// rest when count is at least a quarter of it (one sort instead of more rounds). One pass over
+// rest when count is at least half of it (one sort instead of more rounds). One pass over
 // the row keeping at most 2 * count candidates (std::nth_element halves them whenever
 // full); only the selected candidates are sorted (radix sorted when many).
 template <class Value>
 void ExtendRanking(size_t n, const Value& value, size_t count, Scratch& s) {
   if (count == 0 || s.ranked.size() >= n) return;
   const size_t rest = n - s.ranked.size();
-  if (count >= rest / 4) count = rest;
+  if (count >= rest / 2) count = rest;
   const bool has_last = !s.ranked.empty();
   const Candidate last =
       has_last ? Candidate{value(s.ranked.back()), s.ranked.back()} : Candidate{0.0, -1};
@@ -169,22 +182,17 @@ void ExtendRanking(size_t n, const Value& value, size_t count, Scratch& s) {
   }
   const bool in_id_order = !has_cut && buffer.size() <= count;
   if (buffer.size() > count) keep_best();
-  if (buffer.size() < kRadixSortMin) {
-    std::sort(buffer.begin(), buffer.end(), RanksBefore);
-  } else {
-    if (!in_id_order) {
-      // The selected are exactly the ids after `last` ranking no later than the worst of
-      // them: collect them again, in id order, for the stable sort.
-      const Candidate worst = *std::max_element(buffer.begin(), buffer.end(), RanksBefore);
-      buffer.clear();
-      for (size_t i = 0; i < n; ++i) {
-        const Candidate c{value(static_cast<TokenId>(i)), static_cast<TokenId>(i)};
-        if (after_last(c) && !RanksBefore(worst, c)) buffer.push_back(c);
-      }
+  if (!in_id_order && buffer.size() >= kRadixSortMin) {
+    // The selected are exactly the ids after `last` ranking no later than the worst of
+    // them: collect them again, in id order, for the stable radix sort.
+    const Candidate worst = *std::max_element(buffer.begin(), buffer.end(), RanksBefore);
+    buffer.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const Candidate c{value(static_cast<TokenId>(i)), static_cast<TokenId>(i)};
+      if (after_last(c) && !RanksBefore(worst, c)) buffer.push_back(c);
     }
-    RadixSortByValue(buffer, s.sort_tmp);
   }
-  for (const Candidate& c : buffer) s.ranked.push_back(c.id);
+  AppendSorted(s, /*in_id_order=*/buffer.size() >= kRadixSortMin);
 }
 
 // w[t] = exp((l[t] - max l) / temperature) in double (so the most probable weighs exactly
@@ -216,31 +224,65 @@ bool Kept::Contains(std::span<const double> w, TokenId t) const {
   // A ranked prefix is exactly the ids ranking no later than its last one.
   const TokenId last = ranked.back();
   const double last_v = w[static_cast<size_t>(last)];
-  return v > last_v || (v == last_v && t <= last);
+  return (v > last_v) | ((v == last_v) & (t <= last));  // branch-free
+}
+
+// Weights in [0, 1] bucketed by their top bits (exponent and 2 mantissa bits): buckets
+// are in weight order, so the heaviest buckets hold the first tokens of the ranking.
+constexpr int kMantissaBucketBits = 2;
+constexpr size_t kWeightBuckets = size_t{1024} << kMantissaBucketBits;
+
+size_t WeightBucket(double w) {
+  const uint64_t bucket = std::bit_cast<uint64_t>(w) >> (52 - kMantissaBucketBits);
+  return std::min<size_t>(bucket, kWeightBuckets - 1);
+}
+
+// The lowest bucket a top_p walk to `target` reaches, from a histogram of the weights (the
+// histogram's sums differ from the walk's only in rounding, so the walk may need more).
+size_t CrossingBucket(std::span<const double> w, double target, Scratch& s) {
+  s.bucket_mass.assign(kWeightBuckets, 0.0);
+  for (double v : w) s.bucket_mass[WeightBucket(v)] += v;
+  double mass = 0.0;
+  size_t b = kWeightBuckets;
+  while (b > 0 && mass < target) mass += s.bucket_mass[--b];
+  return b;
+}
+
+// Appends to s.ranked, in order, every token after its last one whose weight bucket is >= b
+// (the buckets being in weight order, these continue the ranking).
+void RankFromBucket(std::span<const double> w, size_t b, Scratch& s) {
+  const TokenId last = s.ranked.back();
+  const Candidate last_c{w[static_cast<size_t>(last)], last};
+  s.buffer.clear();
+  for (size_t i = 0; i < w.size(); ++i) {
+    const Candidate c{w[i], static_cast<TokenId>(i)};
+    if (WeightBucket(c.value) >= b && RanksBefore(last_c, c)) s.buffer.push_back(c);
+  }
+  AppendSorted(s, /*in_id_order=*/true);
 }
 
 // Length of the kept prefix of `ranked` (grown on demand when `grow`): the walk stops after
 // the element whose cumulative weight (most probable first) reaches `target`, or before the
 // first element under `min_weight` (min_p; the first element weighs 1 >= min_weight).
+// Growth: kInitialPrefix, then the weight buckets the histogram says the walk reaches, then
+// x4.
 size_t WalkRanked(std::span<const double> w, double target, double min_weight, bool grow,
                   Scratch& s) {
   const auto weight = [&](TokenId t) { return w[static_cast<size_t>(t)]; };
   double cum = 0.0;
   size_t i = 0;
+  bool estimated = false;
   while (true) {
     if (i == s.ranked.size()) {
       if (!grow || s.ranked.size() == w.size()) return i;
-      size_t more = kInitialPrefix;
-      if (!s.ranked.empty()) {
-        // Every later token weighs <= the last one: at least (target - cum) / last more.
-        const double at_least = std::ceil((target - cum) / weight(s.ranked.back()));
-        more = 3 * s.ranked.size();
-        if (at_least > static_cast<double>(more)) {
-          more =
-              at_least < static_cast<double>(w.size()) ? static_cast<size_t>(at_least) : w.size();
-        }
+      const size_t ranked = s.ranked.size();
+      if (ranked > 0 && !estimated) {
+        RankFromBucket(w, CrossingBucket(w, target, s), s);
+        estimated = true;
       }
-      ExtendRanking(w.size(), weight, more, s);
+      if (s.ranked.size() == ranked) {
+        ExtendRanking(w.size(), weight, ranked == 0 ? kInitialPrefix : 3 * ranked, s);
+      }
     }
     const double v = weight(s.ranked[i]);
     if (v < min_weight) return i;
@@ -281,56 +323,80 @@ Kept KeptTokens(std::span<const double> w, double total, const SamplingParams& p
   return {Kept::Kind::kRanked, 0.0, std::span<const TokenId>(s.ranked.data(), keep)};
 }
 
-// Step 10: the first kept token (id order) whose cumulative weight exceeds u * kept mass;
-// the last positive kept token when rounding leaves the walk short.
-TokenId Draw(std::span<const double> w, double total, const Kept& kept, double u, Scratch& s) {
-  const auto walk = [&](auto&& for_each_kept) {
-    double mass = 0.0;
-    if (kept.kind == Kept::Kind::kAll) {
-      mass = total;
-    } else {
-      for_each_kept([&](TokenId t) {
-        mass += w[static_cast<size_t>(t)];
-        return false;
-      });
-    }
-    const double target = u * mass;
-    double cum = 0.0;
-    TokenId token = -1;
-    for_each_kept([&](TokenId t) {
-      const double v = w[static_cast<size_t>(t)];
-      if (v <= 0.0) return false;
-      cum += v;
-      token = t;
-      return cum > target;
-    });
-    CHECK_GE(token, 0) << "no token kept";
-    return token;
+// Step 10 over the ids `ids` yields in increasing order, kept(t) saying which are kept: the
+// first kept token whose cumulative weight exceeds u * kept mass; the last positive kept
+// token when rounding leaves the walk short. Branch-free sums: adding 0 for a removed or
+// zero-weight token leaves the sums exactly as skipping it.
+template <class Ids, class IsKept>
+TokenId DrawOver(std::span<const double> w, const Ids& ids, const IsKept& kept,
+                 std::optional<double> kept_mass, double u) {
+  const auto kept_weight = [&](TokenId t) {
+    const double v = w[static_cast<size_t>(t)];
+    return kept(t) && v > 0.0 ? v : 0.0;
   };
+  double mass = 0.0;
+  if (kept_mass) {
+    mass = *kept_mass;
+  } else {
+    ids([&](TokenId t) {
+      mass += kept_weight(t);
+      return false;
+    });
+  }
+  const double target = u * mass;
+  double cum = 0.0;
+  TokenId token = -1;  // cum > target can only turn true on adding a positive weight
+  ids([&](TokenId t) {
+    cum += kept_weight(t);
+    if (cum > target) token = t;
+    return token >= 0;
+  });
+  if (token < 0) {
+    ids([&](TokenId t) {
+      if (kept_weight(t) > 0.0) token = t;
+      return false;
+    });
+  }
+  CHECK_GE(token, 0) << "no token kept";
+  return token;
+}
+
+TokenId Draw(std::span<const double> w, double total, const Kept& kept, double u, Scratch& s) {
   if (kept.kind == Kept::Kind::kRanked && kept.ranked.size() <= kSortKeptLimit) {
     s.kept.assign(kept.ranked.begin(), kept.ranked.end());
     std::sort(s.kept.begin(), s.kept.end());
-    return walk([&](auto&& fn) {
+    const auto ids = [&](auto&& fn) {
       for (TokenId t : s.kept) {
         if (fn(t)) return;
       }
-    });
+    };
+    return DrawOver(
+        w, ids, [](TokenId) { return true; }, std::nullopt, u);
   }
-  return walk([&](auto&& fn) {
+  const auto row = [&](auto&& fn) {
     for (size_t i = 0; i < w.size(); ++i) {
-      const TokenId t = static_cast<TokenId>(i);
-      if (kept.Contains(w, t) && fn(t)) return;
+      if (fn(static_cast<TokenId>(i))) return;
     }
-  });
+  };
+  const std::optional<double> mass =
+      kept.kind == Kept::Kind::kAll ? std::optional<double>(total) : std::nullopt;
+  return DrawOver(
+      w, row, [&](TokenId t) { return kept.Contains(w, t); }, mass, u);
 }
 
-// Raw log_softmax (double) of the sampled token and the top_logprobs list.
-void FillLogprobs(std::span<const float> raw, const SamplingParams& params, Scratch& s,
-                  Sampled* out) {
+// Raw log_softmax (double) of the sampled token and the top_logprobs list. `exp_sum`, when
+// given, is sum(exp(raw - max raw)) in id order (the weights' sum at temperature 1 without
+// bias or penalties: the same terms in the same order).
+void FillLogprobs(std::span<const float> raw, const SamplingParams& params,
+                  std::optional<double> exp_sum, Scratch& s, Sampled* out) {
   if (!params.logprobs && params.top_logprobs <= 0) return;
   const double max = *std::max_element(raw.begin(), raw.end());
   double sum = 0.0;
-  for (float l : raw) sum += std::exp(static_cast<double>(l) - max);
+  if (exp_sum) {
+    sum = *exp_sum;
+  } else {
+    for (float l : raw) sum += std::exp(static_cast<double>(l) - max);
+  }
   const double log_sum = std::log(sum) + max;
   const auto logprob = [&](TokenId t) {
     return static_cast<double>(raw[static_cast<size_t>(t)]) - log_sum;
@@ -340,6 +406,7 @@ void FillLogprobs(std::span<const float> raw, const SamplingParams& params, Scra
   if (k <= 0) return;
   s.ranked.clear();
   ExtendRanking(raw.size(), logprob, static_cast<size_t>(k), s);
+  CHECK_GE(s.ranked.size(), static_cast<size_t>(k));
   s.ranked.resize(static_cast<size_t>(k));  // it may rank more
   for (TokenId t : s.ranked) out->top_logprobs.push_back({t, static_cast<float>(logprob(t))});
 }
@@ -369,15 +436,17 @@ Sampled SampleToken(std::span<const float> logits, const SamplingParams& params,
     work = s.logits;
   }
   Sampled out;
+  std::optional<double> raw_exp_sum;
   if (params.temperature <= 0.0f) {
     out.token = Argmax(work);
   } else {
     const double total = FillWeights(work, params.temperature, s.weights);
+    if (params.temperature == 1.0f && work.data() == logits.data()) raw_exp_sum = total;
     const Kept kept = KeptTokens(s.weights, total, params, s);
     const double u = CounterUniform(context.seed, context.sample_index, context.position);
     out.token = Draw(s.weights, total, kept, u, s);
   }
-  FillLogprobs(logits, params, s, &out);
+  FillLogprobs(logits, params, raw_exp_sum, s, &out);
   return out;
 }
 

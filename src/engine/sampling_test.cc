@@ -376,6 +376,29 @@ TEST(SamplingReferenceTest, FlatRowsGrowTheRankedPrefixToTheWholeRow) {
   }
 }
 
+TEST(SamplingReferenceTest, HugeTemperaturesRankWeightsThatDifferInTheLastBits) {
+  // Logits a few float ulps apart at temperature 1e6..1e8: the weights are 1 - tiny and
+  // differ only in their lowest mantissa bits, with many exact ties. Long ranked prefixes
+  // (top_p 0.5 / 0.9999, top_k 3000 / 5000) take the radix-sorted paths.
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int> ulps(0, 300);
+  const size_t n = 12000;
+  for (int rep = 0; rep < 8; ++rep) {
+    std::vector<float> row(n);
+    for (float& l : row) {
+      l = 1.0f;
+      for (int u = ulps(rng); u > 0; --u) l = std::nextafter(l, 2.0f);
+    }
+    SamplingParams p;
+    p.temperature = rep % 2 ? 1e8f : 1e6f;
+    p.top_p = rep < 4 ? 0.5f : 0.9999f;
+    p.top_k = rep % 4 < 2 ? 0 : (rep < 4 ? 3000 : 5000);
+    for (int64_t pos = 0; pos < 3; ++pos) {
+      ExpectSameAsReference(row, p, {5, 0, pos, {}, {}}, fmt::format("rep {} pos {}", rep, pos));
+    }
+  }
+}
+
 TEST(SamplingReferenceTest, BiasAndPenaltiesMatchTheReference) {
   std::mt19937_64 rng(11);
   std::uniform_int_distribution<TokenId> token(0, 999);
