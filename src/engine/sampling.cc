@@ -65,7 +65,7 @@ namespace {
 
 // Rows shorter than this sort their kept ids for the sampling walk; longer ones walk the row.
 constexpr size_t kSortKeptLimit = 4096;
-// First ranked prefix looked at by a top_p walk without top_k; it grows x4 when too short.
+// First ranked prefix looked at by a top_p walk without top_k (see WalkRanked for growth).
 constexpr size_t kInitialPrefix = 64;
 // Ranked selections at least this long are radix sorted.
 constexpr size_t kRadixSortMin = 2048;
@@ -308,6 +308,7 @@ Kept KeptTokens(std::span<const double> w, double total, const SamplingParams& p
   if (top_k) {
     const auto weight = [&](TokenId t) { return w[static_cast<size_t>(t)]; };
     ExtendRanking(n, weight, static_cast<size_t>(params.top_k), s);
+    CHECK_GE(s.ranked.size(), static_cast<size_t>(params.top_k));
     s.ranked.resize(static_cast<size_t>(params.top_k));       // it may rank more
     double target = std::numeric_limits<double>::infinity();  // no top_p: keep all k
     if (top_p) {
