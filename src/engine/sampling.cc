@@ -42,14 +42,17 @@ void ApplyBiasAndPenalties(std::span<float> logits, const SamplingParams& params
   };
   for (const auto& [token, bias] : params.logit_bias) logits[in_vocab(token)] += bias;
   if (params.repetition_penalty != 1.0f) {
+    // Once per distinct token of the prompt and output (only the history is walked).
     std::vector<bool> seen(logits.size(), false);
-    for (TokenId t : prompt) seen[in_vocab(t)] = true;
-    for (TokenId t : output) seen[in_vocab(t)] = true;
-    for (size_t t = 0; t < logits.size(); ++t) {
-      if (!seen[t]) continue;
+    const auto penalise = [&](TokenId token) {
+      const size_t t = in_vocab(token);
+      if (seen[t]) return;
+      seen[t] = true;
       logits[t] = logits[t] > 0 ? logits[t] / params.repetition_penalty
                                 : logits[t] * params.repetition_penalty;
-    }
+    };
+    for (TokenId t : prompt) penalise(t);
+    for (TokenId t : output) penalise(t);
   }
   if (params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f) {
     std::unordered_map<TokenId, int> counts;
@@ -110,7 +113,7 @@ bool RanksBefore(const Candidate& a, const Candidate& b) {
   return a.value > b.value || (a.value == b.value && a.id < b.id);
 }
 
-// Stable sort by value descending: an LSD radix sort (8-bit digits, constant digits
+// Stable sort by value descending: an LSD radix sort (11-bit digits, constant digits
 // skipped) on the order-preserving bits of the double. Candidates in id order come out in
 // ranking order. `tmp` is scratch.
 void RadixSortByValue(std::vector<Candidate>& c, std::vector<Candidate>& tmp) {
@@ -119,18 +122,21 @@ void RadixSortByValue(std::vector<Candidate>& c, std::vector<Candidate>& tmp) {
     const uint64_t ascending = (bits >> 63) != 0 ? ~bits : bits | (uint64_t{1} << 63);
     return ~ascending;
   };
-  std::array<std::array<uint32_t, 256>, 8> counts{};
+  constexpr int kBits = 11, kDigits = (64 + kBits - 1) / kBits;
+  constexpr uint64_t kMask = (uint64_t{1} << kBits) - 1;
+  std::vector<std::array<uint32_t, kMask + 1>> counts(kDigits);  // zeroed
   for (const Candidate& x : c) {
     const uint64_t k = key(x.value);
-    for (int d = 0; d < 8; ++d) ++counts[d][(k >> (8 * d)) & 255];
+    for (int d = 0; d < kDigits; ++d) ++counts[d][(k >> (kBits * d)) & kMask];
   }
   tmp.resize(c.size());
-  for (int d = 0; d < 8; ++d) {
-    std::array<uint32_t, 256>& start = counts[d];
-    if (start[(key(c[0].value) >> (8 * d)) & 255] == c.size()) continue;  // one digit value
+  for (int d = 0; d < kDigits; ++d) {
+    std::array<uint32_t, kMask + 1>& start = counts[d];
+    const auto digit = [&](const Candidate& x) { return (key(x.value) >> (kBits * d)) & kMask; };
+    if (start[digit(c[0])] == c.size()) continue;  // one digit value: nothing moves
     uint32_t offset = 0;
     for (uint32_t& bucket : start) offset += std::exchange(bucket, offset);
-    for (const Candidate& x : c) tmp[start[(key(x.value) >> (8 * d)) & 255]++] = x;
+    for (const Candidate& x : c) tmp[start[digit(x)]++] = x;
     c.swap(tmp);
   }
 }
