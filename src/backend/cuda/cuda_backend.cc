@@ -408,6 +408,13 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
           "Linear gemv");
     return Done("Linear", w.name);
   }
+  // FP8-activation mode: a BF16 weight (the head, the router) past the GEMV's rows takes x
+  // rounded to bf16, one cuBLAS GEMM (DeepSeek's bf16 GEMMs), instead of the exact 3-term
+  // split (batch-invariant mode keeps its fixed-slice kernel).
+  if (fp8_activations_ && !batch_invariant_ && dw->format == model::WeightFormat::kBF16) {
+    LinearBf16Split(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate, /*terms=*/1);
+    return Done("Linear", w.name);
+  }
   if (batch_invariant_ && mma_max_tokens_ > 0 &&
       kernels::MmaLinearApplicable(*dw, std::min(T, kernels::kMaxMmaTokens))) {
     // Slices of at most 64 tokens: each token's result is that of the same kernel alone.
@@ -431,7 +438,7 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
     return Done("Linear", w.name);
   }
   if (T >= bf16_gemm_min_tokens_) {
-    LinearBf16Split(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
+    LinearBf16Split(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate, /*terms=*/3);
     return Done("Linear", w.name);
   }
   const int64_t tile = std::min(TileRows(K), n_rows);
@@ -483,27 +490,36 @@ void CudaBackend::LinearGroupedFp8(const float* x, int64_t T, int64_t ldx,
 
 void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
                                   const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
-                                  float* y, int64_t ldy, bool accumulate) {
+                                  float* y, int64_t ldy, bool accumulate, int terms) {
+  CHECK(terms == 1 || terms == 3) << terms;
   const int64_t K = w.cols;
-  auto* hi = static_cast<uint16_t*>(TempBytes(static_cast<size_t>(3 * T * K) * sizeof(uint16_t)));
+  auto* hi =
+      static_cast<uint16_t*>(TempBytes(static_cast<size_t>(terms * T * K) * sizeof(uint16_t)));
   if (hi == nullptr) return;
-  uint16_t* parts[3] = {hi, hi + T * K, hi + 2 * T * K};
+  uint16_t* parts[3] = {hi, terms == 3 ? hi + T * K : nullptr,
+                        terms == 3 ? hi + 2 * T * K : nullptr};
   if (!Check(kernels::SplitBf16(x, T, K, ldx, parts[0], parts[1], parts[2], stream_),
              "Linear bf16 split")) {
     return;
   }
-  const int64_t tile = std::min(TileRows(K), n_rows);
-  // The tile's bf16 rows live in the fp32 scratch (two values per float).
-  auto* w_tile = reinterpret_cast<uint16_t*>(LinearScratch((tile * K + 1) / 2));
-  if (w_tile == nullptr) return;
+  // A BF16 weight is multiplied in place (one GEMM over all rows); other formats are
+  // dequantised to bf16 a tile of rows at a time into the fp32 scratch (two values per float).
+  const bool in_place = w.format == model::WeightFormat::kBF16;
+  const int64_t tile = in_place ? n_rows : std::min(TileRows(K), n_rows);
+  auto* w_tile =
+      in_place ? nullptr : reinterpret_cast<uint16_t*>(LinearScratch((tile * K + 1) / 2));
+  if (!in_place && w_tile == nullptr) return;
   const float one = 1.0f, zero = 0.0f;
   for (int64_t r = 0; r < n_rows; r += tile) {
     const int64_t n = std::min(tile, n_rows - r);
-    if (!Check(kernels::DequantRowsBf16(w, row0 + r, n, w_tile, stream_), "Linear dequant bf16")) {
+    if (in_place) {
+      w_tile = static_cast<uint16_t*>(const_cast<void*>(w.data)) + (row0 + r) * K;
+    } else if (!Check(kernels::DequantRowsBf16(w, row0 + r, n, w_tile, stream_),
+                      "Linear dequant bf16")) {
       return;
     }
     // Column-major: y^T [n, T] (+)= W_tile [K, n]^T x_part^T [K, T], for hi, mid, lo.
-    for (int part = 0; part < 3; ++part) {
+    for (int part = 0; part < terms; ++part) {
       const float* beta = part > 0 || accumulate ? &one : &zero;
       if (!CheckBlas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
                                   static_cast<int>(T), static_cast<int>(K), &one, w_tile,

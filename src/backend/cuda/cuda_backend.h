@@ -222,11 +222,14 @@ class CudaBackend final : public model::Backend {
   // again only when its contents change (compared on every call: n floats). Null on failure.
   const float* DeviceConstant(const float* host, int64_t n);
   void ReleaseTemps();
-  // Linear for many token rows on tensor cores at fp32-level accuracy: x = hi + mid + lo
-  // (bf16 parts, ~2^-25 relative), each weight tile dequantised exactly to bf16, three cuBLAS
-  // bf16 GEMMs with fp32 accumulation (y += W x_hi, W x_mid, W x_lo). Not for F32 weights.
+  // Linear for many token rows on tensor cores. terms == 3: fp32-level accuracy, x = hi +
+  // mid + lo (bf16 parts, ~2^-25 relative), three cuBLAS bf16 GEMMs with fp32 accumulation
+  // (y += W x_hi, W x_mid, W x_lo); terms == 1: x rounded to bf16, one GEMM (FP8-activation
+  // mode). A BF16 weight is used in place; other formats are dequantised exactly to bf16 a
+  // tile of rows at a time. Not for F32 weights.
   void LinearBf16Split(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
-                       int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
+                       int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate,
+                       int terms);
   // x [T, K] (row stride ldx) quantised for the FP8 kernels into temp memory, followed by
   // extra_bytes of scratch (extra, null if 0); q is null after a failure (recorded).
   struct Fp8Input {

@@ -8,7 +8,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
-#include "backend/cuda/kernels_hc.h"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
@@ -57,25 +56,21 @@ void CudaBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
     return Fail(
         Unsupported("HcMix", "hc " + std::to_string(hc) + " > " + std::to_string(kernels::kMaxHc)));
   }
-  // Few tokens (or any count in batch-invariant mode, in slices of 64): split each token's
-  // 2 MB projection over many SMs; the split kernel's sums do not depend on T.
-  if (T <= 64 || batch_invariant_) {
-    const int64_t slice = std::min<int64_t>(T, 64);
-    auto* scratch = static_cast<float*>(TempBytes(
-        static_cast<size_t>(slice * kernels::HcMixSplits(slice, hc, D) * 25) * sizeof(float)));
-    for (int64_t t = 0; scratch != nullptr && t < T; t += slice) {
-      const int64_t n = std::min(slice, T - t);
-      if (!Check(kernels::HcMixSplit(x + t * hc * D, n, hc, D, w, norm_eps, hc_eps, sinkhorn_iters,
-                                     pre + t * hc, post + t * hc, comb + t * hc * hc, scratch,
-                                     stream_),
-                 "HcMix")) {
-        break;
-      }
+  // Each token's 2 MB projection split over many blocks (blocks of the pair kernel share
+  // their fn slice between tokens), in slices of up to 1024 tokens (the partials' scratch).
+  // The split kernel's sums do not depend on T, so HcMix is batch-invariant in every mode.
+  // (H200, B=256: the one-block-per-token kernel took 207 us per call, reading fn per token.)
+  const int64_t slice = std::min<int64_t>(T, 1024);
+  auto* scratch = static_cast<float*>(TempBytes(
+      static_cast<size_t>(slice * kernels::HcMixSplits(slice, hc, D) * 25) * sizeof(float)));
+  for (int64_t t = 0; scratch != nullptr && t < T; t += slice) {
+    const int64_t n = std::min(slice, T - t);
+    if (!Check(
+            kernels::HcMixSplit(x + t * hc * D, n, hc, D, w, norm_eps, hc_eps, sinkhorn_iters,
+                                pre + t * hc, post + t * hc, comb + t * hc * hc, scratch, stream_),
+            "HcMix")) {
+      break;
     }
-  } else {
-    Check(
-        kernels::HcMix(x, T, hc, D, w, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb, stream_),
-        "HcMix");
   }
   Done("HcMix");
 }

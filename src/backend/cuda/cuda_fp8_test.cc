@@ -220,6 +220,35 @@ TEST_F(CudaFp8Test, LinearGroupedMatchesCpu) {
 
 // A token's output is bitwise the same alone, among 63 others (skinny tiles, split K) and
 // among 299 others (wide tiles, segments looped in one block).
+// In FP8-activation mode a BF16 weight (the head) above the GEMV's token count multiplies x
+// rounded to nearest bf16 (one GEMM): equal to the CPU on rounded x to fp32 accumulation
+// error, and clearly not the exact product (the difference is the bf16 rounding of x).
+TEST_F(CudaFp8Test, Bf16WeightsTakeBf16RoundedActivations) {
+  const int64_t N = 300, K = 512;
+  const std::vector<uint16_t> bits = Bf16Bits(N * K);
+  const WeightRef w{"bf16test", WeightFormat::kBF16, N, K, bits.data(), nullptr};
+  gpu_->set_fp8_activations(true);
+  for (int64_t T : {9, 32, 64, 100}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> x = Normal(T * K);
+    std::vector<float> xr(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {  // round to nearest even bf16
+      uint32_t b;
+      std::memcpy(&b, &x[i], 4);
+      b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+      std::memcpy(&xr[i], &b, 4);
+    }
+    std::vector<float> exact(T * N), rounded(T * N);
+    cpu_.Linear(x.data(), T, K, w, 0, N, exact.data(), N, false);
+    cpu_.Linear(xr.data(), T, K, w, 0, N, rounded.data(), N, false);
+    float* y = PoisonedFloats(T * N);
+    gpu_->Linear(ToGpu(x), T, K, w, 0, N, y, N, false);
+    const std::vector<float> got = FromGpu(y, T * N);
+    EXPECT_TRUE(RelL2Close(got, rounded, 1e-6));
+    EXPECT_FALSE(RelL2Close(got, exact, 1e-4));  // bf16 rounding of x: ~2^-9 relative
+  }
+}
+
 TEST_F(CudaFp8Test, LinearBatchInvariantBitwise) {
   for (WeightFormat f : {WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
     const int64_t K = 2048, N = 700;

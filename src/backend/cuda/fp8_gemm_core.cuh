@@ -101,26 +101,21 @@ struct TileJob {
   int n_tokens;  // tokens of this tile (<= BN)
 };
 
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
-               "r"(valid ? 16 : 0));
+// 16 bytes global -> shared (a shared-memory address), bypassing L1.
+__device__ __forceinline__ void CpAsync16(unsigned smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem));
 }
 
 // The same with an L2 prefetch of the surrounding 256 bytes: a weight row contributes 64
 // (MXFP4) or 128 (FP8) bytes per stage, so the next stages of the row come from L2 instead
 // of separate short DRAM accesses (H200 decode B=32, FP8 mode: 13.96 -> 13.71 ms; B=256
 // 55.6 -> 52.1 ms). Deeper rings (9 MXFP4 / 5 FP8 stages) were slower: B=32 15.3 ms.
-__device__ __forceinline__ void CpAsync16Prefetch(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
-               "r"(valid ? 16 : 0));
+__device__ __forceinline__ void CpAsync16Prefetch(unsigned smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(smem), "l"(gmem));
 }
-
-__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem),
-               "r"(valid ? 4 : 0));
+// 4 bytes global -> shared.
+__device__ __forceinline__ void CpAsync4(unsigned smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem), "l"(gmem));
 }
 
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
@@ -246,16 +241,24 @@ struct Fp8Tile {
   static constexpr int PerThread(int copies) {
     return (copies + Cfg::kThreads - 1) / Cfg::kThreads;
   }
+  static constexpr int kNW = PerThread(kWCopies), kNWs = PerThread(kWsCopies);
+  static constexpr int kNX = PerThread(kXCopies), kNXs = PerThread(kXsCopies);
 
-  // Sources of this thread's copies at K stage 0 (null: zero-fill), computed once per tile:
-  // a stage then adds its K offset (the index math and the row lookups of the job were
-  // about a third of the instructions of a decode tile; ncu, H200).
+  // This thread's copies, computed once per tile (the index math, row lookups and 64-bit
+  // stage offsets of every copy were most of a decode tile's instructions; ncu and SASS,
+  // H200): the global source of the next stage to load (advanced by one stage per
+  // LoadNextStage), the shared-memory destination offset within a stage, and whether the
+  // copy exists. A copy of a row past the job's rows or tokens is skipped, not zero-filled:
+  // its shared bytes then hold stale data, which only reaches the accumulator rows or token
+  // columns of that row (an MMA output depends on one A row and one B column), and those are
+  // never stored.
   struct LoadPlan {
-    const uint8_t* w[PerThread(kWCopies)];
-    const uint8_t* ws[PerThread(kWsCopies)];
-    const uint8_t* x[PerThread(kXCopies)];
-    const float* xs[PerThread(kXsCopies)];
-    const void* dummy;  // a readable address for the zero-fill copies
+    const uint8_t* w[kNW];
+    const uint8_t* ws[kNWs];
+    const uint8_t* x[kNX];
+    const uint8_t* xs[kNXs];
+    uint32_t w_dst[kNW], ws_dst[kNWs], x_dst[kNX], xs_dst[kNXs];
+    bool w_ok[kNW], ws_ok[kNWs], x_ok[kNX], xs_ok[kNXs];
   };
 
   __device__ static bool Mine(int i, int copies) {
@@ -263,78 +266,82 @@ struct Fp8Tile {
            static_cast<int>(threadIdx.x) + i * Cfg::kThreads < copies;
   }
 
+  // The plan with every source at K stage j.stage0.
   __device__ static LoadPlan MakePlan(const TileJob& j) {
     LoadPlan p;
-    p.dummy = j.xq;
     const int64_t kblocks = j.K / 32;
+    const int64_t w_at = j.stage0 * W::kStageBytes, ws_at = j.stage0 * kStageBlocks;
+    const int64_t x_at = j.stage0 * kStageK, xs_at = j.stage0 * kStageBlocks * 4;
 #pragma unroll
-    for (int i = 0; i < PerThread(kWCopies); ++i) {
+    for (int i = 0; i < kNW; ++i) {
       const int c = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
       const int64_t v = j.v0 + c / kWChunks;
       int64_t row = 0;
       int part = 0;
-      p.w[i] = v < j.n_rows ? WeightRow(j, v, &row, &part) + (c % kWChunks) * 16 : nullptr;
+      p.w_ok[i] = Mine(i, kWCopies) && v < j.n_rows;
+      p.w[i] = p.w_ok[i] ? WeightRow(j, v, &row, &part) + (c % kWChunks) * 16 + w_at : j.xq;
+      p.w_dst[i] = (c / kWChunks) * W::kStride + (c % kWChunks) * 16;
     }
 #pragma unroll
-    for (int i = 0; i < PerThread(kWsCopies); ++i) {
-      const int64_t v = j.v0 + static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
-      p.ws[i] = nullptr;
-      if (v < j.n_rows) {
+    for (int i = 0; i < kNWs; ++i) {
+      const int r = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      const int64_t v = j.v0 + r;
+      p.ws_ok[i] = Mine(i, kWsCopies) && v < j.n_rows;
+      p.ws[i] = j.xq;
+      if (p.ws_ok[i]) {
         int64_t row = 0;
         int part = 0;
         WeightRow(j, v, &row, &part);
         const int64_t scale_row = Cfg::kFormat == WeightFormat::kFp8Block32 ? row / 32 : row;
-        p.ws[i] = (part ? j.scale[1] : j.scale[0]) + scale_row * kblocks;
+        p.ws[i] = (part ? j.scale[1] : j.scale[0]) + scale_row * kblocks + ws_at;
       }
+      p.ws_dst[i] = Cfg::kWeightBytes + r * kStageBlocks;
     }
 #pragma unroll
-    for (int i = 0; i < PerThread(kXCopies); ++i) {
+    for (int i = 0; i < kNX; ++i) {
       const int c = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
       const int n = c / kXChunks;
-      p.x[i] = n < j.n_tokens && Mine(i, kXCopies)
-                   ? j.xq + ActRow(j, n) * j.act_ld + (c % kXChunks) * 16
-                   : nullptr;
+      p.x_ok[i] = Mine(i, kXCopies) && n < j.n_tokens;
+      p.x[i] = p.x_ok[i] ? j.xq + ActRow(j, n) * j.act_ld + (c % kXChunks) * 16 + x_at : j.xq;
+      p.x_dst[i] =
+          Cfg::kWeightBytes + Cfg::kWeightScaleBytes + n * kActStride + (c % kXChunks) * 16;
     }
 #pragma unroll
-    for (int i = 0; i < PerThread(kXsCopies); ++i) {
+    for (int i = 0; i < kNXs; ++i) {
       const int n = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
+      p.xs_ok[i] = Mine(i, kXsCopies) && n < j.n_tokens;
       p.xs[i] =
-          n < j.n_tokens && Mine(i, kXsCopies) ? j.xs + ActRow(j, n) * (j.act_ld / 32) : nullptr;
+          p.xs_ok[i]
+              ? reinterpret_cast<const uint8_t*>(j.xs + ActRow(j, n) * (j.act_ld / 32)) + xs_at
+              : j.xq;
+      p.xs_dst[i] =
+          Cfg::kWeightBytes + Cfg::kWeightScaleBytes + Cfg::kActBytes + n * kStageBlocks * 4;
     }
     return p;
   }
 
-  // Issues the cp.async loads of K stage `ks` into buffer `st` (no commit).
-  __device__ static void LoadStage(const LoadPlan& p, int64_t ks, const Stage& st) {
-    const auto* dummy = static_cast<const uint8_t*>(p.dummy);
+  // Issues the cp.async loads of the plan's next K stage into the stage whose shared address
+  // is `stage` (no commit), then advances the plan by one stage.
+  __device__ static void LoadNextStage(LoadPlan& p, unsigned stage) {
 #pragma unroll
-    for (int i = 0; i < PerThread(kWCopies); ++i) {
-      if (!Mine(i, kWCopies)) continue;
-      const int c = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
-      const uint8_t* src = p.w[i] ? p.w[i] + ks * W::kStageBytes : dummy;
-      CpAsync16Prefetch(st.w + (c / kWChunks) * W::kStride + (c % kWChunks) * 16, src,
-                        p.w[i] != nullptr);
+    for (int i = 0; i < kNW; ++i) {
+      if (p.w_ok[i]) CpAsync16Prefetch(stage + p.w_dst[i], p.w[i]);
+      p.w[i] += W::kStageBytes;
     }
 #pragma unroll
-    for (int i = 0; i < PerThread(kWsCopies); ++i) {
-      if (!Mine(i, kWsCopies)) continue;
-      const int r = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
-      const uint8_t* src = p.ws[i] ? p.ws[i] + ks * kStageBlocks : dummy;
-      CpAsync4(st.ws + r * kStageBlocks, src, p.ws[i] != nullptr);
+    for (int i = 0; i < kNWs; ++i) {
+      if (p.ws_ok[i]) CpAsync4(stage + p.ws_dst[i], p.ws[i]);
+      p.ws[i] += kStageBlocks;
     }
 #pragma unroll
-    for (int i = 0; i < PerThread(kXCopies); ++i) {
-      if (!Mine(i, kXCopies)) continue;
-      const int c = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
-      const uint8_t* src = p.x[i] ? p.x[i] + ks * kStageK : dummy;
-      CpAsync16(st.x + (c / kXChunks) * kActStride + (c % kXChunks) * 16, src, p.x[i] != nullptr);
+    for (int i = 0; i < kNX; ++i) {
+      if (p.x_ok[i]) CpAsync16(stage + p.x_dst[i], p.x[i]);
+      p.x[i] += kStageK;
     }
 #pragma unroll
-    for (int i = 0; i < PerThread(kXsCopies); ++i) {
-      if (!Mine(i, kXsCopies)) continue;
-      const int n = static_cast<int>(threadIdx.x) + i * Cfg::kThreads;
-      const void* src = p.xs[i] ? static_cast<const void*>(p.xs[i] + ks * kStageBlocks) : dummy;
-      CpAsync16(st.xs + n * kStageBlocks, src, p.xs[i] != nullptr);
+    for (int i = 0; i < kNXs; ++i) {
+      if (p.xs_ok[i]) CpAsync16(stage + p.xs_dst[i], p.xs[i]);
+      p.xs[i] += kStageBlocks * 4;
     }
   }
 
@@ -435,24 +442,28 @@ struct Fp8Tile {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = warp % Cfg::kWM, wn = warp / Cfg::kWM;
     const int g = lane / 4, t = lane % 4;
-    const int64_t n_stages = j.stage1 - j.stage0;
-    const LoadPlan plan = MakePlan(j);
+    const int n_stages = static_cast<int>(j.stage1 - j.stage0);
+    LoadPlan plan = MakePlan(j);
+    const unsigned smem_base = static_cast<unsigned>(__cvta_generic_to_shared(smem));
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
-      if (s < n_stages) LoadStage(plan, j.stage0 + s, StageAt(smem, s));
+      if (s < n_stages) LoadNextStage(plan, smem_base + s * Cfg::kStageBytes);
       CpAsyncCommit();
     }
     int segment = 0;
-    int64_t boundary = n_stages / segments;
-    for (int64_t i = 0; i < n_stages; ++i) {
+    int boundary = n_stages / segments;
+    // Ring slots of the stage computed (i) and of the stage loaded (i + kStages - 1).
+    int compute_slot = 0, load_slot = Cfg::kStages - 1;
+    for (int i = 0; i < n_stages; ++i) {
       CpAsyncWait<Cfg::kStages - 2>();
       __syncthreads();
-      const int64_t next = i + Cfg::kStages - 1;
-      if (next < n_stages) {
-        LoadStage(plan, j.stage0 + next, StageAt(smem, static_cast<int>(next % Cfg::kStages)));
+      if (i + Cfg::kStages - 1 < n_stages) {
+        LoadNextStage(plan, smem_base + load_slot * Cfg::kStageBytes);
       }
       CpAsyncCommit();
-      ComputeStage(StageAt(smem, static_cast<int>(i % Cfg::kStages)), wm, wn, g, t, acc);
+      ComputeStage(StageAt(smem, compute_slot), wm, wn, g, t, acc);
+      compute_slot = compute_slot + 1 == Cfg::kStages ? 0 : compute_slot + 1;
+      load_slot = load_slot + 1 == Cfg::kStages ? 0 : load_slot + 1;
       if (kSegmented && i + 1 == boundary) {
         Fold(segment == 0, acc, total);
         ++segment;

@@ -8,7 +8,6 @@
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/kernels_hc.h"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -160,51 +159,7 @@ __device__ void WriteMix(const float* z, int64_t t, int64_t hc, const float* sca
   }
 }
 
-// One block per token: z = rmsnorm(x[t]) . fn^T (n_mix outputs), then pre/post/comb.
-__global__ void HcMixKernel(const float* x, int64_t hc, int64_t D, const float* fn,
-                            const float* scale, const float* base, float norm_eps, float hc_eps,
-                            int sinkhorn_iters, float* pre, float* post, float* comb) {
-  __shared__ float scratch[33];
-  __shared__ float partial[kThreads / 32][kMaxMix];
-  __shared__ float z[kMaxMix];
-  const int64_t t = blockIdx.x;
-  const int64_t width = hc * D;
-  const int n_mix = static_cast<int>((2 + hc) * hc);
-  const float* xt = x + t * width;
-
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) sum += xt[i] * xt[i];
-  sum = BlockSum(sum, scratch);
-  const float inv = 1.0f / sqrtf(sum / static_cast<float>(width) + norm_eps);
-
-  float acc[kMaxMix];
-#pragma unroll
-  for (int j = 0; j < kMaxMix; ++j) acc[j] = 0.0f;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    const float normed = xt[i] * inv;
-#pragma unroll
-    for (int j = 0; j < kMaxMix; ++j) {
-      if (j < n_mix) acc[j] += normed * fn[j * width + i];
-    }
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int j = 0; j < kMaxMix; ++j) {
-    const float s = WarpSum(acc[j]);
-    if (lane == 0) partial[warp][j] = s;
-  }
-  __syncthreads();
-  if (threadIdx.x < n_mix) {
-    float s = 0.0f;
-    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) s += partial[w][threadIdx.x];
-    z[threadIdx.x] = s;
-  }
-  __syncthreads();
-  if (threadIdx.x >= 32) return;  // warp 0 writes the mix
-  WriteMix(z, t, hc, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
-}
-
-// Split pre-mix for few tokens (decode): block (t, s) reduces slice s of token t's flattened
+// Split pre-mix: block (t, s) reduces slice s of token t's flattened
 // streams: partial[t, s, j] = sum_i x[i] * fn[j, i] for the n_mix logits and, at j = n_mix,
 // sum_i x[i]^2. The rms normalisation is a per-token scalar, applied in the finish kernel.
 __global__ void __launch_bounds__(kThreads)
@@ -478,19 +433,9 @@ cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const 
   return cudaGetLastError();
 }
 
-cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model::HcSiteWeights& w,
-                  float norm_eps, float hc_eps, int sinkhorn_iters, float* pre, float* post,
-                  float* comb, cudaStream_t stream) {
-  if (T <= 0) return cudaSuccess;
-  if (hc > kMaxHc || hc <= 0) return cudaErrorInvalidValue;
-  HcMixKernel<<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
-      x, hc, D, w.fn, w.scale, w.base, norm_eps, hc_eps, sinkhorn_iters, pre, post, comb);
-  return cudaGetLastError();
-}
-
 int64_t HcMixSplits(int64_t T, int64_t hc, int64_t D) {
   // Each thread sums 2 values of its slice. The split does not depend on T, so a token's
-  // reduction order (and result) is the same at every batch size up to 64 tokens.
+  // reduction order (and result) is the same at every batch size.
   (void)T;
   const int64_t s = (hc * D) / (kThreads * 2);
   return s < 1 ? 1 : s;

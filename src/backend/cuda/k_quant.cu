@@ -111,6 +111,7 @@ __global__ void SplitBf16Kernel(const float* x, int64_t T, int64_t K, int64_t ld
     const float r1 = v - __bfloat162float(h);
     const __nv_bfloat16 m = __float2bfloat16_rn(r1);
     hi[i] = __bfloat16_as_ushort(h);
+    if (mid == nullptr) continue;  // one term: x rounded to bf16
     mid[i] = __bfloat16_as_ushort(m);
     lo[i] = __bfloat16_as_ushort(__float2bfloat16_rn(r1 - __bfloat162float(m)));
   }

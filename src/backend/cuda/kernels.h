@@ -73,9 +73,14 @@ cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head
 // --- row reductions (k_norm.cu) -------------------------------------------------------
 cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
                     float eps, float* y, int64_t ldy, cudaStream_t stream);
-cudaError_t HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model::HcSiteWeights& w,
-                  float norm_eps, float hc_eps, int sinkhorn_iters, float* pre, float* post,
-                  float* comb, cudaStream_t stream);
+// The mHC pre-mix (model::Backend::HcMix), each token's 2 MB fn projection split over
+// HcMixSplits(T, hc, D) blocks (a split that does not depend on T), partial sums then a finish
+// kernel per token. scratch: T * HcMixSplits(T, hc, D) * 25 floats of device memory.
+int64_t HcMixSplits(int64_t T, int64_t hc, int64_t D);
+cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
+                       const model::HcSiteWeights& w, float norm_eps, float hc_eps,
+                       int sinkhorn_iters, float* pre, float* post, float* comb, float* scratch,
+                       cudaStream_t stream);
 cudaError_t EngramGate(float* x, const float* key, const float* value, const float* q_weight,
                        const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps,
                        cudaStream_t stream);
@@ -91,7 +96,8 @@ cudaError_t DequantRows(const DeviceWeight& w, int64_t row0, int64_t n, float* o
 cudaError_t DequantRowsBf16(const DeviceWeight& w, int64_t row0, int64_t n, uint16_t* out,
                             cudaStream_t stream);
 // x [T, K] (ld ldx) as three bf16 [T, K] arrays with x = hi + mid + lo to ~2^-25
-// relative (two terms leave ~2^-17, which the model's fake-quant points amplify).
+// relative (two terms leave ~2^-17, which the model's fake-quant points amplify). With mid
+// and lo null, only hi = x rounded to nearest bf16 is written.
 cudaError_t SplitBf16(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi,
                       uint16_t* mid, uint16_t* lo, cudaStream_t stream);
 // out [n, w.cols] = rows ids[i] of w (ids device, validated by the caller).
