@@ -142,14 +142,49 @@ __device__ __forceinline__ uint2 SplitEvenOdd(uint32_t lo, uint32_t hi) {
   return r;
 }
 
-// d = a * b on one m16n8k32 e4m3 tile, fp32, from a zero accumulator.
+// Four e4m3 bytes as two f16x2 words (exact: every e4m3 value is a normal f16): .x = bytes
+// 0, 1 (byte 0 in the low half), .y = bytes 2, 3.
+__device__ __forceinline__ uint2 E4m3x4ToF16x4(uint32_t v) {
+  uint2 r;
+  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
+      : "=r"(r.x), "=r"(r.y)
+      : "r"(v));
+  return r;
+}
+
+// d (+)= a * b on one m16n8k16 f16 tile with fp32 accumulation (kZero: d = a * b).
+template <bool kZero>
+__device__ __forceinline__ void MmaF16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (kZero) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// d = a * b on one m16n8k32 e4m3 tile (the registers of mma.sync m16n8k32 e4m3: a[0] / a[1]
+// rows g / g+8 at logical k 4t..4t+3, a[2] / a[3] at 16+4t..; b0 / b1 likewise), fp32,
+// from zero. Hopper has no FP8 mma.sync: ptxas emulates the e4m3 instruction with two f16
+// MMAs plus an fp32 add of the zero accumulator per element; written out here, the k pairs
+// (4t, 4t+1) and (4t+2, 4t+3) of each half become the f16 MMA's pairs (2t, 2t+1) and
+// (2t+8, 2t+9) for A and B alike, and the second MMA accumulates onto the first (no add).
 __device__ __forceinline__ void MmaE4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+  const uint2 a0 = E4m3x4ToF16x4(a[0]), a1 = E4m3x4ToF16x4(a[1]);
+  const uint2 a2 = E4m3x4ToF16x4(a[2]), a3 = E4m3x4ToF16x4(a[3]);
+  const uint2 lo = E4m3x4ToF16x4(b0), hi = E4m3x4ToF16x4(b1);
+  MmaF16<true>(d, a0.x, a1.x, a0.y, a1.y, lo.x, lo.y);
+  MmaF16<false>(d, a2.x, a3.x, a2.y, a3.y, hi.x, hi.y);
 }
 
 // 2^(b - 127 + kShift) for byte kByte (b) of a word of 4 ue8m0 scales, as the fp32 with

@@ -17,10 +17,21 @@ __global__ void __launch_bounds__(kCopyThreads) CopyManyKernel(const CopyDesc* d
   const uintptr_t align = reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) |
                           static_cast<uintptr_t>(c.bytes);
   if (align % 16 == 0) {
+    // kUnroll loads in flight per thread before their stores (one at a time left each
+    // thread waiting a full memory round trip per 16 bytes: ~0.7 TB/s on the H200).
+    constexpr int kUnroll = 4;
     const int64_t n = c.bytes / 16;
     auto* d = static_cast<uint4*>(c.dst);
     const auto* s = static_cast<const uint4*>(c.src);
-    for (int64_t i = first; i < n; i += stride) d[i] = s[i];
+    int64_t i = first;
+    for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) v[u] = s[i + u * stride];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) d[i + u * stride] = v[u];
+    }
+    for (; i < n; i += stride) d[i] = s[i];
   } else if (align % 4 == 0) {
     const int64_t n = c.bytes / 4;
     auto* d = static_cast<uint32_t*>(c.dst);
@@ -39,8 +50,8 @@ cudaError_t CopyMany(const CopyDesc* device_descs, int64_t n, int64_t max_bytes,
                      cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (n > 65535) return cudaErrorInvalidValue;
-  // Enough blocks along x for the largest copy (16 bytes per thread per pass), at most 64.
-  int64_t blocks = (max_bytes / 16 + kCopyThreads - 1) / kCopyThreads;
+  // Enough blocks along x for the largest copy (64 bytes per thread per pass), at most 64.
+  int64_t blocks = (max_bytes / 64 + kCopyThreads - 1) / kCopyThreads;
   blocks = blocks < 1 ? 1 : (blocks > 64 ? 64 : blocks);
   CopyManyKernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(n)), kCopyThreads, 0,
                    stream>>>(device_descs);
