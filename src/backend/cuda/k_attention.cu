@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_indexer.h"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -560,6 +561,10 @@ cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64
                                 const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
                                 int64_t ratio, float scale, float* scores, cudaStream_t stream) {
   if (T <= 0 || n_keys <= 0) return cudaSuccess;
+  if (IndexerMmaApplicable(q, keys, T, heads, dim, ratio)) {  // tensor cores (k_indexer_mma.cu)
+    return IndexerScoresMma(q, w, T, heads, dim, keys, key_offset, key_len, n_keys, q_pos, ratio,
+                            scale, scores, stream);
+  }
   const int64_t smem = IndexerScoresSharedBytes(heads, dim);
   if (smem > kMaxSharedBytes || T > 65535 || ratio <= 0) return cudaErrorInvalidValue;
   if (smem > 48 * 1024) {

@@ -1,0 +1,306 @@
+// The tensor-core indexer scores (k_indexer_mma.cu, reached through
+// CudaBackend::IndexerScoresVarlen / IndexerScores) against the CPU reference at the
+// DeepSeek-V4.1 shape (64 heads x 128), on random normal and FP4-fake-quantised inputs;
+// bitwise batch invariance; the fp32 fallback for other shapes.
+//
+// Error bound per score s[t, g]: with B = scale * sum_h |w[t,h]| * sum_i |q[t,h,i]| |k[g,i]|,
+//   |gpu - cpu| <= c * B,  c = 2^-21 + 6 * 2^-19 + (dim / 16 + heads + 5) * 2^-24
+// 2^-21: the products the kernel drops (mid x lo, lo x mid, lo x lo of the exact 3-term
+// bf16 split; |mid| < 2^-7 |x|, |lo| < 2^-15 |x|). 6 * 2^-19: each k-step's (<= 6) MMAs
+// go into a fresh fragment; one MMA's fp32 result is taken within 17 truncations of one
+// ulp of its largest addend (no guard bits assumed), i.e. 2^-19 of the k-step's
+// magnitude sum, and the k-steps' magnitude sums add up to the dot's. dim / 16 * 2^-24:
+// the round-to-nearest adds of the k-step partials. (heads + 5) * 2^-24: relu * scale * w,
+// the fp32 head sum and the reference's rounding to float. heads 64, dim 128: c = 1.6e-5.
+// That bound could not see a dropped small product, so the relative L2 error over the
+// finite scores must also be <= 2e-6 (random inputs should give ~1e-7; a missing hi x lo
+// product ~4e-6, a missing hi x mid product ~1e-3).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/kernels_indexer.h"
+
+namespace deepinfer::backend::cuda::testing {
+namespace {
+
+// One sequence of a varlen call: its key count and its query rows.
+struct IdxSeq {
+  int64_t keys, rows;
+};
+
+// Host inputs of a varlen indexer call (rows of sequence i follow those of i - 1; keys
+// likewise).
+struct IdxCase {
+  int64_t T = 0, heads = 0, dim = 0, n_keys = 0, ratio = 4;
+  float scale = 1.0f;
+  std::vector<float> q, w, keys;
+  std::vector<int32_t> offset, len, q_pos;
+};
+
+class CudaIndexerTest : public CudaVsCpuTest {
+ protected:
+  // Random case over `seqs`; q_pos of each row drawn so that between none and more than all
+  // of its keys are visible (the last row of a sequence sees them all). n_keys = the
+  // largest key count + extra (entries past every row's keys: -inf). fp4: q and keys
+  // fake-quantised to the indexer's FP4 grid (exact in bf16).
+  IdxCase MakeCase(const std::vector<IdxSeq>& seqs, int64_t heads, int64_t dim, bool fp4,
+                   int64_t extra = 3) {
+    IdxCase c;
+    c.heads = heads;
+    c.dim = dim;
+    int64_t total = 0, n_max = 0;
+    for (const IdxSeq& s : seqs) {
+      for (int64_t j = 0; j < s.rows; ++j) {
+        c.offset.push_back(static_cast<int32_t>(total));
+        c.len.push_back(static_cast<int32_t>(s.keys));
+        const int32_t hi = static_cast<int32_t>(c.ratio * (s.keys + 2));
+        c.q_pos.push_back(j + 1 == s.rows ? hi : Ints(1, 0, hi)[0]);
+      }
+      total += s.keys;
+      n_max = std::max(n_max, s.keys);
+      c.T += s.rows;
+    }
+    c.n_keys = n_max + extra;
+    c.scale = 1.0f / std::sqrt(static_cast<float>(dim));
+    c.q = Normal(c.T * heads * dim);
+    c.w = Normal(c.T * heads);
+    c.keys = Normal(std::max<int64_t>(total, 1) * dim);
+    if (fp4) {
+      cpu_.FakeQuant(c.q.data(), c.T * heads, dim, dim, model::FakeQuantKind::kFp4Block32Pow2);
+      cpu_.FakeQuant(c.keys.data(), total, dim, dim, model::FakeQuantKind::kFp4Block32Pow2);
+    }
+    return c;
+  }
+
+  std::vector<float> Cpu(const IdxCase& c) {
+    std::vector<float> out(c.T * c.n_keys);
+    cpu_.IndexerScoresVarlen(c.q.data(), c.w.data(), c.T, c.heads, c.dim, c.keys.data(),
+                             c.offset.data(), c.len.data(), c.n_keys, c.q_pos.data(), c.ratio,
+                             c.scale, out.data());
+    return out;
+  }
+
+  std::vector<float> Gpu(const IdxCase& c) {
+    float* out = PoisonedFloats(c.T * c.n_keys);
+    gpu_->IndexerScoresVarlen(ToGpu(c.q), ToGpu(c.w), c.T, c.heads, c.dim, ToGpu(c.keys),
+                              ToGpu(c.offset), ToGpu(c.len), c.n_keys, ToGpu(c.q_pos), c.ratio,
+                              c.scale, out);
+    return FromGpu(out, c.T * c.n_keys);
+  }
+
+  // B[t, g] of the header comment (0 where the entry is not visible), as
+  // scale * sum_i |k[g,i]| * u[i] with u[i] = sum_h |w[t,h]| |q[t,h,i]|.
+  static std::vector<double> Magnitudes(const IdxCase& c) {
+    std::vector<double> b(c.T * c.n_keys, 0.0), u(c.dim);
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::fill(u.begin(), u.end(), 0.0);
+      for (int64_t h = 0; h < c.heads; ++h) {
+        const float* qh = c.q.data() + (t * c.heads + h) * c.dim;
+        for (int64_t i = 0; i < c.dim; ++i) u[i] += std::fabs(c.w[t * c.heads + h] * qh[i]);
+      }
+      const float* own = c.keys.data() + static_cast<int64_t>(c.offset[t]) * c.dim;
+      for (int64_t g = 0; g < std::min<int64_t>(c.len[t], c.n_keys); ++g) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < c.dim; ++i) sum += std::fabs(own[g * c.dim + i]) * u[i];
+        b[t * c.n_keys + g] = sum * c.scale;
+      }
+    }
+    return b;
+  }
+
+  static double BoundFactor(int64_t heads, int64_t dim) {
+    return std::ldexp(1.0, -21) + 6.0 * std::ldexp(1.0, -19) +
+           static_cast<double>(dim / 16 + heads + 5) * std::ldexp(1.0, -24);
+  }
+
+  // got vs the CPU reference: -inf at the same places, |err| <= c B elsewhere, relative L2
+  // <= 2e-6; and the case has both visible and invisible entries.
+  void ExpectMatchesCpu(const IdxCase& c, const std::vector<float>& got) {
+    const std::vector<float> expected = Cpu(c);
+    const std::vector<double> b = Magnitudes(c);
+    const double factor = BoundFactor(c.heads, c.dim);
+    int64_t bad = 0, invisible = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      if (std::isinf(expected[i])) {
+        ++invisible;
+        if (!(std::isinf(got[i]) && got[i] < 0)) ++bad;
+        continue;
+      }
+      const double err = std::fabs(static_cast<double>(got[i]) - expected[i]);
+      if (!(err <= factor * b[i])) {  // NaN fails
+        if (bad++ < 5) {
+          ADD_FAILURE() << "row " << i / c.n_keys << " key " << i % c.n_keys << ": got " << got[i]
+                        << " expected " << expected[i] << " bound " << factor * b[i];
+        }
+      }
+      if (b[i] > 0) worst = std::max(worst, err / b[i]);
+    }
+    EXPECT_EQ(bad, 0) << "worst err / B " << worst;
+    EXPECT_TRUE(RelL2Close(got, expected, 2e-6));
+    double err2 = 0.0, ref2 = 0.0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      if (std::isinf(expected[i])) continue;
+      err2 +=
+          (static_cast<double>(got[i]) - expected[i]) * (static_cast<double>(got[i]) - expected[i]);
+      ref2 += static_cast<double>(expected[i]) * expected[i];
+    }
+    // Margins for the record (the lead reads them on the GPU machine).
+    std::printf("indexer T=%lld heads=%lld dim=%lld: worst err/B %.3g (bound %.3g), rel L2 %.3g\n",
+                static_cast<long long>(c.T), static_cast<long long>(c.heads),
+                static_cast<long long>(c.dim), worst, factor,
+                ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0);
+    EXPECT_GT(invisible, 0);
+    EXPECT_LT(invisible, c.T * c.n_keys);
+  }
+
+  // The real-shape cases: T = 1, 7, 32, 300 over 1..3 sequences (one empty, key counts not
+  // multiples of the 64-key tile).
+  static std::vector<std::vector<IdxSeq>> RealShapeSeqs() {
+    return {{{1000, 1}},
+            {{0, 2}, {130, 2}, {1000, 3}},
+            {{1024, 20}, {77, 12}},
+            {{1024, 120}, {0, 30}, {777, 150}}};
+  }
+};
+
+constexpr int64_t kHeads = 64, kDim = 128;
+
+TEST_F(CudaIndexerTest, AppliesToRealShapeOnly) {
+  const float* p = reinterpret_cast<const float*>(uintptr_t{256});
+  EXPECT_TRUE(kernels::IndexerMmaApplicable(p, p, 1, 64, 128, 4));
+  EXPECT_TRUE(kernels::IndexerMmaApplicable(p, p, 65535, 16, 16, 1));
+  EXPECT_TRUE(kernels::IndexerMmaApplicable(p, p, 3, 128, 128, 4));
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p, p, 1, 3, 10, 4));
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p, p, 1, 64, 120, 4));   // dim % 16
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p, p, 1, 72, 128, 4));   // heads % 16
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p, p, 1, 144, 128, 4));  // heads > 128
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p, p, 1, 64, 272, 4));   // dim > 256
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p, p, 1, 128, 256, 4));  // shared memory
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p + 1, p, 1, 64, 128, 4));
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p, p + 2, 1, 64, 128, 4));
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p, p, 0, 64, 128, 4));
+  EXPECT_FALSE(kernels::IndexerMmaApplicable(p, p, 1, 64, 128, 0));
+}
+
+TEST_F(CudaIndexerTest, RealShapeNormalInputsMatchCpu) {
+  for (const auto& seqs : RealShapeSeqs()) {
+    const IdxCase c = MakeCase(seqs, kHeads, kDim, /*fp4=*/false);
+    SCOPED_TRACE(::testing::Message() << "T " << c.T << " n_keys " << c.n_keys);
+    ExpectMatchesCpu(c, Gpu(c));
+  }
+}
+
+TEST_F(CudaIndexerTest, RealShapeFp4InputsMatchCpu) {
+  for (const auto& seqs : RealShapeSeqs()) {
+    const IdxCase c = MakeCase(seqs, kHeads, kDim, /*fp4=*/true);
+    SCOPED_TRACE(::testing::Message() << "T " << c.T << " n_keys " << c.n_keys);
+    ExpectMatchesCpu(c, Gpu(c));
+  }
+}
+
+// Mixed rows: FP4 q with normal keys and the reverse (one side's extra terms skipped).
+TEST_F(CudaIndexerTest, OneSideExactBf16MatchesCpu) {
+  for (bool fp4_q : {true, false}) {
+    IdxCase c = MakeCase({{300, 3}, {64, 2}}, kHeads, kDim, /*fp4=*/false);
+    if (fp4_q) {
+      cpu_.FakeQuant(c.q.data(), c.T * c.heads, c.dim, c.dim,
+                     model::FakeQuantKind::kFp4Block32Pow2);
+    } else {
+      cpu_.FakeQuant(c.keys.data(), 364, c.dim, c.dim, model::FakeQuantKind::kFp4Block32Pow2);
+    }
+    SCOPED_TRACE(fp4_q ? "fp4 q" : "fp4 keys");
+    ExpectMatchesCpu(c, Gpu(c));
+  }
+}
+
+// Other tensor-core shapes (16 / 48 / 128 heads, dim 16 / 48 / 256).
+TEST_F(CudaIndexerTest, OtherApplicableShapesMatchCpu) {
+  for (auto [heads, dim] :
+       std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {48, 48}, {128, 128}, {32, 256}}) {
+    const IdxCase c = MakeCase({{200, 3}, {65, 2}}, heads, dim, /*fp4=*/false);
+    ASSERT_TRUE(kernels::IndexerMmaApplicable(ToGpu(c.q), ToGpu(c.keys), c.T, heads, dim, 4));
+    SCOPED_TRACE(::testing::Message() << "heads " << heads << " dim " << dim);
+    ExpectMatchesCpu(c, Gpu(c));
+  }
+}
+
+// Shapes the tensor-core kernel does not take run the fp32 kernel (same contract).
+TEST_F(CudaIndexerTest, OtherShapesFallBack) {
+  for (auto [heads, dim] : std::vector<std::pair<int64_t, int64_t>>{{3, 10}, {64, 120}, {20, 32}}) {
+    const IdxCase c = MakeCase({{100, 2}, {70, 3}}, heads, dim, /*fp4=*/false);
+    SCOPED_TRACE(::testing::Message() << "heads " << heads << " dim " << dim);
+    const std::vector<float> got = Gpu(c);
+    EXPECT_TRUE(AllClose(got, Cpu(c), 1e-5, 2e-6 * std::max(1.0f, MaxAbs(Cpu(c)))));
+  }
+}
+
+// A row's scores are bitwise the same in a 300-row call, a 1-row varlen call, a 1-row
+// varlen call with its own key count as the stride, and a single-sequence IndexerScores
+// call.
+TEST_F(CudaIndexerTest, BatchInvariantBitwise) {
+  const IdxCase c = MakeCase(RealShapeSeqs().back(), kHeads, kDim, /*fp4=*/false);
+  ASSERT_EQ(c.T, 300);
+  const std::vector<float> all = Gpu(c);
+  for (int64_t r : {0, 1, 119, 120, 150, 151, 299}) {
+    SCOPED_TRACE(::testing::Message() << "row " << r);
+    IdxCase one = c;
+    one.T = 1;
+    one.q.assign(c.q.begin() + r * kHeads * kDim, c.q.begin() + (r + 1) * kHeads * kDim);
+    one.w.assign(c.w.begin() + r * kHeads, c.w.begin() + (r + 1) * kHeads);
+    one.offset = {c.offset[r]};
+    one.len = {c.len[r]};
+    one.q_pos = {c.q_pos[r]};
+    const std::vector<float> row(all.begin() + r * c.n_keys, all.begin() + (r + 1) * c.n_keys);
+    EXPECT_TRUE(BitExact(Gpu(one), row));
+    const int64_t own = c.len[r];
+    if (own == 0) continue;
+    one.n_keys = own;
+    const std::vector<float> head(row.begin(), row.begin() + own);
+    EXPECT_TRUE(BitExact(Gpu(one), head));
+    float* out = PoisonedFloats(own);
+    gpu_->IndexerScores(ToGpu(one.q), ToGpu(one.w), 1, kHeads, kDim,
+                        ToGpu(c.keys) + static_cast<int64_t>(c.offset[r]) * kDim, own,
+                        ToGpu(one.q_pos), c.ratio, c.scale, out);
+    EXPECT_TRUE(BitExact(FromGpu(out, own), head));
+  }
+}
+
+// Device time per call at decode (V4.1 shapes, each row its own sequence of 1024 keys, all
+// visible), tensor cores and, for comparison, the fp32 kernel (reached by a q pointer that
+// is not 16-byte aligned).
+TEST_F(CudaIndexerTest, DISABLED_Bench) {
+  const int64_t keys_per_row = 1024, ratio = 4;
+  for (int64_t T : {1, 32, 256}) {
+    std::vector<int32_t> offset(T), len(T, keys_per_row), q_pos(T);
+    for (int64_t t = 0; t < T; ++t) {
+      offset[t] = static_cast<int32_t>(t * keys_per_row);
+      q_pos[t] = static_cast<int32_t>(ratio * keys_per_row + t % ratio);
+    }
+    float* q = ToGpu(Normal(T * kHeads * kDim + 1));
+    const float* w = ToGpu(Normal(T * kHeads));
+    const float* keys = ToGpu(Normal(T * keys_per_row * kDim));
+    const int32_t *goff = ToGpu(offset), *glen = ToGpu(len), *gpos = ToGpu(q_pos);
+    float* out = PoisonedFloats(T * keys_per_row);
+    for (int variant = 0; variant < 2; ++variant) {
+      const float* qv = q + variant;  // variant 1: misaligned -> fp32 kernel
+      const double us = DeviceMicrosPerCall([&] {
+        gpu_->IndexerScoresVarlen(qv, w, T, kHeads, kDim, keys, goff, glen, keys_per_row, gpos,
+                                  ratio, 0.088f, out);
+      });
+      std::printf("IndexerScoresVarlen %s T=%lld heads=64 dim=128 keys/row=%lld: %.2f us/call\n",
+                  variant == 0 ? "mma " : "fp32", static_cast<long long>(T),
+                  static_cast<long long>(keys_per_row), us);
+      EXPECT_GT(us, 0.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda::testing

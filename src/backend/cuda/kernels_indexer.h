@@ -1,0 +1,45 @@
+// Tensor-core lightning-indexer scores (k_indexer_mma.cu).
+//
+// Same contract as kernels::IndexerScoresVarlen (model::Backend::IndexerScoresVarlen):
+// s[t, g] = sum_h (relu(q[t, h, :] . k[g, :]) * scale) * w[t, h] over row t's own keys
+// (rows key_offset[t] .. of `keys`; null offset / length = one sequence of n_keys keys),
+// -inf where g >= min(key_len[t], n_keys, (q_pos[t] + 1) / ratio); n_keys is the row
+// stride of `scores`. Keys at or past a row's visible count are never read.
+//
+// Accuracy: q and keys are split exactly into three bf16 terms (SplitBf16x3) and the six
+// cross products of order <= 2 are taken on mma.sync m16n8k16 with fp32 accumulation (each
+// 16-channel k-step in a fresh fragment, added to the running dot with round-to-nearest),
+// so each q . k carries at most 2^-21 * sum_i |q_i k_i| of dropped-term error plus the fp32
+// (tensor-core) accumulation error; exactly-bf16 operands (e.g. FP4 fake-quantised) skip
+// the all-zero terms. The error bound is derived in cuda_indexer_test.cc.
+//
+// Batch invariance: s[t, g] is bitwise a function of row t's q, w, q_pos, ratio, scale and
+// its own keys 64 * floor(g / 64) .. (the key tile of g), never of T, n_keys, the grid or
+// other rows: the K order (k-steps, then products in a fixed order), the head sum (rows g /
+// g + 8 of a lane, then a fixed butterfly over the 8 row groups, then the 16-head tiles in
+// order) and the term-skipping decisions depend on those inputs only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace deepinfer::backend::cuda::kernels {
+
+// True if IndexerScoresMma handles the shape: heads a multiple of 16 in [16, 128], dim a
+// multiple of 16 in [16, 256], the block's shared memory within kMaxSharedBytes, q and keys
+// 16-byte aligned, 1 <= T <= 65535, ratio >= 1.
+bool IndexerMmaApplicable(const float* q, const float* keys, int64_t T, int64_t heads, int64_t dim,
+                          int64_t ratio);
+
+// Shared memory bytes of one IndexerScoresMma block.
+int64_t IndexerMmaSharedBytes(int64_t heads, int64_t dim);
+
+// The scores on tensor cores; cudaErrorInvalidValue when !IndexerMmaApplicable, cudaSuccess
+// for empty work (n_keys <= 0).
+cudaError_t IndexerScoresMma(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
+                             const float* keys, const int32_t* key_offset, const int32_t* key_len,
+                             int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
+                             float* scores, cudaStream_t stream);
+
+}  // namespace deepinfer::backend::cuda::kernels
