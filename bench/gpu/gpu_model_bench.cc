@@ -51,8 +51,9 @@ struct Options {
   // One extra decode step per grid point between cudaProfilerStart/Stop, for
   // `ncu --profile-from-start off` (per-kernel device times of exactly one step).
   bool profile_step = false;
-  // Decode steps return every sequence's logits row (copied to the host, as a sampler with
-  // temperature > 0 needs) instead of its greedy token (taken on the device).
+  // Decode steps return every sequence's logits row (copied to reused page-locked host
+  // memory, as the engine does for a sampler with temperature > 0) instead of its greedy
+  // token (taken on the device).
   bool logits = false;
 };
 
@@ -90,6 +91,9 @@ class Bench {
  public:
   Bench(const Options& o, engine::LoadedModel& m, Ceilings c)
       : opt_(o), model_(*m.model), backend_(m.backend.get()), ceil_(c), rng_(1234) {}
+  ~Bench() { backend_->FreeHostFloats(host_logits_); }
+  Bench(const Bench&) = delete;
+  Bench& operator=(const Bench&) = delete;
 
   base::Status Prepare() {
     const int64_t n = int64_t{1} << 20;
@@ -245,6 +249,16 @@ class Bench {
           {&seqs[i], toks[i], seqs[i].length, false,
            opt_.logits ? model::ChunkOutput::kLogits : model::ChunkOutput::kGreedyToken});
     }
+    if (opt_.logits) {  // as the engine does: rows into reused page-locked memory
+      const int64_t need = static_cast<int64_t>(seqs.size()) * model_.config().text().vocab_size;
+      if (need > host_logits_capacity_) {
+        backend_->FreeHostFloats(host_logits_);
+        host_logits_ = backend_->AllocHostFloats(need);
+        host_logits_capacity_ = host_logits_ != nullptr ? need : 0;
+      }
+      b.logits_out = host_logits_;
+      b.logits_capacity = host_logits_capacity_;
+    }
     base::StatusOr<model::ForwardOutput> out = model_.Forward(b);
     if (!out.ok()) return out.status();
     if (host_issue_s != nullptr) *host_issue_s = out->host_issue_seconds;
@@ -286,6 +300,8 @@ class Bench {
   std::mt19937 rng_;
   model::DeviceFloats values_;
   double warmup_s_ = 0;
+  float* host_logits_ = nullptr;  // --logits: Backend::AllocHostFloats memory
+  int64_t host_logits_capacity_ = 0;
 };
 
 Ceilings ReadCeilings(const std::string& path) {

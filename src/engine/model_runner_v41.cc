@@ -113,6 +113,17 @@ base::Status ModelRunnerV41::ApplyCopy(const kv::StateCopy& copy) {
   return base::Status::Ok();
 }
 
+float* ModelRunnerV41::HostLogits::Reserve(int64_t n) {
+  if (n <= capacity_) return data_;
+  // Doubling: page-locking is slow (milliseconds), so a batch that grows by a row per step
+  // must not reallocate every step.
+  const int64_t want = std::max(n, 2 * capacity_);
+  backend_->FreeHostFloats(data_);
+  data_ = backend_->AllocHostFloats(want);
+  capacity_ = data_ != nullptr ? want : 0;
+  return data_;
+}
+
 model::ChunkOutput ModelRunnerV41::OutputFor(const ScheduledChunk& chunk) const {
   if (observer_) return model::ChunkOutput::kLogits;
   if (chunk.samples.empty()) return model::ChunkOutput::kNothing;
@@ -139,11 +150,18 @@ base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
     DI_RETURN_IF_ERROR(MapBlocks(chunk, *state));
     batch.chunks.push_back({&*state, chunk.tokens, chunk.start_position, false, OutputFor(chunk)});
   }
-  DI_ASSIGN_OR_RETURN(model::ForwardOutput forward, model_->Forward(batch));
   int64_t logits_rows = 0;
   for (const model::ForwardChunk& c : batch.chunks) {
     logits_rows += c.output == model::ChunkOutput::kLogits ? 1 : 0;
   }
+  if (logits_rows > 0) {
+    batch.logits_out = host_logits_.Reserve(logits_rows * vocab_size());
+    batch.logits_capacity = batch.logits_out != nullptr ? host_logits_.capacity() : 0;
+  }
+  DI_ASSIGN_OR_RETURN(model::ForwardOutput forward, model_->Forward(batch));
+  const float* logits_base = forward.logits.empty() && batch.logits_out != nullptr
+                                 ? batch.logits_out
+                                 : forward.logits.data();
   if (forward.rows != logits_rows || forward.vocab != vocab_size() ||
       forward.tokens.size() != plan.chunks.size()) {
     return base::InternalError(
@@ -172,9 +190,8 @@ base::StatusOr<StepOutput> ModelRunnerV41::Execute(const StepPlan& plan) {
       continue;
     }
     if (batch.chunks[i].output == model::ChunkOutput::kNothing) continue;
-    const std::span<const float> logits(
-        forward.logits.data() + row++ * static_cast<size_t>(forward.vocab),
-        static_cast<size_t>(forward.vocab));
+    const std::span<const float> logits(logits_base + row++ * static_cast<size_t>(forward.vocab),
+                                        static_cast<size_t>(forward.vocab));
     if (observer_) observer_(chunk, logits);
     for (const SampleTarget& target : chunk.samples) {
       jobs.push_back({logits, &chunk, &target, out.tokens.size()});

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -144,6 +145,12 @@ class Backend {
   // before a write shows up in its tests as NaN logits or an out-of-range id.
   virtual float* AllocUninitialized(int64_t n) { return AllocFloats(n); }
   virtual void Free(void* p) = 0;
+  // Host memory (n floats, contents unspecified) that CopyToHost fills fastest: page-locked
+  // on a GPU backend (a device-to-host copy into pageable memory ran at ~12 GB/s on the H200
+  // machine, into page-locked memory at ~50 GB/s). Allocation may be slow: keep and reuse
+  // such buffers. Null if it cannot be had. Free with FreeHostFloats.
+  virtual float* AllocHostFloats(int64_t n) { return new (std::nothrow) float[n]; }
+  virtual void FreeHostFloats(float* p) { delete[] p; }
   virtual void CopyToDevice(void* dst, const void* src, int64_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, int64_t bytes) = 0;
   virtual void CopyDevice(void* dst, const void* src, int64_t bytes) = 0;

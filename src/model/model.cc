@@ -213,7 +213,9 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
   }
   HostPhase("validate+blocks");
   if (!batch.chunks.empty()) ForwardAll(batch, &out);
-  out.logits.resize(static_cast<size_t>(out.rows) * static_cast<size_t>(out.vocab));
+  const bool to_caller = batch.logits_out != nullptr &&
+                         batch.logits_capacity >= out.rows * static_cast<int64_t>(out.vocab);
+  out.logits.resize(to_caller ? 0 : static_cast<size_t>(out.rows) * static_cast<size_t>(out.vocab));
   // Ops report nothing themselves; an asynchronous backend (CUDA) surfaces its first error
   // here, so a failed step never returns plausible-looking logits.
   DI_RETURN_IF_ERROR(
@@ -340,8 +342,14 @@ void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, F
   // Rows of earlier calls in this Forward stay; recycled storage beyond them is reused
   // without zero-filling (every float is overwritten by the copy below).
   const size_t old = out->rows * static_cast<size_t>(V);
+  const bool to_caller = batch.logits_out != nullptr &&
+                         batch.logits_capacity >= static_cast<int64_t>(old) + n_logits * V;
+  float* dst = to_caller ? batch.logits_out : nullptr;
   HostPhase("head");
-  out->logits.resize(old + n_logits * V);
+  if (!to_caller) {
+    out->logits.resize(old + n_logits * V);
+    dst = out->logits.data();
+  }
   HostPhase("resize");
   out->host_issue_seconds = SecondsSince(forward_start_);
   if (n_greedy > 0) {
@@ -350,7 +358,7 @@ void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, F
     for (int64_t j = 0; j < n_greedy; ++j) out->tokens[greedy_chunks[j]] = ids[j];
   }
   if (n_logits > 0) {
-    backend_->CopyToHost(out->logits.data() + old, logits.data(), n_logits * V * sizeof(float));
+    backend_->CopyToHost(dst + old, logits.data(), n_logits * V * sizeof(float));
   }
   out->rows += n_logits;
 }

@@ -115,7 +115,9 @@ TEST_P(ModelBatchTest, RecycledLogitsStorageGivesExactOutputs) {
   EXPECT_EQ(second->logits, expected_decode);
   model_->Recycle(std::move(*second));
   auto empty = model_->Forward(ForwardBatch{});
-  if (empty.ok()) EXPECT_TRUE(empty->logits.empty());
+  if (empty.ok()) {
+    EXPECT_TRUE(empty->logits.empty());
+  }
   SequenceState t = model_->NewSequence();
   ForwardBatch again;
   again.chunks = {{&t, prompt, 0, true}};
@@ -171,6 +173,34 @@ TEST_P(ModelBatchTest, ChunkOutputsGreedyAndNothing) {
   ForwardBatch bad;
   bad.chunks = {{&c, two, c.length, true, ChunkOutput::kGreedyToken}};
   EXPECT_EQ(model_->Forward(bad).status().code(), base::StatusCode::kInvalidArgument);
+}
+
+// ForwardBatch::logits_out: rows land in the caller's buffer (ForwardOutput::logits empty)
+// when it is large enough, else in ForwardOutput::logits as usual.
+TEST_P(ModelBatchTest, LogitsIntoCallerBuffer) {
+  const std::vector<int32_t> prompt = {0, 11, 23, 35, 47, 59, 61};
+  const int64_t V = model_->config().text().vocab_size;
+  SequenceState ref_state = model_->NewSequence();
+  const std::vector<float> expected = Run({{&ref_state, prompt, 0, true}});
+  ASSERT_EQ(static_cast<int64_t>(expected.size()), 7 * V);
+  std::vector<float> buffer(8 * V, -5.0f);
+  SequenceState s = model_->NewSequence();
+  ForwardBatch batch;
+  batch.chunks = {{&s, prompt, 0, true}};
+  batch.logits_out = buffer.data();
+  batch.logits_capacity = 8 * V;
+  auto out = model_->Forward(batch);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->rows, 7);
+  EXPECT_TRUE(out->logits.empty());
+  EXPECT_EQ(std::vector<float>(buffer.begin(), buffer.begin() + 7 * V), expected);
+  EXPECT_EQ(buffer[7 * V], -5.0f);  // nothing past the rows
+  SequenceState t = model_->NewSequence();
+  batch.chunks = {{&t, prompt, 0, true}};
+  batch.logits_capacity = 7 * V - 1;  // too small: the output vector is used
+  auto fallback = model_->Forward(batch);
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_EQ(fallback->logits, expected);
 }
 
 TEST_P(ModelBatchTest, SyntheticContextState) {

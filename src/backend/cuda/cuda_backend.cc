@@ -330,6 +330,21 @@ bool CudaBackend::UploadAsync(void* dst, const void* src, size_t bytes, const ch
   return true;
 }
 
+float* CudaBackend::AllocHostFloats(int64_t n) {
+  if (n <= 0) return nullptr;
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, static_cast<size_t>(n) * sizeof(float), cudaHostAllocDefault) !=
+      cudaSuccess) {
+    cudaGetLastError();  // not sticky: the caller falls back to pageable memory
+    return nullptr;
+  }
+  return static_cast<float*>(p);
+}
+
+void CudaBackend::FreeHostFloats(float* p) {
+  if (p != nullptr) cudaFreeHost(p);
+}
+
 void CudaBackend::CopyToHost(void* dst, const void* src, int64_t bytes) {
   if (bytes <= 0) return;
   bool ok =

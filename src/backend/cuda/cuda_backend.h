@@ -115,6 +115,9 @@ class CudaBackend final : public model::Backend {
   // Arena memory without the zero-fill launch.
   float* AllocUninitialized(int64_t n) override;
   void Free(void* p) override;
+  // Page-locked host memory (cudaHostAlloc); null on failure.
+  float* AllocHostFloats(int64_t n) override;
+  void FreeHostFloats(float* p) override;
   void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
   void CopyToHost(void* dst, const void* src, int64_t bytes) override;
   void CopyDevice(void* dst, const void* src, int64_t bytes) override;
