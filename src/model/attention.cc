@@ -208,6 +208,54 @@ void Model::GatherBatchEntries(BatchContext& b, int gi) {
   backend_->CopyToDevice(b.comp_ranges[gi].data(), ranges.data(), ranges.size() * sizeof(int32_t));
 }
 
+bool Model::SelectedGatherPays(const BatchContext& b, int gi) const {
+  int64_t entries = 0;
+  for (const ChunkContext& c : b.chunks) entries += c.state->groups[gi].n_entries();
+  return b.rows * b.n_select < entries;
+}
+
+void Model::GatherSelectedEntries(BatchContext& b, int gi) {
+  if (b.sel_group == gi && b.sel_serial == b.selection_serial) return;
+  const int64_t R = b.rows, k = b.n_select, d = config_.text().head_dim;
+  int64_t max_blocks = 1;
+  for (const ChunkContext& c : b.chunks) {
+    const KvGroupState& g = c.state->groups[gi];
+    max_blocks = std::max(max_blocks, (g.n_entries() + g.entries_per_block - 1) /
+                                          std::max<int64_t>(g.entries_per_block, 1));
+  }
+  // Per row: the float addresses of its chunk's entry rows per block, its entry count, and
+  // its range (row * k, k) in the gathered buffer.
+  std::vector<int64_t> bases(R * max_blocks, 0);
+  std::vector<int32_t> count(R), ranges(2 * R);
+  int64_t rows_per_block = 0;
+  for (const ChunkContext& c : b.chunks) {
+    const KvGroupState& g = c.state->groups[gi];
+    rows_per_block = g.entries_per_block;  // the same for every sequence of one model
+    const int64_t blocks = (g.n_entries() + g.entries_per_block - 1) / g.entries_per_block;
+    for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        bases[r * max_blocks + blk] =
+            reinterpret_cast<int64_t>(c.state->blocks.table[blk] + g.entry_offset);
+      }
+      count[r] = static_cast<int32_t>(g.n_entries());
+      ranges[r] = static_cast<int32_t>(r * k);
+      ranges[R + r] = static_cast<int32_t>(k);
+    }
+  }
+  DeviceInts dev_bases(backend_, 2 * R * max_blocks), dev_count(backend_, R);
+  backend_->CopyToDevice(dev_bases.data(), bases.data(), R * max_blocks * sizeof(int64_t));
+  backend_->CopyToDevice(dev_count.data(), count.data(), R * sizeof(int32_t));
+  b.sel_ranges = DeviceInts(backend_, 2 * R);
+  backend_->CopyToDevice(b.sel_ranges.data(), ranges.data(), 2 * R * sizeof(int32_t));
+  b.sel_entries = DeviceFloats(backend_, R * k * d);
+  b.sel_remapped = DeviceInts(backend_, R * k);
+  backend_->GatherSelectedRows(
+      b.selection.data(), R, k, reinterpret_cast<const int64_t*>(dev_bases.data()), max_blocks,
+      dev_count.data(), rows_per_block, d, b.sel_entries.data(), b.sel_remapped.data());
+  b.sel_group = gi;
+  b.sel_serial = b.selection_serial;
+}
+
 void Model::LayOutWindows(BatchContext& b) {
   const int64_t W = config_.text().sliding_window, R = b.rows;
   b.window_rows = 0;
@@ -248,6 +296,7 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
   if (b.n_select == 0) return;
   const int64_t k = b.n_select;
   b.selection = DeviceInts(backend_, R * k);
+  ++b.selection_serial;
 
   DeviceFloats qi(backend_, R * nh * ihd), hw(backend_, R * nh);
   backend_->Linear(q_r, R, t.q_lora_rank, w.idx_wq_b, 0, nh * ihd, qi.data(), nh * ihd);
@@ -319,7 +368,16 @@ void Model::BatchAttention(int layer, BatchContext& b, const float* q, const flo
 
   SparseAttentionArgs args;
   const int gi = ratio > 0 ? GroupIndex(config_, config_.KvSourceOf(layer)) : -1;
-  if (ratio > 0 && b.selection_group == gi && b.n_select > 0) {
+  if (ratio > 0 && b.selection_group == gi && b.n_select > 0 && SelectedGatherPays(b, gi)) {
+    // The same rows in the same slots, so the attention's result is the same bits.
+    GatherSelectedEntries(b, gi);
+    args.comp_kv = b.sel_entries.data();
+    args.n_comp = R * b.n_select;
+    args.selection = b.sel_remapped.data();
+    args.n_select = b.n_select;
+    args.comp_offset = b.sel_ranges.data();
+    args.comp_len = b.sel_ranges.data() + R;
+  } else if (ratio > 0 && b.selection_group == gi && b.n_select > 0) {
     if (static_cast<int>(b.comp_entries.size()) <= gi || b.comp_entries[gi].data() == nullptr) {
       GatherBatchEntries(b, gi);
     }

@@ -233,6 +233,19 @@ class Backend {
   // value would be -inf. idx [T, k].
   virtual void TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) = 0;
 
+  // Selected compressed entries gathered for SparseAttention (decode: a token attends at most
+  // k entries, far fewer than a long sequence holds): for token t and slot s < k with
+  // id = selection[t*k + s]: if 0 <= id < count[t], row t*k + s of out [T*k, d] is row `id` of
+  // t's paged rows, at float address bases[t*max_blocks + id / rows_per_block] +
+  // (id % rows_per_block) * d, and remapped[t*k + s] = s; id < 0 gives remapped -1, and
+  // id >= count[t] gives remapped k (out of range for a comp_len of k: SparseAttention then
+  // reports it); those rows of out are left as they are. selection, bases (addresses as
+  // int64), count, out, remapped: backend memory.
+  virtual void GatherSelectedRows(const int32_t* selection, int64_t T, int64_t k,
+                                  const int64_t* bases, int64_t max_blocks, const int32_t* count,
+                                  int64_t rows_per_block, int64_t d, float* out,
+                                  int32_t* remapped) = 0;
+
   // --- sampling -----------------------------------------------------------------------
   // Greedy decoding on the backend, so that a step copies token ids instead of rows of
   // logits: out[r] = the index of the largest of x[r, 0 .. n) (row stride ld), the lowest

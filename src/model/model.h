@@ -142,6 +142,10 @@ class Model {
   // Every chunk's compressed entries of group gi in one buffer (BatchContext::comp_entries),
   // with per-row ranges (comp_ranges).
   void GatherBatchEntries(BatchContext& b, int gi);
+  // Whether gathering only the selected entries of group gi moves fewer rows than gathering
+  // every chunk's entries (decode at long contexts), and that gather (BatchContext::sel_*).
+  bool SelectedGatherPays(const BatchContext& b, int gi) const;
+  void GatherSelectedEntries(BatchContext& b, int gi);
   // Every chunk's index keys of group gi in one buffer with per-row ranges
   // (BatchContext::index_keys / index_key_ranges), once per forward.
   void GatherBatchIndexKeys(BatchContext& b, int gi);

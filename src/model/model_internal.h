@@ -35,6 +35,7 @@ struct Model::BatchContext {
   DeviceInts selection;
   int64_t n_select = 0;
   int selection_group = -1;
+  int selection_serial = 0;  // incremented at each new selection
   // Candidate-block mask published by the candidate source: [rows, mask_entries] bytes.
   DeviceInts candidate_mask;  // byte storage
   int64_t mask_entries = -1;
@@ -44,6 +45,14 @@ struct Model::BatchContext {
   std::vector<DeviceFloats> comp_entries;
   std::vector<std::vector<int64_t>> comp_offsets;
   std::vector<DeviceInts> comp_ranges;  // per group: comp_offset [rows], then comp_len [rows]
+  // Or, when it moves fewer rows (decode: k selected of many entries), only the selected
+  // entries of group sel_group for selection number sel_serial: [rows * n_select, head_dim],
+  // with the selection remapped to slots (Backend::GatherSelectedRows) and per-row ranges.
+  DeviceFloats sel_entries;
+  DeviceInts sel_remapped;
+  DeviceInts sel_ranges;  // comp_offset [rows] (= row * n_select), then comp_len [rows]
+  int sel_group = -1;
+  int sel_serial = -1;
   // Window rows of the varlen attention, the same in every layer (each ring holds the last
   // min(length, window) positions): chunk i's cached rows start at window_at[i], then its new
   // rows; window_meta holds window_pos [window_rows], window_start [rows], window_len [rows].

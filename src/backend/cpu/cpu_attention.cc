@@ -188,4 +188,25 @@ void CpuBackend::ArgmaxRows(const float* x, int64_t rows, int64_t n, int64_t ld,
   }
 }
 
+void CpuBackend::GatherSelectedRows(const int32_t* selection, int64_t T, int64_t k,
+                                    const int64_t* bases, int64_t max_blocks, const int32_t* count,
+                                    int64_t rows_per_block, int64_t d, float* out,
+                                    int32_t* remapped) {
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t s = 0; s < k; ++s) {
+      const int32_t id = selection[t * k + s];
+      if (id < 0 || id >= count[t]) {
+        remapped[t * k + s] = id < 0 ? -1 : static_cast<int32_t>(k);
+        continue;
+      }
+      const int64_t block = id / rows_per_block;
+      CHECK_LT(block, max_blocks) << "entry " << id << " of token " << t << " unpaged";
+      const auto* src =
+          reinterpret_cast<const float*>(bases[t * max_blocks + block]) + (id % rows_per_block) * d;
+      std::copy(src, src + d, out + (t * k + s) * d);
+      remapped[t * k + s] = static_cast<int32_t>(s);
+    }
+  }
+}
+
 }  // namespace deepinfer::backend::cpu

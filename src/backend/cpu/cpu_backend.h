@@ -62,6 +62,9 @@ class CpuBackend final : public model::Backend {
   void ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) override;
   void TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) override;
   void ArgmaxRows(const float* x, int64_t rows, int64_t n, int64_t ld, int32_t* out) override;
+  void GatherSelectedRows(const int32_t* selection, int64_t T, int64_t k, const int64_t* bases,
+                          int64_t max_blocks, const int32_t* count, int64_t rows_per_block,
+                          int64_t d, float* out, int32_t* remapped) override;
 
   void RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T, int64_t n_experts,
                          int64_t k, bool renormalise, float scale, int32_t* experts,

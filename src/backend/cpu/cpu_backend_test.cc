@@ -89,6 +89,23 @@ TEST(CpuBackendTest, ArgmaxRowsTakesTheFirstMaximumAndSkipsNan) {
   EXPECT_EQ(out, (std::vector<int32_t>{1, 0, 0, 0, 3}));
 }
 
+TEST(CpuBackendTest, GatherSelectedRowsFollowsTheBlockTable) {
+  // Two tokens; rows of width 2 in blocks of 3 rows; token 0 has 5 rows (blocks A, B),
+  // token 1 has 2 rows (block C).
+  std::vector<float> a = {0, 1, 2, 3, 4, 5}, b2 = {6, 7, 8, 9, 10, 11}, c = {20, 21, 22, 23, 0, 0};
+  const int64_t bases[4] = {reinterpret_cast<int64_t>(a.data()),
+                            reinterpret_cast<int64_t>(b2.data()),
+                            reinterpret_cast<int64_t>(c.data()), 0};
+  const int32_t count[2] = {5, 2};
+  const int32_t selection[6] = {4, -1, 0, 1, 2, -1};  // k = 3; token 1's id 2 is out of range
+  std::vector<float> out(12, -1.0f);
+  std::vector<int32_t> remapped(6, 99);
+  CpuBackend cpu;
+  cpu.GatherSelectedRows(selection, 2, 3, bases, 2, count, 3, 2, out.data(), remapped.data());
+  EXPECT_EQ(remapped, (std::vector<int32_t>{0, -1, 2, 0, 3, -1}));
+  EXPECT_EQ(out, (std::vector<float>{8, 9, -1, -1, 0, 1, 22, 23, -1, -1, -1, -1}));
+}
+
 TEST(CpuBackendTest, IndexerScoresMaskInvisibleEntries) {
   // 1 token at position 3, ratio 2 -> entries 0, 1 visible; entry 2 not.
   std::vector<float> q = {1.0f, 2.0f, -1.0f, 1.0f};  // 2 heads x dim 2

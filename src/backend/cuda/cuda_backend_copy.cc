@@ -33,4 +33,15 @@ void CudaBackend::CopyDeviceMany(const model::DeviceCopy* copies, int64_t n_copi
   Done("CopyDeviceMany");
 }
 
+void CudaBackend::GatherSelectedRows(const int32_t* selection, int64_t T, int64_t k,
+                                     const int64_t* bases, int64_t max_blocks, const int32_t* count,
+                                     int64_t rows_per_block, int64_t d, float* out,
+                                     int32_t* remapped) {
+  if (T <= 0 || k <= 0 || !Usable()) return;
+  Check(kernels::GatherSelectedRows(selection, T, k, bases, max_blocks, count, rows_per_block, d,
+                                    out, remapped, stream_),
+        "GatherSelectedRows");
+  Done("GatherSelectedRows");
+}
+
 }  // namespace deepinfer::backend::cuda

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
@@ -39,6 +40,49 @@ TEST_F(CudaCopyTest, OneCopyAndNoCopies) {
   std::vector<model::DeviceCopy> one = {{dst, src, 1000 * sizeof(float)}};
   gpu_->CopyDeviceMany(one.data(), 1);
   EXPECT_EQ(FromGpu(dst, 1000), x);
+}
+
+// GatherSelectedRows against the CPU: rows through a block table (d = 512 takes the float4
+// path, d = 6 the scalar one), empty slots, ids past a token's count.
+TEST_F(CudaCopyTest, GatherSelectedRowsMatchesCpu) {
+  for (int64_t d : {512, 6}) {
+    const int64_t T = 5, k = 7, per_block = 4, max_blocks = 3;
+    const std::vector<float> rows = Normal(T * max_blocks * per_block * d);
+    const float* dev_rows = ToGpu(rows);
+    std::vector<int32_t> count(T), selection(T * k);
+    std::vector<int64_t> host_bases(T * max_blocks), dev_bases(T * max_blocks);
+    for (int64_t t = 0; t < T; ++t) {
+      count[t] = static_cast<int32_t>(1 + (t * 5) % (max_blocks * per_block));
+      for (int64_t blk = 0; blk < max_blocks; ++blk) {
+        const int64_t at = ((t * max_blocks + (max_blocks - 1 - blk)) * per_block) * d;  // shuffled
+        host_bases[t * max_blocks + blk] = reinterpret_cast<int64_t>(rows.data() + at);
+        dev_bases[t * max_blocks + blk] = reinterpret_cast<int64_t>(dev_rows + at);
+      }
+      for (int64_t s = 0; s < k; ++s) {
+        selection[t * k + s] = static_cast<int32_t>((s * 3 + t) % (count[t] + 3)) - 1;
+      }
+    }
+    std::vector<float> expected(T * k * d, 0.0f);
+    std::vector<int32_t> expected_map(T * k, 0);
+    cpu_.GatherSelectedRows(selection.data(), T, k, host_bases.data(), max_blocks, count.data(),
+                            per_block, d, expected.data(), expected_map.data());
+    std::vector<int32_t> bases_words(2 * T * max_blocks);
+    std::memcpy(bases_words.data(), dev_bases.data(), dev_bases.size() * sizeof(int64_t));
+    float* out = PoisonedFloats(T * k * d);
+    int32_t* map = PoisonedInts(T * k);
+    gpu_->GatherSelectedRows(ToGpu(selection), T, k,
+                             reinterpret_cast<const int64_t*>(ToGpu(bases_words)), max_blocks,
+                             ToGpu(count), per_block, d, out, map);
+    const std::vector<int32_t> got_map = FromGpu(map, T * k);
+    EXPECT_EQ(got_map, expected_map) << "d " << d;
+    const std::vector<float> got = FromGpu(out, T * k * d);
+    for (int64_t slot = 0; slot < T * k; ++slot) {
+      if (expected_map[slot] < 0 || expected_map[slot] >= k) continue;  // rows left as they are
+      for (int64_t i = 0; i < d; ++i) {
+        ASSERT_EQ(got[slot * d + i], expected[slot * d + i]) << "d " << d << " slot " << slot;
+      }
+    }
+  }
 }
 
 }  // namespace

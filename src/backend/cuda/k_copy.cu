@@ -44,7 +44,44 @@ __global__ void __launch_bounds__(kCopyThreads) CopyManyKernel(const CopyDesc* d
   }
 }
 
+constexpr int kGatherThreads = 128;
+
+// Block (s, t): slot s of token t (see GatherSelectedRows).
+__global__ void __launch_bounds__(kGatherThreads)
+    GatherSelectedRowsKernel(const int32_t* selection, int64_t k, const int64_t* bases,
+                             int64_t max_blocks, const int32_t* count, int64_t rows_per_block,
+                             int64_t d, float* out, int32_t* remapped) {
+  const int64_t t = blockIdx.y, s = blockIdx.x, slot = t * k + s;
+  const int32_t id = selection[slot];
+  const bool valid = id >= 0 && id < count[t] && id / rows_per_block < max_blocks;
+  if (threadIdx.x == 0) remapped[slot] = valid ? static_cast<int32_t>(s) : (id < 0 ? -1 : k);
+  if (!valid) return;
+  const auto* src = reinterpret_cast<const float*>(bases[t * max_blocks + id / rows_per_block]) +
+                    (id % rows_per_block) * d;
+  float* dst = out + slot * d;
+  const bool vec4 = d % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  if (vec4) {
+    for (int64_t i = threadIdx.x; i < d / 4; i += kGatherThreads) {
+      reinterpret_cast<float4*>(dst)[i] = reinterpret_cast<const float4*>(src)[i];
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < d; i += kGatherThreads) dst[i] = src[i];
+  }
+}
+
 }  // namespace
+
+cudaError_t GatherSelectedRows(const int32_t* selection, int64_t T, int64_t k, const int64_t* bases,
+                               int64_t max_blocks, const int32_t* count, int64_t rows_per_block,
+                               int64_t d, float* out, int32_t* remapped, cudaStream_t stream) {
+  if (T <= 0 || k <= 0) return cudaSuccess;
+  if (T > 65535 || k > 0x7fffffff || rows_per_block <= 0) return cudaErrorInvalidValue;
+  GatherSelectedRowsKernel<<<dim3(static_cast<unsigned>(k), static_cast<unsigned>(T)),
+                             kGatherThreads, 0, stream>>>(selection, k, bases, max_blocks, count,
+                                                          rows_per_block, d, out, remapped);
+  return cudaGetLastError();
+}
 
 cudaError_t CopyMany(const CopyDesc* device_descs, int64_t n, int64_t max_bytes,
                      cudaStream_t stream) {

@@ -1,4 +1,5 @@
-// Batched device-to-device copies (Backend::CopyDeviceMany). Same conventions as kernels.h.
+// Batched device-to-device copies (Backend::CopyDeviceMany) and the selected-entry gather
+// (Backend::GatherSelectedRows). Same conventions as kernels.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,5 +18,10 @@ struct CopyDesc {
 // largest copy (sizes the grid). Destinations must not overlap each other or any source.
 cudaError_t CopyMany(const CopyDesc* device_descs, int64_t n, int64_t max_bytes,
                      cudaStream_t stream);
+
+// model::Backend::GatherSelectedRows (device arrays; one block per (slot, token)).
+cudaError_t GatherSelectedRows(const int32_t* selection, int64_t T, int64_t k, const int64_t* bases,
+                               int64_t max_blocks, const int32_t* count, int64_t rows_per_block,
+                               int64_t d, float* out, int32_t* remapped, cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda::kernels
