@@ -13,7 +13,8 @@
 // or 64 wide), weights streamed once, K split into Fp8LinearSegments blocks when the rows
 // give fewer than ~2 blocks per SM; partials [segments, T, n_rows] then ReduceSegments.
 // Wide (T > 64): 2 x 4 warps of 4 x 4 MMA tiles = 128 rows x 128 tokens, one block loops
-// over the segments (same sums, same order: fp8_gemm_core.cuh Run).
+// over the segments (same sums, same order: fp8_gemm_core.cuh Run), or, when the tiles are
+// too few to fill the GPU, one block per segment as for skinny tiles (SplitsK).
 #include <algorithm>
 
 #include "backend/cuda/fp8_gemm_core.cuh"
@@ -192,10 +193,19 @@ int Fp8LinearSegments(int64_t n_rows, int64_t K) {
   return static_cast<int>(std::max<int64_t>(segments, 1));
 }
 
+// Whether LinearFp8 splits K over blocks (partials + ReduceSegments) for T tokens: always
+// for skinny tiles; for wide tiles when they alone would leave most SMs idle (narrow weights
+// at T = 65 .. ~1000: wkv, 512 rows at T = 256, ran as 8 blocks, 123 us a call on the H200).
+// Either way a token's bits are the same (the segments are summed in the same order).
+bool SplitsK(int64_t n_rows, int64_t K, int64_t T) {
+  if (Fp8LinearSegments(n_rows, K) == 1) return false;
+  if (T <= kFp8SkinnyTokens) return true;
+  return ((n_rows + 127) / 128) * ((T + 127) / 128) < kTargetBlocks;
+}
+
 int64_t Fp8LinearScratchBytes(int64_t n_rows, int64_t K, int64_t T) {
-  const int segments = Fp8LinearSegments(n_rows, K);
-  if (segments == 1 || T > kFp8SkinnyTokens) return 0;
-  return AlignUp16(int64_t{segments} * T * n_rows * 4);
+  if (!SplitsK(n_rows, K, T)) return 0;
+  return AlignUp16(int64_t{Fp8LinearSegments(n_rows, K)} * T * n_rows * 4);
 }
 
 namespace {
@@ -226,7 +236,7 @@ cudaError_t RunDense(const DeviceWeight& w, DenseArgs a, cudaStream_t stream) {
   a.K = w.cols;
   if (a.act_ld == 0) a.act_ld = w.cols;
   a.segments = Fp8LinearSegments(a.n_rows, w.cols);
-  a.split = a.segments > 1 && a.T <= kFp8SkinnyTokens;
+  a.split = SplitsK(a.n_rows, w.cols, a.T);
   if (a.split && a.partial == nullptr) return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorInvalidValue;
   switch (w.format) {
