@@ -566,21 +566,36 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
     }
   }
   // Decide before the op starts (its timing record): the per-group Linear calls are ops too.
+  // As in Linear: the GEMV for few rows, then the tensor-core skinny GEMM (all groups in one
+  // launch; in batch-invariant mode always, in slices of <= 64 tokens).
+  const bool gemv = T <= gemv_max_tokens_ && R % 32 == 0;
+  const bool mma = !gemv && mma_max_tokens_ > 0 && (T <= mma_max_tokens_ || batch_invariant_);
   base::StatusOr<kernels::DeviceWeight> dw = base::InternalError("not fetched");
-  if (!fp8_activations_ && T <= gemv_max_tokens_ && R % 32 == 0 &&
-      Check(cudaSetDevice(device_), "cudaSetDevice")) {
+  if (!fp8_activations_ && (gemv || mma) && Check(cudaSetDevice(device_), "cudaSetDevice")) {
     dw = weights_.Get(w);
     if (!dw.ok()) return Fail(dw.status());
   }
-  // As in Linear, the GEMV first.
-  if (!dw.ok() || !kernels::GemvGroupedApplicable(*dw, T, R)) {
-    return model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);
+  const int64_t slice = std::min(T, kernels::kMaxMmaTokens);
+  if (dw.ok() && gemv && kernels::GemvGroupedApplicable(*dw, T, R)) {
+    if (!Usable()) return;
+    Check(kernels::LinearGemvGrouped(*dw, 0, w.rows, x, T, ldx, y, ldy, false, R, x_group_stride,
+                                     stream_),
+          "LinearGrouped gemv");
+    return Done("Linear", w.name);
   }
-  if (!Usable()) return;
-  Check(kernels::LinearGemvGrouped(*dw, 0, w.rows, x, T, ldx, y, ldy, false, R, x_group_stride,
-                                   stream_),
-        "LinearGrouped gemv");
-  Done("Linear", w.name);
+  if (dw.ok() && mma && kernels::MmaLinearGroupedApplicable(*dw, slice, groups)) {
+    if (!Usable()) return;
+    for (int64_t t = 0; t < T; t += slice) {
+      const int64_t n = std::min(slice, T - t);
+      if (!Check(kernels::LinearMmaGrouped(*dw, groups, x + t * ldx, n, ldx, x_group_stride,
+                                           y + t * ldy, ldy, stream_),
+                 "LinearGrouped mma")) {
+        break;
+      }
+    }
+    return Done("Linear", w.name);
+  }
+  model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);
 }
 
 void CudaBackend::GatherRows(const model::WeightRef& w, const int64_t* host_ids, int64_t n,

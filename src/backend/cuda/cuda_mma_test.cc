@@ -405,6 +405,36 @@ TEST_F(CudaMmaTest, BatchInvariant) {
   }
 }
 
+// LinearMmaGrouped (all groups in one launch) against the CPU's LinearGrouped, at the
+// tolerance of the plain kernel, and bitwise independent of T.
+TEST_F(CudaMmaTest, GroupedMatchesCpuAndIsBatchInvariant) {
+  for (WeightFormat f : {WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    const int64_t groups = 4, R = 256, K = 512, stride = K + 64;  // x groups 64 values apart
+    const TestWeight w = MakeWeight(f, groups * R, K);
+    ASSERT_TRUE(kernels::MmaLinearGroupedApplicable(w.device, 64, groups));
+    const int64_t ldx = groups * stride, ldy = groups * R + 3;
+    const std::vector<float> x = Normal(64 * ldx);
+    std::vector<float> first;
+    for (int64_t T : {64, 33, 9, 2}) {
+      SCOPED_TRACE(::testing::Message() << model::WeightFormatName(f) << " T=" << T);
+      std::vector<float> expected(T * ldy, 0.0f);
+      cpu_.LinearGrouped(x.data(), T, ldx, stride, w.ref, groups, expected.data(), ldy);
+      float* y = ToGpu(std::vector<float>(T * ldy, 0.0f));
+      ASSERT_EQ(kernels::LinearMmaGrouped(w.device, groups, ToGpu(x), T, ldx, stride, y, ldy,
+                                          gpu_->stream()),
+                cudaSuccess);
+      const std::vector<float> got = FromGpu(y, T * ldy);
+      EXPECT_TRUE(RelL2Close(got, expected, 1e-6));
+      const std::vector<float> head(got.begin(), got.begin() + 2 * ldy);
+      if (first.empty()) {
+        first = head;
+      } else {
+        EXPECT_TRUE(BitExact(head, first));
+      }
+    }
+  }
+}
+
 // The two register budgets of the T > 32 kernel (2 or 1 blocks per SM) give bitwise equal
 // results, split 1 and split > 1.
 TEST_F(CudaMmaTest, WideVariantsBitwiseEqual) {

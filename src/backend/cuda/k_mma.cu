@@ -96,6 +96,11 @@ struct MmaParams {
   bool x_vec4;  // x 16-byte aligned and ldx % 4 == 0
   int split;
   int64_t chunks_per_block;  // warp chunks of K per block (K / ChunkK / split)
+  // Grouped (block-diagonal) weight: rows [g * group_rows, (g + 1) * group_rows) of the call
+  // read x columns from g * x_group_stride (group_rows a multiple of kBlockRows; a plain
+  // call has group_rows >= n_rows and x_group_stride 0).
+  int64_t group_rows;
+  int64_t x_group_stride;
 };
 
 // Streaming 16-byte load (read once: not kept in L1). A warp reads 64 contiguous bytes
@@ -381,6 +386,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MmaKernel(MmaParams p) {
   const int64_t tile = blockIdx.x / p.split;
   const int part = static_cast<int>(blockIdx.x % p.split);  // == cluster rank
   const int64_t tile_row0 = tile * kBlockRows;
+  p.x += (tile_row0 / p.group_rows) * p.x_group_stride;  // the tile's group (0 if plain)
   int64_t rows[kTilesPerWarp][2];  // rows past the end re-read the last row (not written)
 #pragma unroll
   for (int m = 0; m < kTilesPerWarp; ++m) {
@@ -512,14 +518,14 @@ bool MmaLinearApplicable(const DeviceWeight& w, int64_t T) {
   return w.cols > 0 && w.cols % ChunkK(w.format) == 0;
 }
 
-cudaError_t LinearMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
-                      int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
-                      cudaStream_t stream) {
-  if (n_rows <= 0 || T <= 0) return cudaSuccess;
-  if (!MmaLinearApplicable(w, T) || row0 < 0 || row0 + n_rows > w.rows) {
-    return cudaErrorInvalidValue;
-  }
+namespace {
+
+cudaError_t RunMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x, int64_t T,
+                   int64_t ldx, float* y, int64_t ldy, bool accumulate, int64_t group_rows,
+                   int64_t x_group_stride, cudaStream_t stream) {
   MmaParams p;
+  p.group_rows = group_rows;
+  p.x_group_stride = x_group_stride;
   p.data = w.data;
   p.scale = w.scale;
   p.K = w.cols;
@@ -531,7 +537,7 @@ cudaError_t LinearMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const
   p.y = y;
   p.ldy = ldy;
   p.accumulate = accumulate;
-  p.x_vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+  p.x_vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0 && x_group_stride % 4 == 0;
   p.split = MmaKSplit(w.format, n_rows, w.cols);
   p.chunks_per_block = w.cols / ChunkK(w.format) / p.split;
   const int64_t blocks = (n_rows + kBlockRows - 1) / kBlockRows * p.split;
@@ -549,6 +555,33 @@ cudaError_t LinearMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const
       break;
   }
   return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t LinearMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
+                      int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
+                      cudaStream_t stream) {
+  if (n_rows <= 0 || T <= 0) return cudaSuccess;
+  if (!MmaLinearApplicable(w, T) || row0 < 0 || row0 + n_rows > w.rows) {
+    return cudaErrorInvalidValue;
+  }
+  return RunMma(w, row0, n_rows, x, T, ldx, y, ldy, accumulate, /*group_rows=*/n_rows,
+                /*x_group_stride=*/0, stream);
+}
+
+bool MmaLinearGroupedApplicable(const DeviceWeight& w, int64_t T, int64_t groups) {
+  return MmaLinearApplicable(w, T) && groups >= 1 && w.rows % groups == 0 &&
+         (w.rows / groups) % kBlockRows == 0;
+}
+
+cudaError_t LinearMmaGrouped(const DeviceWeight& w, int64_t groups, const float* x, int64_t T,
+                             int64_t ldx, int64_t x_group_stride, float* y, int64_t ldy,
+                             cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  if (!MmaLinearGroupedApplicable(w, T, groups)) return cudaErrorInvalidValue;
+  return RunMma(w, 0, w.rows, x, T, ldx, y, ldy, /*accumulate=*/false, w.rows / groups,
+                x_group_stride, stream);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

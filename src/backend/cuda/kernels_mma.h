@@ -80,6 +80,15 @@ cudaError_t LinearMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const
                       int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                       cudaStream_t stream);
 
+// Grouped (block-diagonal) weight in one launch, as model::Backend::LinearGrouped:
+// y[t, g*R + i] = sum_k x[t, g*x_group_stride + k] * W[g*R + i, k], R = w.rows / groups
+// (a multiple of 256), y overwritten. One K split for the whole weight, chosen from its
+// shape, so a token's bits do not depend on T.
+bool MmaLinearGroupedApplicable(const DeviceWeight& w, int64_t T, int64_t groups);
+cudaError_t LinearMmaGrouped(const DeviceWeight& w, int64_t groups, const float* x, int64_t T,
+                             int64_t ldx, int64_t x_group_stride, float* y, int64_t ldy,
+                             cudaStream_t stream);
+
 // The K split LinearMma uses for n_rows output rows of a K-column weight (1, 2, 4 or 8
 // thread blocks of one cluster share a row tile). Exposed for tests and benchmarks; it
 // never depends on T.
