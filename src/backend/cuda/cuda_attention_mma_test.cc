@@ -91,7 +91,7 @@ class CudaAttentionMmaTest : public CudaVsCpuTest {
   // The device copy of in.HostArgs (out NaN-poisoned).
   model::SparseAttentionArgs GpuArgs(const MmaInputs& in);
   // Runs SparseAttentionMma on `in` (the case must be applicable).
-  MmaRun RunMma(const MmaInputs& in);
+  MmaRun RunMma(const MmaInputs& in, bool bf16_rounded = false);
   std::vector<float> RunCpu(const MmaInputs& in) {
     std::vector<float> expected(in.out_size());
     cpu_.SparseAttention(in.HostArgs(expected.data()));
@@ -161,12 +161,13 @@ model::SparseAttentionArgs CudaAttentionMmaTest::GpuArgs(const MmaInputs& in) {
   return g;
 }
 
-MmaRun CudaAttentionMmaTest::RunMma(const MmaInputs& in) {
+MmaRun CudaAttentionMmaTest::RunMma(const MmaInputs& in, bool bf16_rounded) {
   const model::SparseAttentionArgs g = GpuArgs(in);
   EXPECT_TRUE(kernels::SparseAttentionMmaApplicable(g));
   int32_t* err = ToGpu(std::vector<int32_t>{0});
-  EXPECT_EQ(kernels::SparseAttentionMma(g, reinterpret_cast<int*>(err), gpu_->stream()),
-            cudaSuccess);
+  EXPECT_EQ(
+      kernels::SparseAttentionMma(g, reinterpret_cast<int*>(err), gpu_->stream(), bf16_rounded),
+      cudaSuccess);
   MmaRun run;
   run.got = FromGpu(g.out, in.out_size());
   run.error_word = FromGpu(err, 1)[0];
@@ -264,6 +265,41 @@ TEST_F(CudaAttentionMmaTest, VarlenThreeSequences) {
 
 // Empty selection slots: most slots -1, every slot -1, and nothing attended at all (only
 // the sink: the output is exactly 0).
+// bf16_rounded (FP8-activation mode): q and P rounded to bf16. Close to the CPU on bf16-
+// rounded q (the P rounding adds ~2^-9 relative per weight), measurably not the exact
+// three-term result, and still bitwise batch-invariant (a token alone = the same token in
+// a call of three sequences).
+TEST_F(CudaAttentionMmaTest, Bf16RoundedMode) {
+  MmaCase c;
+  c.seqs = {{1, 128, 300}, {4, 70, 90}, {2, 40, 0}}, c.heads = 64, c.d = 512, c.window = 128;
+  c.n_select = 64, c.name = "bf16 rounded";
+  MmaInputs in = MakeInputs(c);
+  MmaInputs rounded = in;
+  for (float& v : rounded.q) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+    std::memcpy(&v, &b, 4);
+  }
+  const std::vector<float> expected = RunCpu(rounded);
+  const MmaRun fast = RunMma(in, /*bf16_rounded=*/true);
+  EXPECT_EQ(fast.error_word, 0);
+  EXPECT_TRUE(RelL2Close(fast.got, expected, 4e-3));
+  const MmaRun exact = RunMma(in);
+  EXPECT_FALSE(RelL2Close(fast.got, exact.got, 1e-5));
+  // The first sequence's token alone (same shared buffers, its own ranges).
+  MmaInputs alone = in;
+  const int64_t per_token = c.heads * c.d;
+  alone.q.resize(per_token);
+  alone.tokens = 1;
+  alone.q_pos.resize(1), alone.window_start.resize(1), alone.window_len.resize(1);
+  alone.comp_offset.resize(1), alone.comp_len.resize(1);
+  alone.selection.resize(c.n_select);
+  const MmaRun single = RunMma(alone, /*bf16_rounded=*/true);
+  EXPECT_TRUE(
+      BitExact(single.got, std::vector<float>(fast.got.begin(), fast.got.begin() + per_token)));
+}
+
 TEST_F(CudaAttentionMmaTest, EmptySelectionSlots) {
   MmaCase c;
   c.seqs = {{3, 20, 50}}, c.empty_every = 2, c.name = "half empty";

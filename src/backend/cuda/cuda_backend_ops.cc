@@ -100,7 +100,8 @@ void CudaBackend::SparseAttention(const model::SparseAttentionArgs& args) {
                                                    " / heads " + std::to_string(args.heads)));
   }
   if (attention_mma_ && kernels::SparseAttentionMmaApplicable(args)) {
-    Check(kernels::SparseAttentionMma(args, error_word_, stream_), "SparseAttention mma");
+    Check(kernels::SparseAttentionMma(args, error_word_, stream_, fp8_activations_),
+          "SparseAttention mma");
   } else {
     Check(kernels::SparseAttention(args, error_word_, stream_), "SparseAttention");
   }

@@ -83,7 +83,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kHeads = static_cast<int>(kAttnMmaHeadsPerBlock);  // M side: one m-tile
 constexpr int kChunk = 16;                                       // candidate rows per round
-constexpr int kTerms = 3;                                        // hi, mid, lo
+constexpr int kMaxTerms = 3;  // q and P as bf16 hi, mid, lo (exact); 1 = rounded to bf16
 constexpr int kMaxKSteps = static_cast<int>(kAttnMmaMaxHeadDim) / 16;
 constexpr int kKStepsPerWarp = kMaxKSteps / kWarps;  // QK: at most 4 k-steps per warp
 constexpr int kMaxNTilesPerWarp = static_cast<int>(kAttnMmaMaxHeadDim) / 8 / kWarps;  // PV: 8
@@ -139,6 +139,7 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
 // --- shared memory ---------------------------------------------------------------------
 __host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf16 elements
 
+template <int kTerms>
 struct Smem {
   uint16_t* q;       // [kTerms][kHeads][d + 8] bf16 terms of q (hi, mid, lo)
   float* raw;        // [kChunk][d] fp32 rows in flight; after the loop: O partial [kHeads][d]
@@ -178,7 +179,7 @@ struct Smem {
   }
 };
 
-int64_t SharedBytes(int64_t d) {
+int64_t SharedBytes(int64_t d, int kTerms) {
   const int64_t rs = RowStride(d);
   return kTerms * kHeads * rs * 2 + kChunk * d * 4 + kChunk * rs * 2 +
          kWarps * kHeads * kSpStride * 4 + kTerms * kHeads * kPStride * 2 + 3 * kHeads * 4 +
@@ -190,8 +191,9 @@ static_assert(kChunk >= kHeads, "the O partial of the split merge fits in `raw`"
 
 // Issues the cp.async copies of candidate rows [row0, row0 + kChunk) (clipped to row_end)
 // into s.raw; warp w stages rows w * kRowsPerWarp ..; s.raw_valid says which are attended.
+template <int kTerms>
 __device__ void IssueChunk(const model::SparseAttentionArgs& a, int64_t t, const TokenRows& rows,
-                           int64_t row0, int64_t row_end, const Smem& s, int* error_word) {
+                           int64_t row0, int64_t row_end, const Smem<kTerms>& s, int* error_word) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t d = a.head_dim;
 #pragma unroll
@@ -217,7 +219,8 @@ __device__ __forceinline__ uint32_t Bf16Bits(float x, bool& inexact) {
 
 // s.kv = bf16(s.raw) for attended rows, zero for the others. Returns true if this thread
 // saw a value that is not exactly bf16.
-__device__ bool ConvertChunk(const Smem& s, int64_t d) {
+template <int kTerms>
+__device__ bool ConvertChunk(const Smem<kTerms>& s, int64_t d) {
   const int64_t quads = d / 4, rs = RowStride(d);
   bool inexact = false;
   for (int64_t e = threadIdx.x; e < kChunk * quads; e += kThreads) {
@@ -236,7 +239,8 @@ __device__ bool ConvertChunk(const Smem& s, int64_t d) {
 }
 
 // Step 3: warp w's partial scores over its k-steps for all (head, row) of the chunk.
-__device__ void ScoreChunk(const Smem& s, int64_t d) {
+template <int kTerms>
+__device__ void ScoreChunk(const Smem<kTerms>& s, int64_t d) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q4 = lane & 3, mat = lane >> 3, mrow = lane & 7;
   const int64_t rs = RowStride(d);
@@ -275,7 +279,8 @@ __device__ void ScoreChunk(const Smem& s, int64_t d) {
 
 // Step 4: thread (head h = tid / 16, row r = tid % 16); the 16 threads of a head are one
 // half-warp.
-__device__ void SoftmaxChunk(const Smem& s, float scale) {
+template <int kTerms>
+__device__ void SoftmaxChunk(const Smem<kTerms>& s, float scale) {
   const int h = threadIdx.x >> 4, r = threadIdx.x & 15;
   float dot = 0.0f;
 #pragma unroll
@@ -291,10 +296,14 @@ __device__ void SoftmaxChunk(const Smem& s, float scale) {
   float sum = pr;
 #pragma unroll
   for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  const Bf16x3 parts = SplitBf16x3(pr);
-  s.p[(0 * kHeads + h) * kPStride + r] = parts.hi;
-  s.p[(1 * kHeads + h) * kPStride + r] = parts.mid;
-  s.p[(2 * kHeads + h) * kPStride + r] = parts.lo;
+  if constexpr (kTerms == 1) {
+    s.p[h * kPStride + r] = __bfloat16_as_ushort(__float2bfloat16_rn(pr));
+  } else {
+    const Bf16x3 parts = SplitBf16x3(pr);
+    s.p[(0 * kHeads + h) * kPStride + r] = parts.hi;
+    s.p[(1 * kHeads + h) * kPStride + r] = parts.mid;
+    s.p[(2 * kHeads + h) * kPStride + r] = parts.lo;
+  }
   __syncwarp();  // every lane of the head has read s.m[h]
   if (r == 0) {
     const float alpha = expf(m_old - m_new);
@@ -305,7 +314,9 @@ __device__ void SoftmaxChunk(const Smem& s, float scale) {
 }
 
 // Step 5: o[n] (n-tile n of warp w's channels) = o[n] * alpha + P V.
-__device__ void AccumulateChunk(const Smem& s, int64_t d, float (&o)[kMaxNTilesPerWarp][4]) {
+template <int kTerms>
+__device__ void AccumulateChunk(const Smem<kTerms>& s, int64_t d,
+                                float (&o)[kMaxNTilesPerWarp][4]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, mat = lane >> 3, mrow = lane & 7;
   const int64_t rs = RowStride(d);
@@ -346,8 +357,9 @@ __device__ void AccumulateChunk(const Smem& s, int64_t d, float (&o)[kMaxNTilesP
 
 // Merges the subtree roots of the cluster's blocks (O in each block's s.raw as
 // [kHeads][d], m and l in s.m, s.l) with the upper levels of the lane tree.
+template <int kTerms>
 __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int64_t head_base,
-                            const Smem& s) {
+                            const Smem<kTerms>& s) {
   cg::cluster_group cluster = cg::this_cluster();
   const int splits = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
@@ -370,9 +382,10 @@ using PendingFragments = float[kLaneLevels][kMaxNTilesPerWarp][4];
 // End of lane `lane` of the block (attention::EndLaneScalars): folds the lane's state into
 // the block's tree and starts the next lane from the fresh state (m = sink, l = 0, o = 0),
 // or leaves the block's root in s.m, s.l and o for the block's last lane.
-__device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base, const Smem& s,
-                        int lane, int block_levels, bool last, float (&o)[kMaxNTilesPerWarp][4],
-                        PendingFragments& pending) {
+template <int kTerms>
+__device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base,
+                        const Smem<kTerms>& s, int lane, int block_levels, bool last,
+                        float (&o)[kMaxNTilesPerWarp][4], PendingFragments& pending) {
   __syncthreads();  // the lane's m, l are final; spart and the previous weights are free
   if (threadIdx.x < kHeads) {
     const int h = threadIdx.x;
@@ -411,11 +424,13 @@ __device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base, 
 // one (token, group). Block z runs lanes [z k, (z + 1) k), k = kLanes / splits, of its
 // token's candidates (lane v = rows [v R, (v + 1) R), R = attention::LaneRows), each from a
 // fresh online-softmax state, folded by the lane tree.
+template <int kTerms>
 __global__ void __launch_bounds__(kThreads, 2)
     SparseAttentionMmaKernel(model::SparseAttentionArgs a, int* error_word) {
+  static_assert(kTerms == 1 || kTerms == kMaxTerms, "q and P as 1 or 3 bf16 terms");
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const int64_t d = a.head_dim, rs = RowStride(d);
-  const Smem s(smem_bytes, d);
+  const Smem<kTerms> s(smem_bytes, d);
   const int64_t t = blockIdx.x, head_base = int64_t{blockIdx.y} * kHeads;
   const int split = blockIdx.z;
   TokenRows rows(a, t, threadIdx.x == 0 && blockIdx.y == 0 && split == 0, error_word);
@@ -434,10 +449,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (n_chunks > 0) IssueChunk(a, t, rows, row_begin, row_end, s, error_word);
   for (int64_t e = threadIdx.x; e < kHeads * d; e += kThreads) {
     const int64_t h = e / d, c = e - h * d;
-    const Bf16x3 parts = SplitBf16x3(a.q[(t * a.heads + head_base + h) * d + c]);
-    s.q[(0 * kHeads + h) * rs + c] = parts.hi;
-    s.q[(1 * kHeads + h) * rs + c] = parts.mid;
-    s.q[(2 * kHeads + h) * rs + c] = parts.lo;
+    const float qv = a.q[(t * a.heads + head_base + h) * d + c];
+    if constexpr (kTerms == 1) {
+      s.q[h * rs + c] = __bfloat16_as_ushort(__float2bfloat16_rn(qv));
+    } else {
+      const Bf16x3 parts = SplitBf16x3(qv);
+      s.q[(0 * kHeads + h) * rs + c] = parts.hi;
+      s.q[(1 * kHeads + h) * rs + c] = parts.mid;
+      s.q[(2 * kHeads + h) * rs + c] = parts.lo;
+    }
   }
   if (threadIdx.x < kHeads) {
     s.m[threadIdx.x] = a.sinks[head_base + threadIdx.x];
@@ -517,12 +537,13 @@ bool SparseAttentionMmaApplicable(const model::SparseAttentionArgs& a) {
          (a.n_window == 0 || Aligned16(a.window_kv)) && (a.n_comp == 0 || Aligned16(a.comp_kv));
 }
 
-cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* error_word,
-                               cudaStream_t stream) {
-  if (!SparseAttentionMmaApplicable(args)) return cudaErrorInvalidValue;
-  if (args.tokens == 0) return cudaSuccess;
-  const auto kernel = SparseAttentionMmaKernel;
-  const int64_t smem = SharedBytes(args.head_dim);
+namespace {
+
+template <int kTerms>
+cudaError_t LaunchMma(const model::SparseAttentionArgs& args, int* error_word,
+                      cudaStream_t stream) {
+  const auto kernel = SparseAttentionMmaKernel<kTerms>;
+  const int64_t smem = SharedBytes(args.head_dim, kTerms);
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -530,6 +551,16 @@ cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* erro
   const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));
   return attention::LaunchClusterSplit(kernel, args, error_word, groups, splits, kThreads, smem,
                                        stream);
+}
+
+}  // namespace
+
+cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* error_word,
+                               cudaStream_t stream, bool bf16_rounded) {
+  if (!SparseAttentionMmaApplicable(args)) return cudaErrorInvalidValue;
+  if (args.tokens == 0) return cudaSuccess;
+  return bf16_rounded ? LaunchMma<1>(args, error_word, stream)
+                      : LaunchMma<kMaxTerms>(args, error_word, stream);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

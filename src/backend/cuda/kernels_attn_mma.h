@@ -37,8 +37,11 @@ bool SparseAttentionMmaApplicable(const model::SparseAttentionArgs& args);
 // pointers. Selection ids >= the token's comp_len (n_comp without varlen) and varlen ranges
 // outside the buffers set kErrSelectionOutOfRange in *error_word (those rows are not
 // attended); rows that are not exact bf16 set kErrAttnKvNotBf16. Returns cudaErrorInvalidValue when
-// !SparseAttentionMmaApplicable(args) (cudaSuccess for tokens == 0).
+// !SparseAttentionMmaApplicable(args) (cudaSuccess for tokens == 0). bf16_rounded (the
+// FP8-activation mode): q and the probabilities enter the MMAs rounded to bf16 (one term,
+// like bf16 attention kernels) instead of split exactly into three (a third of the MMAs
+// and of the q staging); still batch-invariant.
 cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* error_word,
-                               cudaStream_t stream);
+                               cudaStream_t stream, bool bf16_rounded = false);
 
 }  // namespace deepinfer::backend::cuda::kernels
