@@ -469,40 +469,6 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   Done("Linear", w.name);
 }
 
-CudaBackend::Fp8Input CudaBackend::QuantizeFp8(const float* x, int64_t T, int64_t K, int64_t ldx,
-                                               int64_t extra_bytes, const char* what) {
-  const int64_t act_bytes = kernels::Fp8ActivationBytes(T, K);
-  auto* q = static_cast<uint8_t*>(TempBytes(static_cast<size_t>(act_bytes + extra_bytes)));
-  if (q == nullptr) return {};
-  Fp8Input in{q, kernels::Fp8ActivationScales(q, T, K), extra_bytes > 0 ? q + act_bytes : nullptr};
-  if (!Check(kernels::QuantizeFp8Activations(x, T, K, ldx, in.q, in.scale, stream_), what)) {
-    return {};
-  }
-  return in;
-}
-
-void CudaBackend::LinearFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
-                            int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate) {
-  const Fp8Input in = QuantizeFp8(
-      x, T, w.cols, ldx, kernels::Fp8LinearScratchBytes(n_rows, w.cols, T), "Linear fp8 quantise");
-  if (in.q == nullptr) return;
-  Check(
-      kernels::LinearFp8(w, row0, n_rows, in.q, in.scale, T, y, ldy, accumulate, in.extra, stream_),
-      "Linear fp8");
-}
-
-void CudaBackend::LinearGroupedFp8(const float* x, int64_t T, int64_t ldx,
-                                   const kernels::DeviceWeight& w, int64_t groups, float* y,
-                                   int64_t ldy) {
-  // All groups' activations (contiguous in x) are quantised at once.
-  const Fp8Input in =
-      QuantizeFp8(x, T, groups * w.cols, ldx, kernels::Fp8LinearScratchBytes(w.rows, w.cols, T),
-                  "LinearGrouped fp8 quantise");
-  if (in.q == nullptr) return;
-  Check(kernels::LinearFp8Grouped(w, groups, in.q, in.scale, T, y, ldy, in.extra, stream_),
-        "LinearGrouped fp8");
-}
-
 void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
                                   const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
                                   float* y, int64_t ldy, bool accumulate, int terms) {
@@ -546,56 +512,6 @@ void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
       }
     }
   }
-}
-
-void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,
-                                const model::WeightRef& w, int64_t groups, float* y, int64_t ldy) {
-  CHECK(w.valid()) << "missing weight " << w.name;
-  CHECK(groups > 0 && w.rows % groups == 0)
-      << w.name << ": " << w.rows << " rows in " << groups << " groups";
-  if (T == 0 || failed_) return;
-  const int64_t R = w.rows / groups;
-  if (fp8_activations_ && x_group_stride == w.cols &&
-      Check(cudaSetDevice(device_), "cudaSetDevice")) {
-    base::StatusOr<kernels::DeviceWeight> fw = weights_.Get(w);
-    if (!fw.ok()) return Fail(fw.status());
-    if (kernels::Fp8LinearGroupedApplicable(*fw, groups)) {
-      if (!Usable()) return;
-      LinearGroupedFp8(x, T, ldx, *fw, groups, y, ldy);
-      return Done("Linear", w.name);
-    }
-  }
-  // Decide before the op starts (its timing record): the per-group Linear calls are ops too.
-  // As in Linear: the GEMV for few rows, then the tensor-core skinny GEMM (all groups in one
-  // launch; in batch-invariant mode always, in slices of <= 64 tokens).
-  const bool gemv = T <= gemv_max_tokens_ && R % 32 == 0;
-  const bool mma = !gemv && mma_max_tokens_ > 0 && (T <= mma_max_tokens_ || batch_invariant_);
-  base::StatusOr<kernels::DeviceWeight> dw = base::InternalError("not fetched");
-  if (!fp8_activations_ && (gemv || mma) && Check(cudaSetDevice(device_), "cudaSetDevice")) {
-    dw = weights_.Get(w);
-    if (!dw.ok()) return Fail(dw.status());
-  }
-  const int64_t slice = std::min(T, kernels::kMaxMmaTokens);
-  if (dw.ok() && gemv && kernels::GemvGroupedApplicable(*dw, T, R)) {
-    if (!Usable()) return;
-    Check(kernels::LinearGemvGrouped(*dw, 0, w.rows, x, T, ldx, y, ldy, false, R, x_group_stride,
-                                     stream_),
-          "LinearGrouped gemv");
-    return Done("Linear", w.name);
-  }
-  if (dw.ok() && mma && kernels::MmaLinearGroupedApplicable(*dw, slice, groups)) {
-    if (!Usable()) return;
-    for (int64_t t = 0; t < T; t += slice) {
-      const int64_t n = std::min(slice, T - t);
-      if (!Check(kernels::LinearMmaGrouped(*dw, groups, x + t * ldx, n, ldx, x_group_stride,
-                                           y + t * ldy, ldy, stream_),
-                 "LinearGrouped mma")) {
-        break;
-      }
-    }
-    return Done("Linear", w.name);
-  }
-  model::Backend::LinearGrouped(x, T, ldx, x_group_stride, w, groups, y, ldy);
 }
 
 void CudaBackend::GatherRows(const model::WeightRef& w, const int64_t* host_ids, int64_t n,
