@@ -67,6 +67,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_mma.h"
+#include "backend/cuda/mma_bf16.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -76,6 +77,10 @@ using attention::CandidateRow;
 using attention::kLaneLevels;
 using attention::kMergeCoefs;
 using attention::TokenRows;
+using mma::LdMatrixX4;
+using mma::LdMatrixX4Trans;
+using mma::MmaBf16;
+using mma::SharedAddress;
 
 namespace cg = cooperative_groups;
 
@@ -97,12 +102,8 @@ static_assert(kChunk % kWarps == 0, "whole rows per warp when staging");
 __device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
 
 // --- PTX wrappers ----------------------------------------------------------------------
-__device__ __forceinline__ unsigned SmemAddr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SmemAddr(smem)), "l"(gmem)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SharedAddress(smem)), "l"(gmem)
                : "memory");
 }
 __device__ __forceinline__ void CpAsyncCommit() {
@@ -110,30 +111,6 @@ __device__ __forceinline__ void CpAsyncCommit() {
 }
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-// Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8.
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SmemAddr(row_addr))
-               : "memory");
-}
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* row_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SmemAddr(row_addr))
-               : "memory");
-}
-
-// d += a (16x16 bf16, row) * b (16x8 bf16, col), fp32 accumulate.
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // --- shared memory ---------------------------------------------------------------------
@@ -263,8 +240,8 @@ __device__ void ScoreChunk(const Smem<kTerms>& s, int64_t d) {
       LdMatrixX4(b, s.kv + (mrow + 8 * (mat >> 1)) * rs + k0 + 8 * (mat & 1));
 #pragma unroll
       for (int term = kTerms - 1; term >= 0; --term) {  // lo, mid, hi: smallest first
-        Mma(acc[0], a[term], b[0], b[1]);
-        Mma(acc[1], a[term], b[2], b[3]);
+        MmaBf16(acc[0], a[term], b[0], b[1]);
+        MmaBf16(acc[1], a[term], b[2], b[3]);
       }
     }
   }
@@ -343,7 +320,7 @@ __device__ void AccumulateChunk(const Smem<kTerms>& s, int64_t d,
           float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
           for (int term = kTerms - 1; term >= 0; --term) {
-            Mma(part, a[term], b[2 * half], b[2 * half + 1]);
+            MmaBf16(part, a[term], b[2 * half], b[2 * half + 1]);
           }
           o[n][0] = o[n][0] * alpha_lo + part[0];
           o[n][1] = o[n][1] * alpha_lo + part[1];

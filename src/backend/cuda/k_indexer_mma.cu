@@ -33,9 +33,14 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_indexer.h"
 #include "backend/cuda/kernels_mma.h"
+#include "backend/cuda/mma_bf16.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
+
+using mma::LdMatrixX4;
+using mma::MmaBf16;
+using mma::SharedAddress;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -58,28 +63,6 @@ __host__ __device__ constexpr int ProductK(int i) {
 }
 
 __device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
-
-__device__ __forceinline__ unsigned SmemAddr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8.
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SmemAddr(row_addr))
-               : "memory");
-}
-
-// d += a (16x16 bf16, row) * b (16x8 bf16, col), fp32 accumulate.
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // bf16 row stride (elements) of the q and key term arrays.
 __host__ __device__ inline int64_t TermStride(int64_t dim) { return dim + 8; }
@@ -177,7 +160,7 @@ __device__ void ScoreMTile(const Smem& s, int64_t heads, int64_t dim, int mt, in
       if (qi < q_terms && kj < k_terms) {
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
-          Mma(step[n], a[qi], b[kj][n >> 1][2 * (n & 1)], b[kj][n >> 1][2 * (n & 1) + 1]);
+          MmaBf16(step[n], a[qi], b[kj][n >> 1][2 * (n & 1)], b[kj][n >> 1][2 * (n & 1) + 1]);
         }
       }
     }

@@ -52,11 +52,15 @@
 
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/kernels_mma.h"
+#include "backend/cuda/mma_bf16.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
 namespace cg = cooperative_groups;
+using mma::MmaBf16;
+using mma::MmaBf16First;
+using mma::SharedAddress;
 using model::WeightFormat;
 
 constexpr int kThreads = 256;
@@ -174,25 +178,6 @@ __device__ __forceinline__ void StepPairs(const LaneChunk& ch, int step, uint32_
   }
 }
 
-// d = a * b (+ 0) on one m16n8k16 bf16 tile, fp32 accumulation (the zero C is an
-// immediate register, not 4 moves).
-__device__ __forceinline__ void MmaFirst(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
-// d += a * b on one m16n8k16 bf16 tile, fp32 accumulation.
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Shared-memory x slice, in 16-byte units of 8 bf16: unit (cc, grp, term, t, q) holds
 // x_term[t][cc*ChunkK + q*V + 8*grp .. +8] (term 0 = hi, 1 = mid, 2 = lo), so lane (g, q)
 // reads its B fragments of one term for 2 MMA steps of token tile n as one unit,
@@ -201,10 +186,6 @@ template <WeightFormat kFormat, int kNT>
 __device__ __forceinline__ int XUnit(int cc, int grp, int term, int t, int q) {
   constexpr int kGroups = ChunkValues(kFormat) / 8;
   return (((cc * kGroups + grp) * kTerms + term) * (kNT * 8) + t) * 4 + q;
-}
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // Starts the asynchronous copy of x[:, k0 .. k0 + n_k) (fp32) into raw[t * SliceK + kk]
@@ -317,12 +298,12 @@ __device__ __forceinline__ void MmaChunk(const WarpChunk<kFormat>& w, const uint
 #pragma unroll
       for (int m = 0; m < kTilesPerWarp; ++m) {
         float part[4];
-        MmaFirst(part, a[m][0], bl.x, bl.y);
-        Mma(part, a[m][1], bl.z, bl.w);
-        Mma(part, a[m][0], bm.x, bm.y);
-        Mma(part, a[m][1], bm.z, bm.w);
-        Mma(part, a[m][0], bh.x, bh.y);
-        Mma(part, a[m][1], bh.z, bh.w);
+        MmaBf16First(part, a[m][0], bl.x, bl.y);
+        MmaBf16(part, a[m][1], bl.z, bl.w);
+        MmaBf16(part, a[m][0], bm.x, bm.y);
+        MmaBf16(part, a[m][1], bm.z, bm.w);
+        MmaBf16(part, a[m][0], bh.x, bh.y);
+        MmaBf16(part, a[m][1], bh.z, bh.w);
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[m][n][e] += part[e];
       }
