@@ -91,9 +91,6 @@ class Bench {
  public:
   Bench(const Options& o, engine::LoadedModel& m, Ceilings c)
       : opt_(o), model_(*m.model), backend_(m.backend.get()), ceil_(c), rng_(1234) {}
-  ~Bench() { backend_->FreeHostFloats(host_logits_); }
-  Bench(const Bench&) = delete;
-  Bench& operator=(const Bench&) = delete;
 
   base::Status Prepare() {
     const int64_t n = int64_t{1} << 20;
@@ -250,14 +247,9 @@ class Bench {
            opt_.logits ? model::ChunkOutput::kLogits : model::ChunkOutput::kGreedyToken});
     }
     if (opt_.logits) {  // as the engine does: rows into reused page-locked memory
-      const int64_t need = static_cast<int64_t>(seqs.size()) * model_.config().text().vocab_size;
-      if (need > host_logits_capacity_) {
-        backend_->FreeHostFloats(host_logits_);
-        host_logits_ = backend_->AllocHostFloats(need);
-        host_logits_capacity_ = host_logits_ != nullptr ? need : 0;
-      }
-      b.logits_out = host_logits_;
-      b.logits_capacity = host_logits_capacity_;
+      b.logits_out = host_logits_.Reserve(static_cast<int64_t>(seqs.size()) *
+                                          model_.config().text().vocab_size);
+      b.logits_capacity = b.logits_out != nullptr ? host_logits_.capacity() : 0;
     }
     base::StatusOr<model::ForwardOutput> out = model_.Forward(b);
     if (!out.ok()) return out.status();
@@ -300,8 +292,7 @@ class Bench {
   std::mt19937 rng_;
   model::DeviceFloats values_;
   double warmup_s_ = 0;
-  float* host_logits_ = nullptr;  // --logits: Backend::AllocHostFloats memory
-  int64_t host_logits_capacity_ = 0;
+  model::HostFloats host_logits_{backend_};  // --logits
 };
 
 Ceilings ReadCeilings(const std::string& path) {

@@ -113,17 +113,6 @@ base::Status ModelRunnerV41::ApplyCopy(const kv::StateCopy& copy) {
   return base::Status::Ok();
 }
 
-float* ModelRunnerV41::HostLogits::Reserve(int64_t n) {
-  if (n <= capacity_) return data_;
-  // Doubling: page-locking is slow (milliseconds), so a batch that grows by a row per step
-  // must not reallocate every step.
-  const int64_t want = std::max(n, 2 * capacity_);
-  backend_->FreeHostFloats(data_);
-  data_ = backend_->AllocHostFloats(want);
-  capacity_ = data_ != nullptr ? want : 0;
-  return data_;
-}
-
 model::ChunkOutput ModelRunnerV41::OutputFor(const ScheduledChunk& chunk) const {
   if (observer_) return model::ChunkOutput::kLogits;
   if (chunk.samples.empty()) return model::ChunkOutput::kNothing;

@@ -57,25 +57,6 @@ class ModelRunnerV41 : public ModelRunner {
   // What the model returns for `chunk` (see SetLogitsObserver).
   model::ChunkOutput OutputFor(const ScheduledChunk& chunk) const;
 
-  // Page-locked (on a GPU) host memory the logits rows of a step are copied into, grown to
-  // the largest step's rows x vocab and reused (Backend::AllocHostFloats).
-  class HostLogits {
-   public:
-    explicit HostLogits(model::Backend* backend) : backend_(backend) {}
-    ~HostLogits() { backend_->FreeHostFloats(data_); }
-    HostLogits(const HostLogits&) = delete;
-    HostLogits& operator=(const HostLogits&) = delete;
-    // At least n floats, or null when the backend has none to give (the model then returns
-    // the rows in ForwardOutput::logits).
-    float* Reserve(int64_t n);
-    int64_t capacity() const { return capacity_; }
-
-   private:
-    model::Backend* backend_;
-    float* data_ = nullptr;
-    int64_t capacity_ = 0;
-  };
-
   model::Model* model_;
   model::Backend* backend_;
   int block_tokens_;
@@ -83,7 +64,8 @@ class ModelRunnerV41 : public ModelRunner {
   std::vector<model::DeviceFloats> blocks_;  // by BlockId; empty until first use
   std::vector<std::optional<model::SequenceState>> slots_;
   LogitsObserver observer_;
-  HostLogits host_logits_{backend_};
+  // The logits rows of a step (page-locked on a GPU), reused between steps.
+  model::HostFloats host_logits_{backend_};
 };
 
 // The kv layout of a model config, in the release's packed formats (kv/state_layout.h).

@@ -220,8 +220,7 @@ void Model::GatherSelectedEntries(BatchContext& b, int gi) {
   int64_t max_blocks = 1;
   for (const ChunkContext& c : b.chunks) {
     const KvGroupState& g = c.state->groups[gi];
-    max_blocks = std::max(max_blocks, (g.n_entries() + g.entries_per_block - 1) /
-                                          std::max<int64_t>(g.entries_per_block, 1));
+    max_blocks = std::max(max_blocks, GroupBlocksFor(g, g.n_entries()));
   }
   // Per row: the float addresses of its chunk's entry rows per block, its entry count, and
   // its range (row * k, k) in the gathered buffer.
@@ -231,11 +230,11 @@ void Model::GatherSelectedEntries(BatchContext& b, int gi) {
   for (const ChunkContext& c : b.chunks) {
     const KvGroupState& g = c.state->groups[gi];
     rows_per_block = g.entries_per_block;  // the same for every sequence of one model
-    const int64_t blocks = (g.n_entries() + g.entries_per_block - 1) / g.entries_per_block;
+    const int64_t blocks = GroupBlocksFor(g, g.n_entries());
     for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
       for (int64_t blk = 0; blk < blocks; ++blk) {
         bases[r * max_blocks + blk] =
-            reinterpret_cast<int64_t>(c.state->blocks.table[blk] + g.entry_offset);
+            reinterpret_cast<int64_t>(GroupBlockRows(c.state->blocks, g, GroupRows::kEntries, blk));
       }
       count[r] = static_cast<int32_t>(g.n_entries());
       ranges[r] = static_cast<int32_t>(r * k);

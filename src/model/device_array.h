@@ -59,4 +59,32 @@ class DeviceArray {
 using DeviceFloats = DeviceArray<float>;
 using DeviceInts = DeviceArray<int32_t>;
 
+// Reused host memory for device-to-host copies (Backend::AllocHostFloats: page-locked on a
+// GPU), e.g. a step's logits rows. Grows by doubling, because page-locking is slow
+// (milliseconds) and a batch that grows by a row per step must not reallocate every step.
+class HostFloats {
+ public:
+  explicit HostFloats(Backend* backend) : backend_(backend) {}
+  ~HostFloats() { backend_->FreeHostFloats(data_); }
+  HostFloats(const HostFloats&) = delete;
+  HostFloats& operator=(const HostFloats&) = delete;
+
+  // At least n floats (contents unspecified), or null when the backend has none to give.
+  float* Reserve(int64_t n) {
+    if (n <= capacity_) return data_;
+    const int64_t want = n > 2 * capacity_ ? n : 2 * capacity_;
+    backend_->FreeHostFloats(data_);
+    data_ = backend_->AllocHostFloats(want);
+    capacity_ = data_ != nullptr ? want : 0;
+    return data_;
+  }
+  float* data() const { return data_; }
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  Backend* backend_;
+  float* data_ = nullptr;
+  int64_t capacity_ = 0;
+};
+
 }  // namespace deepinfer::model

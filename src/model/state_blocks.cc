@@ -14,19 +14,29 @@ template <typename Fn>
 void ForEachRun(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
                 int64_t width, int64_t first_row, int64_t n, Fn fn) {
   const int64_t per_block = group.entries_per_block;
-  const int64_t offset = which == GroupRows::kEntries ? group.entry_offset : group.key_offset;
-  CHECK(which == GroupRows::kEntries || group.has_keys) << "group has no index keys";
   for (int64_t done = 0; done < n;) {
     const int64_t row = first_row + done;
     const int64_t block = row / per_block, in_block = row % per_block;
-    CHECK_LT(block, static_cast<int64_t>(blocks.table.size())) << "row " << row << " unpaged";
     const int64_t run = std::min(n - done, per_block - in_block);
-    fn(blocks.table[block] + offset + in_block * width, done, run);
+    fn(GroupBlockRows(blocks, group, which, block) + in_block * width, done, run);
     done += run;
   }
 }
 
 }  // namespace
+
+float* GroupBlockRows(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
+                      int64_t block) {
+  CHECK(which == GroupRows::kEntries || group.has_keys) << "group has no index keys";
+  CHECK(block >= 0 && block < static_cast<int64_t>(blocks.table.size()))
+      << "block " << block << " unpaged";
+  const int64_t offset = which == GroupRows::kEntries ? group.entry_offset : group.key_offset;
+  return blocks.table[block] + offset;
+}
+
+int64_t GroupBlocksFor(const KvGroupState& group, int64_t n) {
+  return (n + group.entries_per_block - 1) / group.entries_per_block;
+}
 
 void AppendWriteGroupRows(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
                           int64_t width, int64_t first_row, const float* src, int64_t n,

@@ -25,6 +25,14 @@ void AppendWriteGroupRows(const StateBlocks& blocks, const KvGroupState& group, 
 void AppendGatherGroupRows(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
                            int64_t width, int64_t n, float* dst, std::vector<DeviceCopy>* copies);
 
+// Where block `block`'s rows of a group start (row e of the group is at
+// GroupBlockRows(.., e / entries_per_block) + (e % entries_per_block) * width). CHECKs that the
+// table has the block.
+float* GroupBlockRows(const StateBlocks& blocks, const KvGroupState& group, GroupRows which,
+                      int64_t block);
+// Blocks holding the group's first n rows.
+int64_t GroupBlocksFor(const KvGroupState& group, int64_t n);
+
 // Copies n rows [n, width] from backend memory `src` to rows first_row.. of the group.
 // CHECKs that the blocks cover them.
 void WriteGroupRows(Backend* backend, const StateBlocks& blocks, const KvGroupState& group,
