@@ -212,10 +212,11 @@ StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& batch) {
                      chunk.state->length + static_cast<int64_t>(chunk.tokens.size())));
   }
   HostPhase("validate+blocks");
-  if (!batch.chunks.empty()) ForwardAll(batch, &out);
-  const bool to_caller = batch.logits_out != nullptr &&
-                         batch.logits_capacity >= out.rows * static_cast<int64_t>(out.vocab);
-  out.logits.resize(to_caller ? 0 : static_cast<size_t>(out.rows) * static_cast<size_t>(out.vocab));
+  if (batch.chunks.empty()) {
+    out.logits.clear();
+  } else {
+    ForwardAll(batch, &out);  // sizes out.logits (Logits)
+  }
   // Ops report nothing themselves; an asynchronous backend (CUDA) surfaces its first error
   // here, so a failed step never returns plausible-looking logits.
   DI_RETURN_IF_ERROR(
@@ -327,6 +328,7 @@ void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, F
   out->tokens.assign(batch.chunks.size(), -1);
   const int64_t n = static_cast<int64_t>(rows.size());
   if (n == 0) {
+    out->logits.clear();
     out->host_issue_seconds = SecondsSince(forward_start_);
     return;
   }
@@ -339,17 +341,12 @@ void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, F
   if (n_greedy > 0) {
     backend_->ArgmaxRows(logits.data() + n_logits * V, n_greedy, V, V, greedy.data());
   }
-  // Rows of earlier calls in this Forward stay; recycled storage beyond them is reused
-  // without zero-filling (every float is overwritten by the copy below).
-  const size_t old = out->rows * static_cast<size_t>(V);
-  const bool to_caller = batch.logits_out != nullptr &&
-                         batch.logits_capacity >= static_cast<int64_t>(old) + n_logits * V;
-  float* dst = to_caller ? batch.logits_out : nullptr;
+  // The rows go to the caller's buffer when it is large enough, else to out->logits, whose
+  // recycled storage is reused without zero-filling (every float is overwritten below).
+  const bool to_caller = batch.logits_out != nullptr && batch.logits_capacity >= n_logits * V;
   HostPhase("head");
-  if (!to_caller) {
-    out->logits.resize(old + n_logits * V);
-    dst = out->logits.data();
-  }
+  out->logits.resize(to_caller ? 0 : n_logits * V);
+  float* dst = to_caller ? batch.logits_out : out->logits.data();
   HostPhase("resize");
   out->host_issue_seconds = SecondsSince(forward_start_);
   if (n_greedy > 0) {
@@ -358,9 +355,9 @@ void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, F
     for (int64_t j = 0; j < n_greedy; ++j) out->tokens[greedy_chunks[j]] = ids[j];
   }
   if (n_logits > 0) {
-    backend_->CopyToHost(dst + old, logits.data(), n_logits * V * sizeof(float));
+    backend_->CopyToHost(dst, logits.data(), n_logits * V * sizeof(float));
   }
-  out->rows += n_logits;
+  out->rows = n_logits;
 }
 
 void Model::ForwardAll(const ForwardBatch& batch, ForwardOutput* out) {
