@@ -23,6 +23,15 @@ __device__ __forceinline__ void Offer(float v, int32_t i, float& bv, int32_t& bi
   }
 }
 
+// (bv, bi) = the best of the warp's 32 pairs, in lane 0 (every lane must call).
+__device__ __forceinline__ void WarpBest(float& bv, int32_t& bi) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    Offer(__shfl_down_sync(0xffffffffu, bv, offset), __shfl_down_sync(0xffffffffu, bi, offset), bv,
+          bi);
+  }
+}
+
 // One block per row: every thread scans a strided share of the row (float4 loads when the
 // row is 16-byte aligned), then the block reduces (value, index) pairs with Beats.
 // out[row] = 0 when x[row, 0] is NaN or every value is NaN (the sequential scan's answer).
@@ -48,11 +57,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   for (int64_t j = scalar_from + threadIdx.x; j < n; j += kArgmaxThreads) {
     Offer(__ldg(row + j), static_cast<int32_t>(j), bv, bi);
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    Offer(__shfl_down_sync(0xffffffffu, bv, offset), __shfl_down_sync(0xffffffffu, bi, offset), bv,
-          bi);
-  }
+  WarpBest(bv, bi);
   __shared__ float warp_v[kArgmaxThreads / 32];
   __shared__ int32_t warp_i[kArgmaxThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -64,11 +69,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   if (warp != 0) return;
   bv = warp_v[lane];
   bi = warp_i[lane];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    Offer(__shfl_down_sync(0xffffffffu, bv, offset), __shfl_down_sync(0xffffffffu, bi, offset), bv,
-          bi);
-  }
+  WarpBest(bv, bi);
   if (lane == 0) {
     const bool first_is_nan = !(row[0] == row[0]);
     out[blockIdx.x] = first_is_nan || bi == kNoIndex ? 0 : bi;
