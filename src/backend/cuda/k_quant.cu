@@ -4,7 +4,9 @@
 
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_fp8.h"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -117,6 +119,23 @@ __global__ void SplitBf16Kernel(const float* x, int64_t T, int64_t K, int64_t ld
   }
 }
 
+// One warp per 32-value block (grid-stride), lane l holding value l: the bf16 bits of the
+// block's kFp8Block32Pow2 value, decoded from the e4m3 byte QuantizeLaneE4m3 gives the FP8
+// path (e4m3 value times a power of two: exact in bf16).
+__global__ void QuantizeFp8Bf16Kernel(const float* x, int64_t rows, int64_t K, int64_t ldx,
+                                      uint16_t* out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t blocks_per_row = K / 32;
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  for (int64_t b = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+       b < rows * blocks_per_row; b += warps) {
+    const int64_t row = b / blocks_per_row, col = (b % blocks_per_row) * 32 + lane;
+    float scale;
+    const uint8_t byte = fp8::QuantizeLaneE4m3(x[row * ldx + col], &scale);
+    out[row * K + col] = __bfloat16_as_ushort(__float2bfloat16_rn(E4m3ToF32(byte) * scale));
+  }
+}
+
 __global__ void GatherWeightRowsKernel(DeviceWeight w, const int64_t* ids, int64_t n, float* out) {
   const int64_t K = w.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * K;
@@ -160,6 +179,16 @@ cudaError_t SplitBf16(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_
                       uint16_t* mid, uint16_t* lo, cudaStream_t stream) {
   if (T * K <= 0) return cudaSuccess;
   SplitBf16Kernel<<<GridFor(T * K, kThreads), kThreads, 0, stream>>>(x, T, K, ldx, hi, mid, lo);
+  return cudaGetLastError();
+}
+
+cudaError_t QuantizeFp8ActivationsBf16(const float* x, int64_t rows, int64_t K, int64_t ldx,
+                                       uint16_t* out, cudaStream_t stream) {
+  if (rows <= 0 || K <= 0) return cudaSuccess;
+  if (K % 32 != 0) return cudaErrorInvalidValue;
+  static_assert(kThreads == 256, "fp8::WarpPerBlockGrid assumes 256-thread blocks");
+  QuantizeFp8Bf16Kernel<<<fp8::WarpPerBlockGrid(rows * (K / 32)), kThreads, 0, stream>>>(x, rows, K,
+                                                                                         ldx, out);
   return cudaGetLastError();
 }
 

@@ -41,6 +41,12 @@ inline float* Fp8ActivationScales(uint8_t* q, int64_t rows, int64_t K) {
 cudaError_t QuantizeFp8Activations(const float* x, int64_t rows, int64_t K, int64_t ldx, uint8_t* q,
                                    float* scale, cudaStream_t stream);
 
+// out [rows, K] (row stride K, natural order) = the bf16 bits of the kFp8Block32Pow2 values
+// of x (row stride ldx): the same numbers as QuantizeFp8Activations' q * scale, exact in
+// bf16. K % 32 == 0 (else cudaErrorInvalidValue).
+cudaError_t QuantizeFp8ActivationsBf16(const float* x, int64_t rows, int64_t K, int64_t ldx,
+                                       uint16_t* out, cudaStream_t stream);
+
 // True if LinearFp8 handles w: FP8 block32 / row32 or MXFP4, K (w.cols) a positive multiple
 // of 128, data 16-byte and scale 4-byte aligned.
 bool Fp8LinearApplicable(const DeviceWeight& w);
