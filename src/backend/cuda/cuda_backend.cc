@@ -33,6 +33,20 @@ int64_t TileRows(int64_t cols) {
   return std::max<int64_t>(32, (max_floats / std::max<int64_t>(cols, 1)) / 32 * 32);
 }
 
+// A non-negative token count from the environment variable `name`, else `fallback` (a
+// malformed value is logged and ignored).
+int64_t TokensFromEnv(const char* name, int64_t fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (*end != '\0' || v < 0) {
+    LOG_WARN("{}={} is not a token count; using {}", name, text, fallback);
+    return fallback;
+  }
+  return static_cast<int64_t>(v);
+}
+
 }  // namespace
 
 int CudaBackend::DeviceCount() {
@@ -113,6 +127,8 @@ base::Status CudaBackend::Init() {
   fused_experts_ = fused == nullptr || std::strcmp(fused, "0") != 0;
   const char* fp8 = std::getenv("DEEPINFER_CUDA_FP8_ACT");
   fp8_activations_ = fp8 != nullptr && std::strcmp(fp8, "0") != 0;
+  fp8_bf16_gemm_min_tokens_ =
+      TokensFromEnv("DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS", kFp8Bf16GemmMinTokens);
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
   if (invariant != nullptr && std::strcmp(invariant, "0") != 0) set_batch_invariant(true);
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}{}", device_, prop.name,
@@ -414,7 +430,11 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
         "Linear sgemm");
   };
   if (fp8_activations_ && kernels::Fp8LinearApplicable(*dw)) {
-    LinearFp8(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
+    if (Fp8UsesBf16Gemm(T)) {
+      LinearFp8Bf16(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
+    } else {
+      LinearFp8(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
+    }
     return Done("Linear", w.name);
   }
   // One row: the GEMV (fastest there). More rows, up to 64: the tensor-core skinny GEMM.
@@ -483,6 +503,13 @@ void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
              "Linear bf16 split")) {
     return;
   }
+  LinearBf16Gemm(parts, terms, T, w, row0, n_rows, y, ldy, accumulate);
+}
+
+void CudaBackend::LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_t T,
+                                 const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
+                                 float* y, int64_t ldy, bool accumulate) {
+  const int64_t K = w.cols;
   // A BF16 weight is multiplied in place (one GEMM over all rows); other formats are
   // dequantised to bf16 a tile of rows at a time into the fp32 scratch (two values per float).
   const bool in_place = w.format == model::WeightFormat::kBF16;
@@ -499,7 +526,7 @@ void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
                       "Linear dequant bf16")) {
       return;
     }
-    // Column-major: y^T [n, T] (+)= W_tile [K, n]^T x_part^T [K, T], for hi, mid, lo.
+    // Column-major: y^T [n, T] (+)= W_tile [K, n]^T part^T [K, T], for each part in order.
     for (int part = 0; part < terms; ++part) {
       const float* beta = part > 0 || accumulate ? &one : &zero;
       if (!CheckBlas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),

@@ -100,6 +100,13 @@ class CudaBackend final : public model::Backend {
   // deviation from the goldens; default off, DEEPINFER_CUDA_FP8_ACT=1 turns it on at
   // creation).
   void set_fp8_activations(bool on) { fp8_activations_ = on; }
+  // FP8-activation mode, not batch-invariant: an FP8 / MXFP4 Linear (and LinearGrouped) with
+  // at least `t` token rows multiplies the fake-quantised activations (exact in bf16) by the
+  // weight dequantised exactly to bf16 in one cuBLAS bf16 GEMM (fp32 accumulation) instead of
+  // kernels::LinearFp8: the same products, another fp32 summation order (default
+  // kFp8Bf16GemmMinTokens; DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS=<t> at creation, 0 = never).
+  static constexpr int64_t kFp8Bf16GemmMinTokens = 512;
+  void set_fp8_bf16_gemm_min_tokens(int64_t t) { fp8_bf16_gemm_min_tokens_ = t; }
   // Batch-invariant mode (backend::BackendOptions): no kernel is chosen by token count. Linear
   // skips the one-row GEMV and runs the tensor-core path in slices of at most 64 tokens,
   // HcMix runs the split kernel in slices of 64, RoutedExperts the grouped kernels in
@@ -236,6 +243,11 @@ class CudaBackend final : public model::Backend {
   void LinearBf16Split(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                        int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate,
                        int terms);
+  // The GEMMs of LinearBf16Split: y [T, n_rows] (ld ldy) (+)= sum over the `terms` bf16
+  // activation parts [T, K] (ld K) of W[row0 .., :] part^T, parts added in order.
+  void LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_t T,
+                      const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows, float* y,
+                      int64_t ldy, bool accumulate);
   // x [T, K] (row stride ldx) quantised for the FP8 kernels into temp memory, followed by
   // extra_bytes of scratch (extra, null if 0); q is null after a failure (recorded).
   struct Fp8Input {
@@ -248,9 +260,24 @@ class CudaBackend final : public model::Backend {
   // Linear in the FP8-activation mode (quantise x, then kernels::LinearFp8).
   void LinearFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                  int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
+  // x [T, K] (row stride ldx) as the bf16 bits of its kFp8Block32Pow2 values [T, K] (ld K),
+  // in temp memory; null after a failure (recorded).
+  const uint16_t* QuantizeFp8Bf16(const float* x, int64_t T, int64_t K, int64_t ldx);
+  // Linear in the FP8-activation mode for many tokens: x quantised to bf16
+  // (kernels::QuantizeFp8ActivationsBf16), then LinearBf16Gemm.
+  void LinearFp8Bf16(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
+                     int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
   // LinearGrouped in the FP8-activation mode (contiguous groups, one GEMM launch).
   void LinearGroupedFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                         int64_t groups, float* y, int64_t ldy);
+  // LinearGroupedFp8 for many tokens: x quantised to bf16, the weight dequantised to bf16 a
+  // tile of whole groups at a time, one strided-batched cuBLAS bf16 GEMM per tile.
+  void LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
+                            int64_t groups, float* y, int64_t ldy);
+  // Whether an FP8-mode Linear of T token rows takes the bf16 GEMM (never batch-invariant).
+  bool Fp8UsesBf16Gemm(int64_t T) const {
+    return !batch_invariant_ && fp8_bf16_gemm_min_tokens_ > 0 && T >= fp8_bf16_gemm_min_tokens_;
+  }
   // The persistent fp32 dequantisation tile for Linear, grown on demand.
   float* LinearScratch(int64_t floats);
 
@@ -282,13 +309,14 @@ class CudaBackend final : public model::Backend {
   cublasLtHandle_t cublas_lt_ = nullptr;  // reserved for the FP8 GEMM path
   int* error_word_ = nullptr;             // device int, DeviceErrorBit flags
   bool sync_each_op_ = false;
-  int64_t gemv_max_tokens_ = 0;       // set in Init()
-  bool fused_experts_ = true;         // set in Init()
-  int64_t bf16_gemm_min_tokens_ = 0;  // set in Init(); LinearBf16Split from this many rows
-  bool attention_mma_ = true;         // set in Init(); SparseAttentionMma where it applies
-  int64_t mma_max_tokens_ = 0;        // set in Init(); LinearMma above the GEMV up to this
-  bool fp8_activations_ = false;      // set in Init(); the FP8-activation fast mode
-  bool batch_invariant_ = false;      // set in Init(); set_batch_invariant
+  int64_t gemv_max_tokens_ = 0;           // set in Init()
+  bool fused_experts_ = true;             // set in Init()
+  int64_t bf16_gemm_min_tokens_ = 0;      // set in Init(); LinearBf16Split from this many rows
+  bool attention_mma_ = true;             // set in Init(); SparseAttentionMma where it applies
+  int64_t mma_max_tokens_ = 0;            // set in Init(); LinearMma above the GEMV up to this
+  bool fp8_activations_ = false;          // set in Init(); the FP8-activation fast mode
+  int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
+  bool batch_invariant_ = false;          // set in Init(); set_batch_invariant
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   DeviceArena arena_;
   WeightCache weights_;

@@ -1,6 +1,7 @@
 // CudaBackend: the FP8-activation Linear paths (activation quantisation, dense and grouped
-// LinearFp8) and LinearGrouped's dispatch (FP8, the grouped GEMV, the grouped tensor-core
-// GEMM, else one Linear per group).
+// LinearFp8, and for many tokens the bf16 cuBLAS GEMMs on fake-quantised activations) and
+// LinearGrouped's dispatch (FP8, the grouped GEMV, the grouped tensor-core GEMM, else one
+// Linear per group).
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -10,6 +11,12 @@
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
+namespace {
+
+// bf16 values of a grouped weight dequantised at once (64 MiB; Linear's tiles hold as many).
+constexpr int64_t kBf16TileValues = int64_t{32} << 20;
+
+}  // namespace
 
 CudaBackend::Fp8Input CudaBackend::QuantizeFp8(const float* x, int64_t T, int64_t K, int64_t ldx,
                                                int64_t extra_bytes, const char* what) {
@@ -23,6 +30,15 @@ CudaBackend::Fp8Input CudaBackend::QuantizeFp8(const float* x, int64_t T, int64_
   return in;
 }
 
+const uint16_t* CudaBackend::QuantizeFp8Bf16(const float* x, int64_t T, int64_t K, int64_t ldx) {
+  auto* xq = static_cast<uint16_t*>(TempBytes(static_cast<size_t>(T * K) * sizeof(uint16_t)));
+  if (xq == nullptr || !Check(kernels::QuantizeFp8ActivationsBf16(x, T, K, ldx, xq, stream_),
+                              "Linear bf16 quantise")) {
+    return nullptr;
+  }
+  return xq;
+}
+
 void CudaBackend::LinearFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                             int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate) {
   const Fp8Input in = QuantizeFp8(
@@ -31,6 +47,13 @@ void CudaBackend::LinearFp8(const float* x, int64_t T, int64_t ldx, const kernel
   Check(
       kernels::LinearFp8(w, row0, n_rows, in.q, in.scale, T, y, ldy, accumulate, in.extra, stream_),
       "Linear fp8");
+}
+
+void CudaBackend::LinearFp8Bf16(const float* x, int64_t T, int64_t ldx,
+                                const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
+                                float* y, int64_t ldy, bool accumulate) {
+  const uint16_t* xq = QuantizeFp8Bf16(x, T, w.cols, ldx);
+  if (xq != nullptr) LinearBf16Gemm(&xq, 1, T, w, row0, n_rows, y, ldy, accumulate);
 }
 
 void CudaBackend::LinearGroupedFp8(const float* x, int64_t T, int64_t ldx,
@@ -43,6 +66,37 @@ void CudaBackend::LinearGroupedFp8(const float* x, int64_t T, int64_t ldx,
   if (in.q == nullptr) return;
   Check(kernels::LinearFp8Grouped(w, groups, in.q, in.scale, T, y, ldy, in.extra, stream_),
         "LinearGrouped fp8");
+}
+
+void CudaBackend::LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx,
+                                       const kernels::DeviceWeight& w, int64_t groups, float* y,
+                                       int64_t ldy) {
+  const int64_t K = w.cols, R = w.rows / groups;
+  const uint16_t* xq = QuantizeFp8Bf16(x, T, groups * K, ldx);  // [T, groups * K]
+  if (xq == nullptr) return;
+  // Whole groups per weight tile, about kBf16TileValues bf16 values (at least one group).
+  const int64_t tile = std::clamp<int64_t>(kBf16TileValues / (R * K), 1, groups);
+  auto* w_tile = reinterpret_cast<uint16_t*>(LinearScratch((tile * R * K + 1) / 2));
+  if (w_tile == nullptr) return;
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t g = 0; g < groups; g += tile) {
+    const int64_t n = std::min(tile, groups - g);
+    if (!Check(kernels::DequantRowsBf16(w, g * R, n * R, w_tile, stream_),
+               "LinearGrouped dequant bf16")) {
+      return;
+    }
+    // Column-major, per group g: y_g^T [R, T] (ld ldy) = W_g [K, R]^T xq_g^T [K, T] (ld
+    // groups * K); batch strides R * K (weight), K (x), R (y).
+    if (!CheckBlas(cublasGemmStridedBatchedEx(
+                       cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(R), static_cast<int>(T),
+                       static_cast<int>(K), &one, w_tile, CUDA_R_16BF, static_cast<int>(K), R * K,
+                       xq + g * K, CUDA_R_16BF, static_cast<int>(groups * K), K, &zero, y + g * R,
+                       CUDA_R_32F, static_cast<int>(ldy), R, static_cast<int>(n),
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "LinearGrouped bf16 gemm")) {
+      return;
+    }
+  }
 }
 
 void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,
@@ -58,7 +112,11 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
     if (!fw.ok()) return Fail(fw.status());
     if (kernels::Fp8LinearGroupedApplicable(*fw, groups)) {
       if (!Usable()) return;
-      LinearGroupedFp8(x, T, ldx, *fw, groups, y, ldy);
+      if (Fp8UsesBf16Gemm(T)) {
+        LinearGroupedFp8Bf16(x, T, ldx, *fw, groups, y, ldy);
+      } else {
+        LinearGroupedFp8(x, T, ldx, *fw, groups, y, ldy);
+      }
       return Done("Linear", w.name);
     }
   }
