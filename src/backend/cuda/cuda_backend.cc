@@ -25,6 +25,8 @@ std::string CudaErrorText(cudaError_t e) {
 // Linear with at least this many token rows runs as two bf16 tensor-core GEMMs (x split into
 // bf16 hi + mid + lo parts, weights exact in bf16) instead of fp32 SGEMM.
 constexpr int64_t kBf16GemmMinTokens = 64;
+// SparseAttention with at least this many tokens uses SparseAttentionPrefill in the FP8 mode.
+constexpr int64_t kAttentionPrefillMinTokens = 64;
 constexpr size_t kPinnedBytes = size_t{16} << 20;     // staging buffer of UploadAsync
 constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the pageable path
 
@@ -119,6 +121,8 @@ base::Status CudaBackend::Init() {
   mma_max_tokens_ = mma != nullptr && std::strcmp(mma, "0") == 0 ? 0 : kernels::kMaxMmaTokens;
   const char* attn = std::getenv("DEEPINFER_CUDA_ATTN_MMA");
   attention_mma_ = attn == nullptr || std::strcmp(attn, "0") != 0;
+  attention_prefill_min_tokens_ =
+      TokensFromEnv("DEEPINFER_ATTN_PREFILL_MIN_TOKENS", kAttentionPrefillMinTokens);
   const char* bf16 = std::getenv("DEEPINFER_CUDA_BF16_GEMM");
   bf16_gemm_min_tokens_ = bf16 != nullptr && std::strcmp(bf16, "0") == 0
                               ? std::numeric_limits<int64_t>::max()

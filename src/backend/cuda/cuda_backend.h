@@ -95,6 +95,11 @@ class CudaBackend final : public model::Backend {
   // SparseAttention on tensor cores (kernels::SparseAttentionMma) where it applies (default
   // on; DEEPINFER_CUDA_ATTN_MMA=0 turns it off at creation).
   void set_attention_mma(bool on) { attention_mma_ = on; }
+  // SparseAttention with at least `t` tokens uses kernels::SparseAttentionPrefill in the
+  // FP8-activation mode outside batch-invariant mode, with set_attention_mma on, where it
+  // applies (default 64; 0 = never;
+  // DEEPINFER_ATTN_PREFILL_MIN_TOKENS=<n> sets it at creation).
+  void set_attention_prefill_min_tokens(int64_t t) { attention_prefill_min_tokens_ = t; }
   // FP8-activation fast mode (kernels_fp8.h): FP8 / MXFP4 Linears and the routed experts
   // quantise their activations per 32 values to e4m3 like DeepSeek's kernels (a documented
   // deviation from the goldens; default off, DEEPINFER_CUDA_FP8_ACT=1 turns it on at
@@ -317,6 +322,9 @@ class CudaBackend final : public model::Backend {
   bool fp8_activations_ = false;          // set in Init(); the FP8-activation fast mode
   int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
   bool batch_invariant_ = false;          // set in Init(); set_batch_invariant
+
+  // Set in Init(); SparseAttentionPrefill from this many tokens (FP8 mode; 0 = never).
+  int64_t attention_prefill_min_tokens_ = 64;
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   DeviceArena arena_;
   WeightCache weights_;

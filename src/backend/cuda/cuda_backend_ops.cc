@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
+#include "backend/cuda/kernels_attn_prefill.h"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
@@ -99,7 +100,13 @@ void CudaBackend::SparseAttention(const model::SparseAttentionArgs& args) {
     return Fail(Unsupported("SparseAttention", "head_dim " + std::to_string(args.head_dim) +
                                                    " / heads " + std::to_string(args.heads)));
   }
-  if (attention_mma_ && kernels::SparseAttentionMmaApplicable(args)) {
+  // Prefill in the FP8-activation mode: one block per token for all 64 heads (not
+  // batch-invariant, so never in batch-invariant mode).
+  if (attention_mma_ && fp8_activations_ && !batch_invariant_ &&
+      attention_prefill_min_tokens_ > 0 && args.tokens >= attention_prefill_min_tokens_ &&
+      kernels::SparseAttentionPrefillApplicable(args)) {
+    Check(kernels::SparseAttentionPrefill(args, error_word_, stream_), "SparseAttention prefill");
+  } else if (attention_mma_ && kernels::SparseAttentionMmaApplicable(args)) {
     Check(kernels::SparseAttentionMma(args, error_word_, stream_, fp8_activations_),
           "SparseAttention mma");
   } else {

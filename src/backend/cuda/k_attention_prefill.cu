@@ -1,3 +1,414 @@
-// Sparse attention for prefill (many tokens) in FP8-activation mode (kernels_attn_prefill.h).
-// (Being written.)
+// Sparse sink attention for prefill in the FP8-activation mode (see kernels_attn_prefill.h for
+// the contract).
+//
+// Roofline, DeepSeek-V4.1 prefill (H = 64 heads, D = 512, N = 640 candidates per token = 128
+// window rows + 512 selected entries, T = 4096; H200: ~4.8 TB/s HBM, mma.sync bf16 roughly
+// 0.5-0.65 PFLOP/s dense, shared memory 128 B/clk/SM ~ 30 TB/s in all):
+//   FLOPs per token = 2 H N D (S = q K^T) + 2 H N D (O = P V)        = 83.9 MFLOP
+//     T = 4096: 344 GFLOP -> 0.55-0.7 ms at the mma.sync rate
+//   HBM: q + out 2 H D 4 = 256 KiB per token -> 1.07 GB -> 0.23 ms; the distinct rows of a
+//     prefill are a few MiB (read from HBM once, then L2 hits)
+//   L2: each token's rows gathered ONCE for all 64 heads as fp32, N D 4 = 1.25 MiB per token
+//     -> 5.4 GB -> ~1 ms at ~5.5 TB/s (the decode kernel gathers them 4 times, 21 GB)
+//   shared memory per 32-row chunk: cp.async 64 KiB in, fp32 -> bf16 conversion 64 + 32 KiB,
+//     S: 8 warps x (q 16 + K 16 KiB) = 256 KiB, P V: 8 x (P 1 + V 16 KiB) = 136 KiB
+//     -> ~550 KiB x 20 chunks x 4096 tokens = 45 GB -> ~1.5 ms
+// Expected 2-3 ms per call at T = 4096 (SparseAttentionMma bf16_rounded: 11.7 ms). NOT
+// MEASURED YET.
+//
+// Structure. A block (8 warps, 256 threads, one per SM: ~167 KiB of shared memory) serves one
+// token and 64 heads (grid: tokens x heads / 64). q of the 64 heads is rounded to bf16 once
+// into shared memory. The token's candidates (TokenRows after Trim: its window rows, then its
+// selection slots, in the order of the CPU reference) run in chunks of kChunk = 32 rows:
+//   1. [barrier] the chunk's fp32 rows, copied by cp.async into `raw` during the previous
+//      chunk, are converted to bf16 `kv` (rows not attended: zero) [barrier, or-reduces the
+//      "not exact bf16" flag]; the next chunk's copies are issued;
+//   2. warp w = (head tile ht = w / 2, half = w % 2) computes S = q K^T for heads
+//      [16 ht, 16 ht + 16) and chunk rows [16 half, 16 half + 16) over the whole D (two
+//      n-tiles; no cross-warp partial sums);
+//   3. online softmax in registers (thread: heads g and g + 8 of the tile): scaled scores,
+//      masked rows -inf, the chunk max of the head tile is exchanged with the partner warp
+//      through shared memory (a 64-thread named barrier), m_new = max(m, chunk max) (m
+//      starts at the sink logit, so it stays finite), p = bf16(exp(s - m_new)) written to
+//      `p`; each thread keeps its partial denominator over its own rows (l = l alpha + p,
+//      with the rounded p: the weights that are actually applied) [named barrier];
+//   4. warp w accumulates O[16 ht .. + 16][half D / 2 .. + D / 2] (128 fp32 per thread at
+//      D = 512): o = o alpha + P V, each chunk's P V a fresh fragment (two k-steps).
+// At the end the partial denominators are summed (quad shuffle, then the warp pair, in a
+// fixed order), l = exp(sink - m) + sum, out = o / l. Two block barriers and two 64-thread
+// barriers per chunk. Every token is computed by one block in a fixed order: deterministic,
+// but a token's bits differ from SparseAttentionMma's (different chunking and P rounding).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
+#include "backend/cuda/kernels_attn_prefill.h"
+#include "backend/cuda/mma_bf16.cuh"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+using attention::Aligned16;
+using attention::CandidateRow;
+using attention::TokenRows;
+using mma::LdMatrixX4;
+using mma::LdMatrixX4Trans;
+using mma::MmaBf16;
+using mma::MmaBf16First;
+using mma::SharedAddress;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kHeads = static_cast<int>(kAttnPrefillHeadsPerBlock);
+constexpr int kChunk = 32;                     // candidate rows per round
+constexpr int kRowsPerWarp = kChunk / kWarps;  // staging: rows issued per warp
+constexpr int kPStride = kChunk + 8;           // bf16 P row: 80 bytes (ldmatrix conflict-free)
+constexpr int kMaxPairs = static_cast<int>(kAttnPrefillMaxHeadDim) / 2 / 16;  // PV n-tile pairs
+static_assert(kHeads == 16 * kWarps / 2, "a warp pair per 16-head tile");
+static_assert(kChunk == 32, "S: 16 rows per warp of the pair; PV: two k-steps");
+
+__device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SharedAddress(smem)), "l"(gmem)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+// Barrier of the two warps of head tile `tile` (ids 1..4; 0 is __syncthreads).
+__device__ __forceinline__ void PairBarrier(int tile) {
+  asm volatile("bar.sync %0, 64;\n" ::"r"(tile + 1) : "memory");
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
+// bf16 bits of x, and whether x was exactly a bf16 (else rounded to nearest even).
+__device__ __forceinline__ uint32_t Bf16Bits(float x, bool& inexact) {
+  const uint32_t b = __float_as_uint(x);
+  if ((b & 0xFFFFu) == 0) return b >> 16;
+  inexact = true;
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+// --- shared memory ---------------------------------------------------------------------
+__host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf16 elements
+
+struct Smem {
+  uint16_t* q;      // [kHeads][d + 8] bf16 q of the block's heads
+  float* raw;       // [kChunk][d] fp32 rows in flight (cp.async)
+  uint16_t* kv;     // [kChunk][d + 8] bf16 rows of the current chunk (zero if not attended)
+  uint16_t* p;      // [kHeads][kPStride] bf16 probabilities of the current chunk
+  float* part;      // [kWarps][16] per-warp chunk max (loop), partial denominator (end)
+  long long* trim;  // [4] TokenRows::Trim scratch
+  int* raw_valid;   // [kChunk] 1 if the row in `raw` is attended
+  int* kv_valid;    // [kChunk] 1 if the row in `kv` is attended
+
+  __device__ Smem(unsigned char* base, int64_t d) {
+    const int64_t rs = RowStride(d);
+    q = reinterpret_cast<uint16_t*>(base);
+    raw = reinterpret_cast<float*>(q + kHeads * rs);
+    kv = reinterpret_cast<uint16_t*>(raw + kChunk * d);
+    p = kv + kChunk * rs;
+    part = reinterpret_cast<float*>(p + kHeads * kPStride);
+    trim = reinterpret_cast<long long*>(part + kWarps * 16);
+    raw_valid = reinterpret_cast<int*>(trim + 4);
+    kv_valid = raw_valid + kChunk;
+  }
+};
+
+int64_t SharedBytes(int64_t d) {
+  const int64_t rs = RowStride(d);
+  return kHeads * rs * 2 + kChunk * d * 4 + kChunk * rs * 2 + kHeads * kPStride * 2 +
+         kWarps * 16 * 4 + 4 * 8 + 2 * kChunk * 4;
+}
+
+// Issues the cp.async copies of candidate rows [row0, row0 + kChunk) (clipped to row_end)
+// into s.raw; warp w stages rows w * kRowsPerWarp ..; s.raw_valid says which are attended.
+__device__ void IssueChunk(const model::SparseAttentionArgs& a, int64_t t, const TokenRows& rows,
+                           int64_t row0, int64_t row_end, const Smem& s, bool report,
+                           int* error_word) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t d = a.head_dim;
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int r = warp * kRowsPerWarp + k;
+    const int64_t j = row0 + r;
+    const float* row =
+        j < row_end ? CandidateRow(a, t, rows, j, report && lane == 0, error_word) : nullptr;
+    if (row != nullptr) {
+      for (int64_t c = 4 * lane; c < d; c += 128) CpAsync16(s.raw + r * d + c, row + c);
+    }
+    if (lane == 0) s.raw_valid[r] = row != nullptr;
+  }
+  CpAsyncCommit();
+}
+
+// s.kv = bf16(s.raw) for attended rows, zero for the others. Returns true if this thread
+// saw a value that is not exactly bf16.
+__device__ bool ConvertChunk(const Smem& s, int64_t d) {
+  const int quads = static_cast<int>(d / 4);
+  const int64_t rs = RowStride(d);
+  bool inexact = false;
+  for (int e = threadIdx.x; e < kChunk * quads; e += kThreads) {
+    const int r = e / quads;
+    const int64_t c = int64_t{e - r * quads} * 4;
+    uint2 packed = make_uint2(0u, 0u);
+    if (s.raw_valid[r]) {
+      const float4 v = *reinterpret_cast<const float4*>(s.raw + r * d + c);
+      packed.x = Bf16Bits(v.x, inexact) | (Bf16Bits(v.y, inexact) << 16);
+      packed.y = Bf16Bits(v.z, inexact) | (Bf16Bits(v.w, inexact) << 16);
+    }
+    *reinterpret_cast<uint2*>(s.kv + r * rs + c) = packed;
+  }
+  if (threadIdx.x < kChunk) s.kv_valid[threadIdx.x] = s.raw_valid[threadIdx.x];
+  return inexact;
+}
+
+// Per-thread softmax state of heads g (lo) and g + 8 (hi) of the warp's head tile.
+struct HeadState {
+  float m_lo, m_hi;  // running max (starts at the sink logit)
+  float l_lo, l_hi;  // partial denominator over this thread's rows (sink term added at the end)
+};
+
+// Step 2: S for the warp's head tile and its 16 rows of the chunk over the whole D.
+// acc[n][0..1]: head g, rows 16 half + 8 n + 2 q4 + {0, 1}; acc[n][2..3]: head g + 8.
+__device__ __forceinline__ void ScoreChunk(const Smem& s, int64_t d, int tile, int half,
+                                           float (&acc)[2][4]) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
+  const int64_t rs = RowStride(d);
+  const int ksteps = static_cast<int>(d / 16);
+  const uint16_t* q_row = s.q + (16 * tile + mrow + 8 * (mat & 1)) * rs + 8 * (mat >> 1);
+  const uint16_t* k_row = s.kv + (16 * half + mrow + 8 * (mat >> 1)) * rs + 8 * (mat & 1);
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
+  }
+#pragma unroll 4
+  for (int ks = 0; ks < ksteps; ++ks) {
+    uint32_t a[4], b[4];
+    LdMatrixX4(a, q_row + 16 * ks);
+    LdMatrixX4(b, k_row + 16 * ks);
+    MmaBf16(acc[0], a, b[0], b[1]);
+    MmaBf16(acc[1], a, b[2], b[3]);
+  }
+}
+
+// Step 3: online softmax of the chunk for the thread's two heads; writes bf16 P to s.p and
+// returns the rescale factors of O in alpha_lo / alpha_hi. Contains one pair barrier.
+__device__ __forceinline__ void SoftmaxChunk(const Smem& s, float scale, int tile, int half,
+                                             const float (&acc)[2][4], HeadState& st,
+                                             float& alpha_lo, float& alpha_hi) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q4 = lane & 3;
+  float sc[2][4];
+  float max_lo = NegInf(), max_hi = NegInf();
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const bool valid = s.kv_valid[16 * half + 8 * n + 2 * q4 + i] != 0;
+      sc[n][i] = valid ? acc[n][i] * scale : NegInf();
+      sc[n][i + 2] = valid ? acc[n][i + 2] * scale : NegInf();
+      max_lo = fmaxf(max_lo, sc[n][i]);
+      max_hi = fmaxf(max_hi, sc[n][i + 2]);
+    }
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
+    max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
+  }
+  if (q4 == 0) s.part[warp * 16 + g] = max_lo, s.part[warp * 16 + g + 8] = max_hi;
+  PairBarrier(tile);
+  const float* other = s.part + (warp ^ 1) * 16;
+  // Both warps of the pair compute the same m_new (max is exact and order-free).
+  const float m_lo = fmaxf(st.m_lo, fmaxf(max_lo, other[g]));
+  const float m_hi = fmaxf(st.m_hi, fmaxf(max_hi, other[g + 8]));
+  alpha_lo = expf(st.m_lo - m_lo);
+  alpha_hi = expf(st.m_hi - m_hi);
+  st.m_lo = m_lo, st.m_hi = m_hi;
+  float sum_lo = 0.0f, sum_hi = 0.0f;
+  uint16_t* p_lo = s.p + (16 * tile + g) * kPStride + 16 * half + 2 * q4;
+  uint16_t* p_hi = p_lo + 8 * kPStride;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    // exp(-inf - m) = 0 for masked rows (m is finite).
+    const uint32_t lo = PackBf16(expf(sc[n][0] - m_lo), expf(sc[n][1] - m_lo));
+    const uint32_t hi = PackBf16(expf(sc[n][2] - m_hi), expf(sc[n][3] - m_hi));
+    sum_lo += __uint_as_float(lo << 16) + __uint_as_float(lo & 0xFFFF0000u);
+    sum_hi += __uint_as_float(hi << 16) + __uint_as_float(hi & 0xFFFF0000u);
+    *reinterpret_cast<uint32_t*>(p_lo + 8 * n) = lo;
+    *reinterpret_cast<uint32_t*>(p_hi + 8 * n) = hi;
+  }
+  st.l_lo = st.l_lo * alpha_lo + sum_lo;
+  st.l_hi = st.l_hi * alpha_hi + sum_hi;
+}
+
+// Step 4: o = o alpha + P V for the warp's head tile and dims [half D / 2, (half + 1) D / 2)
+// (n-tile pair i: dims + 16 i .. + 16; o[2 i + j]: n-tile j of the pair).
+__device__ __forceinline__ void AccumulateChunk(const Smem& s, int64_t d, int tile, int half,
+                                                float alpha_lo, float alpha_hi,
+                                                float (&o)[2 * kMaxPairs][4]) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
+  const int64_t rs = RowStride(d);
+  const int pairs = static_cast<int>(d / 32);
+  uint32_t a[2][4];
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    LdMatrixX4(a[kk],
+               s.p + (16 * tile + mrow + 8 * (mat & 1)) * kPStride + 16 * kk + 8 * (mat >> 1));
+  }
+  // B = V [k = row][n = dim]: matrices (rows 0-7 | 8-15) x (n-tile 2 i | 2 i + 1), transposed.
+  const uint16_t* v_row = s.kv + (mrow + 8 * (mat & 1)) * rs + half * (d / 2) + 8 * (mat >> 1);
+#pragma unroll
+  for (int i = 0; i < kMaxPairs; ++i) {
+    if (i < pairs) {
+      float part[2][4];
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, v_row + 16 * kk * rs + 16 * i);
+        if (kk == 0) {
+          MmaBf16First(part[0], a[0], b[0], b[1]);
+          MmaBf16First(part[1], a[0], b[2], b[3]);
+        } else {
+          MmaBf16(part[0], a[1], b[0], b[1]);
+          MmaBf16(part[1], a[1], b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float* acc = o[2 * i + j];
+        acc[0] = fmaf(acc[0], alpha_lo, part[j][0]);
+        acc[1] = fmaf(acc[1], alpha_lo, part[j][1]);
+        acc[2] = fmaf(acc[2], alpha_hi, part[j][2]);
+        acc[3] = fmaf(acc[3], alpha_hi, part[j][3]);
+      }
+    }
+  }
+}
+
+// End: l = exp(sink - m) + the partial denominators of the head's 8 threads (quad shuffle,
+// then even warp + odd warp of the pair), out = o / l.
+__device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int64_t head0,
+                            const Smem& s, int tile, int half, const HeadState& st,
+                            const float (&o)[2 * kMaxPairs][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q4 = lane & 3;
+  const int64_t d = a.head_dim;
+  float l_lo = st.l_lo, l_hi = st.l_hi;
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+  // The partner read this warp's last chunk max before the last chunk's second pair
+  // barrier, so s.part is free.
+  if (q4 == 0) s.part[warp * 16 + g] = l_lo, s.part[warp * 16 + g + 8] = l_hi;
+  PairBarrier(tile);
+  const float* even = s.part + (warp & ~1) * 16;
+  const float* odd = even + 16;
+  const int64_t h_lo = head0 + 16 * tile + g;
+  const float inv_lo = 1.0f / (expf(a.sinks[h_lo] - st.m_lo) + (even[g] + odd[g]));
+  const float inv_hi = 1.0f / (expf(a.sinks[h_lo + 8] - st.m_hi) + (even[g + 8] + odd[g + 8]));
+  const int pairs = static_cast<int>(d / 32);
+  float* out_lo = a.out + (t * a.heads + h_lo) * d + half * (d / 2) + 2 * q4;
+  float* out_hi = out_lo + 8 * d;
+#pragma unroll
+  for (int n = 0; n < 2 * kMaxPairs; ++n) {
+    if (n < 2 * pairs) {
+      *reinterpret_cast<float2*>(out_lo + 8 * n) = make_float2(o[n][0] * inv_lo, o[n][1] * inv_lo);
+      *reinterpret_cast<float2*>(out_hi + 8 * n) = make_float2(o[n][2] * inv_hi, o[n][3] * inv_hi);
+    }
+  }
+}
+
+// Grid (tokens, heads / 64); see the top of the file.
+__global__ void __launch_bounds__(kThreads, 1)
+    SparseAttentionPrefillKernel(model::SparseAttentionArgs a, int* error_word) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  const int64_t d = a.head_dim, rs = RowStride(d);
+  const Smem s(smem_bytes, d);
+  const int64_t t = blockIdx.x, head0 = int64_t{blockIdx.y} * kHeads;
+  const bool report = blockIdx.y == 0;  // one block per token reports range errors
+  TokenRows rows(a, t, report && threadIdx.x == 0, error_word);
+  rows.Trim(a, t, s.trim);
+  const int64_t total = rows.candidates();
+  const int64_t n_chunks = (total + kChunk - 1) / kChunk;
+  if (n_chunks > 0) IssueChunk(a, t, rows, 0, total, s, report, error_word);
+
+  const float* q = a.q + (t * a.heads + head0) * d;
+  const int half_d = static_cast<int>(d / 2);
+  for (int e = threadIdx.x; e < kHeads * half_d; e += kThreads) {
+    const int h = e / half_d, c = 2 * (e - h * half_d);
+    *reinterpret_cast<uint32_t*>(s.q + h * rs + c) = PackBf16(q[h * d + c], q[h * d + c + 1]);
+  }
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tile = warp >> 1, half = warp & 1, g = lane >> 2;
+  HeadState st;
+  st.m_lo = a.sinks[head0 + 16 * tile + g];
+  st.m_hi = a.sinks[head0 + 16 * tile + g + 8];
+  st.l_lo = 0.0f, st.l_hi = 0.0f;
+  float o[2 * kMaxPairs][4];
+#pragma unroll
+  for (int n = 0; n < 2 * kMaxPairs; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
+  }
+
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    CpAsyncWaitAll();
+    __syncthreads();  // raw(ch) landed; q set; every warp is done with the last kv and p
+    const bool inexact = ConvertChunk(s, d);
+    if (__syncthreads_or(inexact) && threadIdx.x == 0) atomicOr(error_word, kErrAttnKvNotBf16);
+    if (ch + 1 < n_chunks) {  // raw is free: copy the next chunk during this one's math
+      IssueChunk(a, t, rows, (ch + 1) * kChunk, total, s, report, error_word);
+    }
+    float acc[2][4];
+    ScoreChunk(s, d, tile, half, acc);
+    float alpha_lo, alpha_hi;
+    SoftmaxChunk(s, a.scale, tile, half, acc, st, alpha_lo, alpha_hi);
+    PairBarrier(tile);  // both halves of the tile's P are written
+    AccumulateChunk(s, d, tile, half, alpha_lo, alpha_hi, o);
+  }
+  WriteOutput(a, t, head0, s, tile, half, st, o);
+}
+
+}  // namespace
+
+bool SparseAttentionPrefillApplicable(const model::SparseAttentionArgs& a) {
+  return a.heads > 0 && a.heads % kAttnPrefillHeadsPerBlock == 0 &&
+         a.heads / kAttnPrefillHeadsPerBlock <= 65535 && a.head_dim >= 64 && a.head_dim % 64 == 0 &&
+         a.head_dim <= kAttnPrefillMaxHeadDim && a.tokens >= 0 && a.tokens <= 0x7fffffff &&
+         a.n_select >= 0 && a.n_window >= 0 && a.n_comp >= 0 &&
+         (a.n_window == 0 || Aligned16(a.window_kv)) && (a.n_comp == 0 || Aligned16(a.comp_kv));
+}
+
+cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* error_word,
+                                   cudaStream_t stream) {
+  if (!SparseAttentionPrefillApplicable(args)) return cudaErrorInvalidValue;
+  if (args.tokens == 0) return cudaSuccess;
+  const int64_t smem = SharedBytes(args.head_dim);
+  const cudaError_t e =
+      cudaFuncSetAttribute(SparseAttentionPrefillKernel,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(args.tokens),
+                  static_cast<unsigned>(args.heads / kAttnPrefillHeadsPerBlock));
+  SparseAttentionPrefillKernel<<<grid, kThreads, smem, stream>>>(args, error_word);
+  return cudaGetLastError();
+}
+
+}  // namespace deepinfer::backend::cuda::kernels

@@ -1,0 +1,43 @@
+// Sparse sink attention for prefill (many query tokens) in the FP8-activation mode
+// (k_attention_prefill.cu).
+//
+// Same contract as kernels::SparseAttention (model::SparseAttentionArgs, varlen fields,
+// kErrSelectionOutOfRange semantics: rows with a bad id or outside the buffers are not
+// attended) with the numerics of SparseAttentionMma(..., bf16_rounded = true): q and the
+// probabilities enter the tensor-core MMAs rounded to bf16, the key = value rows are used as
+// bf16 (exact for the rows the model produces; a row that is not is rounded to nearest and
+// flagged kErrAttnKvNotBf16), scores, online softmax (with the sink in the denominator) and
+// output in fp32.
+//
+// NOT bitwise equal to SparseAttentionMma and NOT batch-invariant across the token count:
+// never use it in batch-invariant mode. Deterministic run to run: each token (and group of
+// 64 heads) is computed by one thread block in a fixed order.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels_attn_mma.h"
+
+namespace deepinfer::backend::cuda::kernels {
+
+inline constexpr int64_t kAttnPrefillHeadsPerBlock = 64;  // 4 MMA m-tiles of heads
+inline constexpr int64_t kAttnPrefillMaxHeadDim = 512;
+
+// True if SparseAttentionPrefill handles `args`: heads a positive multiple of 64 (at most
+// 64 * 65535), head_dim a multiple of 64 in [64, 512], tokens in [0, 2^31), n_select,
+// n_window, n_comp >= 0, window_kv / comp_kv 16-byte aligned (when they have rows).
+// Host-side check only; the arrays are not read.
+bool SparseAttentionPrefillApplicable(const model::SparseAttentionArgs& args);
+
+// out = SparseAttention(args) (see model/backend.h) with the numerics above. Device
+// pointers. Selection ids >= the token's comp_len (n_comp without varlen) and varlen ranges
+// outside the buffers set kErrSelectionOutOfRange in *error_word (those rows are not
+// attended); rows that are not exact bf16 set kErrAttnKvNotBf16. Returns
+// cudaErrorInvalidValue when !SparseAttentionPrefillApplicable(args) (cudaSuccess for
+// tokens == 0).
+cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* error_word,
+                                   cudaStream_t stream);
+
+}  // namespace deepinfer::backend::cuda::kernels
