@@ -2,6 +2,7 @@
 // against the CPU reference on fresh random inputs (small odd shapes and real V4.1 dims).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -447,33 +448,116 @@ TEST_F(CudaDenseTest, HcMixCollapseExpand) {
   }
 }
 
-// The split pre-mix (T <= 64) at the real shape: token t's pre / post / comb are bitwise
-// the same in calls of 1, 5 (a partial group of tokens) and 64 tokens.
-TEST_F(CudaDenseTest, HcMixSplitIsBatchInvariant) {
-  const int64_t hc = 4, n_mix = (2 + hc) * hc;
-  const int64_t D = SmallOnly() ? 128 : 5120, max_T = 64;
-  const std::vector<float> x = Normal(max_T * hc * D), fn = Normal(n_mix * hc * D, 0.05f);
-  const std::vector<float> scale = Uniform(3, 0.2f, 2.0f), base = Normal(n_mix);
-  const model::HcSiteWeights w{ToGpu(fn), ToGpu(scale), ToGpu(base)};
-  const float* gx = ToGpu(x);
-  float *pre = PoisonedFloats(max_T * hc), *post = PoisonedFloats(max_T * hc),
-        *comb = PoisonedFloats(max_T * hc * hc);
-  gpu_->HcMix(gx, max_T, hc, D, w, 1e-20f, 1e-6f, 20, pre, post, comb);
-  const std::vector<float> pre_all = FromGpu(pre, max_T * hc), post_all = FromGpu(post, max_T * hc),
-                           comb_all = FromGpu(comb, max_T * hc * hc);
-  std::vector<float> cpu_pre(max_T * hc), cpu_post(max_T * hc), cpu_comb(max_T * hc * hc);
-  cpu_.HcMix(x.data(), max_T, hc, D, {fn.data(), scale.data(), base.data()}, 1e-20f, 1e-6f, 20,
-             cpu_pre.data(), cpu_post.data(), cpu_comb.data());
-  EXPECT_TRUE(AllClose(pre_all, cpu_pre, 1e-4, 1e-5));
-  EXPECT_TRUE(AllClose(comb_all, cpu_comb, 1e-4, 1e-5));
-  for (int64_t T : {1, 5}) {
-    SCOPED_TRACE(::testing::Message() << "call of " << T << " tokens vs " << max_T);
-    float *p = PoisonedFloats(T * hc), *q = PoisonedFloats(T * hc),
-          *c = PoisonedFloats(T * hc * hc);
-    gpu_->HcMix(gx, T, hc, D, w, 1e-20f, 1e-6f, 20, p, q, c);
-    EXPECT_TRUE(RowsBitExact(FromGpu(p, T * hc), pre_all, T, hc, hc)) << "pre";
-    EXPECT_TRUE(RowsBitExact(FromGpu(q, T * hc), post_all, T, hc, hc)) << "post";
-    EXPECT_TRUE(RowsBitExact(FromGpu(c, T * hc * hc), comb_all, T, hc * hc, hc * hc)) << "comb";
+// pre / post / comb of HcMix for T tokens: [T, hc], [T, hc], [T, hc, hc].
+struct MixOut {
+  std::vector<float> pre, post, comb;
+
+  MixOut Rows(int64_t t0, int64_t n, int64_t hc) const {
+    auto cut = [&](const std::vector<float>& v, int64_t per) {
+      return std::vector<float>(v.begin() + t0 * per, v.begin() + (t0 + n) * per);
+    };
+    return {cut(pre, hc), cut(post, hc), cut(comb, hc * hc)};
+  }
+};
+
+// The CPU tolerance of HcMix (fp32 sums over hc * D values against double).
+::testing::AssertionResult MixClose(const MixOut& got, const MixOut& want) {
+  if (auto r = AllClose(got.pre, want.pre, 1e-4, 1e-5); !r) return r << " (pre)";
+  if (auto r = AllClose(got.post, want.post, 1e-4, 1e-5); !r) return r << " (post)";
+  if (auto r = AllClose(got.comb, want.comb, 1e-4, 1e-5); !r) return r << " (comb)";
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult MixBitExact(const MixOut& got, const MixOut& want) {
+  if (auto r = BitExact(got.pre, want.pre); !r) return r << " (pre)";
+  if (auto r = BitExact(got.post, want.post); !r) return r << " (post)";
+  if (auto r = BitExact(got.comb, want.comb); !r) return r << " (comb)";
+  return ::testing::AssertionSuccess();
+}
+
+// One mHC site: random x [max_T, hc * D] and weights, on the host and the device.
+class CudaHcMixTest : public CudaVsCpuTest {
+ protected:
+  void MakeSite(int64_t max_T, int64_t hc, int64_t D) {
+    hc_ = hc, D_ = D;
+    const int64_t n_mix = (2 + hc) * hc;
+    x_ = Normal(max_T * hc * D), fn_ = Normal(n_mix * hc * D, 0.05f);
+    scale_ = Uniform(3, 0.2f, 2.0f), base_ = Normal(n_mix);
+    gx_ = ToGpu(x_);
+    gw_ = {ToGpu(fn_), ToGpu(scale_), ToGpu(base_)};
+  }
+
+  // The CPU reference for tokens [0, T).
+  MixOut Cpu(int64_t T) {
+    MixOut m{std::vector<float>(T * hc_), std::vector<float>(T * hc_),
+             std::vector<float>(T * hc_ * hc_)};
+    cpu_.HcMix(x_.data(), T, hc_, D_, {fn_.data(), scale_.data(), base_.data()}, 1e-20f, 1e-6f, 20,
+               m.pre.data(), m.post.data(), m.comb.data());
+    return m;
+  }
+
+  // The GPU's mix of the T tokens at gx (device rows of hc * D floats) into poisoned outputs.
+  MixOut Gpu(const float* gx, int64_t T) {
+    float *pre = PoisonedFloats(T * hc_), *post = PoisonedFloats(T * hc_),
+          *comb = PoisonedFloats(T * hc_ * hc_);
+    gpu_->HcMix(gx, T, hc_, D_, gw_, 1e-20f, 1e-6f, 20, pre, post, comb);
+    return {FromGpu(pre, T * hc_), FromGpu(post, T * hc_), FromGpu(comb, T * hc_ * hc_)};
+  }
+
+  int64_t hc_ = 0, D_ = 0;
+  std::vector<float> x_, fn_, scale_, base_;
+  const float* gx_ = nullptr;
+  model::HcSiteWeights gw_{};
+};
+
+// Against the CPU at the V4.1 shape (hc 4, D 5120) for T = 1, 3, 64 and 4100 (more than the
+// backend's 1024-token slices), and at small odd shapes: a width that is not a multiple of 4
+// (the scalar-load kernel), hc < 4, and a partial last 128-column slice.
+TEST_F(CudaHcMixTest, MatchesCpu) {
+  struct Shape {
+    int64_t hc, D;
+    std::vector<int64_t> Ts;
+  };
+  std::vector<Shape> shapes = {{3, 7, {1, 5}}, {2, 65, {3}}, {4, 37, {1, 9, 70}}, {1, 300, {2}}};
+  if (!SmallOnly()) shapes.push_back({4, 5120, {1, 3, 64, 4100}});
+  for (const Shape& shape : shapes) {
+    const int64_t max_T = shape.Ts.back();
+    MakeSite(max_T, shape.hc, shape.D);
+    const MixOut want = Cpu(max_T);
+    for (int64_t T : shape.Ts) {
+      SCOPED_TRACE(::testing::Message() << "hc " << shape.hc << " D " << shape.D << " T " << T);
+      EXPECT_TRUE(MixClose(Gpu(gx_, T), want.Rows(0, T, shape.hc)));
+    }
+  }
+}
+
+// A token's pre / post / comb bits do not depend on T, on the other tokens of the call, on
+// where the call's slices of 1024 tokens or the kernel's token groups start, nor on the load
+// width: the rows of a 4100-token call equal 1-token calls of the same tokens, calls of 3, 64
+// and 37 tokens (a slice from token 2000), and a 17-token call from a misaligned copy of x
+// (x + 1 float: the scalar-load kernel).
+TEST_F(CudaHcMixTest, BitsDoNotDependOnT) {
+  const int64_t hc = 4, D = SmallOnly() ? 40 : 5120, width = hc * D, max_T = 4100;
+  MakeSite(max_T, hc, D);
+  const MixOut all = Gpu(gx_, max_T);
+  for (int64_t t : {int64_t{0}, int64_t{1}, int64_t{31}, int64_t{32}, int64_t{1023}, int64_t{1024},
+                    int64_t{2500}, max_T - 1}) {
+    SCOPED_TRACE(::testing::Message() << "1-token call of token " << t);
+    EXPECT_TRUE(MixBitExact(Gpu(gx_ + t * width, 1), all.Rows(t, 1, hc)));
+  }
+  for (int64_t T : {3, 64}) {
+    SCOPED_TRACE(::testing::Message() << "call of tokens [0, " << T << ")");
+    EXPECT_TRUE(MixBitExact(Gpu(gx_, T), all.Rows(0, T, hc)));
+  }
+  {
+    SCOPED_TRACE("call of tokens [2000, 2037)");
+    EXPECT_TRUE(MixBitExact(Gpu(gx_ + 2000 * width, 37), all.Rows(2000, 37, hc)));
+  }
+  {
+    SCOPED_TRACE("misaligned copy of tokens [100, 117)");
+    std::vector<float> shifted(1 + 17 * width, 0.0f);
+    std::copy(x_.begin() + 100 * width, x_.begin() + 117 * width, shifted.begin() + 1);
+    EXPECT_TRUE(MixBitExact(Gpu(ToGpu(shifted) + 1, 17), all.Rows(100, 17, hc)));
   }
 }
 

@@ -159,104 +159,133 @@ __device__ void WriteMix(const float* z, int64_t t, int64_t hc, const float* sca
   }
 }
 
-// Split pre-mix: block (t, s) reduces slice s of token t's flattened
-// streams: partial[t, s, j] = sum_i x[i] * fn[j, i] for the n_mix logits and, at j = n_mix,
-// sum_i x[i]^2. The rms normalisation is a per-token scalar, applied in the finish kernel.
-__global__ void __launch_bounds__(kThreads)
-    HcMixPartialKernel(const float* x, int64_t width, int n_mix, const float* fn, int64_t slice,
-                       float* partial) {
-  __shared__ float part[kThreads / 32][kMaxMix + 1];
-  const int64_t t = blockIdx.x, s = blockIdx.y, splits = gridDim.y;
-  const float* xt = x + t * width;
-  const int64_t begin = s * slice, end = begin + slice < width ? begin + slice : width;
-  float acc[kMaxMix + 1];
-#pragma unroll
-  for (int j = 0; j <= kMaxMix; ++j) acc[j] = 0.0f;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float v = xt[i];
-    acc[kMaxMix] += v * v;
-#pragma unroll
-    for (int j = 0; j < kMaxMix; ++j) {
-      if (j < n_mix) acc[j] += v * __ldg(fn + j * width + i);
-    }
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int j = 0; j <= kMaxMix; ++j) {
-    const float v = WarpSum(acc[j]);
-    if (lane == 0) part[warp][j] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x <= kMaxMix) {
-    float v = 0.0f;
-    for (int w = 0; w < kThreads / 32; ++w) v += part[w][threadIdx.x];
-    partial[(t * splits + s) * (kMaxMix + 1) + threadIdx.x] = v;
+// Split pre-mix, partial sums. Token t's flattened streams (width = hc * D values) are cut
+// into slices of kMixSliceCols columns (HcMixSplits = ceil(width / 128), 160 at 4 x 5120, a
+// function of (hc, D) only). One warp per (slice s, group of tokens): lane l owns columns
+// c = s * 128 + 4 * l + {0, 1, 2, 3} and holds fn[j, c] for the n_mix logits in registers
+// (24 float4), loaded once and reused by every token of its group. Per token the lane forms
+// 25 values -- the logits x . fn[j] over its 4 columns and, at j = 24, x . x -- each as
+// fma(x3, f3, fma(x2, f2, fma(x1, f1, x0 * f0))), then one butterfly reduce-scatter over the
+// warp (MixReduceScatter) leaves the slice's sum of value MixSlot(l) in lane l, which writes
+//   partial[t, s, j] (layout [T][splits][25]; j = 24 is the sum of squares).
+// The rms normalisation is a per-token scalar, applied in the finish kernel.
+//
+// Batch invariance by construction: a token's partials use the same fn values, the same
+// operations and the same tree whatever T, its group, its neighbours, the token count per
+// warp or the load width (the float4 and scalar instantiations do identical arithmetic;
+// out-of-range columns are zeros in both).
+//
+// Cost per (token, slice), one warp (SASS, sm_90a): one 512-byte load of x (coalesced
+// float4), 100 FFMA/FMUL + 27 SHFL + 27 FADD + ~51 FSEL, 25 stores of 4 bytes: ~215 warp
+// instructions. Per token at 4 x 5120: 160 slices -> 4,320 shuffles (the former warp-tree
+// kernel: 40,000), 80 KB of x read once, 16 KB of partials written and read back by the
+// finish kernel; fn (2 MB) is read from L2 once per token group (32 tokens at large T).
+// 168 registers, 12 warps per SM. Expected on an H200: issue bound at large T, 4096 x 160 x
+// 215 instructions / (132 SMs x 4 per clock) -> ~0.14 ms per 4096 tokens (the former kernel:
+// ~1 ms); x (335 MB, ~0.08 ms of HBM) and fn's L2 re-reads (256 MB) overlap it. At T = 1 the
+// 160 warps issue all 2 MB of fn loads at once: a few us, mostly the two launches.
+constexpr int kMixSliceCols = 128;  // columns per warp slice: 4 per lane
+constexpr int kMixChunk = 4;        // tokens whose x loads a warp issues together
+constexpr int kMixValues = kMaxMix + 1;
+
+// 4 consecutive values row[c .. c + 3] (zeros past `width`; read-only data). kVec: one
+// float4 load (needs width % 4 == 0, a 16-byte aligned row, c % 4 == 0); else 4 scalar
+// loads. Same values.
+template <bool kVec>
+__device__ __forceinline__ float4 LoadQuad(const float* row, int64_t c, int64_t width) {
+  if constexpr (kVec) {
+    if (c >= width) return Zero4();
+    const float4* p = reinterpret_cast<const float4*>(row + c);
+    return __ldg(p);
+  } else {
+    return make_float4(c < width ? row[c] : 0.0f, c + 1 < width ? row[c + 1] : 0.0f,
+                       c + 2 < width ? row[c + 2] : 0.0f, c + 3 < width ? row[c + 3] : 0.0f);
   }
 }
 
-// Tokens per HcMixPartialPairKernel block (they share the block's fn registers).
-constexpr int kMixTokens = 4;
+__device__ __forceinline__ float Dot4(float4 a, float4 b) {
+  return __fmaf_rn(a.w, b.w, __fmaf_rn(a.z, b.z, __fmaf_rn(a.y, b.y, __fmul_rn(a.x, b.x))));
+}
 
-// HcMixPartialKernel for slice == 2 * kThreads (hc * D a multiple of 512, e.g. 4 x 5120):
-// thread th of block (g, s) loads fn[j, i] for its two columns i = s * slice + th + {0,
-// kThreads} into registers once (all loads in flight together) and reduces tokens
-// g * kMixTokens .. with them, so fn is read once per kMixTokens tokens instead of once per
-// token. Per token, every sum is formed by the same operations in the same order as in
-// HcMixPartialKernel (column th first, then th + kThreads; warp tree; warps in order): the
-// bits are those of HcMixPartialKernel and do not depend on T.
-__global__ void __launch_bounds__(kThreads)
-    HcMixPartialPairKernel(const float* x, int64_t T, int64_t width, int n_mix, const float* fn,
-                           float* partial) {
-  __shared__ float part[kMixTokens][kThreads / 32][kMaxMix + 1];
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kMixTokens, s = blockIdx.y;
-  const int64_t splits = gridDim.y;
-  const int64_t i0 = s * 2 * kThreads + threadIdx.x, i1 = i0 + kThreads;
-  float f0[kMaxMix], f1[kMaxMix], v0[kMixTokens], v1[kMixTokens];
+// One butterfly step over lane pairs (l, l ^ kOffset): of the N values v[0..N), lane l
+// keeps the lower half v[0..H) (bit kOffset of l clear) or the upper half v[H..N) (set,
+// padded with a zero when N is odd), sends the other half to its partner and adds what it
+// receives: afterwards v[0..H) hold pair sums, H = ceil(N / 2). H shuffles.
+template <int N, int kOffset>
+__device__ __forceinline__ void ButterflyStep(float* v, int lane) {
+  constexpr int H = (N + 1) / 2;
+  const bool upper = (lane & kOffset) != 0;
+#pragma unroll
+  for (int k = 0; k < H; ++k) {
+    const float lo = v[k];
+    const float hi = k + H < N ? v[k + H] : 0.0f;
+    const float keep = upper ? hi : lo;
+    const float send = upper ? lo : hi;
+    v[k] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, kOffset));
+  }
+}
+
+// Reduce-scatter of 25 values over the warp: 25 -> 13 -> 7 -> 4 -> 2 -> 1 values (27
+// shuffles instead of the 125 of 25 warp trees); v[0] of lane l then holds the warp's sum of
+// value MixSlot(l). The tree (and so every bit) is fixed.
+__device__ __forceinline__ void MixReduceScatter(float* v, int lane) {
+  static_assert(kMixValues == 25, "the butterfly below is laid out for 25 values");
+  ButterflyStep<25, 16>(v, lane);
+  ButterflyStep<13, 8>(v, lane);
+  ButterflyStep<7, 4>(v, lane);
+  ButterflyStep<4, 2>(v, lane);
+  ButterflyStep<2, 1>(v, lane);
+}
+
+// The value (0..24) whose warp sum MixReduceScatter leaves in `lane`, or -1 for the 7 lanes
+// that end on padding. Index of lane's kept entry at each level, from the last step back:
+// i4 = b2 * 2 + b1 (of 4), i3 = b4 * 4 + i4 (of 7), i2 = b8 * 7 + i3 (of 13),
+// i1 = b16 * 13 + i2 (of 25), where bK = bit K of the lane; an index past its level's count
+// is padding.
+__device__ __forceinline__ int MixSlot(int lane) {
+  const int i3 = lane & 7;  // b4 * 4 + b2 * 2 + b1
+  const int i2 = ((lane >> 3) & 1) * 7 + i3;
+  const int i1 = ((lane >> 4) & 1) * 13 + i2;
+  return i3 < 7 && i2 < 13 && i1 < kMixValues ? i1 : -1;
+}
+
+// Grid (splits, token groups), one warp per block. See the comment above kMixSliceCols.
+template <bool kVec>
+__global__ void __launch_bounds__(32)
+    HcMixSliceKernel(const float* x, int64_t T, int64_t width, int n_mix, const float* fn,
+                     int64_t tokens_per_warp, float* partial) {
+  const int lane = static_cast<int>(threadIdx.x);
+  const int64_t s = blockIdx.x, splits = gridDim.x;
+  const int64_t c = s * kMixSliceCols + 4 * lane;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * tokens_per_warp;
+  const int64_t t_end = t0 + tokens_per_warp < T ? t0 + tokens_per_warp : T;
+  float4 f[kMaxMix];
 #pragma unroll
   for (int j = 0; j < kMaxMix; ++j) {
-    f0[j] = j < n_mix ? __ldg(fn + j * width + i0) : 0.0f;
-    f1[j] = j < n_mix ? __ldg(fn + j * width + i1) : 0.0f;
+    f[j] = j < n_mix ? LoadQuad<kVec>(fn + j * width, c, width) : Zero4();
   }
+  const int slot = MixSlot(lane);
+  for (int64_t t = t0; t < t_end; t += kMixChunk) {
+    float4 xv[kMixChunk];  // all loads of the chunk in flight together
 #pragma unroll
-  for (int g = 0; g < kMixTokens; ++g) {
-    const bool live = t0 + g < T;
-    v0[g] = live ? x[(t0 + g) * width + i0] : 0.0f;
-    v1[g] = live ? x[(t0 + g) * width + i1] : 0.0f;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int g = 0; g < kMixTokens; ++g) {
-    float acc[kMaxMix + 1];
-#pragma unroll
-    for (int j = 0; j <= kMaxMix; ++j) acc[j] = 0.0f;
-    acc[kMaxMix] += v0[g] * v0[g];
-#pragma unroll
-    for (int j = 0; j < kMaxMix; ++j) {
-      if (j < n_mix) acc[j] += v0[g] * f0[j];
-    }
-    acc[kMaxMix] += v1[g] * v1[g];
-#pragma unroll
-    for (int j = 0; j < kMaxMix; ++j) {
-      if (j < n_mix) acc[j] += v1[g] * f1[j];
+    for (int g = 0; g < kMixChunk; ++g) {
+      xv[g] = t + g < t_end ? LoadQuad<kVec>(x + (t + g) * width, c, width) : Zero4();
     }
 #pragma unroll
-    for (int j = 0; j <= kMaxMix; ++j) {
-      const float v = WarpSum(acc[j]);
-      if (lane == 0) part[g][warp][j] = v;
+    for (int g = 0; g < kMixChunk; ++g) {
+      if (t + g >= t_end) break;  // uniform over the warp
+      float v[kMixValues];
+#pragma unroll
+      for (int j = 0; j < kMaxMix; ++j) v[j] = Dot4(xv[g], f[j]);
+      v[kMaxMix] = Dot4(xv[g], xv[g]);
+      MixReduceScatter(v, lane);
+      if (slot >= 0) partial[((t + g) * splits + s) * kMixValues + slot] = v[0];
     }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < kMixTokens * (kMaxMix + 1); e += kThreads) {
-    const int g = e / (kMaxMix + 1), j = e % (kMaxMix + 1);
-    if (t0 + g >= T) break;  // e grows with g
-    float v = 0.0f;
-    for (int w = 0; w < kThreads / 32; ++w) v += part[g][w][j];
-    partial[((t0 + g) * splits + s) * (kMaxMix + 1) + j] = v;
   }
 }
 
 constexpr int kFinishThreads = 128;
-constexpr int kFinishSlices = 64;  // slices staged in shared memory per round (40 at 4 x 5120)
+constexpr int kFinishSlices = 160;  // slices staged in shared memory per round (160 at 4 x 5120)
 
 // One block of kFinishThreads per token: the token's partials (contiguous, [splits][25]) are
 // staged in shared memory by coalesced loads of all threads (a few per thread, in flight
@@ -434,10 +463,10 @@ cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const 
 }
 
 int64_t HcMixSplits(int64_t T, int64_t hc, int64_t D) {
-  // Each thread sums 2 values of its slice. The split does not depend on T, so a token's
-  // reduction order (and result) is the same at every batch size.
+  // Slices of kMixSliceCols columns. The split does not depend on T, so a token's reduction
+  // order (and result) is the same at every batch size.
   (void)T;
-  const int64_t s = (hc * D) / (kThreads * 2);
+  const int64_t s = (hc * D + kMixSliceCols - 1) / kMixSliceCols;
   return s < 1 ? 1 : s;
 }
 
@@ -448,15 +477,19 @@ cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
   if (T <= 0) return cudaSuccess;
   if (hc > kMaxHc || hc <= 0 || T > 65535) return cudaErrorInvalidValue;
   const int64_t splits = HcMixSplits(T, hc, D), width = hc * D;
-  const int64_t slice = (width + splits - 1) / splits;
   const int n_mix = static_cast<int>((2 + hc) * hc);
-  if (slice == 2 * kThreads && splits * slice == width) {  // depends on (hc, D) only
-    const auto groups = static_cast<unsigned>((T + kMixTokens - 1) / kMixTokens);
-    HcMixPartialPairKernel<<<dim3(groups, static_cast<unsigned>(splits)), kThreads, 0, stream>>>(
-        x, T, width, n_mix, w.fn, scratch);
+  // Tokens per warp: only how many tokens share one fn load (no bit depends on it). Small
+  // T: more warps for latency; large T: fn (2 MB) read from L2 once per 32 tokens.
+  const int64_t tokens_per_warp = T <= 256 ? kMixChunk : (T <= 512 ? 4 : 8) * kMixChunk;
+  const dim3 grid(static_cast<unsigned>(splits),
+                  static_cast<unsigned>((T + tokens_per_warp - 1) / tokens_per_warp));
+  // The load width (float4 or scalar) does not change any bit either.
+  if (width % 4 == 0 && Aligned16(x) && Aligned16(w.fn)) {
+    HcMixSliceKernel<true>
+        <<<grid, 32, 0, stream>>>(x, T, width, n_mix, w.fn, tokens_per_warp, scratch);
   } else {
-    HcMixPartialKernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(splits)), kThreads, 0,
-                         stream>>>(x, width, n_mix, w.fn, slice, scratch);
+    HcMixSliceKernel<false>
+        <<<grid, 32, 0, stream>>>(x, T, width, n_mix, w.fn, tokens_per_warp, scratch);
   }
   HcMixFinishKernel<<<static_cast<unsigned>(T), kFinishThreads, 0, stream>>>(
       scratch, splits, hc, width, w.scale, w.base, norm_eps, hc_eps, sinkhorn_iters, pre, post,
