@@ -70,15 +70,23 @@ void TimeOp(benchmark::State& state, CudaBackend* b, Op op) {
   cudaEventDestroy(stop);
 }
 
-// args: format, T, rows, cols, gemv (0/1)
+// FP8-activation mode of BM_Linear: off, LinearFp8 at every T, or the bf16 cuBLAS GEMM on
+// fake-quantised activations at every T.
+enum LinearFp8Mode : int64_t { kFp8Off = 0, kFp8Kernel = 1, kFp8Bf16Gemm = 2 };
+
+// args: format, T, rows, cols, gemv (0/1), LinearFp8Mode
 void BM_Linear(benchmark::State& state) {
+  const char* fp8_labels[] = {"", " fp8act LinearFp8", " fp8act bf16-gemm"};
   state.SetLabel("T=" + std::to_string(state.range(1)) + " " + std::to_string(state.range(2)) +
-                 "x" + std::to_string(state.range(3)) + (state.range(4) ? " gemv" : " sgemm"));
+                 "x" + std::to_string(state.range(3)) + (state.range(4) ? " gemv" : " sgemm") +
+                 fp8_labels[state.range(5)]);
   auto b = Backend(state);
   if (!b) return;
   const auto format = static_cast<WeightFormat>(state.range(0));
   const int64_t T = state.range(1), N = state.range(2), K = state.range(3);
   b->set_gemv_max_tokens(state.range(4) ? kernels::kMaxGemvTokens : 0);
+  b->set_fp8_activations(state.range(5) != kFp8Off);
+  b->set_fp8_bf16_gemm_min_tokens(state.range(5) == kFp8Bf16Gemm ? 1 : 0);
   size_t data_bytes = 0, scale_bytes = 0;
   std::vector<uint8_t> data, scale;
   if (format == WeightFormat::kMxFp4) {
@@ -108,14 +116,19 @@ void LinearArgs(benchmark::internal::Benchmark* bm) {
   // then the same without the GEMV for comparison.
   for (int64_t gemv : {1, 0}) {
     for (int64_t T : {1, 8, 32}) {
-      bm->Args({fp8, T, 1280, 5120, gemv});               // wq_a
-      bm->Args({fp8, T, 16384, 5120, gemv});              // a large FP8 projection
-      bm->Args({fp4, T, 2304, 5120, gemv});               // routed expert w1
-      bm->Args({bf16, T, 16384, 5120, gemv});             // head slice
-      if (gemv) bm->Args({bf16, T, 129280, 5120, gemv});  // whole head
+      bm->Args({fp8, T, 1280, 5120, gemv, kFp8Off});               // wq_a
+      bm->Args({fp8, T, 16384, 5120, gemv, kFp8Off});              // a large FP8 projection
+      bm->Args({fp4, T, 2304, 5120, gemv, kFp8Off});               // routed expert w1
+      bm->Args({bf16, T, 16384, 5120, gemv, kFp8Off});             // head slice
+      if (gemv) bm->Args({bf16, T, 129280, 5120, gemv, kFp8Off});  // whole head
     }
   }
-  for (int64_t T : {128, 1024}) bm->Args({fp8, T, 1280, 5120, 0});
+  for (int64_t T : {128, 1024}) bm->Args({fp8, T, 1280, 5120, 0, kFp8Off});
+  // 4k-token prefill in the FP8-activation mode: LinearFp8 vs the bf16 cuBLAS GEMM.
+  for (int64_t mode : {kFp8Kernel, kFp8Bf16Gemm}) {
+    bm->Args({fp8, 4096, 32768, 1280, 0, mode});  // wq_b
+    bm->Args({fp8, 4096, 5120, 8192, 0, mode});   // wo_b
+  }
 }
 BENCHMARK(BM_Linear)->Apply(LinearArgs)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
@@ -201,6 +214,52 @@ BENCHMARK(BM_SparseAttention)
     ->Args({1, 512})
     ->Args({8, 512})
     ->Args({64, 512})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// FP8-mode prefill (CudaBackend takes SparseAttentionPrefill from 64 tokens): T tokens of
+// one sequence, each attending the 128 window rows ending at its own position and
+// n_select selected entries (640 candidates at n_select 512); rows exact bf16 (as the
+// model's fake-quantised rows). FLOPs = 4 T H candidates d (S = q K^T and O = P V).
+// args: tokens, n_select
+void BM_SparseAttentionPrefill(benchmark::State& state) {
+  auto b = Backend(state);
+  if (!b) return;
+  b->set_fp8_activations(true);
+  b->set_batch_invariant(false);
+  const int64_t T = state.range(0), n_select = state.range(1), H = 64, d = 512, W = 128;
+  const int64_t n_window = T + W - 1, n_comp = 4096;
+  std::vector<int32_t> pos(T), wpos(n_window), sel(T * n_select);
+  for (int64_t t = 0; t < T; ++t) pos[t] = 10000 + static_cast<int32_t>(t);
+  for (int64_t i = 0; i < n_window; ++i) wpos[i] = 10000 - static_cast<int32_t>(W - 1 - i);
+  for (int64_t i = 0; i < T * n_select; ++i) sel[i] = static_cast<int32_t>((i * 7919) % n_comp);
+  auto ints = [&](const std::vector<int32_t>& v) {
+    int32_t* p = b->AllocInts(v.size());
+    b->CopyToDevice(p, v.data(), v.size() * 4);
+    return p;
+  };
+  auto bf16_rows = [&](int64_t n, uint64_t seed) {  // normal values truncated to bf16
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> h(n);
+    for (auto& x : h)
+      x = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, dist(rng)) & 0xFFFF0000u);
+    float* p = b->AllocFloats(n);
+    b->CopyToDevice(p, h.data(), n * sizeof(float));
+    return p;
+  };
+  model::SparseAttentionArgs a;
+  a.q = RandomDevice(b.get(), T * H * d, 1), a.q_pos = ints(pos), a.tokens = T, a.heads = H;
+  a.head_dim = d, a.window_kv = bf16_rows(n_window * d, 2), a.window_pos = ints(wpos);
+  a.n_window = n_window, a.window = W, a.comp_kv = bf16_rows(n_comp * d, 3);
+  a.n_comp = n_comp, a.selection = ints(sel), a.n_select = n_select;
+  a.sinks = RandomDevice(b.get(), H, 4), a.scale = 0.044f, a.out = b->AllocFloats(T * H * d);
+  TimeOp(state, b.get(), [&] { b->SparseAttention(a); });
+  state.counters["FLOPs"] = benchmark::Counter(4.0 * T * H * (W + n_select) * d,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SparseAttentionPrefill)
+    ->Args({4096, 512})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -1,8 +1,9 @@
 // The FP8-activation fast mode (kernels_fp8.h) against the CPU reference run on
-// fake-quantised activations: QuantizeFp8Activations bitwise against
+// fake-quantised activations: QuantizeFp8Activations (and its bf16 variant) bitwise against
 // FakeQuant(kFp8Block32Pow2), LinearFp8 for FP8 (block32, row32) and MXFP4 weights at 1..300
-// tokens (skinny split-K and wide tiles), its batch invariance (bitwise), and the routed
-// experts (CudaBackend::RoutedExperts with set_fp8_activations) against a per-token
+// tokens (skinny split-K and wide tiles), its batch invariance (bitwise), the backend's bf16
+// cuBLAS GEMMs for many tokens (Linear, LinearGrouped; never in batch-invariant mode), and the
+// routed experts (CudaBackend::RoutedExperts with set_fp8_activations) against a per-token
 // reference that quantises x and h the same way.
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,12 +92,29 @@ class CudaFp8Test : public CudaVsCpuTest {
     return FromGpu(y, T * ldy);
   }
 
+  // y [T, ldy] from CudaBackend::Linear in the FP8-activation mode (not batch-invariant) with
+  // the bf16-GEMM threshold `min_tokens`, on the device copy of y0.
+  std::vector<float> RunBackendLinear(const HostWeight& w, int64_t row0, int64_t n_rows,
+                                      const std::vector<float>& x, int64_t T, std::vector<float> y0,
+                                      int64_t ldy, bool accumulate, int64_t min_tokens) {
+    gpu_->set_fp8_activations(true);
+    gpu_->set_batch_invariant(false);
+    gpu_->set_fp8_bf16_gemm_min_tokens(min_tokens);
+    float* y = ToGpu(y0);
+    gpu_->Linear(ToGpu(x), T, w.device.cols, w.ref, row0, n_rows, y, ldy, accumulate);
+    return FromGpu(y, T * ldy);
+  }
+
+  // Which implementation CheckLinear runs: kernels::LinearFp8, or the backend's bf16 cuBLAS
+  // GEMM on fake-quantised activations (threshold 1 token; the default when T reaches it).
+  enum class Path { kKernel, kBackendBf16Gemm, kBackendDefaultThreshold };
+
   void CheckLinear(WeightFormat f, int64_t T, int64_t K, int64_t N, int64_t row0, int64_t n_rows,
-                   int64_t ldy_pad, bool accumulate) {
+                   int64_t ldy_pad, bool accumulate, Path path = Path::kKernel) {
     SCOPED_TRACE(::testing::Message()
                  << model::WeightFormatName(f) << " T=" << T << " K=" << K << " N=" << N << " rows "
                  << row0 << "+" << n_rows << (accumulate ? " accumulate" : "") << " segments "
-                 << kernels::Fp8LinearSegments(n_rows, K));
+                 << kernels::Fp8LinearSegments(n_rows, K) << " path " << static_cast<int>(path));
     const HostWeight w = MakeWeight(f, N, K);
     ASSERT_TRUE(kernels::Fp8LinearApplicable(w.device));
     const int64_t ldy = n_rows + ldy_pad;
@@ -104,39 +123,58 @@ class CudaFp8Test : public CudaVsCpuTest {
     const std::vector<float> y0 = Normal(T * ldy);
     std::vector<float> expected = y0;
     cpu_.Linear(xq.data(), T, K, w.ref, row0, n_rows, expected.data(), ldy, accumulate);
-    const std::vector<float> got = RunLinear(w, row0, n_rows, x, T, y0, ldy, accumulate);
+    const std::vector<float> got =
+        path == Path::kKernel
+            ? RunLinear(w, row0, n_rows, x, T, y0, ldy, accumulate)
+            : RunBackendLinear(
+                  w, row0, n_rows, x, T, y0, ldy, accumulate,
+                  path == Path::kBackendBf16Gemm ? 1 : CudaBackend::kFp8Bf16GemmMinTokens);
     std::vector<int64_t> ids(n_rows);
     for (int64_t i = 0; i < n_rows; ++i) ids[i] = row0 + i;
     std::vector<float> wd(n_rows * K);
     cpu_.GatherRows(w.ref, ids.data(), n_rows, wd.data());
+    const double worst =
+        ExpectWithinBound(got, expected, y0, T, n_rows, ldy, accumulate, [&](int64_t t, int64_t i) {
+          double bound = 0.0;
+          for (int64_t k = 0; k < K; ++k) bound += std::fabs(double(xq[t * K + k]) * wd[i * K + k]);
+          return bound;
+        });
+    std::printf("  %s T=%lld K=%lld rows=%lld: max |err| / sum|xw| = %.3g\n",
+                std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(T),
+                static_cast<long long>(K), static_cast<long long>(n_rows), worst);
+    EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
+  }
+
+  // Per element of y [T, ldy]: a column i < n_cols is within kBoundTol * bound(t, i) (the sum
+  // of |xq w| over its K products) + 2^-22 (|y0| if accumulating + |expected|); a padding
+  // column (i >= n_cols) is bitwise y0. Returns the largest |err| / bound.
+  double ExpectWithinBound(const std::vector<float>& got, const std::vector<float>& expected,
+                           const std::vector<float>& y0, int64_t T, int64_t n_cols, int64_t ldy,
+                           bool accumulate, const std::function<double(int64_t, int64_t)>& bound) {
     int64_t bad = 0;
     double worst = 0.0;
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t i = 0; i < ldy; ++i) {
         const int64_t at = t * ldy + i;
-        if (i >= n_rows) {
+        if (i >= n_cols) {
           if (std::memcmp(&got[at], &y0[at], 4) != 0 && bad++ < 5) {
             ADD_FAILURE() << "pad y[" << t << "," << i << "] changed";
           }
           continue;
         }
-        double bound = 0.0;
-        for (int64_t k = 0; k < K; ++k) bound += std::fabs(double(xq[t * K + k]) * wd[i * K + k]);
+        const double b = bound(t, i);
         const double base = accumulate ? std::fabs(y0[at]) : 0.0;
         const double err = std::fabs(double(got[at]) - double(expected[at]));
-        worst = std::max(worst, err / (bound + 1e-30));
-        const double allowed = kBoundTol * bound + 0x1p-22 * (base + std::fabs(expected[at]));
+        worst = std::max(worst, err / (b + 1e-30));
+        const double allowed = kBoundTol * b + 0x1p-22 * (base + std::fabs(expected[at]));
         if (!(err <= allowed) && bad++ < 5) {
           ADD_FAILURE() << "y[" << t << "," << i << "] = " << got[at] << " expected "
                         << expected[at] << " (|err| " << err << " > " << allowed << ")";
         }
       }
     }
-    std::printf("  %s T=%lld K=%lld rows=%lld: max |err| / sum|xw| = %.3g\n",
-                std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(T),
-                static_cast<long long>(K), static_cast<long long>(n_rows), worst);
     EXPECT_EQ(bad, 0);
-    EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
+    return worst;
   }
 };
 
@@ -165,6 +203,80 @@ TEST_F(CudaFp8Test, QuantizeMatchesFakeQuantBitwise) {
     }
     EXPECT_TRUE(BitExact(got, expected)) << "T " << T << " K " << K;
   }
+}
+
+// QuantizeFp8ActivationsBf16: each output is the bf16 bits of FakeQuant(kFp8Block32Pow2) on
+// the CPU, which must itself be exact in bf16 (low 16 bits zero). Covers K = 32, ldx > K
+// (the padding is not read into the output), an all-zero row, huge and tiny blocks, -0.
+TEST_F(CudaFp8Test, QuantizeBf16MatchesFakeQuantBitwise) {
+  struct Case {
+    int64_t T, K, ldx;
+  };
+  for (const Case c : {Case{1, 32, 32}, Case{3, 32, 40}, Case{37, 256, 300}, Case{5, 5120, 5120}}) {
+    SCOPED_TRACE(::testing::Message() << "T " << c.T << " K " << c.K << " ldx " << c.ldx);
+    std::vector<float> x = Activations(1, (c.T * c.ldx + 31) / 32 * 32);  // row stride ldx
+    for (int i = 0; i < 32; ++i) {
+      x[i] = 3e38f * (i % 2 ? -1.0f : 1.0f) / static_cast<float>(i + 1);  // near FLT_MAX
+    }
+    if (c.T > 1) {
+      std::fill(x.begin() + c.ldx, x.begin() + 2 * c.ldx, 0.0f);  // an all-zero row
+      x[c.ldx + 3] = -0.0f;
+    }
+    if (c.T > 2) {  // tiny values: the 1e-4 amax floor, and values that round to (-)0
+      for (int i = 0; i < 32; ++i) x[2 * c.ldx + i] = (i % 2 ? -1e-30f : 1e-7f) * (i + 1);
+    }
+    std::vector<float> packed(c.T * c.K);  // the CPU reference sees the rows without padding
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::copy_n(x.begin() + t * c.ldx, c.K, packed.begin() + t * c.K);
+    }
+    const std::vector<float> expected = FakeQuantized(packed, c.T, c.K);
+    auto* out = reinterpret_cast<uint16_t*>(PoisonedBytes(c.T * c.K * 2));
+    ASSERT_EQ(kernels::QuantizeFp8ActivationsBf16(ToGpu(x), c.T, c.K, c.ldx, out, gpu_->stream()),
+              cudaSuccess);
+    const std::vector<uint8_t> raw = BytesFromGpu(reinterpret_cast<uint8_t*>(out), c.T * c.K * 2);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < c.T * c.K; ++i) {
+      uint16_t got;
+      std::memcpy(&got, &raw[2 * i], 2);
+      uint32_t want;
+      std::memcpy(&want, &expected[i], 4);
+      ASSERT_EQ(want & 0xFFFFu, 0u) << "FakeQuant value " << expected[i] << " not exact in bf16";
+      const uint32_t decoded_bits = static_cast<uint32_t>(got) << 16;
+      float decoded;
+      std::memcpy(&decoded, &decoded_bits, 4);
+      if ((got != want >> 16 || std::memcmp(&decoded, &expected[i], 4) != 0) && bad++ < 5) {
+        ADD_FAILURE() << "value " << i << ": bf16 " << decoded << " (0x" << std::hex << got
+                      << ") expected " << expected[i] << std::dec << " from x " << packed[i];
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  EXPECT_EQ(kernels::QuantizeFp8ActivationsBf16(nullptr, 1, 48, 48, nullptr, gpu_->stream()),
+            cudaErrorInvalidValue);  // K not a multiple of 32
+}
+
+// The backend's bf16 cuBLAS GEMM on fake-quantised activations (FP8 mode, many tokens):
+// the same bound as LinearFp8 (exact bf16 products, fp32 accumulation in another order).
+TEST_F(CudaFp8Test, LinearBf16GemmMatchesCpu) {
+  for (WeightFormat f :
+       {WeightFormat::kFp8Block32, WeightFormat::kFp8Row32, WeightFormat::kMxFp4}) {
+    CheckLinear(f, 5, 256, 77, 5, 41, 3, true, Path::kBackendBf16Gemm);
+    CheckLinear(f, 100, 2048, 300, 7, 293, 0, false, Path::kBackendBf16Gemm);
+    CheckLinear(f, CudaBackend::kFp8Bf16GemmMinTokens, 1024, 260, 3, 250, 5, true,
+                Path::kBackendDefaultThreshold);
+    CheckLinear(f, 600, 1024, 260, 0, 260, 0, false, Path::kBackendDefaultThreshold);
+  }
+}
+
+// Below the default threshold the backend still runs LinearFp8: bitwise its result.
+TEST_F(CudaFp8Test, LinearBelowBf16ThresholdIsLinearFp8) {
+  const HostWeight w = MakeWeight(WeightFormat::kFp8Block32, 300, 1024);
+  const int64_t T = CudaBackend::kFp8Bf16GemmMinTokens - 1;
+  const std::vector<float> x = Activations(T, 1024);
+  const std::vector<float> y0 = Normal(T * 300);
+  EXPECT_TRUE(
+      BitExact(RunBackendLinear(w, 0, 300, x, T, y0, 300, true, CudaBackend::kFp8Bf16GemmMinTokens),
+               RunLinear(w, 0, 300, x, T, y0, 300, true)));
 }
 
 TEST_F(CudaFp8Test, LinearMatchesCpuAllFormats) {
@@ -209,12 +321,59 @@ TEST_F(CudaFp8Test, LinearGroupedMatchesCpu) {
       std::vector<float> expected(T * groups * R);
       cpu_.LinearGrouped(xq.data(), T, groups * K, K, w.ref, groups, expected.data(), groups * R);
       gpu_->set_fp8_activations(true);
+      gpu_->set_fp8_bf16_gemm_min_tokens(0);  // the grouped FP8 kernel at every T
       float* y = PoisonedFloats(T * groups * R);
       gpu_->LinearGrouped(ToGpu(x), T, groups * K, K, w.ref, groups, y, groups * R);
       const std::vector<float> got = FromGpu(y, T * groups * R);
       EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
       EXPECT_TRUE(AllClose(got, expected, 1e-3, 1e-4 * MaxAbs(expected)));
     }
+  }
+}
+
+// LinearGrouped in the FP8 mode through the bf16 cuBLAS strided-batched GEMM (threshold 1
+// token, and the default threshold at T = 600), ldy padded: the bound of the dense test.
+TEST_F(CudaFp8Test, LinearGroupedBf16GemmMatchesCpu) {
+  struct Case {
+    WeightFormat f;
+    int64_t groups, R, K, T, min_tokens;
+  };
+  std::vector<Case> cases = {
+      {WeightFormat::kFp8Block32, 8, 256, 512, 7, 1},
+      {WeightFormat::kMxFp4, 8, 256, 512, 100, 1},
+      {WeightFormat::kFp8Block32, 4, 128, 1024, 600, CudaBackend::kFp8Bf16GemmMinTokens},
+      {WeightFormat::kMxFp4, 4, 128, 1024, 600, CudaBackend::kFp8Bf16GemmMinTokens},
+  };
+  // 64 Mi weight values: two tiles of 8 groups (the dequantisation scratch holds 32 Mi).
+  if (!SmallOnly()) cases.push_back({WeightFormat::kFp8Block32, 16, 1024, 4096, 2, 1});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << model::WeightFormatName(c.f) << " groups " << c.groups
+                                      << " R " << c.R << " K " << c.K << " T " << c.T);
+    const int64_t K = c.K, R = c.R, cols = c.groups * c.R, ldy = cols + 4;
+    const HostWeight w = MakeWeight(c.f, cols, K);
+    ASSERT_TRUE(kernels::Fp8LinearGroupedApplicable(w.device, c.groups));
+    const std::vector<float> x = Activations(c.T, c.groups * K);
+    const std::vector<float> xq = FakeQuantized(x, c.T, c.groups * K);
+    const std::vector<float> y0 = Normal(c.T * ldy);
+    std::vector<float> expected = y0;
+    cpu_.LinearGrouped(xq.data(), c.T, c.groups * K, K, w.ref, c.groups, expected.data(), ldy);
+    gpu_->set_fp8_activations(true);
+    gpu_->set_batch_invariant(false);
+    gpu_->set_fp8_bf16_gemm_min_tokens(c.min_tokens);
+    float* y = ToGpu(y0);
+    gpu_->LinearGrouped(ToGpu(x), c.T, c.groups * K, K, w.ref, c.groups, y, ldy);
+    const std::vector<float> got = FromGpu(y, c.T * ldy);
+    std::vector<int64_t> ids(cols);
+    for (int64_t i = 0; i < cols; ++i) ids[i] = i;
+    std::vector<float> wd(cols * K);
+    cpu_.GatherRows(w.ref, ids.data(), cols, wd.data());
+    ExpectWithinBound(got, expected, y0, c.T, cols, ldy, false, [&](int64_t t, int64_t i) {
+      const float* xg = &xq[t * c.groups * K + (i / R) * K];
+      double bound = 0.0;
+      for (int64_t k = 0; k < K; ++k) bound += std::fabs(double(xg[k]) * wd[i * K + k]);
+      return bound;
+    });
+    EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
   }
 }
 
@@ -262,6 +421,38 @@ TEST_F(CudaFp8Test, LinearBatchInvariantBitwise) {
       const std::vector<float> got = RunLinear(w, 0, N, x, T, std::vector<float>(T * N), N, false);
       const std::vector<float> tail(all.end() - T * N, all.end());
       EXPECT_TRUE(BitExact(got, tail)) << model::WeightFormatName(f) << " T " << T;
+    }
+  }
+}
+
+// Batch-invariant mode never takes the bf16 GEMM, whatever its threshold: through the
+// backend (Linear and LinearGrouped), a token's row is bitwise the same alone and among 600.
+TEST_F(CudaFp8Test, BackendBatchInvariantKeepsLinearFp8AtLargeT) {
+  const int64_t T = 600, K = 1024, groups = 4, R = 128, N = groups * R;  // N: y's width
+  gpu_->set_fp8_activations(true);
+  gpu_->set_batch_invariant(true);
+  gpu_->set_fp8_bf16_gemm_min_tokens(1);
+  const auto run = [&](const WeightRef& w, const std::vector<float>& x, int64_t n, bool grouped) {
+    float* y = PoisonedFloats(n * N);
+    if (grouped) {
+      gpu_->LinearGrouped(ToGpu(x), n, groups * K, K, w, groups, y, N);
+    } else {
+      gpu_->Linear(ToGpu(x), n, K, w, 0, N, y, N, false);
+    }
+    return FromGpu(y, n * N);
+  };
+  for (WeightFormat f : {WeightFormat::kFp8Block32, WeightFormat::kMxFp4}) {
+    for (bool grouped : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << model::WeightFormatName(f) << (grouped ? " grouped" : ""));
+      const HostWeight w = MakeWeight(f, N, K);
+      const int64_t x_cols = grouped ? groups * K : K;
+      const std::vector<float> x = Activations(T, x_cols);
+      const std::vector<float> all = run(w.ref, x, T, grouped);
+      const std::vector<float> last = run(w.ref, {x.end() - x_cols, x.end()}, 1, grouped);
+      EXPECT_TRUE(BitExact(last, std::vector<float>(all.end() - N, all.end())));
+      const std::vector<float> first = run(w.ref, {x.begin(), x.begin() + x_cols}, 1, grouped);
+      EXPECT_TRUE(BitExact(first, std::vector<float>(all.begin(), all.begin() + N)));
     }
   }
 }
