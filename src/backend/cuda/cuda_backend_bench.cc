@@ -263,6 +263,52 @@ BENCHMARK(BM_SparseAttentionPrefill)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// FP8-mode prefill (CudaBackend takes SparseAttentionPrefill from 64 tokens): T tokens of
+// one sequence, each attending the 128 window rows ending at its own position and
+// n_select selected entries (640 candidates at n_select 512); rows exact bf16 (as the
+// model's fake-quantised rows). FLOPs = 4 T H candidates d (S = q K^T and O = P V).
+// args: tokens, n_select
+void BM_SparseAttentionPrefill(benchmark::State& state) {
+  auto b = Backend(state);
+  if (!b) return;
+  b->set_fp8_activations(true);
+  b->set_batch_invariant(false);
+  const int64_t T = state.range(0), n_select = state.range(1), H = 64, d = 512, W = 128;
+  const int64_t n_window = T + W - 1, n_comp = 4096;
+  std::vector<int32_t> pos(T), wpos(n_window), sel(T * n_select);
+  for (int64_t t = 0; t < T; ++t) pos[t] = 10000 + static_cast<int32_t>(t);
+  for (int64_t i = 0; i < n_window; ++i) wpos[i] = 10000 - static_cast<int32_t>(W - 1 - i);
+  for (int64_t i = 0; i < T * n_select; ++i) sel[i] = static_cast<int32_t>((i * 7919) % n_comp);
+  auto ints = [&](const std::vector<int32_t>& v) {
+    int32_t* p = b->AllocInts(v.size());
+    b->CopyToDevice(p, v.data(), v.size() * 4);
+    return p;
+  };
+  auto bf16_rows = [&](int64_t n, uint64_t seed) {  // normal values truncated to bf16
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> h(n);
+    for (auto& x : h)
+      x = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, dist(rng)) & 0xFFFF0000u);
+    float* p = b->AllocFloats(n);
+    b->CopyToDevice(p, h.data(), n * sizeof(float));
+    return p;
+  };
+  model::SparseAttentionArgs a;
+  a.q = RandomDevice(b.get(), T * H * d, 1), a.q_pos = ints(pos), a.tokens = T, a.heads = H;
+  a.head_dim = d, a.window_kv = bf16_rows(n_window * d, 2), a.window_pos = ints(wpos);
+  a.n_window = n_window, a.window = W, a.comp_kv = bf16_rows(n_comp * d, 3);
+  a.n_comp = n_comp, a.selection = ints(sel), a.n_select = n_select;
+  a.sinks = RandomDevice(b.get(), H, 4), a.scale = 0.044f, a.out = b->AllocFloats(T * H * d);
+  TimeOp(state, b.get(), [&] { b->SparseAttention(a); });
+  state.counters["FLOPs"] = benchmark::Counter(4.0 * T * H * (W + n_select) * d,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SparseAttentionPrefill)
+    ->Args({4096, 512})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // args: tokens, n_keys
 void BM_IndexerTopK(benchmark::State& state) {
   auto b = Backend(state);
