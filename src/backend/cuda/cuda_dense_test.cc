@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -558,6 +559,25 @@ TEST_F(CudaHcMixTest, BitsDoNotDependOnT) {
     std::vector<float> shifted(1 + 17 * width, 0.0f);
     std::copy(x_.begin() + 100 * width, x_.begin() + 117 * width, shifted.begin() + 1);
     EXPECT_TRUE(MixBitExact(Gpu(ToGpu(shifted) + 1, 17), all.Rows(100, 17, hc)));
+  }
+}
+
+// Device time per HcMix call at the V4.1 shape (hc 4, D 5120) for T = 1, 32, 4096. Run on
+// the GPU machine: cuda_backend_test --gtest_also_run_disabled_tests
+// --gtest_filter='CudaHcMixTest.DISABLED_Bench'. Expected: a few us at T = 1 and 32 (two
+// launches), ~0.15-0.2 ms at T = 4096 (the former split kernel: ~17 us and ~1 ms).
+TEST_F(CudaHcMixTest, DISABLED_Bench) {
+  const int64_t hc = 4, D = 5120;
+  MakeSite(4096, hc, D);
+  for (int64_t T : {1, 32, 4096}) {
+    float *pre = PoisonedFloats(T * hc), *post = PoisonedFloats(T * hc),
+          *comb = PoisonedFloats(T * hc * hc);
+    const double us = DeviceMicrosPerCall(
+        [&] { gpu_->HcMix(gx_, T, hc, D, gw_, 1e-20f, 1e-6f, 20, pre, post, comb); });
+    std::printf("HcMix T=%lld hc=%lld D=%lld: %.2f us/call (x at %.0f GB/s)\n",
+                static_cast<long long>(T), static_cast<long long>(hc), static_cast<long long>(D),
+                us, T * hc * D * 4 / us / 1e3);
+    EXPECT_GT(us, 0.0);
   }
 }
 
