@@ -268,15 +268,19 @@ TEST_F(CudaFp8Test, LinearBf16GemmMatchesCpu) {
   }
 }
 
-// Below the default threshold the backend still runs LinearFp8: bitwise its result.
-TEST_F(CudaFp8Test, LinearBelowBf16ThresholdIsLinearFp8) {
-  const HostWeight w = MakeWeight(WeightFormat::kFp8Block32, 300, 1024);
-  const int64_t T = CudaBackend::kFp8Bf16GemmMinTokens - 1;
-  const std::vector<float> x = Activations(T, 1024);
-  const std::vector<float> y0 = Normal(T * 300);
-  EXPECT_TRUE(
-      BitExact(RunBackendLinear(w, 0, 300, x, T, y0, 300, true, CudaBackend::kFp8Bf16GemmMinTokens),
-               RunLinear(w, 0, 300, x, T, y0, 300, true)));
+// The routing at the default threshold: one token below it the backend runs LinearFp8
+// (bitwise its result); at it, the bf16 GEMM (another fp32 summation order over K = 1024:
+// some of the 153600 outputs differ in their last bits).
+TEST_F(CudaFp8Test, LinearTakesBf16GemmFromThreshold) {
+  const int64_t K = 1024, N = 300, T0 = CudaBackend::kFp8Bf16GemmMinTokens;
+  const HostWeight w = MakeWeight(WeightFormat::kFp8Block32, N, K);
+  for (int64_t T : {T0 - 1, T0}) {
+    const std::vector<float> x = Activations(T, K);
+    const std::vector<float> y0 = Normal(T * N);
+    const bool same = static_cast<bool>(BitExact(RunBackendLinear(w, 0, N, x, T, y0, N, true, T0),
+                                                 RunLinear(w, 0, N, x, T, y0, N, true)));
+    EXPECT_EQ(same, T < T0) << "T " << T;
+  }
 }
 
 TEST_F(CudaFp8Test, LinearMatchesCpuAllFormats) {
@@ -374,6 +378,12 @@ TEST_F(CudaFp8Test, LinearGroupedBf16GemmMatchesCpu) {
       return bound;
     });
     EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
+    // The grouped FP8 kernel (threshold 0 = never) sums in another order: not bitwise equal,
+    // so the result above came from the bf16 GEMM.
+    gpu_->set_fp8_bf16_gemm_min_tokens(0);
+    float* y_kernel = ToGpu(y0);
+    gpu_->LinearGrouped(ToGpu(x), c.T, c.groups * K, K, w.ref, c.groups, y_kernel, ldy);
+    EXPECT_FALSE(BitExact(FromGpu(y_kernel, c.T * ldy), got));
   }
 }
 
