@@ -394,6 +394,11 @@ TEST(AttnPrefillApplicable, Shapes) {
   EXPECT_TRUE(kernels::SparseAttentionPrefillApplicable(a));
   a.comp_kv = rows + 2;
   EXPECT_FALSE(kernels::SparseAttentionPrefillApplicable(a));
+  a.comp_kv = rows;
+  a.out = rows + 1;  // float2 stores need 8-byte alignment
+  EXPECT_FALSE(kernels::SparseAttentionPrefillApplicable(a));
+  a.out = rows + 2;
+  EXPECT_TRUE(kernels::SparseAttentionPrefillApplicable(a));
 }
 
 }  // namespace

@@ -189,18 +189,31 @@ __device__ __forceinline__ void ScoreChunk(const Smem& s, int64_t d, int tile, i
   const int ksteps = static_cast<int>(d / 16);
   const uint16_t* q_row = s.q + (16 * tile + mrow + 8 * (mat & 1)) * rs + 8 * (mat >> 1);
   const uint16_t* k_row = s.kv + (16 * half + mrow + 8 * (mat >> 1)) * rs + 8 * (mat & 1);
+  // Even and odd k-steps accumulate separately (four independent MMA chains per warp),
+  // then add: ksteps is a multiple of 4.
+  float odd[2][4];
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f, odd[n][i] = 0.0f;
   }
-#pragma unroll 4
-  for (int ks = 0; ks < ksteps; ++ks) {
-    uint32_t a[4], b[4];
-    LdMatrixX4(a, q_row + 16 * ks);
-    LdMatrixX4(b, k_row + 16 * ks);
-    MmaBf16(acc[0], a, b[0], b[1]);
-    MmaBf16(acc[1], a, b[2], b[3]);
+#pragma unroll 2
+  for (int ks = 0; ks < ksteps; ks += 2) {
+    uint32_t a[2][4], b[2][4];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      LdMatrixX4(a[k], q_row + 16 * (ks + k));
+      LdMatrixX4(b[k], k_row + 16 * (ks + k));
+    }
+    MmaBf16(acc[0], a[0], b[0][0], b[0][1]);
+    MmaBf16(acc[1], a[0], b[0][2], b[0][3]);
+    MmaBf16(odd[0], a[1], b[1][0], b[1][1]);
+    MmaBf16(odd[1], a[1], b[1][2], b[1][3]);
+  }
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] += odd[n][i];
   }
 }
 
@@ -393,7 +406,8 @@ bool SparseAttentionPrefillApplicable(const model::SparseAttentionArgs& a) {
          a.heads / kAttnPrefillHeadsPerBlock <= 65535 && a.head_dim >= 64 && a.head_dim % 64 == 0 &&
          a.head_dim <= kAttnPrefillMaxHeadDim && a.tokens >= 0 && a.tokens <= 0x7fffffff &&
          a.n_select >= 0 && a.n_window >= 0 && a.n_comp >= 0 &&
-         (a.n_window == 0 || Aligned16(a.window_kv)) && (a.n_comp == 0 || Aligned16(a.comp_kv));
+         (a.n_window == 0 || Aligned16(a.window_kv)) && (a.n_comp == 0 || Aligned16(a.comp_kv)) &&
+         (reinterpret_cast<uintptr_t>(a.out) & 7u) == 0;  // float2 stores
 }
 
 cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* error_word,

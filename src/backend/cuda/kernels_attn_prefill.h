@@ -27,7 +27,8 @@ inline constexpr int64_t kAttnPrefillMaxHeadDim = 512;
 
 // True if SparseAttentionPrefill handles `args`: heads a positive multiple of 64 (at most
 // 64 * 65535), head_dim a multiple of 64 in [64, 512], tokens in [0, 2^31), n_select,
-// n_window, n_comp >= 0, window_kv / comp_kv 16-byte aligned (when they have rows).
+// n_window, n_comp >= 0, window_kv / comp_kv 16-byte aligned (when they have rows), out
+// 8-byte aligned.
 // Host-side check only; the arrays are not read.
 bool SparseAttentionPrefillApplicable(const model::SparseAttentionArgs& args);
 
