@@ -13,12 +13,14 @@
 //     missed or extra row (~1 / sqrt(candidates) relative);
 //   * a clean error word, and bitwise the same output when run twice (deterministic).
 //
-// Filter: --gtest_filter='CudaAttentionPrefillTest.*:AttnPrefill*.*'.
+// Filter: --gtest_filter='CudaAttentionPrefillTest.*:AttnPrefill*.*'; the timing:
+// --gtest_also_run_disabled_tests --gtest_filter='AttnPrefillBench.DISABLED_V41Prefill'.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -358,6 +360,52 @@ TEST_F(CudaAttentionPrefillTest, BackendDispatch) {
   gpu_->set_batch_invariant(true);
   EXPECT_TRUE(BitExact(backend_out(), mma));
   EXPECT_EQ(FromGpu(err, 1)[0], 0);
+}
+
+// Device time per call at the V4.1 prefill shape (64 heads x 512, T = 4096, each token
+// attending the 128 window rows ending at its position and 512 selected entries of 1024:
+// 640 candidates), SparseAttentionPrefill against SparseAttentionMma(bf16_rounded). Both
+// outputs must agree to the P rounding of each (~1.1e-3 relative L2 each). Run with
+// --gtest_also_run_disabled_tests --gtest_filter='AttnPrefillBench.*'.
+class AttnPrefillBench : public CudaVsCpuTest {};
+
+TEST_F(AttnPrefillBench, DISABLED_V41Prefill) {
+  const int64_t T = 4096, heads = 64, d = 512, window = 128, n_select = 512, n_comp = 1024;
+  const int64_t n_window = T + window - 1;
+  std::vector<int32_t> q_pos(T), window_pos(n_window);
+  for (int64_t t = 0; t < T; ++t) q_pos[t] = static_cast<int32_t>(10000 + t);
+  for (int64_t i = 0; i < n_window; ++i) {
+    window_pos[i] = static_cast<int32_t>(10000 - (window - 1) + i);
+  }
+  std::vector<float> kv = Normal(n_window * d), comp = Normal(n_comp * d);
+  cpu_.FakeQuant(kv.data(), n_window, d, d, FakeQuantKind::kFp8Block32Pow2);
+  cpu_.FakeQuant(comp.data(), n_comp, d, d, FakeQuantKind::kFp4Block16E4m3);
+  model::SparseAttentionArgs a;
+  a.q = ToGpu(Normal(T * heads * d)), a.q_pos = ToGpu(q_pos), a.tokens = T, a.heads = heads;
+  a.head_dim = d, a.window_kv = ToGpu(kv), a.window_pos = ToGpu(window_pos);
+  a.n_window = n_window, a.window = window, a.comp_kv = ToGpu(comp), a.n_comp = n_comp;
+  a.selection = ToGpu(Ints(T * n_select, 0, static_cast<int32_t>(n_comp - 1)));
+  a.n_select = n_select, a.sinks = ToGpu(Normal(heads)), a.scale = 0.044f;
+  a.out = PoisonedFloats(T * heads * d);
+  int* err = reinterpret_cast<int*>(ToGpu(std::vector<int32_t>{0}));
+  ASSERT_TRUE(kernels::SparseAttentionPrefillApplicable(a));
+  const double prefill_us = DeviceMicrosPerCall(
+      [&] { EXPECT_EQ(kernels::SparseAttentionPrefill(a, err, gpu_->stream()), cudaSuccess); });
+  const std::vector<float> prefill = FromGpu(a.out, T * heads * d);
+  const double mma_us = DeviceMicrosPerCall([&] {
+    EXPECT_EQ(kernels::SparseAttentionMma(a, err, gpu_->stream(), /*bf16_rounded=*/true),
+              cudaSuccess);
+  });
+  const std::vector<float> mma = FromGpu(a.out, T * heads * d);
+  EXPECT_EQ(FromGpu(reinterpret_cast<int32_t*>(err), 1)[0], 0);
+  EXPECT_TRUE(RelL2Close(prefill, mma, 6e-3));
+  const double flops = 4.0 * T * heads * (window + n_select) * d;
+  std::printf(
+      "SparseAttention V4.1 prefill T=%lld x %lld candidates: prefill %.1f us (%.1f TFLOP/s), "
+      "mma bf16 %.1f us (%.1f TFLOP/s), speed-up %.2fx\n",
+      static_cast<long long>(T), static_cast<long long>(window + n_select), prefill_us,
+      flops / prefill_us / 1e6, mma_us, flops / mma_us / 1e6, mma_us / prefill_us);
+  EXPECT_GT(prefill_us, 0.0);
 }
 
 // Which shapes the kernel takes (host-only).
