@@ -133,6 +133,8 @@ base::Status CudaBackend::Init() {
   fp8_activations_ = fp8 != nullptr && std::strcmp(fp8, "0") != 0;
   fp8_bf16_gemm_min_tokens_ =
       TokensFromEnv("DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS", kFp8Bf16GemmMinTokens);
+  experts_bf16_min_tokens_ =
+      TokensFromEnv("DEEPINFER_EXPERTS_BF16_MIN_TOKENS", kExpertsBf16MinTokens);
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
   if (invariant != nullptr && std::strcmp(invariant, "0") != 0) set_batch_invariant(true);
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}{}", device_, prop.name,

@@ -111,6 +111,12 @@ class CudaBackend final : public model::Backend {
   // kFp8Bf16GemmMinTokens; DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS=<t> at creation, 0 = never).
   static constexpr int64_t kFp8Bf16GemmMinTokens = 512;
   void set_fp8_bf16_gemm_min_tokens(int64_t t) { fp8_bf16_gemm_min_tokens_ = t; }
+  // FP8-activation mode, not batch-invariant: RoutedExperts with at least `t` tokens runs
+  // kernels::RoutedExpertsBf16 (block scales folded into bf16 operands, one fp32 sum over K)
+  // instead of kernels::RoutedExpertsFp8 where it applies (default kExpertsBf16MinTokens;
+  // DEEPINFER_EXPERTS_BF16_MIN_TOKENS=<t> at creation, 0 = never).
+  static constexpr int64_t kExpertsBf16MinTokens = 2048;
+  void set_experts_bf16_min_tokens(int64_t t) { experts_bf16_min_tokens_ = t; }
   // Batch-invariant mode (backend::BackendOptions): no kernel is chosen by token count. Linear
   // skips the one-row GEMV and runs the tensor-core path in slices of at most 64 tokens,
   // HcMix runs the split kernel in slices of 64, RoutedExperts the grouped kernels in
@@ -302,7 +308,9 @@ class CudaBackend final : public model::Backend {
   // The kernels' view of a RoutedExperts call on a cached expert table.
   kernels::RoutedExpertsLaunch ExpertsLaunch(const model::RoutedExpertsArgs& args,
                                              const ExpertTable& table) const;
-  // RoutedExperts in the FP8-activation mode (kernels::RoutedExpertsFp8).
+  // RoutedExperts in the FP8-activation mode (kernels::RoutedExpertsFp8, or
+  // kernels::RoutedExpertsBf16 from experts_bf16_min_tokens_ tokens outside batch-invariant
+  // mode).
   void RoutedExpertsFp8(const model::RoutedExpertsArgs& args, const ExpertTable& table);
   base::StatusOr<ExpertTable> BuildExpertTable(const model::RoutedExpertsArgs& args);
   void FreeExpertTables();
@@ -320,6 +328,7 @@ class CudaBackend final : public model::Backend {
   int64_t mma_max_tokens_ = 0;            // set in Init(); LinearMma above the GEMV up to this
   bool fp8_activations_ = false;          // set in Init(); the FP8-activation fast mode
   int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
+  int64_t experts_bf16_min_tokens_ = 0;   // set in Init(); RoutedExpertsBf16 (0 = never)
   bool batch_invariant_ = false;          // set in Init(); set_batch_invariant
 
   // Set in Init(); SparseAttentionPrefill from this many tokens (FP8 mode; 0 = never).

@@ -246,6 +246,15 @@ kernels::RoutedExpertsLaunch CudaBackend::ExpertsLaunch(const model::RoutedExper
 
 void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, const ExpertTable& table) {
   const kernels::RoutedExpertsLaunch launch = ExpertsLaunch(a, table);
+  if (!batch_invariant_ && experts_bf16_min_tokens_ > 0 && a.T >= experts_bf16_min_tokens_ &&
+      kernels::RoutedExpertsBf16Applicable(table.up_format, table.down_format, a.D, table.I, a.T,
+                                           a.k, a.n_experts)) {
+    void* scratch = TempBytes(static_cast<size_t>(
+        kernels::RoutedExpertsBf16ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts)));
+    if (scratch == nullptr) return;
+    Check(kernels::RoutedExpertsBf16(launch, scratch, stream_), "RoutedExperts (bf16)");
+    return Done("RoutedExperts");
+  }
   void* scratch = TempBytes(static_cast<size_t>(
       kernels::RoutedExpertsFp8ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts)));
   if (scratch == nullptr) return;

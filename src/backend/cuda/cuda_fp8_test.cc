@@ -42,12 +42,14 @@ struct HostWeight {
 
 class CudaFp8Test : public CudaVsCpuTest {
  protected:
-  HostWeight MakeWeight(WeightFormat f, int64_t rows, int64_t cols) {
+  // MXFP4 scale bytes are drawn from [fp4_scale_lo, fp4_scale_hi].
+  HostWeight MakeWeight(WeightFormat f, int64_t rows, int64_t cols, int fp4_scale_lo = 118,
+                        int fp4_scale_hi = 124) {
     HostWeight w;
     const int64_t cb = cols / 32;
     if (f == WeightFormat::kMxFp4) {
       w.data = Bytes(rows * cols / 2, 0, 255);
-      w.scale = Bytes(rows * cb, 118, 124);
+      w.scale = Bytes(rows * cb, fp4_scale_lo, fp4_scale_hi);
     } else {
       w.data = Fp8Bytes(rows * cols);
       w.scale = Bytes((f == WeightFormat::kFp8Block32 ? (rows + 31) / 32 : rows) * cb, 112, 124);
@@ -477,17 +479,18 @@ class CudaFp8ExpertsTest : public CudaFp8Test {
     int64_t D = 0, I = 0;
   };
 
-  Experts MakeExperts(int64_t n, WeightFormat f, int64_t D, int64_t I) {
+  Experts MakeExperts(int64_t n, WeightFormat f, int64_t D, int64_t I, int scale_lo = 118,
+                      int scale_hi = 124) {
     Experts ex;
     ex.D = D, ex.I = I;
     ex.mats.reserve(3 * n);
     for (int64_t e = 0; e < n; ++e) {
       ExpertWeights w;
-      ex.mats.push_back(MakeWeight(f, I, D));
+      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
       w.w1 = ex.mats.back().ref;
-      ex.mats.push_back(MakeWeight(f, D, I));
+      ex.mats.push_back(MakeWeight(f, D, I, scale_lo, scale_hi));
       w.w2 = ex.mats.back().ref;
-      ex.mats.push_back(MakeWeight(f, I, D));
+      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
       w.w3 = ex.mats.back().ref;
       w.w1.name = std::to_string(e) + ".w1";
       w.w2.name = std::to_string(e) + ".w2";
@@ -578,6 +581,87 @@ TEST_F(CudaFp8ExpertsTest, RealV41ShapeDecode) {
   const std::vector<float> weights = Uniform(T * k, 0.05f, 0.5f);
   const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
   EXPECT_TRUE(RelL2Close(RunGpu(ex, x, T, ids, weights, k, 7.0f), expected, 5e-3));
+}
+
+// --- routed experts on bf16 tensor cores (k_moe_bf16.cu) ----------------------------------
+
+// The bf16 path (from 1 token here) matches the reference on fake-quantised operands, for
+// item widths 64 (T 40: ~15 pairs per expert) and 128 (T 600), with MXFP4 scale bytes that
+// reach both dequantisation branches (S <= 128 and S > 128) and outputs far from 1; it is
+// not the FP8 tile's result (a different fp32 summation), and it repeats bitwise.
+TEST_F(CudaFp8ExpertsTest, Bf16PathMatchesCpuReference) {
+  for (const auto& [lo, hi] : {std::pair{118, 124}, std::pair{100, 140}}) {
+    const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384, lo, hi);
+    for (int64_t T : {40, 100, 600}) {
+      SCOPED_TRACE(::testing::Message() << "scales " << lo << ".." << hi << " T " << T);
+      const int64_t k = 6;
+      const std::vector<float> x = Normal(T * ex.D, 4.0f);
+      const std::vector<int32_t> ids = Route(T, k, 16);
+      const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+      const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
+      gpu_->set_experts_bf16_min_tokens(0);
+      const std::vector<float> tile = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      gpu_->set_experts_bf16_min_tokens(1);
+      const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      const std::vector<float> again = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+      EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
+      EXPECT_TRUE(AllClose(got, expected, 2e-2, 2e-2 * MaxAbs(expected)));
+      EXPECT_FALSE(BitExact(got, tile)) << "the bf16 path did not run";
+      EXPECT_TRUE(BitExact(got, again));
+    }
+  }
+}
+
+// Within the bf16 path a token's row does not depend on the other tokens or on the item
+// width (T 600: items of 128 pairs; T 100 and 8: 64).
+TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t k = 6, T = 600;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  gpu_->set_experts_bf16_min_tokens(1);
+  const std::vector<float> all = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  for (int64_t n : {8, 100}) {
+    const std::vector<float> xs(x.end() - n * ex.D, x.end());
+    const std::vector<int32_t> is(ids.end() - n * k, ids.end());
+    const std::vector<float> ws(weights.end() - n * k, weights.end());
+    const std::vector<float> got = RunGpu(ex, xs, n, is, ws, k, 7.0f);
+    EXPECT_TRUE(BitExact(got, std::vector<float>(all.end() - n * ex.D, all.end()))) << n;
+  }
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+}
+
+// Batch-invariant mode never takes the bf16 path: the FP8 tile's bits at any threshold.
+TEST_F(CudaFp8ExpertsTest, BatchInvariantModeKeepsFp8Tile) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t k = 6, T = 100;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  gpu_->set_experts_bf16_min_tokens(0);
+  const std::vector<float> tile = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  gpu_->set_experts_bf16_min_tokens(1);
+  gpu_->set_batch_invariant(true);
+  const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  gpu_->set_batch_invariant(false);
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+  EXPECT_TRUE(BitExact(got, tile));
+}
+
+TEST_F(CudaFp8ExpertsTest, Bf16PathRealV41Shape) {
+  if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  const Experts ex = MakeExperts(24, WeightFormat::kMxFp4, 5120, 2304);
+  const int64_t T = 64, k = 6;
+  const std::vector<float> x = Normal(T * ex.D);
+  const std::vector<int32_t> ids = Route(T, k, 24);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 0.5f);
+  const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
+  gpu_->set_experts_bf16_min_tokens(1);
+  const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+  EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
 }
 
 // The error is sticky in the backend, so this test runs on a backend of its own.

@@ -1,3 +1,441 @@
-// Routed experts at prefill in FP8-activation mode on bf16 tensor cores (kernels_fp8.h).
-// (Being written.)
+// Routed experts for prefill-sized batches in FP8-activation mode, on bf16 tensor cores
+// (kernels_fp8.h: RoutedExpertsBf16).
+//
+// Numerics. The FP8 mode's operands are exact in bf16: an activation is an e4m3 value times
+// a power-of-two block scale (kFp8Block32Pow2) and an MXFP4 weight is an e2m1 value times
+// a ue8m0 block scale, and bf16 holds every such product (8 exponent bits, the 3 or 1
+// mantissa bits fit in 7). So the block scales are folded into the operands once
+// (activations when they are quantised, weights when a tile is dequantised into shared
+// memory) and each output is ONE fp32 tensor-core sum over all of K (mma.sync m16n8k16
+// bf16), with no per-32-value partials and fp32 promotions: the promotions made the FP8
+// tile (fp8_gemm_core.cuh) issue-bound at prefill (Hopper has no FP8 mma.sync, and a
+// 32-value block scale on both sides costs two fp32 ops per output per block, as much as the
+// MMA). The ceiling is the bf16 rate (~half the FP8 dense rate), which this reaches at
+// ~60-80% (estimate below); the FP8 tile reached ~10% of it at prefill. The results differ
+// from RoutedExpertsFp8 only by fp32 rounding of the sums; they do not depend on the tile
+// shape, but they do differ from the FP8 tile path, which serves small T, so the backend
+// uses this path only outside batch-invariant mode.
+//
+// K order. Each group of 8 consecutive K values is stored permuted as 0 4 1 5 2 6 3 7 on
+// both sides (weights by the dequantisation, which pairs nibbles k and k + 4 of a 32-bit
+// word into one bf16x2 so that both sign bits move by the same shift; activations by their
+// quantisation kernels), so the MMA sums the same products.
+//
+// Weight dequantisation: nibble s|e1 e0|m placed as the bf16 bits s<<15 | (e1 e0 m)<<6 is
+// the e2m1 value times 2^-126 (0.5 lands on the subnormal 2^-127); one bf16x2 multiply by
+// 2^(S - 1) (S the ue8m0 byte; two multiplies when S > 128) gives value * 2^(S - 127)
+// exactly.
+//
+// Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
+// per expert): 1.74 TFLOP per layer; every expert's 18.8 MB read once per 64-pair item
+// (7.2 GB, 1.6 ms at 4.5 TB/s). Per block and 64-value stage, 8 warps: 128 rows x BN tokens
+// x 64 = 32 (BN 64) or 64 (BN 128) MMAs per warp against ~110 dequantisation instructions
+// per thread (32 weights) and 16 + 2 BN/32 ldmatrix: at BN 64 issue-bound near ~75% of the
+// mma.sync rate (~650 TFLOP/s), at BN 128 tensor-bound. Expected ~400 TFLOP/s: ~4.4 ms per
+// layer (the FP8 tile: 15.5 ms).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels_fp8.h"
+#include "backend/cuda/kernels_moe.h"
+#include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/moe_groups.cuh"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+using model::WeightFormat;
+using moe_groups::CountPairsKernel;
+using moe_groups::FillGroupsKernel;
+using moe_groups::Item;
+using moe_groups::kGroupThreads;
+using moe_groups::MaxItems;
+
+constexpr int kThreads = 256;                  // 8 warps: 2 (rows) x 4 (tokens)
+constexpr int kBM = 128;                       // weight rows per block
+constexpr int kBK = 64;                        // K values per stage (two MXFP4 scale blocks)
+constexpr int kStages = 4;                     // cp.async ring depth
+constexpr int kRowStride = kBK + 8;            // bf16 per smem row (144 B: ldmatrix conflict-free)
+constexpr int kWRawBytes = kBM * kBK / 2;      // e2m1 bytes per stage
+constexpr int kWScaleBytes = kBM * 4;          // one aligned 4-byte scale word per row
+constexpr int kABytes = kBM * kRowStride * 2;  // the dequantised bf16 weight tile
+
+template <int kBN>
+struct Shape {
+  static_assert(kBN == 64 || kBN == 128, "two or four n8 tiles per warp");
+  static constexpr int kNT = kBN / 32;  // n8 tiles per warp
+  static constexpr int kXBytes = kBN * kRowStride * 2;
+  static constexpr int kStageBytes = kWRawBytes + kWScaleBytes + kXBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kABytes;
+};
+
+struct Scratch {
+  int64_t xb = 0, hb = 0, gu = 0, out = 0, order = 0, counts = 0, items = 0, n_items = 0;
+  int64_t total = 0;
+};
+
+Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, int bn) {
+  const int64_t P = T * k;
+  Scratch s;
+  int64_t at = 0;
+  auto take = [&](int64_t bytes) {
+    const int64_t here = at;
+    at += AlignUp16(bytes);
+    return here;
+  };
+  s.xb = take(T * D * 2);
+  s.hb = take(P * I * 2);
+  s.gu = take(P * 2 * I * 4);
+  s.out = take(P * D * 4);
+  s.order = take(P * 4);
+  s.counts = take(n_experts * 4);
+  s.items = take(MaxItems(P, n_experts, bn) * static_cast<int64_t>(sizeof(Item)));
+  s.n_items = take(4);
+  s.total = at;
+  return s;
+}
+
+int TokensPerItem(int64_t T, int64_t k, int64_t n_experts) {
+  const int64_t mean = (T * k + n_experts - 1) / n_experts;
+  return mean + mean / 4 <= 64 ? 64 : 128;
+}
+
+// --- activation quantisation ---------------------------------------------------------
+
+// Stored position of value j (0..31) of a 32-value block: groups of 8 as 0 4 1 5 2 6 3 7.
+__device__ __forceinline__ int PermutedBf16Index(int j) {
+  const int n = j & 7;
+  return (j & ~7) + (n < 4 ? 2 * n : 2 * (n - 4) + 1);
+}
+
+// The whole warp quantises one 32-value block (lane l holds value l) and stores the bf16
+// bits of the kFp8Block32Pow2 values (exact in bf16) at block[PermutedBf16Index(l)].
+__device__ __forceinline__ void StoreBf16Block(float v, uint16_t* block) {
+  float scale;
+  const uint8_t byte = fp8::QuantizeLaneE4m3(v, &scale);
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(byte, __NV_E4M3);
+  const float value = __half2float(__half(h)) * scale;
+  block[PermutedBf16Index(static_cast<int>(threadIdx.x % 32))] =
+      __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
+
+// xb [rows, K] (permuted bf16) = the quantised x [rows, K] (row stride K); one warp per block.
+__global__ void __launch_bounds__(kThreads)
+    QuantizeRowsBf16Kernel(const float* x, int64_t rows, int64_t K, uint16_t* xb) {
+  const int lane = threadIdx.x % 32;
+  const int64_t blocks = rows * (K / 32);
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  for (int64_t b = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32; b < blocks; b += warps) {
+    StoreBf16Block(x[b * 32 + lane], xb + b * 32);
+  }
+}
+
+// hb [P, I] (permuted bf16) = quantised SwiGLU(g, u) * weight of pair p (gu [P, 2I]).
+__global__ void __launch_bounds__(kThreads)
+    SwiGluBf16Kernel(const float* gu, const float* weights, int64_t P, int64_t I, float limit,
+                     uint16_t* hb) {
+  const int lane = threadIdx.x % 32;
+  const int64_t per_row = I / 32;
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  for (int64_t b = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32; b < P * per_row;
+       b += warps) {
+    const int64_t p = b / per_row, c = (b % per_row) * 32 + lane;
+    const float h = SwiGluValue(gu[p * 2 * I + c], gu[p * 2 * I + I + c], limit) * weights[p];
+    StoreBf16Block(h, hb + p * I + (c - lane));
+  }
+}
+
+// --- the expert GEMM -------------------------------------------------------------------
+
+// Nibbles k and k + 4 of w as a bf16x2 (k in the low half) of their e2m1 values * 2^-126.
+__device__ __forceinline__ uint32_t E2m1PairBits(uint32_t w, int k) {
+  const uint32_t t = (w >> (4 * k)) & 0x000F000Fu;
+  return ((t & 0x00070007u) << 6) | ((t & 0x00080008u) << 12);
+}
+
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// 32 e2m1 values (16 bytes, value j in nibble j) times 2^(S - 127) as 32 bf16 in the
+// permuted order, written to dst (16-byte aligned shared memory).
+__device__ __forceinline__ void DequantE2m1x32(uint4 raw, uint32_t S, uint16_t* dst) {
+  // 2^(S - 1) as bf16x2 when S <= 128 (biased exponent S + 126); else 2^126, then 2^(S - 127).
+  const bool one_step = S <= 128;
+  const uint32_t f1 = one_step ? (S + 126) << 7 : 253u << 7;
+  const uint32_t f1x2 = f1 | (f1 << 16), f2x2 = (S << 7) | (S << 23);
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint4 out;
+    uint32_t* o = &out.x;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint32_t v = MulBf16x2(E2m1PairBits(words[q], k), f1x2);
+      if (!one_step) v = MulBf16x2(v, f2x2);
+      o[k] = v;
+    }
+    *reinterpret_cast<uint4*>(dst + 8 * q) = out;
+  }
+}
+
+struct GemmArgs {
+  const ExpertPointers* table;
+  bool up;  // gate/up ([W1; W3] x xb rows of tokens) or down (W2 x hb rows of pairs)
+  int64_t D, I, k;
+  const uint16_t* act;  // permuted bf16 [*, K]
+  const int32_t* order;
+  const Item* items;
+  const int32_t* n_items;
+  float* out;  // [P, n_rows]
+};
+
+// Shared-memory slices of ring slot `slot`.
+struct StageSmem {
+  uint8_t* w;
+  uint8_t* s;
+  uint16_t* x;
+};
+
+template <int kBN>
+__device__ __forceinline__ StageSmem SlotAt(char* smem, int slot) {
+  char* base = smem + slot * Shape<kBN>::kStageBytes;
+  return {reinterpret_cast<uint8_t*>(base), reinterpret_cast<uint8_t*>(base + kWRawBytes),
+          reinterpret_cast<uint16_t*>(base + kWRawBytes + kWScaleBytes)};
+}
+
+template <int kBN>
+__global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  using S = Shape<kBN>;
+  constexpr int kNT = S::kNT;
+  constexpr int kXChunks = kBN * (kBK * 2 / 16);  // 16-byte activation copies a stage
+  constexpr int kNX = (kXChunks + kThreads - 1) / kThreads;
+  if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
+  const Item item = a.items[blockIdx.y];
+  const ExpertPointers& ep = a.table[item.expert];
+  const int tid = threadIdx.x;
+  const int64_t n_rows = a.up ? 2 * a.I : a.D, part_rows = a.up ? a.I : a.D;
+  const int64_t K = a.up ? a.D : a.I, kblocks = K / 32;
+  const int64_t v0 = int64_t{blockIdx.x} * kBM;
+  const int32_t* act_rows = a.order + item.start;
+  const int act_div = a.up ? static_cast<int>(a.k) : 1;
+  const int m0 = a.up ? 0 : 1, m1 = a.up ? 2 : 1;
+
+  // Copy plan. Weight bytes: thread tid copies 16 bytes of row tid / 2 (half tid % 2) and
+  // later dequantises exactly them. Scales: thread tid < 128 copies the aligned word that
+  // holds row tid's two scale bytes of the stage (kblocks is even and the scale base 4-byte
+  // aligned, so a row's scales start at byte 0 or 2 of a word and a stage's pair never
+  // straddles two words). Activations: 16-byte chunks of the item's token rows.
+  auto row_of = [&](int64_t v, int* part) {
+    *part = v >= part_rows ? 1 : 0;
+    return *part ? v - part_rows : v;
+  };
+  const uint8_t* w_src = nullptr;
+  const uint8_t* s_src = nullptr;
+  int dq_lead = 0;  // byte offset of the dequantised row's first scale in its aligned word
+  if (v0 + tid / 2 < n_rows) {
+    int part = 0;
+    const int64_t row = row_of(v0 + tid / 2, &part);
+    w_src = static_cast<const uint8_t*>(ep.data[part ? m1 : m0]) + row * (K / 2) + (tid % 2) * 16;
+    dq_lead =
+        static_cast<int>(reinterpret_cast<uintptr_t>(ep.scale[part ? m1 : m0] + row * kblocks) & 3);
+  }
+  int s_lead = 0;
+  if (tid < kBM && v0 + tid < n_rows) {
+    int part = 0;
+    const int64_t row = row_of(v0 + tid, &part);
+    const uint8_t* first = ep.scale[part ? m1 : m0] + row * kblocks;
+    s_lead = static_cast<int>(reinterpret_cast<uintptr_t>(first) & 3);
+    s_src = first - s_lead;
+  }
+  const uint16_t* x_src[kNX];
+  uint32_t x_dst[kNX];
+#pragma unroll
+  for (int i = 0; i < kNX; ++i) {
+    const int c = tid + i * kThreads;
+    const int n = c / (kBK * 2 / 16), chunk = c % (kBK * 2 / 16);
+    const bool ok = c < kXChunks && n < item.count;
+    x_src[i] = ok ? a.act + int64_t{act_rows[n] / act_div} * K + chunk * 8 : nullptr;
+    x_dst[i] = static_cast<uint32_t>((n * kRowStride + chunk * 8) * 2);
+  }
+  const unsigned smem_base = mma::SharedAddress(smem);
+  // Copies of K stage st into ring slot `slot`. Rows past the job are not copied: their
+  // stale shared bytes reach only accumulator rows / token columns that are never stored.
+  auto load = [&](int st, int slot) {
+    const unsigned base = smem_base + slot * S::kStageBytes;
+    if (w_src != nullptr) fp8::CpAsync16(base + tid * 16, w_src + int64_t{st} * (kBK / 2));
+    if (s_src != nullptr) {
+      fp8::CpAsync4(base + kWRawBytes + tid * 4, s_src + ((s_lead + 2 * st) & ~3));
+    }
+#pragma unroll
+    for (int i = 0; i < kNX; ++i) {
+      if (x_src[i] != nullptr) {
+        fp8::CpAsync16(base + kWRawBytes + kWScaleBytes + x_dst[i], x_src[i] + int64_t{st} * kBK);
+      }
+    }
+  };
+
+  uint16_t* a_tile = reinterpret_cast<uint16_t*>(smem + kStages * S::kStageBytes);
+  const int warp = tid / 32, lane = tid % 32;
+  const int wm = warp % 2, wn = warp / 2;
+  float acc[4][kNT][4];
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+    }
+  }
+  const int n_stages = static_cast<int>(K / kBK);
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_stages) load(st, st);
+    fp8::CpAsyncCommit();
+  }
+  for (int i = 0; i < n_stages; ++i) {
+    const int slot = i % kStages;
+    fp8::CpAsyncWait<kStages - 2>();
+    __syncthreads();  // stage i landed; every warp finished the MMAs of stage i - 1
+    if (i + kStages - 1 < n_stages) load(i + kStages - 1, (i + kStages - 1) % kStages);
+    fp8::CpAsyncCommit();
+    const StageSmem st = SlotAt<kBN>(smem, slot);
+    {
+      // Dequantise this thread's 32 weights: row tid / 2, K half tid % 2 (one scale block).
+      const int r = tid / 2, h = tid % 2;
+      const uint4 raw = *reinterpret_cast<const uint4*>(st.w + tid * 16);
+      const uint32_t word = *reinterpret_cast<const uint32_t*>(st.s + r * 4);
+      const uint32_t scale = (word >> (8 * (((dq_lead + 2 * i) & 3) + h))) & 0xFFu;
+      DequantE2m1x32(raw, scale, a_tile + r * kRowStride + h * 32);
+    }
+    __syncthreads();  // the bf16 tile is complete
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {
+      uint32_t af[4][4];
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        const int row = wm * 64 + mt * 16 + (lane % 16);
+        mma::LdMatrixX4(af[mt], a_tile + row * kRowStride + ks * 16 + (lane / 16) * 8);
+      }
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t bf[4];
+        const int n = wn * (kBN / 4) + np * 16 + (lane / 16) * 8 + (lane % 8);
+        mma::LdMatrixX4(bf, st.x + n * kRowStride + ks * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          mma::MmaBf16(acc[mt][2 * np], af[mt], bf[0], bf[1]);
+          mma::MmaBf16(acc[mt][2 * np + 1], af[mt], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  fp8::CpAsyncWait<0>();
+  // Epilogue: acc[mt][nt][i] is row wm*64 + mt*16 + g (+8 for i >= 2), token
+  // wn*BN/4 + nt*8 + 2t (+1 for odd i).
+  const int g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t v = v0 + wm * 64 + mt * 16 + g + (i >= 2 ? 8 : 0);
+        const int n = wn * (kBN / 4) + nt * 8 + 2 * t4 + (i & 1);
+        if (v >= n_rows || n >= item.count) continue;
+        a.out[int64_t{act_rows[n]} * n_rows + v] = acc[mt][nt][i];
+      }
+    }
+  }
+}
+
+template <int kBN>
+cudaError_t LaunchGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(ExpertGemmBf16Kernel<kBN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           Shape<kBN>::kSmemBytes);
+  if (attr != cudaSuccess) return attr;
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
+  ExpertGemmBf16Kernel<kBN><<<grid, kThreads, Shape<kBN>::kSmemBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  return bn == 64 ? LaunchGemm<64>(a, max_items, stream) : LaunchGemm<128>(a, max_items, stream);
+}
+
+}  // namespace
+
+bool RoutedExpertsBf16Applicable(WeightFormat up_format, WeightFormat down_format, int64_t D,
+                                 int64_t I, int64_t T, int64_t k, int64_t n_experts) {
+  return up_format == WeightFormat::kMxFp4 && down_format == WeightFormat::kMxFp4 && D > 0 &&
+         I > 0 && D % kBK == 0 && I % kBK == 0 && T >= 1 && k >= 1 && k <= kMaxFusedExpertSlots &&
+         n_experts >= 1 && T * k <= (int64_t{1} << 30) &&
+         MaxItems(T * k, n_experts, TokensPerItem(T, k, n_experts)) <= 65535;
+}
+
+int64_t RoutedExpertsBf16ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
+                                      int64_t n_experts) {
+  return Layout(T, k, D, I, n_experts, TokensPerItem(T, k, n_experts)).total;
+}
+
+cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaStream_t stream) {
+  if (l.T <= 0) return cudaSuccess;
+  if (!RoutedExpertsBf16Applicable(l.up_format, l.down_format, l.D, l.I, l.T, l.k, l.n_experts)) {
+    return cudaErrorInvalidValue;
+  }
+  const int bn = TokensPerItem(l.T, l.k, l.n_experts);
+  const int64_t P = l.T * l.k;
+  const Scratch s = Layout(l.T, l.k, l.D, l.I, l.n_experts, bn);
+  auto* base = static_cast<char*>(scratch);
+  auto* xb = reinterpret_cast<uint16_t*>(base + s.xb);
+  auto* hb = reinterpret_cast<uint16_t*>(base + s.hb);
+  auto* gu = reinterpret_cast<float*>(base + s.gu);
+  auto* out = reinterpret_cast<float*>(base + s.out);
+  auto* order = reinterpret_cast<int32_t*>(base + s.order);
+  auto* counts = reinterpret_cast<int32_t*>(base + s.counts);
+  auto* items = reinterpret_cast<Item*>(base + s.items);
+  auto* n_items = reinterpret_cast<int32_t*>(base + s.n_items);
+  const int64_t max_items = MaxItems(P, l.n_experts, bn);
+
+  QuantizeRowsBf16Kernel<<<fp8::WarpPerBlockGrid(l.T * (l.D / 32)), kThreads, 0, stream>>>(l.x, l.T,
+                                                                                           l.D, xb);
+  const unsigned experts = static_cast<unsigned>(l.n_experts);
+  CountPairsKernel<<<experts, kGroupThreads, 0, stream>>>(
+      l.experts, P, static_cast<int32_t>(l.n_experts), counts, l.error_word);
+  FillGroupsKernel<<<experts, kGroupThreads, 0, stream>>>(l.experts, P, counts, bn, order, items,
+                                                          n_items);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+
+  GemmArgs a{};
+  a.table = l.table;
+  a.D = l.D;
+  a.I = l.I;
+  a.k = l.k;
+  a.order = order;
+  a.items = items;
+  a.n_items = n_items;
+  a.up = true;
+  a.act = xb;
+  a.out = gu;
+  if ((e = LaunchGemm(bn, a, max_items, stream)) != cudaSuccess) return e;
+  SwiGluBf16Kernel<<<fp8::WarpPerBlockGrid(P * (l.I / 32)), kThreads, 0, stream>>>(
+      gu, l.weights, P, l.I, l.swiglu_limit, hb);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  a.up = false;
+  a.act = hb;
+  a.out = out;
+  if ((e = LaunchGemm(bn, a, max_items, stream)) != cudaSuccess) return e;
+  return CombineSlots(out, l.experts, l.T, l.k, l.n_experts, l.D, l.y, stream);
+}
+
+}  // namespace deepinfer::backend::cuda::kernels

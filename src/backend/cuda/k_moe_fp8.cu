@@ -25,6 +25,7 @@
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_moe.h"
+#include "backend/cuda/moe_groups.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -32,23 +33,18 @@ namespace {
 using fp8::TileConfig;
 using fp8::TileJob;
 using model::WeightFormat;
+using moe_groups::CountPairsKernel;
+using moe_groups::FillGroupsKernel;
+using moe_groups::Item;
+using moe_groups::kGroupThreads;
+using moe_groups::MaxItems;
 
-constexpr int kGroupThreads = 256;
 constexpr int kThreads = 256;
-
-// Item: (expert, first position in order, pairs).
-struct Item {
-  int32_t expert, start, count, pad;
-};
 
 struct Scratch {
   int64_t xq = 0, hq = 0, gu = 0, out = 0, order = 0, counts = 0, items = 0, n_items = 0;
   int64_t total = 0;
 };
-
-int64_t MaxItems(int64_t P, int64_t n_experts, int bn) {
-  return (P + bn - 1) / bn + std::min(P, n_experts);
-}
 
 Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, int bn) {
   const int64_t P = T * k;
@@ -69,62 +65,6 @@ Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, in
   s.n_items = take(4);
   s.total = at;
   return s;
-}
-
-// --- grouping ------------------------------------------------------------------------
-
-__global__ void __launch_bounds__(kGroupThreads)
-    CountPairsKernel(const int32_t* experts, int64_t P, int32_t n_experts, int32_t* counts,
-                     int* error_word) {
-  const int32_t e = static_cast<int32_t>(blockIdx.x);
-  if (e == 0 && error_word != nullptr) {  // ids out of range join no group (NaN rows)
-    for (int64_t p = threadIdx.x; p < P; p += kGroupThreads) {
-      if (experts[p] < 0 || experts[p] >= n_experts) atomicOr(error_word, kErrExpertOutOfRange);
-    }
-  }
-  int count = 0;
-  for (int64_t base = 0; base < P; base += kGroupThreads) {
-    const int64_t p = base + threadIdx.x;
-    count += __syncthreads_count(p < P && experts[p] == e);
-  }
-  if (threadIdx.x == 0) counts[e] = count;
-}
-
-__global__ void __launch_bounds__(kGroupThreads)
-    FillGroupsKernel(const int32_t* experts, int64_t P, const int32_t* counts, int bn,
-                     int32_t* order, Item* items, int32_t* n_items) {
-  __shared__ int scratch[33];
-  __shared__ int sums[2];
-  const int32_t e = static_cast<int32_t>(blockIdx.x);
-  if (threadIdx.x < 2) sums[threadIdx.x] = 0;
-  __syncthreads();
-  int start = 0, item_base = 0;
-  for (int32_t i = threadIdx.x; i < e; i += kGroupThreads) {
-    start += counts[i];
-    item_base += (counts[i] + bn - 1) / bn;
-  }
-  atomicAdd(&sums[0], start);  // integer sums: the order does not matter
-  atomicAdd(&sums[1], item_base);
-  __syncthreads();
-  start = sums[0];
-  item_base = sums[1];
-  const int count = counts[e];
-  int placed = 0;
-  for (int64_t base = 0; base < P; base += kGroupThreads) {
-    const int64_t p = base + threadIdx.x;
-    const bool mine = p < P && experts[p] == e;
-    int chunk_total = 0;
-    const int rank = BlockExclusiveCount(mine, &chunk_total, scratch);
-    if (mine) order[start + placed + rank] = static_cast<int32_t>(p);
-    placed += chunk_total;
-  }
-  const int my_items = (count + bn - 1) / bn;
-  for (int i = threadIdx.x; i < my_items; i += kGroupThreads) {
-    items[item_base + i] = Item{e, start + i * bn, min(bn, count - i * bn), 0};
-  }
-  if (e == static_cast<int32_t>(gridDim.x) - 1 && threadIdx.x == 0) {
-    *n_items = item_base + my_items;
-  }
 }
 
 // --- expert GEMMs --------------------------------------------------------------------
