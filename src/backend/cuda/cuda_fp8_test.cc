@@ -586,13 +586,14 @@ TEST_F(CudaFp8ExpertsTest, RealV41ShapeDecode) {
 // --- routed experts on bf16 tensor cores (k_moe_bf16.cu) ----------------------------------
 
 // The bf16 path (from 1 token here) matches the reference on fake-quantised operands, for
-// item widths 64 (T 40: ~15 pairs per expert) and 128 (T 600), with MXFP4 scale bytes that
+// item widths 64 (T 40 and 100: ~15 and ~38 pairs per expert), 96 (T 200) and 128 (T 600),
+// with MXFP4 scale bytes that
 // reach both dequantisation branches (S <= 128 and S > 128) and outputs far from 1; it is
 // not the FP8 tile's result (a different fp32 summation), and it repeats bitwise.
 TEST_F(CudaFp8ExpertsTest, Bf16PathMatchesCpuReference) {
   for (const auto& [lo, hi] : {std::pair{118, 124}, std::pair{100, 140}}) {
     const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384, lo, hi);
-    for (int64_t T : {40, 100, 600}) {
+    for (int64_t T : {40, 100, 200, 600}) {
       SCOPED_TRACE(::testing::Message() << "scales " << lo << ".." << hi << " T " << T);
       const int64_t k = 6;
       const std::vector<float> x = Normal(T * ex.D, 4.0f);
@@ -614,7 +615,7 @@ TEST_F(CudaFp8ExpertsTest, Bf16PathMatchesCpuReference) {
 }
 
 // Within the bf16 path a token's row does not depend on the other tokens or on the item
-// width (T 600: items of 128 pairs; T 100 and 8: 64).
+// width (T 600: items of 128 pairs; T 200: 96; T 100 and 8: 64).
 TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
   const int64_t k = 6, T = 600;
@@ -623,7 +624,7 @@ TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
   const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
   gpu_->set_experts_bf16_min_tokens(1);
   const std::vector<float> all = RunGpu(ex, x, T, ids, weights, k, 7.0f);
-  for (int64_t n : {8, 100}) {
+  for (int64_t n : {8, 100, 200}) {
     const std::vector<float> xs(x.end() - n * ex.D, x.end());
     const std::vector<int32_t> is(ids.end() - n * k, ids.end());
     const std::vector<float> ws(weights.end() - n * k, weights.end());

@@ -27,12 +27,16 @@
 // exactly.
 //
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
-// per expert): 1.74 TFLOP per layer; every expert's 18.8 MB read once per 64-pair item
-// (7.2 GB, 1.6 ms at 4.5 TB/s). Per block and 64-value stage, 8 warps: 128 rows x BN tokens
-// x 64 = 32 (BN 64) or 64 (BN 128) MMAs per warp against ~110 dequantisation instructions
-// per thread (32 weights) and 16 + 2 BN/32 ldmatrix: at BN 64 issue-bound near ~75% of the
-// mma.sync rate (~650 TFLOP/s), at BN 128 tensor-bound. Expected ~400 TFLOP/s: ~4.4 ms per
-// layer (the FP8 tile: 15.5 ms).
+// per expert): 1.74 TFLOP per layer; every expert's 18.8 MB read once per item (7.2 GB,
+// 1.6 ms at 4.5 TB/s); at the ~650 TFLOP/s mma.sync bf16 rate ~2.7 ms per layer.
+// MEASURED (H200, session 6): 10.6 ms per layer (gate/up 7.06 ms, down 3.52 ms; the FP8 tile
+// took 15.5), ~165 TFLOP/s of useful work. ncu: the shared-memory pipe is the limit
+// (L1/shared 75% busy; tensor pipe 52%, issue 38%): per 64-value stage a block moves ~140 KB
+// through shared memory (ldmatrix of the bf16 weight tile by the 4 warp columns: 64 KB,
+// activations 32 KB, the tile's stores 16 KB, cp.async 22 KB) for 2.1 MFLOP of MMAs, i.e.
+// ~1,100 cycles of shared-memory bandwidth against ~512 of tensor work. Neither 96-wide
+// items (25% fewer MMAs) nor double-buffering the dequantisation changed the time. The next
+// step is wgmma (operands read from shared memory once per warpgroup) or larger warp tiles.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -58,19 +62,20 @@ using moe_groups::MaxItems;
 constexpr int kThreads = 256;                  // 8 warps: 2 (rows) x 4 (tokens)
 constexpr int kBM = 128;                       // weight rows per block
 constexpr int kBK = 64;                        // K values per stage (two MXFP4 scale blocks)
-constexpr int kStages = 4;                     // cp.async ring depth
 constexpr int kRowStride = kBK + 8;            // bf16 per smem row (144 B: ldmatrix conflict-free)
 constexpr int kWRawBytes = kBM * kBK / 2;      // e2m1 bytes per stage
 constexpr int kWScaleBytes = kBM * 4;          // one aligned 4-byte scale word per row
-constexpr int kABytes = kBM * kRowStride * 2;  // the dequantised bf16 weight tile
+constexpr int kABytes = kBM * kRowStride * 2;  // one dequantised bf16 weight tile (two)
 
 template <int kBN>
 struct Shape {
-  static_assert(kBN == 64 || kBN == 128, "two or four n8 tiles per warp");
+  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "two, three or four n8 tiles per warp");
   static constexpr int kNT = kBN / 32;  // n8 tiles per warp
   static constexpr int kXBytes = kBN * kRowStride * 2;
   static constexpr int kStageBytes = kWRawBytes + kWScaleBytes + kXBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kABytes;
+  // cp.async ring depth: 4 stages, 3 at BN 128 (two blocks per SM with two bf16 tiles).
+  static constexpr int kStages = kBN == 128 ? 3 : 4;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kABytes;
 };
 
 struct Scratch {
@@ -99,9 +104,13 @@ Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, in
   return s;
 }
 
+// Item width by the mean pairs per expert: each item re-reads the expert's weights, and
+// columns past an item's pairs are wasted MMA work (prefill 4096 x 6 / 384: ~64 pairs per
+// expert -> 96; the MMA pipe was ~52% busy with 128-wide items).
 int TokensPerItem(int64_t T, int64_t k, int64_t n_experts) {
   const int64_t mean = (T * k + n_experts - 1) / n_experts;
-  return mean + mean / 4 <= 64 ? 64 : 128;
+  const int64_t want = mean + mean / 4;
+  return want <= 64 ? 64 : want <= 96 ? 96 : 128;
 }
 
 // --- activation quantisation ---------------------------------------------------------
@@ -282,7 +291,8 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
     }
   };
 
-  uint16_t* a_tile = reinterpret_cast<uint16_t*>(smem + kStages * S::kStageBytes);
+  constexpr int kStages = S::kStages;
+  uint16_t* a_tiles = reinterpret_cast<uint16_t*>(smem + kStages * S::kStageBytes);
   const int warp = tid / 32, lane = tid % 32;
   const int wm = warp % 2, wn = warp / 2;
   float acc[4][kNT][4];
@@ -295,27 +305,37 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
     }
   }
   const int n_stages = static_cast<int>(K / kBK);
+  // Dequantises stage st (in ring slot st % kStages) into bf16 tile st % 2: this thread's
+  // 32 weights, row tid / 2, K half tid % 2 (one scale block).
+  auto dequant = [&](int st) {
+    const StageSmem raw = SlotAt<kBN>(smem, st % kStages);
+    const int r = tid / 2, h = tid % 2;
+    const uint4 w = *reinterpret_cast<const uint4*>(raw.w + tid * 16);
+    const uint32_t word = *reinterpret_cast<const uint32_t*>(raw.s + r * 4);
+    const uint32_t scale = (word >> (8 * (((dq_lead + 2 * st) & 3) + h))) & 0xFFu;
+    DequantE2m1x32(w, scale, a_tiles + (st % 2) * (kBM * kRowStride) + r * kRowStride + h * 32);
+  };
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < n_stages) load(st, st);
     fp8::CpAsyncCommit();
   }
+  fp8::CpAsyncWait<kStages - 2>();
+  __syncthreads();  // stage 0 landed
+  dequant(0);
+  // Software pipeline, one barrier per stage: iteration i dequantises stage i + 1 into the
+  // other bf16 tile while the warps multiply stage i (the dequantisation's integer work
+  // interleaves with the MMAs instead of a dequantise-then-multiply phase per stage).
   for (int i = 0; i < n_stages; ++i) {
-    const int slot = i % kStages;
-    fp8::CpAsyncWait<kStages - 2>();
-    __syncthreads();  // stage i landed; every warp finished the MMAs of stage i - 1
+    fp8::CpAsyncWait<kStages - 3>();
+    // Stage i + 1 landed; tile i % 2 is complete; every warp finished stage i - 1 (its tile
+    // and ring slot are free again).
+    __syncthreads();
     if (i + kStages - 1 < n_stages) load(i + kStages - 1, (i + kStages - 1) % kStages);
     fp8::CpAsyncCommit();
-    const StageSmem st = SlotAt<kBN>(smem, slot);
-    {
-      // Dequantise this thread's 32 weights: row tid / 2, K half tid % 2 (one scale block).
-      const int r = tid / 2, h = tid % 2;
-      const uint4 raw = *reinterpret_cast<const uint4*>(st.w + tid * 16);
-      const uint32_t word = *reinterpret_cast<const uint32_t*>(st.s + r * 4);
-      const uint32_t scale = (word >> (8 * (((dq_lead + 2 * i) & 3) + h))) & 0xFFu;
-      DequantE2m1x32(raw, scale, a_tile + r * kRowStride + h * 32);
-    }
-    __syncthreads();  // the bf16 tile is complete
+    if (i + 1 < n_stages) dequant(i + 1);
+    const StageSmem st = SlotAt<kBN>(smem, i % kStages);
+    const uint16_t* a_tile = a_tiles + (i % 2) * (kBM * kRowStride);
 #pragma unroll
     for (int ks = 0; ks < kBK / 16; ++ks) {
       uint32_t af[4][4];
@@ -323,6 +343,13 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
       for (int mt = 0; mt < 4; ++mt) {
         const int row = wm * 64 + mt * 16 + (lane % 16);
         mma::LdMatrixX4(af[mt], a_tile + row * kRowStride + ks * 16 + (lane / 16) * 8);
+      }
+      if constexpr (kNT % 2 == 1) {  // the last n8 tile alone: lanes 0-15 address it
+        uint32_t bf[2];
+        const int n = wn * (kBN / 4) + (kNT - 1) * 8 + (lane % 8);
+        mma::LdMatrixX2(bf, st.x + n * kRowStride + ks * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) mma::MmaBf16(acc[mt][kNT - 1], af[mt], bf[0], bf[1]);
       }
 #pragma unroll
       for (int np = 0; np < kNT / 2; ++np) {
@@ -369,7 +396,9 @@ cudaError_t LaunchGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream
 }
 
 cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
-  return bn == 64 ? LaunchGemm<64>(a, max_items, stream) : LaunchGemm<128>(a, max_items, stream);
+  if (bn == 64) return LaunchGemm<64>(a, max_items, stream);
+  if (bn == 96) return LaunchGemm<96>(a, max_items, stream);
+  return LaunchGemm<128>(a, max_items, stream);
 }
 
 }  // namespace
