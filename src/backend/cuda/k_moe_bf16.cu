@@ -10,8 +10,7 @@
 // bf16), with no per-32-value partials and fp32 promotions: the promotions made the FP8
 // tile (fp8_gemm_core.cuh) issue-bound at prefill (Hopper has no FP8 mma.sync, and a
 // 32-value block scale on both sides costs two fp32 ops per output per block, as much as the
-// MMA). The ceiling is the bf16 rate (~half the FP8 dense rate), which this reaches at
-// ~60-80% (estimate below); the FP8 tile reached ~10% of it at prefill. The results differ
+// MMA). The ceiling is the bf16 rate (~half the FP8 dense rate); measured below. The results differ
 // from RoutedExpertsFp8 only by fp32 rounding of the sums; they do not depend on the tile
 // shape, but they do differ from the FP8 tile path, which serves small T, so the backend
 // uses this path only outside batch-invariant mode.
@@ -29,14 +28,16 @@
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
 // per expert): 1.74 TFLOP per layer; every expert's 18.8 MB read once per item (7.2 GB,
 // 1.6 ms at 4.5 TB/s); at the ~650 TFLOP/s mma.sync bf16 rate ~2.7 ms per layer.
-// MEASURED (H200, session 6): 10.6 ms per layer (gate/up 7.06 ms, down 3.52 ms; the FP8 tile
-// took 15.5), ~165 TFLOP/s of useful work. ncu: the shared-memory pipe is the limit
-// (L1/shared 75% busy; tensor pipe 52%, issue 38%): per 64-value stage a block moves ~140 KB
-// through shared memory (ldmatrix of the bf16 weight tile by the 4 warp columns: 64 KB,
-// activations 32 KB, the tile's stores 16 KB, cp.async 22 KB) for 2.1 MFLOP of MMAs, i.e.
-// ~1,100 cycles of shared-memory bandwidth against ~512 of tensor work. Neither 96-wide
-// items (25% fewer MMAs) nor double-buffering the dequantisation changed the time. The next
-// step is wgmma (operands read from shared memory once per warpgroup) or larger warp tiles.
+// MEASURED (H200, session 6; RoutedExperts of a 4096-token prefill, 4 layers): 62 ms with the
+// FP8 tile -> 46 ms with this kernel as 8 warps (2 x 4, warp tiles 64 x BN/4) -> 44.7 ms as
+// 4 warps (2 x 2, warp tiles 64 x BN/2, half the ldmatrix traffic per MMA); ~10 ms per
+// layer in the two GEMMs (gate/up 7.06 ms, down 3.52 ms in the 8-warp ncu run), ~170 TFLOP/s
+// of useful work. ncu (8 warps): shared-memory pipe 75% busy, tensor pipe 52%, issue 38%,
+// 0.7 eligible warps per scheduler. Neither 96-wide items (25% fewer MMAs) nor
+// double-buffering the dequantisation changed the time, and halving the shared-memory
+// traffic per MMA gained 5%: mma.sync itself (register-staged operands, at most ~half the
+// Hopper tensor peak) is the likely limit of this design. The next step is wgmma (operands read
+// from shared memory by the tensor cores, FP8 or bf16).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -59,7 +60,9 @@ using moe_groups::Item;
 using moe_groups::kGroupThreads;
 using moe_groups::MaxItems;
 
-constexpr int kThreads = 256;                  // 8 warps: 2 (rows) x 4 (tokens)
+constexpr int kThreads = 256;                  // activation / SwiGLU kernels
+constexpr int kGemmThreads = 128;              // expert GEMM: 4 warps, 2 (rows) x 2 (tokens)
+constexpr int kWChunksPerThread = 2;           // 16-byte weight chunks a GEMM thread copies
 constexpr int kBM = 128;                       // weight rows per block
 constexpr int kBK = 64;                        // K values per stage (two MXFP4 scale blocks)
 constexpr int kRowStride = kBK + 8;            // bf16 per smem row (144 B: ldmatrix conflict-free)
@@ -69,8 +72,8 @@ constexpr int kABytes = kBM * kRowStride * 2;  // one dequantised bf16 weight ti
 
 template <int kBN>
 struct Shape {
-  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "two, three or four n8 tiles per warp");
-  static constexpr int kNT = kBN / 32;  // n8 tiles per warp
+  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "four, six or eight n8 tiles per warp");
+  static constexpr int kNT = kBN / 16;  // n8 tiles per warp (warp tile 64 rows x BN / 2)
   static constexpr int kXBytes = kBN * kRowStride * 2;
   static constexpr int kStageBytes = kWRawBytes + kWScaleBytes + kXBytes;
   // cp.async ring depth: 4 stages, 3 at BN 128 (two blocks per SM with two bf16 tiles).
@@ -220,12 +223,13 @@ __device__ __forceinline__ StageSmem SlotAt(char* smem, int slot) {
 }
 
 template <int kBN>
-__global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) {
+__global__ void __launch_bounds__(kGemmThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) {
   extern __shared__ __align__(16) char smem[];
   using S = Shape<kBN>;
   constexpr int kNT = S::kNT;
   constexpr int kXChunks = kBN * (kBK * 2 / 16);  // 16-byte activation copies a stage
-  constexpr int kNX = (kXChunks + kThreads - 1) / kThreads;
+  constexpr int kNX = (kXChunks + kGemmThreads - 1) / kGemmThreads;
+  static_assert(kWRawBytes / 16 == kWChunksPerThread * kGemmThreads, "weight copies per thread");
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
   const Item item = a.items[blockIdx.y];
   const ExpertPointers& ep = a.table[item.expert];
@@ -237,27 +241,35 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
   const int act_div = a.up ? static_cast<int>(a.k) : 1;
   const int m0 = a.up ? 0 : 1, m1 = a.up ? 2 : 1;
 
-  // Copy plan. Weight bytes: thread tid copies 16 bytes of row tid / 2 (half tid % 2) and
-  // later dequantises exactly them. Scales: thread tid < 128 copies the aligned word that
-  // holds row tid's two scale bytes of the stage (kblocks is even and the scale base 4-byte
-  // aligned, so a row's scales start at byte 0 or 2 of a word and a stage's pair never
-  // straddles two words). Activations: 16-byte chunks of the item's token rows.
+  // Copy plan. Weight bytes: thread tid copies the 16-byte chunks c = tid + j * 128 (row
+  // c / 2, half c % 2; j < 2) and later dequantises exactly them. Scales: thread tid copies
+  // the aligned word that holds row tid's two scale bytes of the stage (kblocks is even and
+  // the scale base 4-byte aligned, so a row's scales start at byte 0 or 2 of a word and a
+  // stage's pair never straddles two words). Activations: 16-byte chunks of the item's rows.
   auto row_of = [&](int64_t v, int* part) {
     *part = v >= part_rows ? 1 : 0;
     return *part ? v - part_rows : v;
   };
-  const uint8_t* w_src = nullptr;
-  const uint8_t* s_src = nullptr;
-  int dq_lead = 0;  // byte offset of the dequantised row's first scale in its aligned word
-  if (v0 + tid / 2 < n_rows) {
-    int part = 0;
-    const int64_t row = row_of(v0 + tid / 2, &part);
-    w_src = static_cast<const uint8_t*>(ep.data[part ? m1 : m0]) + row * (K / 2) + (tid % 2) * 16;
-    dq_lead =
-        static_cast<int>(reinterpret_cast<uintptr_t>(ep.scale[part ? m1 : m0] + row * kblocks) & 3);
+  const uint8_t* w_src[kWChunksPerThread];
+  int dq_lead[kWChunksPerThread];  // byte offset of the chunk row's first scale in its word
+#pragma unroll
+  for (int j = 0; j < kWChunksPerThread; ++j) {
+    const int c = tid + j * kGemmThreads;
+    w_src[j] = nullptr;
+    dq_lead[j] = 0;
+    if (v0 + c / 2 < n_rows) {
+      int part = 0;
+      const int64_t row = row_of(v0 + c / 2, &part);
+      w_src[j] =
+          static_cast<const uint8_t*>(ep.data[part ? m1 : m0]) + row * (K / 2) + (c % 2) * 16;
+      dq_lead[j] = static_cast<int>(
+          reinterpret_cast<uintptr_t>(ep.scale[part ? m1 : m0] + row * kblocks) & 3);
+    }
   }
+  const uint8_t* s_src = nullptr;
   int s_lead = 0;
-  if (tid < kBM && v0 + tid < n_rows) {
+  static_assert(kBM == kGemmThreads, "one scale word per thread");
+  if (v0 + tid < n_rows) {
     int part = 0;
     const int64_t row = row_of(v0 + tid, &part);
     const uint8_t* first = ep.scale[part ? m1 : m0] + row * kblocks;
@@ -268,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
   uint32_t x_dst[kNX];
 #pragma unroll
   for (int i = 0; i < kNX; ++i) {
-    const int c = tid + i * kThreads;
+    const int c = tid + i * kGemmThreads;
     const int n = c / (kBK * 2 / 16), chunk = c % (kBK * 2 / 16);
     const bool ok = c < kXChunks && n < item.count;
     x_src[i] = ok ? a.act + int64_t{act_rows[n] / act_div} * K + chunk * 8 : nullptr;
@@ -279,7 +291,12 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
   // stale shared bytes reach only accumulator rows / token columns that are never stored.
   auto load = [&](int st, int slot) {
     const unsigned base = smem_base + slot * S::kStageBytes;
-    if (w_src != nullptr) fp8::CpAsync16(base + tid * 16, w_src + int64_t{st} * (kBK / 2));
+#pragma unroll
+    for (int j = 0; j < kWChunksPerThread; ++j) {
+      if (w_src[j] != nullptr) {
+        fp8::CpAsync16(base + (tid + j * kGemmThreads) * 16, w_src[j] + int64_t{st} * (kBK / 2));
+      }
+    }
     if (s_src != nullptr) {
       fp8::CpAsync4(base + kWRawBytes + tid * 4, s_src + ((s_lead + 2 * st) & ~3));
     }
@@ -305,15 +322,19 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
     }
   }
   const int n_stages = static_cast<int>(K / kBK);
-  // Dequantises stage st (in ring slot st % kStages) into bf16 tile st % 2: this thread's
-  // 32 weights, row tid / 2, K half tid % 2 (one scale block).
+  // Dequantises stage st (in ring slot st % kStages) into bf16 tile st % 2: the thread's
+  // copied chunks, 32 weights each (row c / 2, K half c % 2: one scale block).
   auto dequant = [&](int st) {
     const StageSmem raw = SlotAt<kBN>(smem, st % kStages);
-    const int r = tid / 2, h = tid % 2;
-    const uint4 w = *reinterpret_cast<const uint4*>(raw.w + tid * 16);
-    const uint32_t word = *reinterpret_cast<const uint32_t*>(raw.s + r * 4);
-    const uint32_t scale = (word >> (8 * (((dq_lead + 2 * st) & 3) + h))) & 0xFFu;
-    DequantE2m1x32(w, scale, a_tiles + (st % 2) * (kBM * kRowStride) + r * kRowStride + h * 32);
+    uint16_t* tile = a_tiles + (st % 2) * (kBM * kRowStride);
+#pragma unroll
+    for (int j = 0; j < kWChunksPerThread; ++j) {
+      const int c = tid + j * kGemmThreads, r = c / 2, h = c % 2;
+      const uint4 w = *reinterpret_cast<const uint4*>(raw.w + c * 16);
+      const uint32_t word = *reinterpret_cast<const uint32_t*>(raw.s + r * 4);
+      const uint32_t scale = (word >> (8 * (((dq_lead[j] + 2 * st) & 3) + h))) & 0xFFu;
+      DequantE2m1x32(w, scale, tile + r * kRowStride + h * 32);
+    }
   };
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
@@ -346,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
       }
       if constexpr (kNT % 2 == 1) {  // the last n8 tile alone: lanes 0-15 address it
         uint32_t bf[2];
-        const int n = wn * (kBN / 4) + (kNT - 1) * 8 + (lane % 8);
+        const int n = wn * (kBN / 2) + (kNT - 1) * 8 + (lane % 8);
         mma::LdMatrixX2(bf, st.x + n * kRowStride + ks * 16 + ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) mma::MmaBf16(acc[mt][kNT - 1], af[mt], bf[0], bf[1]);
@@ -354,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
 #pragma unroll
       for (int np = 0; np < kNT / 2; ++np) {
         uint32_t bf[4];
-        const int n = wn * (kBN / 4) + np * 16 + (lane / 16) * 8 + (lane % 8);
+        const int n = wn * (kBN / 2) + np * 16 + (lane / 16) * 8 + (lane % 8);
         mma::LdMatrixX4(bf, st.x + n * kRowStride + ks * 16 + ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) {
@@ -366,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
   }
   fp8::CpAsyncWait<0>();
   // Epilogue: acc[mt][nt][i] is row wm*64 + mt*16 + g (+8 for i >= 2), token
-  // wn*BN/4 + nt*8 + 2t (+1 for odd i).
+  // wn*BN/2 + nt*8 + 2t (+1 for odd i).
   const int g = lane / 4, t4 = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt) {
@@ -375,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) 
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int64_t v = v0 + wm * 64 + mt * 16 + g + (i >= 2 ? 8 : 0);
-        const int n = wn * (kBN / 4) + nt * 8 + 2 * t4 + (i & 1);
+        const int n = wn * (kBN / 2) + nt * 8 + 2 * t4 + (i & 1);
         if (v >= n_rows || n >= item.count) continue;
         a.out[int64_t{act_rows[n]} * n_rows + v] = acc[mt][nt][i];
       }
@@ -391,7 +412,7 @@ cudaError_t LaunchGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream
   if (attr != cudaSuccess) return attr;
   const int64_t rows = a.up ? 2 * a.I : a.D;
   const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
-  ExpertGemmBf16Kernel<kBN><<<grid, kThreads, Shape<kBN>::kSmemBytes, stream>>>(a);
+  ExpertGemmBf16Kernel<kBN><<<grid, kGemmThreads, Shape<kBN>::kSmemBytes, stream>>>(a);
   return cudaGetLastError();
 }
 
