@@ -13,6 +13,11 @@
 // (tensor-core) accumulation error; exactly-bf16 operands (e.g. FP4 fake-quantised) skip
 // the all-zero terms. The error bound is derived in cuda_indexer_test.cc.
 //
+// Row groups: at prefill (T >= kIndexerGroupMinRows) a block serves up to 4 consecutive
+// rows that share their key offset, staging each key tile once for all of them; every score
+// takes the one-row kernel's operations in the same order, so the bits do not depend on the
+// grouping (IndexerScoresMmaGrouped runs a chosen group size; the tests compare them).
+//
 // Batch invariance: s[t, g] is bitwise a function of row t's q, w, q_pos, ratio, scale and
 // its own keys 64 * floor(g / 64) .. (the key tile of g), never of T, n_keys, the grid or
 // other rows: the K order (k-steps, then products in a fixed order), the head sum (rows g /
@@ -32,11 +37,29 @@ namespace deepinfer::backend::cuda::kernels {
 bool IndexerMmaApplicable(const float* q, const float* keys, int64_t T, int64_t heads, int64_t dim,
                           int64_t ratio);
 
-// Shared memory bytes of one IndexerScoresMma block.
+// Shared memory bytes of one IndexerScoresMma block (one-row kernel).
 int64_t IndexerMmaSharedBytes(int64_t heads, int64_t dim);
 
-// The scores on tensor cores; cudaErrorInvalidValue when !IndexerMmaApplicable, cudaSuccess
-// for empty work (n_keys <= 0).
+// Rows at which IndexerScoresMma switches to the row-group kernel. Below it (decode: rows of
+// different sequences) the one-row kernel, whose two blocks per SM suit unrelated rows.
+inline constexpr int64_t kIndexerGroupMinRows = 128;
+
+// The largest row-group size whose block fits kMaxSharedBytes (<= 4; 1 = no group kernel).
+// 4 at 64 heads x 128.
+int64_t IndexerMmaGroupRows(int64_t heads, int64_t dim);
+
+// IndexerScoresMma with blocks of group_rows consecutive rows (1 = the one-row kernel,
+// 2 .. IndexerMmaGroupRows = the row-group kernel; rows with different key_offset never
+// share a key staging). Bitwise the same scores for every group_rows.
+// cudaErrorInvalidValue when !IndexerMmaApplicable or group_rows is out of range.
+cudaError_t IndexerScoresMmaGrouped(const float* q, const float* w, int64_t T, int64_t heads,
+                                    int64_t dim, const float* keys, const int32_t* key_offset,
+                                    const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                                    int64_t ratio, float scale, float* scores, int64_t group_rows,
+                                    cudaStream_t stream);
+
+// The scores on tensor cores (group size chosen by T); cudaErrorInvalidValue when
+// !IndexerMmaApplicable, cudaSuccess for empty work (n_keys <= 0).
 cudaError_t IndexerScoresMma(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                              const float* keys, const int32_t* key_offset, const int32_t* key_len,
                              int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
