@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
@@ -269,6 +271,206 @@ TEST_F(CudaIndexerTest, BatchInvariantBitwise) {
                         ToGpu(c.keys) + static_cast<int64_t>(c.offset[r]) * kDim, own,
                         ToGpu(one.q_pos), c.ratio, c.scale, out);
     EXPECT_TRUE(BitExact(FromGpu(out, own), head));
+  }
+}
+
+// ---- Row-group kernel (prefill): bitwise equal to one-row calls. ----
+
+// Input kinds of the grouping tests: exact-bf16 (FP4 grid) q and keys (1 term each),
+// general fp32 (3 terms), and mixed (keys exact in the first 32 of each 64-key tile and
+// every third q row exact, so rows of one group and one tile take different term counts).
+enum class IdxInputs { kExactBf16, kFp32, kMixed };
+
+class CudaIndexerGroupTest : public CudaIndexerTest {
+ protected:
+  IdxCase MakeGroupCase(const std::vector<IdxSeq>& seqs, IdxInputs kind, bool causal,
+                        int64_t heads = kHeads, int64_t dim = kDim) {
+    IdxCase c = MakeCase(seqs, heads, dim, kind == IdxInputs::kExactBf16);
+    if (kind == IdxInputs::kMixed) {
+      for (int64_t t = 0; t < c.T; t += 3) {
+        cpu_.FakeQuant(c.q.data() + t * heads * dim, heads, dim, dim,
+                       model::FakeQuantKind::kFp4Block32Pow2);
+      }
+      const int64_t total = static_cast<int64_t>(c.keys.size()) / dim;
+      for (int64_t k = 0; k < total; ++k) {
+        if (k % 64 < 32) {
+          cpu_.FakeQuant(c.keys.data() + k * dim, 1, dim, dim,
+                         model::FakeQuantKind::kFp4Block32Pow2);
+        }
+      }
+    }
+    if (causal) {  // prefill: row j of a sequence of n keys at position j * 4n / rows
+      int64_t t = 0;
+      for (const IdxSeq& sq : seqs) {
+        for (int64_t j = 0; j < sq.rows; ++j, ++t) {
+          c.q_pos[t] = static_cast<int32_t>(j * c.ratio * std::max<int64_t>(sq.keys, 1) / sq.rows);
+        }
+      }
+    }
+    return c;
+  }
+
+  // All rows at once through kernels::IndexerScoresMmaGrouped (group_rows = 0: every row
+  // alone, one T = 1 call per row).
+  std::vector<float> Grouped(const IdxCase& c, int64_t group_rows) {
+    const float *q = ToGpu(c.q), *w = ToGpu(c.w), *keys = ToGpu(c.keys);
+    const int32_t *off = ToGpu(c.offset), *len = ToGpu(c.len), *pos = ToGpu(c.q_pos);
+    float* out = PoisonedFloats(c.T * c.n_keys);
+    const int64_t hd = c.heads * c.dim;
+    if (group_rows > 0) {
+      EXPECT_EQ(
+          kernels::IndexerScoresMmaGrouped(q, w, c.T, c.heads, c.dim, keys, off, len, c.n_keys, pos,
+                                           c.ratio, c.scale, out, group_rows, gpu_->stream()),
+          cudaSuccess);
+    } else {
+      for (int64_t t = 0; t < c.T; ++t) {
+        EXPECT_EQ(kernels::IndexerScoresMmaGrouped(
+                      q + t * hd, w + t * c.heads, 1, c.heads, c.dim, keys, off + t, len + t,
+                      c.n_keys, pos + t, c.ratio, c.scale, out + t * c.n_keys, 1, gpu_->stream()),
+                  cudaSuccess);
+      }
+    }
+    return FromGpu(out, c.T * c.n_keys);
+  }
+
+  // Every group size and the backend's own choice give the one-row-per-call bits.
+  void ExpectGroupingInvariant(const IdxCase& c) {
+    const std::vector<float> alone = Grouped(c, 0);
+    const int64_t max_rows = kernels::IndexerMmaGroupRows(c.heads, c.dim);
+    for (int64_t g = 1; g <= max_rows; ++g) {
+      SCOPED_TRACE(::testing::Message() << "group_rows " << g);
+      EXPECT_TRUE(BitExact(Grouped(c, g), alone));
+    }
+    SCOPED_TRACE("backend");
+    EXPECT_TRUE(BitExact(Gpu(c), alone));
+  }
+
+  // Single-sequence and varlen row sets: T = 1, 5, 64, 300 in one sequence; 2-3 sequences
+  // with different key counts whose boundaries fall inside groups of 4.
+  static std::vector<std::vector<IdxSeq>> GroupSeqs() {
+    return {{{1000, 1}},
+            {{300, 5}},
+            {{1024, 64}},
+            {{1024, 300}},
+            {{130, 3}, {1000, 7}, {77, 5}},
+            {{500, 37}, {1023, 27}},
+            {{1024, 121}, {0, 30}, {777, 149}}};
+  }
+};
+
+TEST_F(CudaIndexerGroupTest, GroupRowsFitSharedMemory) {
+  EXPECT_EQ(kernels::IndexerMmaGroupRows(64, 128), 4);
+  EXPECT_EQ(kernels::IndexerMmaGroupRows(128, 128), 2);
+  EXPECT_EQ(kernels::IndexerMmaGroupRows(16, 16), 4);
+  const float* p = reinterpret_cast<const float*>(uintptr_t{256});
+  float* out = reinterpret_cast<float*>(uintptr_t{256});
+  const int32_t* pos = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  EXPECT_EQ(kernels::IndexerScoresMmaGrouped(p, p, 8, 64, 128, p, nullptr, nullptr, 64, pos, 4,
+                                             1.0f, out, 5, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::IndexerScoresMmaGrouped(p, p, 8, 64, 128, p, nullptr, nullptr, 64, pos, 4,
+                                             1.0f, out, 0, nullptr),
+            cudaErrorInvalidValue);
+}
+
+TEST_F(CudaIndexerGroupTest, ExactBf16OperandsBitwiseEqualToRowAlone) {
+  for (bool causal : {true, false}) {
+    for (const auto& seqs : GroupSeqs()) {
+      const IdxCase c = MakeGroupCase(seqs, IdxInputs::kExactBf16, causal);
+      SCOPED_TRACE(::testing::Message()
+                   << "T " << c.T << " seqs " << seqs.size() << " causal " << causal);
+      ExpectGroupingInvariant(c);
+    }
+  }
+}
+
+TEST_F(CudaIndexerGroupTest, Fp32OperandsBitwiseEqualToRowAlone) {
+  for (bool causal : {true, false}) {
+    for (const auto& seqs : GroupSeqs()) {
+      const IdxCase c = MakeGroupCase(seqs, IdxInputs::kFp32, causal);
+      SCOPED_TRACE(::testing::Message()
+                   << "T " << c.T << " seqs " << seqs.size() << " causal " << causal);
+      ExpectGroupingInvariant(c);
+    }
+  }
+}
+
+// Rows of one group with different q term counts, and one tile whose first 32 keys are
+// exact: rows that see only those take 1 key term, rows that see more take 3.
+TEST_F(CudaIndexerGroupTest, MixedTermCountsBitwiseEqualToRowAlone) {
+  for (bool causal : {true, false}) {
+    for (const auto& seqs : GroupSeqs()) {
+      const IdxCase c = MakeGroupCase(seqs, IdxInputs::kMixed, causal);
+      SCOPED_TRACE(::testing::Message()
+                   << "T " << c.T << " seqs " << seqs.size() << " causal " << causal);
+      ExpectGroupingInvariant(c);
+    }
+  }
+}
+
+// The grouped prefill path against the CPU reference (the accuracy bound of the header).
+TEST_F(CudaIndexerGroupTest, PrefillMatchesCpu) {
+  for (IdxInputs kind : {IdxInputs::kExactBf16, IdxInputs::kFp32, IdxInputs::kMixed}) {
+    const IdxCase c = MakeGroupCase({{1024, 200}, {333, 57}}, kind, /*causal=*/true);
+    ASSERT_GE(c.T, kernels::kIndexerGroupMinRows);
+    SCOPED_TRACE(::testing::Message() << "inputs " << static_cast<int>(kind));
+    ExpectMatchesCpu(c, Grouped(c, kernels::IndexerMmaGroupRows(kHeads, kDim)));
+  }
+}
+
+// Other tensor-core shapes (group sizes 2 .. 4).
+TEST_F(CudaIndexerGroupTest, OtherShapesBitwiseEqualToRowAlone) {
+  for (auto [heads, dim] :
+       std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {48, 48}, {128, 128}, {32, 256}}) {
+    const IdxCase c =
+        MakeGroupCase({{200, 9}, {65, 6}}, IdxInputs::kMixed, /*causal=*/true, heads, dim);
+    SCOPED_TRACE(::testing::Message() << "heads " << heads << " dim " << dim);
+    ExpectGroupingInvariant(c);
+  }
+}
+
+// Device time per call, one-row kernel vs row groups: prefill of one sequence (T = 4096
+// rows at positions 0 .. 4095, 1024 keys at ratio 4, 64 heads x 128), normal and FP4
+// inputs, and decode (T = 32 rows, each its own 1024 keys, all visible).
+TEST_F(CudaIndexerGroupTest, DISABLED_BenchPrefillGroups) {
+  const int64_t n_keys = 1024, ratio = 4, max_rows = kernels::IndexerMmaGroupRows(kHeads, kDim);
+  for (const int64_t T : {int64_t{4096}, int64_t{32}}) {
+    const bool prefill = T == 4096;
+    std::vector<int32_t> offset(T), len(T, static_cast<int32_t>(n_keys)), q_pos(T);
+    for (int64_t t = 0; t < T; ++t) {
+      offset[t] = prefill ? 0 : static_cast<int32_t>(t * n_keys);
+      q_pos[t] = static_cast<int32_t>(prefill ? t : ratio * n_keys + t % ratio);
+    }
+    for (bool fp4 : {false, true}) {
+      std::vector<float> qh = Normal(T * kHeads * kDim);
+      std::vector<float> kh = Normal((prefill ? 1 : T) * n_keys * kDim);
+      if (fp4) {
+        cpu_.FakeQuant(qh.data(), T * kHeads, kDim, kDim, model::FakeQuantKind::kFp4Block32Pow2);
+        cpu_.FakeQuant(kh.data(), static_cast<int64_t>(kh.size()) / kDim, kDim, kDim,
+                       model::FakeQuantKind::kFp4Block32Pow2);
+      }
+      const float *q = ToGpu(qh), *w = ToGpu(Normal(T * kHeads)), *keys = ToGpu(kh);
+      const int32_t *goff = ToGpu(offset), *glen = ToGpu(len), *gpos = ToGpu(q_pos);
+      float* out = PoisonedFloats(T * n_keys);
+      for (int64_t g : {int64_t{1}, max_rows, int64_t{0}}) {  // 0: the backend's choice
+        const double us = DeviceMicrosPerCall([&] {
+          if (g == 0) {
+            gpu_->IndexerScoresVarlen(q, w, T, kHeads, kDim, keys, goff, glen, n_keys, gpos, ratio,
+                                      0.088f, out);
+          } else {
+            EXPECT_EQ(
+                kernels::IndexerScoresMmaGrouped(q, w, T, kHeads, kDim, keys, goff, glen, n_keys,
+                                                 gpos, ratio, 0.088f, out, g, gpu_->stream()),
+                cudaSuccess);
+          }
+        });
+        std::printf("IndexerScoresVarlen %s T=%lld keys=%lld %s group_rows=%s: %.2f us/call\n",
+                    prefill ? "prefill" : "decode ", static_cast<long long>(T),
+                    static_cast<long long>(n_keys), fp4 ? "fp4 " : "fp32",
+                    g == 0 ? "auto" : std::to_string(g).c_str(), us);
+        EXPECT_GT(us, 0.0);
+      }
+    }
   }
 }
 

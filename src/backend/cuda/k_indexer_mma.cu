@@ -457,7 +457,9 @@ __global__ void __launch_bounds__(kGroupThreads, 1)
                           const int32_t* key_len, const int32_t* q_pos, int64_t ratio,
                           GroupArgs p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  p.t0 = int64_t{blockIdx.y} * group_rows;
+  // Last group first: at causal prefill later rows see more keys, so the heaviest blocks
+  // start in the first wave (the tail is light). No bit depends on the order.
+  p.t0 = int64_t{gridDim.y - 1 - blockIdx.y} * group_rows;
   const int rows = static_cast<int>(T - p.t0 < group_rows ? T - p.t0 : group_rows);
   const GroupSmem s(smem_raw, p.heads, p.dim, group_rows);
   if (threadIdx.x < kTileKeys) s.key_extra[threadIdx.x] = 0;
