@@ -361,12 +361,27 @@ __device__ void StageKeyTile(const float* src, int64_t valid, int64_t dim, const
   __syncthreads();
 }
 
-// Packs the bf16 terms of fp32 pair x (low half = x.x) into a[term][i].
+// Packs the bf16 terms of fp32 pair x (low half = x.x) into a[term][i]; only the hi term
+// (SplitBf16x3's, the rest left to dead-code elimination) if !kAllTerms.
+template <bool kAllTerms>
 __device__ __forceinline__ void SplitPair(const float2 x, uint32_t (&a)[kTerms][4], int i) {
   const Bf16x3 p0 = SplitBf16x3(x.x), p1 = SplitBf16x3(x.y);
   a[0][i] = p0.hi | (uint32_t{p1.hi} << 16);
-  a[1][i] = p0.mid | (uint32_t{p1.mid} << 16);
-  a[2][i] = p0.lo | (uint32_t{p1.lo} << 16);
+  if (kAllTerms) {
+    a[1][i] = p0.mid | (uint32_t{p1.mid} << 16);
+    a[2][i] = p0.lo | (uint32_t{p1.lo} << 16);
+  }
+}
+
+// The A fragment terms of k-step k0 from the fp32 q rows g (a_row) and g + 8 (a_row + 8 qs),
+// in the one-row kernel's ldmatrix order: (g, k0..), (g + 8, k0..), (g, k0 + 8..), (g + 8, ..).
+template <bool kAllTerms>
+__device__ __forceinline__ void SplitQFragment(const float* a_row, int64_t qs, int k0,
+                                               uint32_t (&a)[kTerms][4]) {
+  SplitPair<kAllTerms>(*reinterpret_cast<const float2*>(a_row + k0), a, 0);
+  SplitPair<kAllTerms>(*reinterpret_cast<const float2*>(a_row + 8 * qs + k0), a, 1);
+  SplitPair<kAllTerms>(*reinterpret_cast<const float2*>(a_row + k0 + 8), a, 2);
+  SplitPair<kAllTerms>(*reinterpret_cast<const float2*>(a_row + 8 * qs + k0 + 8), a, 3);
 }
 
 // ScoreMTile for row r of the group: A fragments split from the fp32 q row on the fly.
@@ -382,11 +397,11 @@ __device__ void ScoreGroupTask(const GroupSmem& s, int64_t heads, int64_t dim, i
   for (int ks = 0; ks < ksteps; ++ks) {
     const int k0 = ks * 16;
     uint32_t a[kTerms][4], b[kTerms][2][4];
-    // ldmatrix order of the one-row kernel: (g, k0..), (g + 8, k0..), (g, k0 + 8..), (g + 8, ..).
-    SplitPair(*reinterpret_cast<const float2*>(a_row + k0), a, 0);
-    SplitPair(*reinterpret_cast<const float2*>(a_row + 8 * qs + k0), a, 1);
-    SplitPair(*reinterpret_cast<const float2*>(a_row + k0 + 8), a, 2);
-    SplitPair(*reinterpret_cast<const float2*>(a_row + 8 * qs + k0 + 8), a, 3);
+    if (q_terms == 1) {  // warp-uniform
+      SplitQFragment<false>(a_row, qs, k0, a);
+    } else {
+      SplitQFragment<true>(a_row, qs, k0, a);
+    }
     LoadKeyFragments(b, b_base, rs, k0, k_terms);
     AccumulateKStep(acc, a, b, q_terms, k_terms);
   }
