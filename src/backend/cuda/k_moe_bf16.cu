@@ -49,6 +49,7 @@
 #include "backend/cuda/kernels_moe.h"
 #include "backend/cuda/mma_bf16.cuh"
 #include "backend/cuda/moe_groups.cuh"
+#include "backend/cuda/wgmma_bf16.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -60,21 +61,20 @@ using moe_groups::Item;
 using moe_groups::kGroupThreads;
 using moe_groups::MaxItems;
 
-constexpr int kThreads = 256;                  // activation / SwiGLU kernels
-constexpr int kGemmThreads = 128;              // expert GEMM: 4 warps, 2 (rows) x 2 (tokens)
-constexpr int kWChunksPerThread = 2;           // 16-byte weight chunks a GEMM thread copies
-constexpr int kBM = 128;                       // weight rows per block
-constexpr int kBK = 64;                        // K values per stage (two MXFP4 scale blocks)
-constexpr int kRowStride = kBK + 8;            // bf16 per smem row (144 B: ldmatrix conflict-free)
-constexpr int kWRawBytes = kBM * kBK / 2;      // e2m1 bytes per stage
-constexpr int kWScaleBytes = kBM * 4;          // one aligned 4-byte scale word per row
-constexpr int kABytes = kBM * kRowStride * 2;  // one dequantised bf16 weight tile (two)
+constexpr int kThreads = 256;              // activation / SwiGLU kernels
+constexpr int kGemmThreads = 256;          // expert GEMM: 2 warpgroups of 128 rows each
+constexpr int kWChunksPerThread = 2;       // 16-byte weight chunks a GEMM thread copies
+constexpr int kBM = 256;                   // weight rows per block
+constexpr int kBK = 64;                    // K values per stage (two MXFP4 scale blocks)
+constexpr int kKBlocks = kBK / 8;          // 8-value core-matrix columns per tile row
+constexpr int kWRawBytes = kBM * kBK / 2;  // e2m1 bytes per stage
+constexpr int kWScaleBytes = kBM * 4;      // one aligned 4-byte scale word per row
+constexpr int kABytes = kBM * kBK * 2;     // one dequantised bf16 weight tile (two)
 
 template <int kBN>
 struct Shape {
-  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "four, six or eight n8 tiles per warp");
-  static constexpr int kNT = kBN / 16;  // n8 tiles per warp (warp tile 64 rows x BN / 2)
-  static constexpr int kXBytes = kBN * kRowStride * 2;
+  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "wgmma m64nBNk16 shapes instantiated");
+  static constexpr int kXBytes = kBN * kBK * 2;
   static constexpr int kStageBytes = kWRawBytes + kWScaleBytes + kXBytes;
   // cp.async ring depth: 4 stages, 3 at BN 128 (two blocks per SM with two bf16 tiles).
   static constexpr int kStages = kBN == 128 ? 3 : 4;
@@ -176,8 +176,10 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
 }
 
 // 32 e2m1 values (16 bytes, value j in nibble j) times 2^(S - 127) as 32 bf16 in the
-// permuted order, written to dst (16-byte aligned shared memory).
-__device__ __forceinline__ void DequantE2m1x32(uint4 raw, uint32_t S, uint16_t* dst) {
+// permuted order, written as four 8-value chunks to dst + q * chunk_stride (bf16 elements;
+// 16-byte aligned shared memory).
+__device__ __forceinline__ void DequantE2m1x32(uint4 raw, uint32_t S, uint16_t* dst,
+                                               int chunk_stride) {
   // 2^(S - 1) as bf16x2 when S <= 128 (biased exponent S + 126); else 2^126, then 2^(S - 127).
   const bool one_step = S <= 128;
   const uint32_t f1 = one_step ? (S + 126) << 7 : 253u << 7;
@@ -193,7 +195,7 @@ __device__ __forceinline__ void DequantE2m1x32(uint4 raw, uint32_t S, uint16_t* 
       if (!one_step) v = MulBf16x2(v, f2x2);
       o[k] = v;
     }
-    *reinterpret_cast<uint4*>(dst + 8 * q) = out;
+    *reinterpret_cast<uint4*>(dst + q * chunk_stride) = out;
   }
 }
 
@@ -207,6 +209,13 @@ struct GemmArgs {
   const int32_t* n_items;
   float* out;  // [P, n_rows]
 };
+
+// Byte offset of the 16-byte chunk (row r, 8-value column block kb) of a tile in the wgmma
+// core-matrix layout (wgmma_bf16.cuh): core matrix (r / 8, kb) at (r / 8 * kKBlocks + kb) *
+// 128 bytes, its row r % 8 at + (r % 8) * 16.
+__host__ __device__ constexpr uint32_t CoreOffset(int r, int kb) {
+  return static_cast<uint32_t>(((r / 8) * kKBlocks + kb) * 128 + (r % 8) * 16);
+}
 
 // Shared-memory slices of ring slot `slot`.
 struct StageSmem {
@@ -223,10 +232,9 @@ __device__ __forceinline__ StageSmem SlotAt(char* smem, int slot) {
 }
 
 template <int kBN>
-__global__ void __launch_bounds__(kGemmThreads, 2) ExpertGemmBf16Kernel(GemmArgs a) {
+__global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs a) {
   extern __shared__ __align__(16) char smem[];
   using S = Shape<kBN>;
-  constexpr int kNT = S::kNT;
   constexpr int kXChunks = kBN * (kBK * 2 / 16);  // 16-byte activation copies a stage
   constexpr int kNX = (kXChunks + kGemmThreads - 1) / kGemmThreads;
   static_assert(kWRawBytes / 16 == kWChunksPerThread * kGemmThreads, "weight copies per thread");
@@ -284,7 +292,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) ExpertGemmBf16Kernel(GemmArgs
     const int n = c / (kBK * 2 / 16), chunk = c % (kBK * 2 / 16);
     const bool ok = c < kXChunks && n < item.count;
     x_src[i] = ok ? a.act + int64_t{act_rows[n] / act_div} * K + chunk * 8 : nullptr;
-    x_dst[i] = static_cast<uint32_t>((n * kRowStride + chunk * 8) * 2);
+    x_dst[i] = CoreOffset(n, chunk);
   }
   const unsigned smem_base = mma::SharedAddress(smem);
   // Copies of K stage st into ring slot `slot`. Rows past the job are not copied: their
@@ -310,30 +318,21 @@ __global__ void __launch_bounds__(kGemmThreads, 2) ExpertGemmBf16Kernel(GemmArgs
 
   constexpr int kStages = S::kStages;
   uint16_t* a_tiles = reinterpret_cast<uint16_t*>(smem + kStages * S::kStageBytes);
-  const int warp = tid / 32, lane = tid % 32;
-  const int wm = warp % 2, wn = warp / 2;
-  float acc[4][kNT][4];
-#pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
-    }
-  }
+  // Warpgroup accumulators: rows 128 wg + 64 h .. + 63 (h = 0, 1) x the BN tokens.
+  float acc[2][kBN / 2];
   const int n_stages = static_cast<int>(K / kBK);
   // Dequantises stage st (in ring slot st % kStages) into bf16 tile st % 2: the thread's
   // copied chunks, 32 weights each (row c / 2, K half c % 2: one scale block).
   auto dequant = [&](int st) {
     const StageSmem raw = SlotAt<kBN>(smem, st % kStages);
-    uint16_t* tile = a_tiles + (st % 2) * (kBM * kRowStride);
+    char* tile = reinterpret_cast<char*>(a_tiles) + (st % 2) * kABytes;
 #pragma unroll
     for (int j = 0; j < kWChunksPerThread; ++j) {
       const int c = tid + j * kGemmThreads, r = c / 2, h = c % 2;
       const uint4 w = *reinterpret_cast<const uint4*>(raw.w + c * 16);
       const uint32_t word = *reinterpret_cast<const uint32_t*>(raw.s + r * 4);
       const uint32_t scale = (word >> (8 * (((dq_lead[j] + 2 * st) & 3) + h))) & 0xFFu;
-      DequantE2m1x32(w, scale, tile + r * kRowStride + h * 32);
+      DequantE2m1x32(w, scale, reinterpret_cast<uint16_t*>(tile + CoreOffset(r, 4 * h)), 64);
     }
   };
 #pragma unroll
@@ -342,64 +341,50 @@ __global__ void __launch_bounds__(kGemmThreads, 2) ExpertGemmBf16Kernel(GemmArgs
     fp8::CpAsyncCommit();
   }
   fp8::CpAsyncWait<kStages - 2>();
-  __syncthreads();  // stage 0 landed
+  __syncthreads();  // stage 0 landed (every thread's copies)
   dequant(0);
-  // Software pipeline, one barrier per stage: iteration i dequantises stage i + 1 into the
-  // other bf16 tile while the warps multiply stage i (the dequantisation's integer work
-  // interleaves with the MMAs instead of a dequantise-then-multiply phase per stage).
+  wgmma::FenceProxyAsync();
+  __syncthreads();
+  // Iteration i: the warpgroup's MMAs of stage i run asynchronously (wgmma) while the threads
+  // dequantise stage i + 1 into the other bf16 tile.
+  const uint32_t a_base = mma::SharedAddress(a_tiles);
+  const int wg = tid / 128;  // warpgroup: weight rows 128 wg .. 128 wg + 127
   for (int i = 0; i < n_stages; ++i) {
+    const uint32_t x_base = smem_base + (i % kStages) * S::kStageBytes + kWRawBytes + kWScaleBytes;
+    const uint32_t a_tile = a_base + (i % 2) * kABytes;
+    wgmma::Fence();
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {
+      const uint64_t db = wgmma::Descriptor(x_base + CoreOffset(0, 2 * ks), 128, kKBlocks * 128);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint64_t da =
+            wgmma::Descriptor(a_tile + CoreOffset(128 * wg + 64 * h, 2 * ks), 128, kKBlocks * 128);
+        wgmma::WgmmaBf16<kBN>(acc[h], da, db, i > 0 || ks > 0 ? 1 : 0);
+      }
+    }
+    wgmma::CommitGroup();
     fp8::CpAsyncWait<kStages - 3>();
-    // Stage i + 1 landed; tile i % 2 is complete; every warp finished stage i - 1 (its tile
-    // and ring slot are free again).
-    __syncthreads();
+    __syncthreads();  // stage i + 1 landed (every thread's copies); stage i - 1's slot is free
     if (i + kStages - 1 < n_stages) load(i + kStages - 1, (i + kStages - 1) % kStages);
     fp8::CpAsyncCommit();
     if (i + 1 < n_stages) dequant(i + 1);
-    const StageSmem st = SlotAt<kBN>(smem, i % kStages);
-    const uint16_t* a_tile = a_tiles + (i % 2) * (kBM * kRowStride);
-#pragma unroll
-    for (int ks = 0; ks < kBK / 16; ++ks) {
-      uint32_t af[4][4];
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        const int row = wm * 64 + mt * 16 + (lane % 16);
-        mma::LdMatrixX4(af[mt], a_tile + row * kRowStride + ks * 16 + (lane / 16) * 8);
-      }
-      if constexpr (kNT % 2 == 1) {  // the last n8 tile alone: lanes 0-15 address it
-        uint32_t bf[2];
-        const int n = wn * (kBN / 2) + (kNT - 1) * 8 + (lane % 8);
-        mma::LdMatrixX2(bf, st.x + n * kRowStride + ks * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) mma::MmaBf16(acc[mt][kNT - 1], af[mt], bf[0], bf[1]);
-      }
-#pragma unroll
-      for (int np = 0; np < kNT / 2; ++np) {
-        uint32_t bf[4];
-        const int n = wn * (kBN / 2) + np * 16 + (lane / 16) * 8 + (lane % 8);
-        mma::LdMatrixX4(bf, st.x + n * kRowStride + ks * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          mma::MmaBf16(acc[mt][2 * np], af[mt], bf[0], bf[1]);
-          mma::MmaBf16(acc[mt][2 * np + 1], af[mt], bf[2], bf[3]);
-        }
-      }
-    }
+    wgmma::FenceProxyAsync();
+    wgmma::WaitGroup<0>();  // stage i's MMAs done: its tile and slot may be rewritten
+    __syncthreads();
   }
   fp8::CpAsyncWait<0>();
-  // Epilogue: acc[mt][nt][i] is row wm*64 + mt*16 + g (+8 for i >= 2), token
-  // wn*BN/2 + nt*8 + 2t (+1 for odd i).
-  const int g = lane / 4, t4 = lane % 4;
+  // Epilogue (wgmma_bf16.cuh accumulator layout): acc[h][4 j + e] is row 128 wg + 64 h + 16 w + g
+  // (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e); w the warp within warpgroup wg.
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
+  for (int h = 0; h < 2; ++h) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t v = v0 + wm * 64 + mt * 16 + g + (i >= 2 ? 8 : 0);
-        const int n = wn * (kBN / 2) + nt * 8 + 2 * t4 + (i & 1);
-        if (v >= n_rows || n >= item.count) continue;
-        a.out[int64_t{act_rows[n]} * n_rows + v] = acc[mt][nt][i];
-      }
+    for (int e = 0; e < kBN / 2; ++e) {
+      const int64_t v = v0 + 128 * wg + 64 * h + 16 * (warp % 4) + g + ((e & 3) >= 2 ? 8 : 0);
+      const int n = 8 * (e / 4) + 2 * t4 + (e & 1);
+      if (v >= n_rows || n >= item.count) continue;
+      a.out[int64_t{act_rows[n]} * n_rows + v] = acc[h][e];
     }
   }
 }
