@@ -25,19 +25,25 @@
 // 2^(S - 1) (S the ue8m0 byte; two multiplies when S > 128) gives value * 2^(S - 127)
 // exactly.
 //
+// Structure: a block (two warpgroups) owns 256 weight rows of one expert x one item of up to
+// BN pairs, all of K in 64-value stages: cp.async ring of the stage's e2m1 bytes and bf16
+// activations (scale bytes of the whole block once), each thread dequantises the 64 weights
+// it copied into a bf16 tile (wgmma core-matrix layout, wgmma_bf16.cuh), and the warpgroups'
+// wgmma m64nBNk16 MMAs of stage i run asynchronously while stage i + 1 is dequantised.
+//
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
 // per expert): 1.74 TFLOP per layer; every expert's 18.8 MB read once per item (7.2 GB,
-// 1.6 ms at 4.5 TB/s); at the ~650 TFLOP/s mma.sync bf16 rate ~2.7 ms per layer.
+// 1.6 ms at 4.5 TB/s); ~2-3 ms per layer at the bf16 tensor rate.
 // MEASURED (H200, session 6; RoutedExperts of a 4096-token prefill, 4 layers): 62 ms with the
-// FP8 tile -> 46 ms with this kernel as 8 warps (2 x 4, warp tiles 64 x BN/4) -> 44.7 ms as
-// 4 warps (2 x 2, warp tiles 64 x BN/2, half the ldmatrix traffic per MMA); ~10 ms per
-// layer in the two GEMMs (gate/up 7.06 ms, down 3.52 ms in the 8-warp ncu run), ~170 TFLOP/s
-// of useful work. ncu (8 warps): shared-memory pipe 75% busy, tensor pipe 52%, issue 38%,
-// 0.7 eligible warps per scheduler. Neither 96-wide items (25% fewer MMAs) nor
-// double-buffering the dequantisation changed the time, and halving the shared-memory
-// traffic per MMA gained 5%: mma.sync itself (register-staged operands, at most ~half the
-// Hopper tensor peak) is the likely limit of this design. The next step is wgmma (operands read
-// from shared memory by the tensor cores, FP8 or bf16).
+// FP8 tile; with this kernel 44.7-47 ms in every variant tried: mma.sync with 8 or 4 warps
+// (ncu: shared-memory pipe 75%, tensor 52%), 64/96/128-wide items, double-buffered
+// dequantisation, wgmma with 256-row blocks, scales loaded once (ncu had counted 44% excess
+// sectors from per-stage 4-byte scale copies). ~10.9 ms per layer in the two GEMMs, i.e.
+// ~1.6 us per 64-value stage of a block whatever the MMA work: the per-stage critical path
+// (cp.async wait, the dequantisation at 8 warps per SM, two barriers) bounds it, ~170
+// TFLOP/s of useful work. Next: a warp-specialised pipeline (producer warps dequantising
+// several stages ahead behind mbarriers, a consumer warpgroup issuing wgmma), or FP8 weights
+// prepared offline so the tile needs no per-block dequantisation.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -68,16 +74,16 @@ constexpr int kBM = 256;                   // weight rows per block
 constexpr int kBK = 64;                    // K values per stage (two MXFP4 scale blocks)
 constexpr int kKBlocks = kBK / 8;          // 8-value core-matrix columns per tile row
 constexpr int kWRawBytes = kBM * kBK / 2;  // e2m1 bytes per stage
-constexpr int kWScaleBytes = kBM * 4;      // one aligned 4-byte scale word per row
 constexpr int kABytes = kBM * kBK * 2;     // one dequantised bf16 weight tile (two)
 
 template <int kBN>
 struct Shape {
   static_assert(kBN == 64 || kBN == 96 || kBN == 128, "wgmma m64nBNk16 shapes instantiated");
   static constexpr int kXBytes = kBN * kBK * 2;
-  static constexpr int kStageBytes = kWRawBytes + kWScaleBytes + kXBytes;
+  static constexpr int kStageBytes = kWRawBytes + kXBytes;
   // cp.async ring depth: 4 stages, 3 at BN 128 (two blocks per SM with two bf16 tiles).
   static constexpr int kStages = kBN == 128 ? 3 : 4;
+  // Ring, two bf16 tiles, then the block's scale bytes (ScaleBytes(K), by launch).
   static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kABytes;
 };
 
@@ -220,15 +226,13 @@ __host__ __device__ constexpr uint32_t CoreOffset(int r, int kb) {
 // Shared-memory slices of ring slot `slot`.
 struct StageSmem {
   uint8_t* w;
-  uint8_t* s;
   uint16_t* x;
 };
 
 template <int kBN>
 __device__ __forceinline__ StageSmem SlotAt(char* smem, int slot) {
   char* base = smem + slot * Shape<kBN>::kStageBytes;
-  return {reinterpret_cast<uint8_t*>(base), reinterpret_cast<uint8_t*>(base + kWRawBytes),
-          reinterpret_cast<uint16_t*>(base + kWRawBytes + kWScaleBytes)};
+  return {reinterpret_cast<uint8_t*>(base), reinterpret_cast<uint16_t*>(base + kWRawBytes)};
 }
 
 template <int kBN>
@@ -249,40 +253,37 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   const int act_div = a.up ? static_cast<int>(a.k) : 1;
   const int m0 = a.up ? 0 : 1, m1 = a.up ? 2 : 1;
 
-  // Copy plan. Weight bytes: thread tid copies the 16-byte chunks c = tid + j * 128 (row
-  // c / 2, half c % 2; j < 2) and later dequantises exactly them. Scales: thread tid copies
-  // the aligned word that holds row tid's two scale bytes of the stage (kblocks is even and
-  // the scale base 4-byte aligned, so a row's scales start at byte 0 or 2 of a word and a
-  // stage's pair never straddles two words). Activations: 16-byte chunks of the item's rows.
+  // Copy plan. Weight bytes: thread tid copies the 16-byte chunks c = tid + j * 256 (row
+  // c / 2, half c % 2; j < 2) of every stage and later dequantises exactly them. Scales: all
+  // of row tid's at the start (kblocks % 4 == 0 and the scale base 4-byte aligned).
+  // Activations: 16-byte chunks of the item's rows.
   auto row_of = [&](int64_t v, int* part) {
     *part = v >= part_rows ? 1 : 0;
     return *part ? v - part_rows : v;
   };
   const uint8_t* w_src[kWChunksPerThread];
-  int dq_lead[kWChunksPerThread];  // byte offset of the chunk row's first scale in its word
 #pragma unroll
   for (int j = 0; j < kWChunksPerThread; ++j) {
     const int c = tid + j * kGemmThreads;
     w_src[j] = nullptr;
-    dq_lead[j] = 0;
     if (v0 + c / 2 < n_rows) {
       int part = 0;
       const int64_t row = row_of(v0 + c / 2, &part);
       w_src[j] =
           static_cast<const uint8_t*>(ep.data[part ? m1 : m0]) + row * (K / 2) + (c % 2) * 16;
-      dq_lead[j] = static_cast<int>(
-          reinterpret_cast<uintptr_t>(ep.scale[part ? m1 : m0] + row * kblocks) & 3);
     }
   }
-  const uint8_t* s_src = nullptr;
-  int s_lead = 0;
-  static_assert(kBM == kGemmThreads, "one scale word per thread");
+  // All of the block's scale bytes ([kBM][kblocks]) once, 4-byte copies of row tid (per-stage
+  // 4-byte copies were 7/8 wasted 32-byte sectors: ncu counted 44% excess sectors).
+  static_assert(kBM == kGemmThreads, "one scale row per thread");
+  uint8_t* scales = reinterpret_cast<uint8_t*>(smem + S::kSmemBytes);
+  const unsigned smem_base = mma::SharedAddress(smem);
   if (v0 + tid < n_rows) {
     int part = 0;
     const int64_t row = row_of(v0 + tid, &part);
-    const uint8_t* first = ep.scale[part ? m1 : m0] + row * kblocks;
-    s_lead = static_cast<int>(reinterpret_cast<uintptr_t>(first) & 3);
-    s_src = first - s_lead;
+    const uint8_t* src = ep.scale[part ? m1 : m0] + row * kblocks;
+    const unsigned dst = smem_base + S::kSmemBytes + tid * static_cast<unsigned>(kblocks);
+    for (int64_t b = 0; b < kblocks; b += 4) fp8::CpAsync4(dst + b, src + b);
   }
   const uint16_t* x_src[kNX];
   uint32_t x_dst[kNX];
@@ -294,7 +295,6 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
     x_src[i] = ok ? a.act + int64_t{act_rows[n] / act_div} * K + chunk * 8 : nullptr;
     x_dst[i] = CoreOffset(n, chunk);
   }
-  const unsigned smem_base = mma::SharedAddress(smem);
   // Copies of K stage st into ring slot `slot`. Rows past the job are not copied: their
   // stale shared bytes reach only accumulator rows / token columns that are never stored.
   auto load = [&](int st, int slot) {
@@ -305,13 +305,10 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
         fp8::CpAsync16(base + (tid + j * kGemmThreads) * 16, w_src[j] + int64_t{st} * (kBK / 2));
       }
     }
-    if (s_src != nullptr) {
-      fp8::CpAsync4(base + kWRawBytes + tid * 4, s_src + ((s_lead + 2 * st) & ~3));
-    }
 #pragma unroll
     for (int i = 0; i < kNX; ++i) {
       if (x_src[i] != nullptr) {
-        fp8::CpAsync16(base + kWRawBytes + kWScaleBytes + x_dst[i], x_src[i] + int64_t{st} * kBK);
+        fp8::CpAsync16(base + kWRawBytes + x_dst[i], x_src[i] + int64_t{st} * kBK);
       }
     }
   };
@@ -330,8 +327,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
     for (int j = 0; j < kWChunksPerThread; ++j) {
       const int c = tid + j * kGemmThreads, r = c / 2, h = c % 2;
       const uint4 w = *reinterpret_cast<const uint4*>(raw.w + c * 16);
-      const uint32_t word = *reinterpret_cast<const uint32_t*>(raw.s + r * 4);
-      const uint32_t scale = (word >> (8 * (((dq_lead[j] + 2 * st) & 3) + h))) & 0xFFu;
+      const uint32_t scale = scales[r * kblocks + 2 * st + h];
       DequantE2m1x32(w, scale, reinterpret_cast<uint16_t*>(tile + CoreOffset(r, 4 * h)), 64);
     }
   };
@@ -350,7 +346,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   const uint32_t a_base = mma::SharedAddress(a_tiles);
   const int wg = tid / 128;  // warpgroup: weight rows 128 wg .. 128 wg + 127
   for (int i = 0; i < n_stages; ++i) {
-    const uint32_t x_base = smem_base + (i % kStages) * S::kStageBytes + kWRawBytes + kWScaleBytes;
+    const uint32_t x_base = smem_base + (i % kStages) * S::kStageBytes + kWRawBytes;
     const uint32_t a_tile = a_base + (i % 2) * kABytes;
     wgmma::Fence();
 #pragma unroll
@@ -391,13 +387,14 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
 
 template <int kBN>
 cudaError_t LaunchGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(ExpertGemmBf16Kernel<kBN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           Shape<kBN>::kSmemBytes);
+  const int64_t K = a.up ? a.D : a.I;
+  const int smem = Shape<kBN>::kSmemBytes + static_cast<int>(kBM * (K / 32));
+  const cudaError_t attr = cudaFuncSetAttribute(ExpertGemmBf16Kernel<kBN>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (attr != cudaSuccess) return attr;
   const int64_t rows = a.up ? 2 * a.I : a.D;
   const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
-  ExpertGemmBf16Kernel<kBN><<<grid, kGemmThreads, Shape<kBN>::kSmemBytes, stream>>>(a);
+  ExpertGemmBf16Kernel<kBN><<<grid, kGemmThreads, static_cast<size_t>(smem), stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -412,8 +409,8 @@ cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_
 bool RoutedExpertsBf16Applicable(WeightFormat up_format, WeightFormat down_format, int64_t D,
                                  int64_t I, int64_t T, int64_t k, int64_t n_experts) {
   return up_format == WeightFormat::kMxFp4 && down_format == WeightFormat::kMxFp4 && D > 0 &&
-         I > 0 && D % kBK == 0 && I % kBK == 0 && T >= 1 && k >= 1 && k <= kMaxFusedExpertSlots &&
-         n_experts >= 1 && T * k <= (int64_t{1} << 30) &&
+         I > 0 && D % 128 == 0 && I % 128 == 0 && std::max(D, I) <= 8192 && T >= 1 && k >= 1 &&
+         k <= kMaxFusedExpertSlots && n_experts >= 1 && T * k <= (int64_t{1} << 30) &&
          MaxItems(T * k, n_experts, TokensPerItem(T, k, n_experts)) <= 65535;
 }
 

@@ -95,8 +95,8 @@ cudaError_t RoutedExpertsFp8(const RoutedExpertsLaunch& launch, void* scratch, c
 // folded exactly into bf16 operands, one fp32 sum over all of K per output. Results differ
 // from RoutedExpertsFp8 by fp32 rounding (not bitwise equal; the backend keeps RoutedExpertsFp8
 // in batch-invariant mode); deterministic and independent of the other tokens' routing.
-// Applicable: w1/w3 and w2 MXFP4, D and I multiples of 64, each expert's scale arrays 4-byte
-// aligned (the caller checks that), 1 <= k <= kMaxFusedExpertSlots.
+// Applicable: w1/w3 and w2 MXFP4, D and I multiples of 128 and <= 8192, each expert's scale arrays
+// 4-byte aligned (the caller checks that), 1 <= k <= kMaxFusedExpertSlots.
 bool RoutedExpertsBf16Applicable(model::WeightFormat up_format, model::WeightFormat down_format,
                                  int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts);
 int64_t RoutedExpertsBf16ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
