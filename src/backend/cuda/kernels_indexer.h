@@ -41,8 +41,11 @@ bool IndexerMmaApplicable(const float* q, const float* keys, int64_t T, int64_t 
 int64_t IndexerMmaSharedBytes(int64_t heads, int64_t dim);
 
 // Rows at which IndexerScoresMma switches to the row-group kernel. Below it (decode: rows of
-// different sequences) the one-row kernel, whose two blocks per SM suit unrelated rows.
-inline constexpr int64_t kIndexerGroupMinRows = 128;
+// different sequences) the one-row kernel, whose two blocks per SM suit unrelated rows. The
+// kernel cannot see on the host whether rows share keys; decode batches of 128 and 256 rows
+// (one per sequence) were slower grouped (H200, 32k context, FP8 mode: B=128 20.4 -> 25.8 ms,
+// B=256 31.2 -> 39.3 ms a step), so only calls of more rows than a decode batch take it.
+inline constexpr int64_t kIndexerGroupMinRows = 512;
 
 // The largest row-group size whose block fits kMaxSharedBytes (<= 4; 1 = no group kernel).
 // 4 at 64 heads x 128.
