@@ -1,7 +1,9 @@
-// Pieces both sparse-attention kernels share (k_attention.cu on CUDA cores,
+// Pieces the sparse-attention kernels share (k_attention.cu on CUDA cores,
 // k_attention_mma.cu on tensor cores): which rows a query token attends, the fixed
 // "lane" decomposition of a token's candidates with its merge tree, and the launch with
-// the lanes spread over a thread-block cluster. Include from .cu files only.
+// the lanes spread over a thread-block cluster. k_attention_prefill.cu uses only the
+// attended rows (TokenRows / CandidateRow) and host helpers (no lanes, so it is not
+// batch-invariant); k_indexer_mma.cu only MultiprocessorCount. Include from .cu files only.
 //
 // Batch invariance (bitwise). out[t] must not depend on how many tokens share the call,
 // so the arithmetic of a token is fixed by the token alone:

@@ -118,9 +118,11 @@ class CudaBackend final : public model::Backend {
   static constexpr int64_t kExpertsBf16MinTokens = 2048;
   void set_experts_bf16_min_tokens(int64_t t) { experts_bf16_min_tokens_ = t; }
   // Batch-invariant mode (backend::BackendOptions): no kernel is chosen by token count. Linear
-  // skips the one-row GEMV and runs the tensor-core path in slices of at most 64 tokens,
-  // HcMix runs the split kernel in slices of 64, RoutedExperts the grouped kernels in
-  // slices of 256; the attention kernels are invariant in every mode. Default off
+  // skips the one-row GEMV and runs the tensor-core path in slices of at most 64 tokens
+  // (FP8-mode Linears keep kernels::LinearFp8), RoutedExperts the grouped kernels in slices of
+  // 256 (FP8 mode: kernels::RoutedExpertsFp8); HcMix, SparseAttentionMma / SparseAttention and
+  // the indexer are invariant in every mode. The FP8-mode prefill paths (bf16 GEMM Linear,
+  // RoutedExpertsBf16, SparseAttentionPrefill) are never taken. Default off
   // (DEEPINFER_BATCH_INVARIANT=1 turns it on at creation).
   void set_batch_invariant(bool on);
   bool batch_invariant() const { return batch_invariant_; }
@@ -189,10 +191,11 @@ class CudaBackend final : public model::Backend {
                          float* weights) override;
   void SwiGlu(const float* gate, const float* up, int64_t T, int64_t n, float limit,
               const float* row_scale, float* h) override;
-  // Fused for 1 <= T <= kernels::kMaxFusedExpertTokens rows, experts in MXFP4 / FP8-block32
-  // / BF16 with D and I multiples of 32. The first call for an expert table uploads every
-  // expert of it and caches a device array of their pointers (keyed by the table's address;
-  // dropped by ForgetWeights).
+  // Fused for experts in MXFP4 / FP8-block32 / BF16 with D and I multiples of 32: the
+  // token-slot kernels up to kernels::kMaxFusedExpertTokens rows, the grouped kernels above
+  // (FP8 mode: kernels::RoutedExpertsFp8Applicable, any T). The first call for an expert
+  // table uploads every expert of it and caches a device array of their pointers (keyed by
+  // the table's address; dropped by ForgetWeights).
   bool CanFuseRoutedExperts(int64_t T, const model::ExpertWeights& e) const override;
   void RoutedExperts(const model::RoutedExpertsArgs& args) override;
   void GatherTokenRows(const float* x, int64_t ld, const int32_t* host_rows, int64_t n,

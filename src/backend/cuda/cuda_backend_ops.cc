@@ -57,10 +57,10 @@ void CudaBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
     return Fail(
         Unsupported("HcMix", "hc " + std::to_string(hc) + " > " + std::to_string(kernels::kMaxHc)));
   }
-  // Each token's 2 MB projection split over many blocks (blocks of the pair kernel share
-  // their fn slice between tokens), in slices of up to 1024 tokens (the partials' scratch).
-  // The split kernel's sums do not depend on T, so HcMix is batch-invariant in every mode.
-  // (H200, B=256: the one-block-per-token kernel took 207 us per call, reading fn per token.)
+  // Each token's 2 MB projection split into 128-column slices, one warp per slice and group
+  // of tokens (fn held in registers for the group, a butterfly reduce-scatter per token),
+  // then a finish kernel per token; calls of up to 1024 tokens (the partials' scratch).
+  // The split depends only on (hc, D), so HcMix is batch-invariant in every mode.
   const int64_t slice = std::min<int64_t>(T, 1024);
   auto* scratch = static_cast<float*>(TempBytes(
       static_cast<size_t>(slice * kernels::HcMixSplits(slice, hc, D) * 25) * sizeof(float)));

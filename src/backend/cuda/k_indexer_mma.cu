@@ -26,11 +26,12 @@
 // Shared memory (H = 64, D = 128): q terms 51 KiB, key terms 51 KiB, w and partials 1.3 KiB:
 // ~104 KiB, two blocks per SM.
 //
-// Prefill (T >= kIndexerGroupMinRows): the row-group kernel below (IndexerMmaGroupKernel)
-// stages each key tile once for up to 4 rows of one sequence instead of once per row, with
-// the same per-score operations (steps 3-4 are the shared device functions
-// LoadKeyFragments / AccumulateKStep / StoreHeadSums). Shared memory at H = 64, D = 128:
-// key terms 51 KiB + 4 fp32 q rows 136 KiB + w, partials 5 KiB: ~192 KiB, one block per SM.
+// Prefill (T >= kIndexerGroupMinRows = 512 rows; fewer rows, e.g. decode batches, take the
+// one-row kernel): the row-group kernel below (IndexerMmaGroupKernel) stages each key tile
+// once for up to 4 rows of one sequence instead of once per row, with the same per-score
+// operations (steps 3-4 are the shared device functions LoadKeyFragments, AccumulateKStep
+// and StoreHeadSums). Shared memory at H = 64, D = 128: key terms 51 KiB + 4 fp32 q rows
+// 136 KiB + w, partials 5 KiB: ~192 KiB, one block per SM.
 #include <cuda_bf16.h>
 
 #include <cstdint>

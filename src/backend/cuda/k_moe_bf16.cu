@@ -72,8 +72,9 @@ using moe_groups::kGroupThreads;
 using moe_groups::MaxItems;
 
 constexpr int kThreads = 256;              // activation / SwiGLU kernels
-constexpr int kGemmThreads = 256;          // expert GEMM: 2 warpgroups of 128 rows each
-constexpr int kWChunksPerThread = 2;       // 16-byte weight chunks a GEMM thread copies
+constexpr int kGemmThreads = 512;          // expert GEMM: 4 warpgroups of 64 rows each
+constexpr int kWChunksPerThread = 1;       // 16-byte weight chunks a GEMM thread copies
+constexpr int kRowHalves = 1;              // m64 tiles per warpgroup
 constexpr int kBM = 256;                   // weight rows per block
 constexpr int kBK = 64;                    // K values per stage (two MXFP4 scale blocks)
 constexpr int kKBlocks = kBK / 8;          // 8-value core-matrix columns per tile row
@@ -279,10 +280,10 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   }
   // All of the block's scale bytes ([kBM][kblocks]) once, 4-byte copies of row tid (per-stage
   // 4-byte copies were 7/8 wasted 32-byte sectors: ncu counted 44% excess sectors).
-  static_assert(kBM == kGemmThreads, "one scale row per thread");
+  static_assert(kBM <= kGemmThreads, "one scale row per thread");
   uint8_t* scales = reinterpret_cast<uint8_t*>(smem + S::kSmemBytes);
   const unsigned smem_base = mma::SharedAddress(smem);
-  if (v0 + tid < n_rows) {
+  if (tid < kBM && v0 + tid < n_rows) {
     int part = 0;
     const int64_t row = row_of(v0 + tid, &part);
     const uint8_t* src = ep.scale[part ? m1 : m0] + row * kblocks;
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   constexpr int kStages = S::kStages;
   uint16_t* a_tiles = reinterpret_cast<uint16_t*>(smem + kStages * S::kStageBytes);
   // Warpgroup accumulators: rows 128 wg + 64 h .. + 63 (h = 0, 1) x the BN tokens.
-  float acc[2][kBN / 2];
+  float acc[kRowHalves][kBN / 2];
   const int n_stages = static_cast<int>(K / kBK);
   // Dequantises stage st (in ring slot st % kStages) into bf16 tile st % 2: the thread's
   // copied chunks, 32 weights each (row c / 2, K half c % 2: one scale block).
@@ -348,7 +349,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   // Iteration i: the warpgroup's MMAs of stage i run asynchronously (wgmma) while the threads
   // dequantise stage i + 1 into the other bf16 tile.
   const uint32_t a_base = mma::SharedAddress(a_tiles);
-  const int wg = tid / 128;  // warpgroup: weight rows 128 wg .. 128 wg + 127
+  const int wg = tid / 128;  // warpgroup: weight rows 64 kRowHalves wg ..
   for (int i = 0; i < n_stages; ++i) {
     const uint32_t x_base = smem_base + (i % kStages) * S::kStageBytes + kWRawBytes;
     const uint32_t a_tile = a_base + (i % 2) * kABytes;
@@ -357,9 +358,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
     for (int ks = 0; ks < kBK / 16; ++ks) {
       const uint64_t db = wgmma::Descriptor(x_base + CoreOffset(0, 2 * ks), 128, kKBlocks * 128);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint64_t da =
-            wgmma::Descriptor(a_tile + CoreOffset(128 * wg + 64 * h, 2 * ks), 128, kKBlocks * 128);
+      for (int h = 0; h < kRowHalves; ++h) {
+        const uint64_t da = wgmma::Descriptor(
+            a_tile + CoreOffset(64 * (kRowHalves * wg + h), 2 * ks), 128, kKBlocks * 128);
         wgmma::WgmmaBf16<kBN>(acc[h], da, db, i > 0 || ks > 0 ? 1 : 0);
       }
     }
@@ -374,14 +375,16 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
     __syncthreads();
   }
   fp8::CpAsyncWait<0>();
-  // Epilogue (wgmma_bf16.cuh accumulator layout): acc[h][4 j + e] is row 128 wg + 64 h + 16 w + g
+  // Epilogue (wgmma_bf16.cuh accumulator layout): acc[h][4 j + e] is row 64 (kRowHalves wg + h) +
+  // 16 w + g
   // (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e); w the warp within warpgroup wg.
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kRowHalves; ++h) {
 #pragma unroll
     for (int e = 0; e < kBN / 2; ++e) {
-      const int64_t v = v0 + 128 * wg + 64 * h + 16 * (warp % 4) + g + ((e & 3) >= 2 ? 8 : 0);
+      const int64_t v =
+          v0 + 64 * (kRowHalves * wg + h) + 16 * (warp % 4) + g + ((e & 3) >= 2 ? 8 : 0);
       const int n = 8 * (e / 4) + 2 * t4 + (e & 1);
       if (v >= n_rows || n >= item.count) continue;
       a.out[int64_t{act_rows[n]} * n_rows + v] = acc[h][e];

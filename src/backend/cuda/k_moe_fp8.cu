@@ -7,6 +7,7 @@
 //
 // Launches (grid sizes depend only on T, k, n_experts and the shapes; no host sync):
 //  1. QuantizeFp8Activations(x) -> xq [T, D].
+//  2-3. the grouping kernels of moe_groups.cuh (shared with k_moe_bf16.cu):
 //  2. CountPairs: block e counts the pairs routed to expert e (__syncthreads_count).
 //  3. FillGroups: block e places its pairs at order[start_e ..] in pair order (stable,
 //     ballot prefix counts: no atomics decide a position) and writes its work items

@@ -1,5 +1,7 @@
-// QAT fake-quantisation (bit-exact with backend/cpu/numerics.cc) and weight dequantisation
-// from the stored formats (model.md §4.3) to fp32.
+// QAT fake-quantisation (bit-exact with backend/cpu/numerics.cc), weight dequantisation
+// from the stored formats (model.md §4.3) to fp32 and to exact bf16, the exact 3-term bf16
+// split of activations, the FP8-mode activations as exact bf16
+// (QuantizeFp8ActivationsBf16) and GatherRows' weight rows.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_numerics.cuh"

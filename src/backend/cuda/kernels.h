@@ -73,9 +73,11 @@ cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head
 // --- row reductions (k_norm.cu) -------------------------------------------------------
 cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
                     float eps, float* y, int64_t ldy, cudaStream_t stream);
-// The mHC pre-mix (model::Backend::HcMix), each token's 2 MB fn projection split over
-// HcMixSplits(T, hc, D) blocks (a split that does not depend on T), partial sums then a finish
-// kernel per token. scratch: T * HcMixSplits(T, hc, D) * 25 floats of device memory.
+// The mHC pre-mix (model::Backend::HcMix), each token's 2 MB fn projection split into
+// HcMixSplits(T, hc, D) = ceil(hc * D / 128) slices of 128 columns (a split that does not
+// depend on T; one warp per slice and group of tokens, butterfly reduce-scatter), partial sums
+// then a finish kernel per token. scratch: T * HcMixSplits(T, hc, D) * 25 floats of device
+// memory.
 int64_t HcMixSplits(int64_t T, int64_t hc, int64_t D);
 cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
                        const model::HcSiteWeights& w, float norm_eps, float hc_eps,

@@ -13,10 +13,11 @@
 // (tensor-core) accumulation error; exactly-bf16 operands (e.g. FP4 fake-quantised) skip
 // the all-zero terms. The error bound is derived in cuda_indexer_test.cc.
 //
-// Row groups: at prefill (T >= kIndexerGroupMinRows) a block serves up to 4 consecutive
-// rows that share their key offset, staging each key tile once for all of them; every score
-// takes the one-row kernel's operations in the same order, so the bits do not depend on the
-// grouping (IndexerScoresMmaGrouped runs a chosen group size; the tests compare them).
+// Row groups: from kIndexerGroupMinRows = 512 rows (prefill; decode batches stay below) a
+// block serves up to 4 consecutive rows that share their key offset, staging each key tile
+// once for all of them; every score takes the one-row kernel's operations in the same order,
+// so the bits do not depend on the grouping (IndexerScoresMmaGrouped runs a chosen group
+// size; the tests compare them).
 //
 // Batch invariance: s[t, g] is bitwise a function of row t's q, w, q_pos, ratio, scale and
 // its own keys 64 * floor(g / 64) .. (the key tile of g), never of T, n_keys, the grid or
