@@ -26,11 +26,12 @@
 // 2^(S - 1) (S the ue8m0 byte; two multiplies when S > 128) gives value * 2^(S - 127)
 // exactly.
 //
-// Structure: a block (two warpgroups) owns 256 weight rows of one expert x one item of up to
-// BN pairs, all of K in 64-value stages: cp.async ring of the stage's e2m1 bytes and bf16
-// activations (scale bytes of the whole block once), each thread dequantises the 64 weights
-// it copied into a bf16 tile (wgmma core-matrix layout, wgmma_bf16.cuh), and the warpgroups'
-// wgmma m64nBNk16 MMAs of stage i run asynchronously while stage i + 1 is dequantised.
+// Structure: a block (four warpgroups of 64 weight rows) owns 256 weight rows of one expert x
+// one item of up to BN pairs, all of K in 64-value stages: cp.async ring of the stage's e2m1
+// bytes (with the L2 256-byte prefetch) and bf16 activations (scale bytes of the whole block
+// once), each thread dequantises the 32 weights it copied into a bf16 tile (wgmma
+// core-matrix layout, wgmma_bf16.cuh), and each warpgroup's wgmma m64nBNk16 MMAs of stage i
+// run asynchronously while stage i + 1 is dequantised.
 //
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
 // per expert): 1.74 TFLOP per layer; every expert's 18.8 MB read once per item (7.2 GB,
@@ -38,16 +39,17 @@
 // MEASURED (H200, session 6; RoutedExperts of a 4096-token prefill, 4 layers): 62 ms with the
 // FP8 tile; with this kernel 44.7-47 ms in every variant tried: mma.sync with 8 or 4 warps
 // (ncu: shared-memory pipe 75%, tensor 52%), 64/96/128-wide items, double-buffered
-// dequantisation, wgmma with 256-row blocks, scales loaded once (ncu had counted 44% excess
-// sectors from per-stage 4-byte scale copies). ~10.9 ms per layer in the two GEMMs, i.e.
-// ~1.6 us per 64-value stage of a block whatever the MMA work: the per-stage critical path
-// (cp.async wait, the dequantisation at 8 warps per SM, two barriers) bounds it, ~170
-// TFLOP/s of useful work. ncu stall reasons of the wgmma kernel, cycles per issued
-// instruction: long scoreboard 1.21, short scoreboard (the dequantisation's shared loads)
-// 1.16, barrier 0.90, wait 0.69, dispatch 0.48, math throttle 0.33; wgmma 0: the tensor
-// cores wait for operands, not the other way round. Next: a warp-specialised pipeline (producer
-// warps dequantising several stages ahead behind mbarriers, a consumer warpgroup issuing wgmma), or
-// FP8 weights prepared offline so the tile needs no per-block dequantisation.
+// dequantisation, wgmma with two warpgroups of 128 rows, scales loaded once (ncu had counted
+// 44% excess sectors from per-stage 4-byte scale copies), four warpgroups (16 warps per SM:
+// 45.6 ms), the L2 prefetch on the weight copies (45.3 ms). ~10.9 ms per layer in the two
+// GEMMs, ~1.6 us per 64-value stage of a block whatever the MMA work, ~170 TFLOP/s of useful
+// work. ncu stall reasons (two-warpgroup wgmma kernel), cycles per issued instruction: long
+// scoreboard 1.21, short scoreboard (the dequantisation's shared loads) 1.16, barrier 0.90,
+// wait 0.69, dispatch 0.48, math throttle 0.33; wgmma 0: the tensor cores wait for operands.
+// The bound is not understood yet (neither MMA work, warp count, shared-memory traffic nor
+// the weight access pattern moved it). Next: a warp-specialised pipeline (producer warps
+// dequantising several stages ahead behind mbarriers, consumer warpgroups issuing wgmma) and
+// a per-stage timeline (clock64 stamps) to find the serialising step.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -307,7 +309,8 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
 #pragma unroll
     for (int j = 0; j < kWChunksPerThread; ++j) {
       if (w_src[j] != nullptr) {
-        fp8::CpAsync16(base + (tid + j * kGemmThreads) * 16, w_src[j] + int64_t{st} * (kBK / 2));
+        fp8::CpAsync16Prefetch(base + (tid + j * kGemmThreads) * 16,
+                               w_src[j] + int64_t{st} * (kBK / 2));
       }
     }
 #pragma unroll
@@ -320,7 +323,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
 
   constexpr int kStages = S::kStages;
   uint16_t* a_tiles = reinterpret_cast<uint16_t*>(smem + kStages * S::kStageBytes);
-  // Warpgroup accumulators: rows 128 wg + 64 h .. + 63 (h = 0, 1) x the BN tokens.
+  // Warpgroup accumulators: rows 64 (kRowHalves wg + h) .. + 63 x the BN tokens.
   float acc[kRowHalves][kBN / 2];
   const int n_stages = static_cast<int>(K / kBK);
   // Dequantises stage st (in ring slot st % kStages) into bf16 tile st % 2: the thread's
