@@ -25,8 +25,6 @@ std::string CudaErrorText(cudaError_t e) {
 // Linear with at least this many token rows runs as two bf16 tensor-core GEMMs (x split into
 // bf16 hi + mid + lo parts, weights exact in bf16) instead of fp32 SGEMM.
 constexpr int64_t kBf16GemmMinTokens = 64;
-// SparseAttention with at least this many tokens uses SparseAttentionPrefill in the FP8 mode.
-constexpr int64_t kAttentionPrefillMinTokens = 64;
 constexpr size_t kPinnedBytes = size_t{16} << 20;     // staging buffer of UploadAsync
 constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the pageable path
 

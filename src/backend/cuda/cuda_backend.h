@@ -97,7 +97,9 @@ class CudaBackend final : public model::Backend {
   void set_attention_mma(bool on) { attention_mma_ = on; }
   // SparseAttention with at least `t` tokens uses kernels::SparseAttentionPrefill in the
   // FP8-activation mode outside batch-invariant mode, with set_attention_mma on, where it
-  // applies (default 64; 0 = never; DEEPINFER_ATTN_PREFILL_MIN_TOKENS=<n> at creation).
+  // applies (default kAttentionPrefillMinTokens; 0 = never; DEEPINFER_ATTN_PREFILL_MIN_TOKENS=<n>
+  // at creation).
+  static constexpr int64_t kAttentionPrefillMinTokens = 64;
   void set_attention_prefill_min_tokens(int64_t t) { attention_prefill_min_tokens_ = t; }
   // FP8-activation fast mode (kernels_fp8.h): FP8 / MXFP4 Linears and the routed experts
   // quantise their activations per 32 values to e4m3 like DeepSeek's kernels (a documented
@@ -335,7 +337,7 @@ class CudaBackend final : public model::Backend {
   bool batch_invariant_ = false;          // set in Init(); set_batch_invariant
 
   // Set in Init(); SparseAttentionPrefill from this many tokens (FP8 mode; 0 = never).
-  int64_t attention_prefill_min_tokens_ = 64;
+  int64_t attention_prefill_min_tokens_ = kAttentionPrefillMinTokens;
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   DeviceArena arena_;
   WeightCache weights_;

@@ -13,7 +13,10 @@
 //   design: ~150 KB of traffic per block and 16-entry chunk (q terms 48 KB, fp32->bf16
 //   conversion 48 KB, rows 32 KB, score partials 24 KB) -> ~3 ms at 128 B/clk/SM. Expected
 //   4-8 ms (the fp32 CUDA-core kernel: 268 ms). Decode T = 32: 128 blocks (2 splits each) x
-//   40 chunks of 16 entries, ~20-40 us (fp32 kernel ~300 us). NOT MEASURED YET.
+//   40 chunks of 16 entries, ~20-40 us (fp32 kernel ~300 us). MEASURED (H200): T = 4096 x
+//   640 candidates, one bf16 term (FP8 mode) 13.3 ms a call (the prefill path now takes
+//   k_attention_prefill.cu: 5.2 ms); 4-layer decode step B=32 4k: 0.45 ms for 4 calls
+//   (~110 us each), B=1: ~39 us each.
 //
 // Structure. A block (8 warps, 256 threads) serves one token and 16 heads (the M side of
 // every MMA); grid (tokens, heads / 16, splits). q of the 16 heads is split once into
