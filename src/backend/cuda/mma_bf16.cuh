@@ -21,14 +21,6 @@ __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row_add
                : "memory");
 }
 
-// Two 8x8 b16 matrices; lanes 0-15 give the row addresses (matrix l / 8, row l % 8).
-__device__ __forceinline__ void LdMatrixX2(uint32_t (&r)[2], const void* row_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(SharedAddress(row_addr))
-               : "memory");
-}
-
 // The same, each matrix transposed.
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* row_addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
