@@ -1,0 +1,249 @@
+// The routed experts in the FP8-activation mode (CudaBackend::RoutedExperts with
+// set_fp8_activations): the FP8 tile path (kernels::RoutedExpertsFp8) and, for many tokens
+// outside batch-invariant mode, the bf16 / wgmma path (kernels::RoutedExpertsBf16), against a
+// per-token CPU reference that quantises x and h the same way.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_fp8_test_util.h"
+
+namespace deepinfer::backend::cuda::testing {
+namespace {
+
+class CudaFp8ExpertsTest : public CudaFp8Test {
+ protected:
+  struct Experts {
+    std::vector<HostWeight> mats;
+    std::vector<ExpertWeights> table;
+    int64_t D = 0, I = 0;
+  };
+
+  Experts MakeExperts(int64_t n, WeightFormat f, int64_t D, int64_t I, int scale_lo = 118,
+                      int scale_hi = 124) {
+    Experts ex;
+    ex.D = D, ex.I = I;
+    ex.mats.reserve(3 * n);
+    for (int64_t e = 0; e < n; ++e) {
+      ExpertWeights w;
+      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
+      w.w1 = ex.mats.back().ref;
+      ex.mats.push_back(MakeWeight(f, D, I, scale_lo, scale_hi));
+      w.w2 = ex.mats.back().ref;
+      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
+      w.w3 = ex.mats.back().ref;
+      w.w1.name = std::to_string(e) + ".w1";
+      w.w2.name = std::to_string(e) + ".w2";
+      w.w3.name = std::to_string(e) + ".w3";
+      ex.table.push_back(w);
+    }
+    return ex;
+  }
+
+  // Per token and slot: xq = FakeQuant(x), h = SwiGlu(W1 xq, W3 xq) * weight,
+  // hq = FakeQuant(h), out = W2 hq; slots summed in order (cuda_test_util.h).
+  std::vector<float> Reference(const Experts& ex, const std::vector<float>& x, int64_t T,
+                               const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                               int64_t k, float limit) {
+    return RoutedExpertsReference(cpu_, ex.table, ex.D, ex.I, x, T, ids, weights, k, limit,
+                                  /*fp8_activations=*/true);
+  }
+
+  std::vector<int32_t> Route(int64_t T, int64_t k, int64_t n) {
+    std::vector<int32_t> ids(T * k);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < k; ++i) {
+        int32_t e;
+        do {
+          e = Ints(1, 0, static_cast<int32_t>(n - 1))[0];
+        } while (std::find(&ids[t * k], &ids[t * k] + i, e) != &ids[t * k] + i);
+        ids[t * k + i] = e;
+      }
+    }
+    return ids;
+  }
+
+  std::vector<float> RunGpu(const Experts& ex, const std::vector<float>& x, int64_t T,
+                            const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                            int64_t k, float limit) {
+    gpu_->set_fp8_activations(true);
+    model::RoutedExpertsArgs a;
+    a.x = ToGpu(x), a.T = T, a.D = ex.D, a.experts = ToGpu(ids), a.weights = ToGpu(weights);
+    a.k = k, a.table = ex.table.data(), a.n_experts = static_cast<int64_t>(ex.table.size());
+    a.swiglu_limit = limit;
+    a.y = PoisonedFloats(T * ex.D);
+    EXPECT_TRUE(gpu_->CanFuseRoutedExperts(T, ex.table[0]));
+    gpu_->RoutedExperts(a);
+    return FromGpu(a.y, T * ex.D);
+  }
+};
+
+TEST_F(CudaFp8ExpertsTest, MatchesCpuReference) {
+  for (WeightFormat f : {WeightFormat::kMxFp4, WeightFormat::kFp8Block32}) {
+    const Experts ex = MakeExperts(16, f, 256, 384);
+    for (int64_t T : {1, 7, 65, 100, 150, 600}) {  // item widths 8, 8, 32, 64, 96, 128
+      SCOPED_TRACE(::testing::Message() << model::WeightFormatName(f) << " T " << T);
+      const int64_t k = 6;
+      const std::vector<float> x = Normal(T * ex.D, 4.0f);
+      const std::vector<int32_t> ids = Route(T, k, 16);
+      const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+      const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
+      const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
+      EXPECT_TRUE(AllClose(got, expected, 2e-2, 2e-2 * MaxAbs(expected)));
+    }
+  }
+}
+
+// A token's row is bitwise the same alone and inside batches of 8, 64 and 600 tokens.
+TEST_F(CudaFp8ExpertsTest, BatchInvariantBitwise) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t k = 6, T = 600;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const std::vector<float> all = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  for (int64_t n : {1, 8, 64}) {
+    const std::vector<float> xs(x.end() - n * ex.D, x.end());
+    const std::vector<int32_t> is(ids.end() - n * k, ids.end());
+    const std::vector<float> ws(weights.end() - n * k, weights.end());
+    const std::vector<float> got = RunGpu(ex, xs, n, is, ws, k, 7.0f);
+    EXPECT_TRUE(BitExact(got, std::vector<float>(all.end() - n * ex.D, all.end()))) << n;
+  }
+}
+
+TEST_F(CudaFp8ExpertsTest, RealV41ShapeDecode) {
+  if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  const Experts ex = MakeExperts(24, WeightFormat::kMxFp4, 5120, 2304);
+  const int64_t T = 4, k = 6;
+  const std::vector<float> x = Normal(T * ex.D);
+  const std::vector<int32_t> ids = Route(T, k, 24);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 0.5f);
+  const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
+  EXPECT_TRUE(RelL2Close(RunGpu(ex, x, T, ids, weights, k, 7.0f), expected, 5e-3));
+}
+
+// --- routed experts on bf16 tensor cores (k_moe_bf16.cu) ----------------------------------
+
+// The bf16 path (from 1 token here) matches the reference on fake-quantised operands, for
+// item widths 64 (T 40 and 100: ~15 and ~38 pairs per expert), 96 (T 200) and 128 (T 600),
+// with MXFP4 scale bytes that
+// reach both dequantisation branches (S <= 128 and S > 128) and outputs far from 1; it is
+// not the FP8 tile's result (a different fp32 summation), and it repeats bitwise.
+TEST_F(CudaFp8ExpertsTest, Bf16PathMatchesCpuReference) {
+  for (const auto& [lo, hi] : {std::pair{118, 124}, std::pair{100, 140}}) {
+    const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384, lo, hi);
+    for (int64_t T : {40, 100, 200, 600}) {
+      SCOPED_TRACE(::testing::Message() << "scales " << lo << ".." << hi << " T " << T);
+      const int64_t k = 6;
+      const std::vector<float> x = Normal(T * ex.D, 4.0f);
+      const std::vector<int32_t> ids = Route(T, k, 16);
+      const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+      const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
+      gpu_->set_experts_bf16_min_tokens(0);
+      const std::vector<float> tile = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      gpu_->set_experts_bf16_min_tokens(1);
+      const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      const std::vector<float> again = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+      EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
+      EXPECT_TRUE(AllClose(got, expected, 2e-2, 2e-2 * MaxAbs(expected)));
+      EXPECT_FALSE(BitExact(got, tile)) << "the bf16 path did not run";
+      EXPECT_TRUE(BitExact(got, again));
+    }
+  }
+}
+
+// Within the bf16 path a token's row does not depend on the other tokens or on the item
+// width (T 600: items of 128 pairs; T 200: 96; T 100 and 8: 64).
+TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t k = 6, T = 600;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  gpu_->set_experts_bf16_min_tokens(1);
+  const std::vector<float> all = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  for (int64_t n : {8, 100, 200}) {
+    const std::vector<float> xs(x.end() - n * ex.D, x.end());
+    const std::vector<int32_t> is(ids.end() - n * k, ids.end());
+    const std::vector<float> ws(weights.end() - n * k, weights.end());
+    const std::vector<float> got = RunGpu(ex, xs, n, is, ws, k, 7.0f);
+    EXPECT_TRUE(BitExact(got, std::vector<float>(all.end() - n * ex.D, all.end()))) << n;
+  }
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+}
+
+// Batch-invariant mode never takes the bf16 path: the FP8 tile's bits at any threshold.
+TEST_F(CudaFp8ExpertsTest, BatchInvariantModeKeepsFp8Tile) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t k = 6, T = 100;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  gpu_->set_experts_bf16_min_tokens(0);
+  const std::vector<float> tile = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  gpu_->set_experts_bf16_min_tokens(1);
+  gpu_->set_batch_invariant(true);
+  const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  gpu_->set_batch_invariant(false);
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+  EXPECT_TRUE(BitExact(got, tile));
+}
+
+TEST_F(CudaFp8ExpertsTest, Bf16PathRealV41Shape) {
+  if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  const Experts ex = MakeExperts(24, WeightFormat::kMxFp4, 5120, 2304);
+  const int64_t T = 64, k = 6;
+  const std::vector<float> x = Normal(T * ex.D);
+  const std::vector<int32_t> ids = Route(T, k, 24);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 0.5f);
+  const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
+  gpu_->set_experts_bf16_min_tokens(1);
+  const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+  EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
+}
+
+// The error is sticky in the backend, so this test runs on a backend of its own.
+TEST_F(CudaFp8ExpertsTest, OutOfRangeIdGivesNanRowAndError) {
+  const Experts ex = MakeExperts(8, WeightFormat::kMxFp4, 256, 256);
+  const int64_t T = 3, k = 2;
+  const std::vector<float> x = Normal(T * ex.D);
+  const std::vector<int32_t> ids = {0, 1, 2, 8, 3, 4};  // token 1 has id 8 of 8 experts
+  const std::vector<float> weights = Uniform(T * k, 0.1f, 1.0f);
+  auto created = CudaBackend::Create(0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<CudaBackend> b = std::move(created).value();
+  b->set_fp8_activations(true);
+  model::RoutedExpertsArgs a;
+  float* dx = b->AllocFloats(T * ex.D);
+  int32_t* dids = b->AllocInts(T * k);
+  float* dw = b->AllocFloats(T * k);
+  b->CopyToDevice(dx, x.data(), T * ex.D * 4);
+  b->CopyToDevice(dids, ids.data(), T * k * 4);
+  b->CopyToDevice(dw, weights.data(), T * k * 4);
+  a.x = dx, a.T = T, a.D = ex.D, a.experts = dids, a.weights = dw;
+  a.k = k, a.table = ex.table.data(), a.n_experts = 8, a.swiglu_limit = 0.0f;
+  a.y = b->AllocFloats(T * ex.D);
+  b->RoutedExperts(a);
+  const base::Status st = b->Synchronize();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("expert id"), std::string::npos) << st;
+  std::vector<float> y(T * ex.D);
+  ASSERT_EQ(cudaMemcpy(y.data(), a.y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int64_t d = 0; d < ex.D; ++d) {
+    EXPECT_TRUE(std::isnan(y[ex.D + d])) << d;
+    EXPECT_TRUE(std::isfinite(y[d]) && std::isfinite(y[2 * ex.D + d])) << d;
+  }
+}
+
+// Device buffers of one LinearFp8 call at T tokens on an N x K weight: quantised random
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda::testing

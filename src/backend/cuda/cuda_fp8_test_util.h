@@ -1,0 +1,181 @@
+// The fixture shared by the FP8-activation tests (cuda_fp8_test.cc: quantisation and Linear;
+// cuda_fp8_experts_test.cc: routed experts): random FP8 / MXFP4 weights on both backends,
+// activations with spread block magnitudes, the CPU fake-quantisation and the per-element
+// error bound of the FP8 tiles.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_fp8.h"
+
+namespace deepinfer::backend::cuda::testing {
+
+using model::ExpertWeights;
+using model::FakeQuantKind;
+using model::WeightFormat;
+using model::WeightRef;
+
+// Per element: |gpu - reference| <= kBoundTol * sum_k |xq[k] w[k]|. The products are exact;
+// the tensor core sums each 32-value block with limited alignment precision (about 14
+// significand bits reported for Hopper FP8 accumulation), then fp32 fma per block.
+inline constexpr double kBoundTol = 0x1p-11;
+inline constexpr double kRelL2Tol = 1e-3;
+
+struct HostWeight {
+  std::vector<uint8_t> data, scale;
+  WeightRef ref;
+  kernels::DeviceWeight device;
+};
+
+class CudaFp8Test : public CudaVsCpuTest {
+ protected:
+  // MXFP4 scale bytes are drawn from [fp4_scale_lo, fp4_scale_hi].
+  HostWeight MakeWeight(WeightFormat f, int64_t rows, int64_t cols, int fp4_scale_lo = 118,
+                        int fp4_scale_hi = 124) {
+    HostWeight w;
+    const int64_t cb = cols / 32;
+    if (f == WeightFormat::kMxFp4) {
+      w.data = Bytes(rows * cols / 2, 0, 255);
+      w.scale = Bytes(rows * cb, fp4_scale_lo, fp4_scale_hi);
+    } else {
+      w.data = Fp8Bytes(rows * cols);
+      w.scale = Bytes((f == WeightFormat::kFp8Block32 ? (rows + 31) / 32 : rows) * cb, 112, 124);
+    }
+    w.ref = WeightRef{"fp8test", f, rows, cols, w.data.data(), w.scale.data()};
+    w.device.format = f;
+    w.device.rows = rows;
+    w.device.cols = cols;
+    w.device.data = BytesToGpu(w.data);
+    w.device.scale = BytesToGpu(w.scale);
+    return w;
+  }
+
+  // x with per-block magnitudes spread over ~2^-8 .. 2^8 (exercises the scales).
+  std::vector<float> Activations(int64_t T, int64_t K) {
+    std::vector<float> x = Normal(T * K);
+    const std::vector<int32_t> e = Ints(T * K / 32, -8, 8);
+    for (int64_t i = 0; i < T * K; ++i) x[i] = std::ldexp(x[i], e[i / 32]);
+    return x;
+  }
+
+  std::vector<float> FakeQuantized(std::vector<float> x, int64_t T, int64_t K) {
+    cpu_.FakeQuant(x.data(), T, K, K, FakeQuantKind::kFp8Block32Pow2);
+    return x;
+  }
+
+  // y [T, ldy] from LinearFp8 (device quantisation of x first) on the device copy of y0.
+  std::vector<float> RunLinear(const HostWeight& w, int64_t row0, int64_t n_rows,
+                               const std::vector<float>& x, int64_t T, std::vector<float> y0,
+                               int64_t ldy, bool accumulate) {
+    const int64_t K = w.device.cols;
+    auto* act = PoisonedBytes(kernels::Fp8ActivationBytes(T, K));
+    auto* scale = kernels::Fp8ActivationScales(act, T, K);
+    const int64_t scratch_bytes = kernels::Fp8LinearScratchBytes(n_rows, K, T);
+    uint8_t* scratch = scratch_bytes > 0 ? PoisonedBytes(scratch_bytes) : nullptr;
+    float* y = ToGpu(y0);
+    EXPECT_EQ(kernels::QuantizeFp8Activations(ToGpu(x), T, K, K, act, scale, gpu_->stream()),
+              cudaSuccess);
+    const cudaError_t e = kernels::LinearFp8(w.device, row0, n_rows, act, scale, T, y, ldy,
+                                             accumulate, scratch, gpu_->stream());
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    return FromGpu(y, T * ldy);
+  }
+
+  // y [T, ldy] from CudaBackend::Linear in the FP8-activation mode (not batch-invariant) with
+  // the bf16-GEMM threshold `min_tokens`, on the device copy of y0.
+  std::vector<float> RunBackendLinear(const HostWeight& w, int64_t row0, int64_t n_rows,
+                                      const std::vector<float>& x, int64_t T, std::vector<float> y0,
+                                      int64_t ldy, bool accumulate, int64_t min_tokens) {
+    gpu_->set_fp8_activations(true);
+    gpu_->set_batch_invariant(false);
+    gpu_->set_fp8_bf16_gemm_min_tokens(min_tokens);
+    float* y = ToGpu(y0);
+    gpu_->Linear(ToGpu(x), T, w.device.cols, w.ref, row0, n_rows, y, ldy, accumulate);
+    return FromGpu(y, T * ldy);
+  }
+
+  // Which implementation CheckLinear runs: kernels::LinearFp8, or the backend's bf16 cuBLAS
+  // GEMM on fake-quantised activations (threshold 1 token; the default when T reaches it).
+  enum class Path { kKernel, kBackendBf16Gemm, kBackendDefaultThreshold };
+
+  void CheckLinear(WeightFormat f, int64_t T, int64_t K, int64_t N, int64_t row0, int64_t n_rows,
+                   int64_t ldy_pad, bool accumulate, Path path = Path::kKernel) {
+    SCOPED_TRACE(::testing::Message()
+                 << model::WeightFormatName(f) << " T=" << T << " K=" << K << " N=" << N << " rows "
+                 << row0 << "+" << n_rows << (accumulate ? " accumulate" : "") << " segments "
+                 << kernels::Fp8LinearSegments(n_rows, K) << " path " << static_cast<int>(path));
+    const HostWeight w = MakeWeight(f, N, K);
+    ASSERT_TRUE(kernels::Fp8LinearApplicable(w.device));
+    const int64_t ldy = n_rows + ldy_pad;
+    const std::vector<float> x = Activations(T, K);
+    const std::vector<float> xq = FakeQuantized(x, T, K);
+    const std::vector<float> y0 = Normal(T * ldy);
+    std::vector<float> expected = y0;
+    cpu_.Linear(xq.data(), T, K, w.ref, row0, n_rows, expected.data(), ldy, accumulate);
+    const std::vector<float> got =
+        path == Path::kKernel
+            ? RunLinear(w, row0, n_rows, x, T, y0, ldy, accumulate)
+            : RunBackendLinear(
+                  w, row0, n_rows, x, T, y0, ldy, accumulate,
+                  path == Path::kBackendBf16Gemm ? 1 : CudaBackend::kFp8Bf16GemmMinTokens);
+    std::vector<int64_t> ids(n_rows);
+    for (int64_t i = 0; i < n_rows; ++i) ids[i] = row0 + i;
+    std::vector<float> wd(n_rows * K);
+    cpu_.GatherRows(w.ref, ids.data(), n_rows, wd.data());
+    const double worst =
+        ExpectWithinBound(got, expected, y0, T, n_rows, ldy, accumulate, [&](int64_t t, int64_t i) {
+          double bound = 0.0;
+          for (int64_t k = 0; k < K; ++k) bound += std::fabs(double(xq[t * K + k]) * wd[i * K + k]);
+          return bound;
+        });
+    std::printf("  %s T=%lld K=%lld rows=%lld: max |err| / sum|xw| = %.3g\n",
+                std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(T),
+                static_cast<long long>(K), static_cast<long long>(n_rows), worst);
+    EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
+  }
+
+  // Per element of y [T, ldy]: a column i < n_cols is within kBoundTol * bound(t, i) (the sum
+  // of |xq w| over its K products) + 2^-22 (|y0| if accumulating + |expected|); a padding
+  // column (i >= n_cols) is bitwise y0. Returns the largest |err| / bound.
+  double ExpectWithinBound(const std::vector<float>& got, const std::vector<float>& expected,
+                           const std::vector<float>& y0, int64_t T, int64_t n_cols, int64_t ldy,
+                           bool accumulate, const std::function<double(int64_t, int64_t)>& bound) {
+    int64_t bad = 0;
+    double worst = 0.0;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < ldy; ++i) {
+        const int64_t at = t * ldy + i;
+        if (i >= n_cols) {
+          if (std::memcmp(&got[at], &y0[at], 4) != 0 && bad++ < 5) {
+            ADD_FAILURE() << "pad y[" << t << "," << i << "] changed";
+          }
+          continue;
+        }
+        const double b = bound(t, i);
+        const double base = accumulate ? std::fabs(y0[at]) : 0.0;
+        const double err = std::fabs(double(got[at]) - double(expected[at]));
+        worst = std::max(worst, err / (b + 1e-30));
+        const double allowed = kBoundTol * b + 0x1p-22 * (base + std::fabs(expected[at]));
+        if (!(err <= allowed) && bad++ < 5) {
+          ADD_FAILURE() << "y[" << t << "," << i << "] = " << got[at] << " expected "
+                        << expected[at] << " (|err| " << err << " > " << allowed << ")";
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    return worst;
+  }
+};
+
+}  // namespace deepinfer::backend::cuda::testing
