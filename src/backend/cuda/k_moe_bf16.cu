@@ -67,10 +67,7 @@ namespace deepinfer::backend::cuda::kernels {
 namespace {
 
 using model::WeightFormat;
-using moe_groups::CountPairsKernel;
-using moe_groups::FillGroupsKernel;
 using moe_groups::Item;
-using moe_groups::kGroupThreads;
 using moe_groups::MaxItems;
 
 constexpr int kThreads = 256;              // activation / SwiGLU kernels
@@ -95,28 +92,21 @@ struct Shape {
 };
 
 struct Scratch {
-  int64_t xb = 0, hb = 0, gu = 0, out = 0, order = 0, counts = 0, items = 0, n_items = 0;
+  int64_t xb = 0, hb = 0, gu = 0, out = 0;
+  moe_groups::GroupScratch groups;
   int64_t total = 0;
 };
 
 Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, int bn) {
   const int64_t P = T * k;
   Scratch s;
-  int64_t at = 0;
-  auto take = [&](int64_t bytes) {
-    const int64_t here = at;
-    at += AlignUp16(bytes);
-    return here;
-  };
-  s.xb = take(T * D * 2);
-  s.hb = take(P * I * 2);
-  s.gu = take(P * 2 * I * 4);
-  s.out = take(P * D * 4);
-  s.order = take(P * 4);
-  s.counts = take(n_experts * 4);
-  s.items = take(MaxItems(P, n_experts, bn) * static_cast<int64_t>(sizeof(Item)));
-  s.n_items = take(4);
-  s.total = at;
+  ScratchCarver carver;
+  s.xb = carver.Take(T * D * 2);
+  s.hb = carver.Take(P * I * 2);
+  s.gu = carver.Take(P * 2 * I * 4);
+  s.out = carver.Take(P * D * 4);
+  s.groups = moe_groups::TakeGroupScratch(carver, P, n_experts, bn);
+  s.total = carver.total();
   return s;
 }
 
@@ -442,20 +432,13 @@ cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaS
   auto* hb = reinterpret_cast<uint16_t*>(base + s.hb);
   auto* gu = reinterpret_cast<float*>(base + s.gu);
   auto* out = reinterpret_cast<float*>(base + s.out);
-  auto* order = reinterpret_cast<int32_t*>(base + s.order);
-  auto* counts = reinterpret_cast<int32_t*>(base + s.counts);
-  auto* items = reinterpret_cast<Item*>(base + s.items);
-  auto* n_items = reinterpret_cast<int32_t*>(base + s.n_items);
+  const moe_groups::Groups groups = moe_groups::GroupsAt(base, s.groups);
   const int64_t max_items = MaxItems(P, l.n_experts, bn);
 
   QuantizeRowsBf16Kernel<<<fp8::WarpPerBlockGrid(l.T * (l.D / 32)), kThreads, 0, stream>>>(l.x, l.T,
                                                                                            l.D, xb);
-  const unsigned experts = static_cast<unsigned>(l.n_experts);
-  CountPairsKernel<<<experts, kGroupThreads, 0, stream>>>(
-      l.experts, P, static_cast<int32_t>(l.n_experts), counts, l.error_word);
-  FillGroupsKernel<<<experts, kGroupThreads, 0, stream>>>(l.experts, P, counts, bn, order, items,
-                                                          n_items);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e =
+      moe_groups::LaunchGrouping(l.experts, P, l.n_experts, bn, groups, l.error_word, stream);
   if (e != cudaSuccess) return e;
 
   GemmArgs a{};
@@ -463,9 +446,9 @@ cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaS
   a.D = l.D;
   a.I = l.I;
   a.k = l.k;
-  a.order = order;
-  a.items = items;
-  a.n_items = n_items;
+  a.order = groups.order;
+  a.items = groups.items;
+  a.n_items = groups.n_items;
   a.up = true;
   a.act = xb;
   a.out = gu;

@@ -86,20 +86,15 @@ int64_t MaxGroups(int64_t P, int64_t n_experts) { return std::min(P, n_experts);
 ScratchLayout Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts) {
   const int64_t P = T * k, G = MaxGroups(P, n_experts);
   ScratchLayout l;
-  int64_t at = 0;
-  auto take = [&](int64_t bytes) {
-    const int64_t here = at;
-    at += AlignUp16(bytes);
-    return here;
-  };
-  l.h = take(P * I * 4);
-  l.out = take(P * D * 4);
-  l.order = take(P * 4);
-  l.expert = take(G * 4);
-  l.start = take(G * 4);
-  l.count = take(G * 4);
-  l.n_active = take(4);
-  l.total = at;
+  ScratchCarver carver;
+  l.h = carver.Take(P * I * 4);
+  l.out = carver.Take(P * D * 4);
+  l.order = carver.Take(P * 4);
+  l.expert = carver.Take(G * 4);
+  l.start = carver.Take(G * 4);
+  l.count = carver.Take(G * 4);
+  l.n_active = carver.Take(4);
+  l.total = carver.total();
   return l;
 }
 

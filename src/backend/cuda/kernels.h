@@ -38,6 +38,21 @@ enum DeviceErrorBit : int {
 // `bytes` rounded up to a multiple of 16 (scratch layouts keep every part 16-byte aligned).
 inline constexpr int64_t AlignUp16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 
+// Carves 16-byte-aligned parts out of one scratch allocation, in call order: Take(bytes)
+// returns the part's byte offset; total() is the scratch size so far.
+class ScratchCarver {
+ public:
+  int64_t Take(int64_t bytes) {
+    const int64_t at = at_;
+    at_ += AlignUp16(bytes);
+    return at;
+  }
+  int64_t total() const { return at_; }
+
+ private:
+  int64_t at_ = 0;
+};
+
 // A weight matrix in device memory, in its stored format (see model::WeightFormat).
 struct DeviceWeight {
   model::WeightFormat format = model::WeightFormat::kF32;

@@ -5,6 +5,7 @@
 //  FillGroupsKernel: block e places its pairs at order[start_e ..] in pair order (stable,
 //    ballot prefix counts: no atomics decide a position) and writes its work items
 //    (expert, first position, count <= bn), ceil(count / bn) of them at item_base_e.
+//  TakeGroupScratch / GroupsAt / LaunchGrouping: their scratch and the two launches.
 // Grid sizes depend only on the shapes (no host synchronisation).
 #pragma once
 
@@ -84,6 +85,46 @@ __global__ void __launch_bounds__(kGroupThreads)
   if (e == static_cast<int32_t>(gridDim.x) - 1 && threadIdx.x == 0) {
     *n_items = item_base + my_items;
   }
+}
+
+// Byte offsets of the grouping's scratch parts: order [P] int32, counts [n_experts] int32,
+// items [MaxItems], n_items [1] int32.
+struct GroupScratch {
+  int64_t order = 0, counts = 0, items = 0, n_items = 0;
+};
+
+GroupScratch TakeGroupScratch(ScratchCarver& carver, int64_t P, int64_t n_experts, int bn) {
+  GroupScratch g;
+  g.order = carver.Take(P * 4);
+  g.counts = carver.Take(n_experts * 4);
+  g.items = carver.Take(MaxItems(P, n_experts, bn) * static_cast<int64_t>(sizeof(Item)));
+  g.n_items = carver.Take(4);
+  return g;
+}
+
+// The grouping's device arrays inside a scratch allocation starting at `base`.
+struct Groups {
+  int32_t* order;
+  int32_t* counts;
+  Item* items;
+  int32_t* n_items;
+};
+
+Groups GroupsAt(char* base, const GroupScratch& g) {
+  return {reinterpret_cast<int32_t*>(base + g.order), reinterpret_cast<int32_t*>(base + g.counts),
+          reinterpret_cast<Item*>(base + g.items), reinterpret_cast<int32_t*>(base + g.n_items)};
+}
+
+// Groups the P = T * k pairs of `experts` (device [P]) into items of <= bn pairs: CountPairs
+// then FillGroups, one block per expert. Ids outside [0, n_experts) set kErrExpertOutOfRange.
+cudaError_t LaunchGrouping(const int32_t* experts, int64_t P, int64_t n_experts, int bn,
+                           const Groups& g, int* error_word, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>(n_experts);
+  CountPairsKernel<<<blocks, kGroupThreads, 0, stream>>>(
+      experts, P, static_cast<int32_t>(n_experts), g.counts, error_word);
+  FillGroupsKernel<<<blocks, kGroupThreads, 0, stream>>>(experts, P, g.counts, bn, g.order, g.items,
+                                                         g.n_items);
+  return cudaGetLastError();
 }
 
 }  // namespace
