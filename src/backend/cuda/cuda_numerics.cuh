@@ -9,6 +9,9 @@
 
 namespace deepinfer::backend::cuda {
 
+// -inf as a float (no <limits> in device code; the bits of -infinity).
+__device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
+
 // std::min / std::clamp semantics (also for NaN, which they pass through).
 __device__ __forceinline__ float MinF(float a, float b) { return b < a ? b : a; }
 __device__ __forceinline__ float MaxF(float a, float b) { return a < b ? b : a; }

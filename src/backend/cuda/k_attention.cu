@@ -61,8 +61,6 @@ static_assert(kMaxAttnHeadDim <= 4 * kAttnThreads, "head_dim quads must fit one 
 constexpr int kIdxThreads = 256;  // 8 warps
 constexpr int kIdxKeysPerBlock = 64;
 
-__device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
-
 // --- cp.async helpers (sm_80+) ----------------------------------------------------------
 template <int kBytes>
 __device__ __forceinline__ void CpAsync(void* smem, const void* gmem) {

@@ -67,6 +67,7 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_mma.h"
@@ -80,6 +81,9 @@ using attention::CandidateRow;
 using attention::kLaneLevels;
 using attention::kMergeCoefs;
 using attention::TokenRows;
+using mma::CpAsync16;
+using mma::CpAsyncCommit;
+using mma::CpAsyncWaitAll;
 using mma::LdMatrixX4;
 using mma::LdMatrixX4Trans;
 using mma::MmaBf16;
@@ -101,20 +105,6 @@ constexpr int kPStride = kChunk + 8;           // bf16 P row: 48 bytes (ldmatrix
 static_assert(kHeads * kChunk == kThreads, "softmax: one thread per (head, row)");
 static_assert(kChunk == 16, "one PV k-step and two QK n-tiles per chunk");
 static_assert(kChunk % kWarps == 0, "whole rows per warp when staging");
-
-__device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
-
-// --- PTX wrappers ----------------------------------------------------------------------
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SharedAddress(smem)), "l"(gmem)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void CpAsyncWaitAll() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
 
 // --- shared memory ---------------------------------------------------------------------
 __host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf16 elements

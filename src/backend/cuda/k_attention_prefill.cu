@@ -45,6 +45,7 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_attn_prefill.h"
@@ -56,6 +57,9 @@ namespace {
 using attention::Aligned16;
 using attention::CandidateRow;
 using attention::TokenRows;
+using mma::CpAsync16;
+using mma::CpAsyncCommit;
+using mma::CpAsyncWaitAll;
 using mma::LdMatrixX4;
 using mma::LdMatrixX4Trans;
 using mma::MmaBf16;
@@ -72,18 +76,6 @@ constexpr int kMaxPairs = static_cast<int>(kAttnPrefillMaxHeadDim) / 2 / 16;  //
 static_assert(kHeads == 16 * kWarps / 2, "a warp pair per 16-head tile");
 static_assert(kChunk == 32, "S: 16 rows per warp of the pair; PV: two k-steps");
 
-__device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
-
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SharedAddress(smem)), "l"(gmem)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void CpAsyncWaitAll() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
 // Barrier of the two warps of head tile `tile` (ids 1..4; 0 is __syncthreads).
 __device__ __forceinline__ void PairBarrier(int tile) {
   asm volatile("bar.sync %0, 64;\n" ::"r"(tile + 1) : "memory");

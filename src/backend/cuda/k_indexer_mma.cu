@@ -39,6 +39,7 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_indexer.h"
 #include "backend/cuda/kernels_mma.h"
@@ -70,8 +71,6 @@ __host__ __device__ constexpr int ProductQ(int i) {
 __host__ __device__ constexpr int ProductK(int i) {
   return i == 2 ? 2 : (i == 1 || i == 4) ? 1 : 0;
 }
-
-__device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
 
 // bf16 row stride (elements) of the q and key term arrays.
 __host__ __device__ inline int64_t TermStride(int64_t dim) { return dim + 8; }

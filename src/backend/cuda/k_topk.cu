@@ -23,8 +23,6 @@ constexpr uint32_t kNoDigit = 0xffffffffu;  // lanes that count nothing this rad
 static_assert(kTopKWarps == 32, "the warp-level scans assume 32 warps per TopK block");
 static_assert(kRadixBins % kTopKThreads == 0, "each thread owns whole radix bins");
 
-__device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
-
 // Order-preserving map float -> uint32 (larger float, larger key); -0.0 maps as +0.0.
 __device__ __forceinline__ uint32_t OrderedKey(float v) {
   uint32_t bits = __float_as_uint(v);

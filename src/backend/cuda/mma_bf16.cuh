@@ -1,6 +1,6 @@
 // PTX wrappers shared by the bf16 tensor-core kernels (k_mma.cu, k_attention_mma.cu,
-// k_indexer_mma.cu): shared-memory addresses, ldmatrix, and mma.sync m16n8k16 bf16 with fp32
-// accumulation. Include from .cu files only.
+// k_attention_prefill.cu, k_indexer_mma.cu): shared-memory addresses, cp.async, ldmatrix, and
+// mma.sync m16n8k16 bf16 with fp32 accumulation. Include from .cu files only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +11,19 @@ namespace deepinfer::backend::cuda::kernels::mma {
 
 __device__ __forceinline__ unsigned SharedAddress(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared (cp.async, L1 bypassed), the commit of the issued copies, and
+// the wait for all of them (the "memory" clobbers order them with the shared accesses).
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SharedAddress(smem)), "l"(gmem)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
 // Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8.
