@@ -1,0 +1,1 @@
+// Placeholder: filled in this session (issue 9).

@@ -1,0 +1,2 @@
+// Placeholder: filled in this session (issue 9).
+namespace deepinfer::backend::cuda::kernels {}
