@@ -11,6 +11,7 @@
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_mma.h"
+#include "backend/cuda/kernels_stream.h"
 #include "base/check.h"
 #include "base/logging.h"
 
@@ -131,6 +132,8 @@ base::Status CudaBackend::Init() {
   fp8_activations_ = fp8 != nullptr && std::strcmp(fp8, "0") != 0;
   fp8_bf16_gemm_min_tokens_ =
       TokensFromEnv("DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS", kFp8Bf16GemmMinTokens);
+  linear_stream_max_tokens_ =
+      TokensFromEnv("DEEPINFER_LINEAR_STREAM_MAX_TOKENS", kernels::kStreamMaxTokens);
   experts_bf16_min_tokens_ =
       TokensFromEnv("DEEPINFER_EXPERTS_BF16_MIN_TOKENS", kExpertsBf16MinTokens);
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
@@ -436,6 +439,8 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   if (fp8_activations_ && kernels::Fp8LinearApplicable(*dw)) {
     if (Fp8UsesBf16Gemm(T)) {
       LinearFp8Bf16(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
+    } else if (Fp8UsesStream(T) && kernels::LinearStreamApplicable(*dw, row0, n_rows, T)) {
+      LinearFp8Stream(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
     } else {
       LinearFp8(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
     }

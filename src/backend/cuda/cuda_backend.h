@@ -113,6 +113,12 @@ class CudaBackend final : public model::Backend {
   // kFp8Bf16GemmMinTokens; DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS=<t> at creation, 0 = never).
   static constexpr int64_t kFp8Bf16GemmMinTokens = 512;
   void set_fp8_bf16_gemm_min_tokens(int64_t t) { fp8_bf16_gemm_min_tokens_ = t; }
+  // FP8-activation mode, not batch-invariant: an FP8 block-32 Linear (and LinearGrouped) with
+  // at most `t` token rows streams its weight through kernels::LinearStream (scales folded
+  // into bf16 operands, one fp32 sum over K per output; kernels_stream.h) instead of
+  // kernels::LinearFp8 (default kernels::kStreamMaxTokens; DEEPINFER_LINEAR_STREAM_MAX_TOKENS
+  // =<t> at creation, 0 = never).
+  void set_linear_stream_max_tokens(int64_t t) { linear_stream_max_tokens_ = t; }
   // FP8-activation mode, not batch-invariant: RoutedExperts with at least `t` tokens runs
   // kernels::RoutedExpertsBf16 (block scales folded into bf16 operands, one fp32 sum over K)
   // instead of kernels::RoutedExpertsFp8 where it applies (default kExpertsBf16MinTokens;
@@ -293,6 +299,16 @@ class CudaBackend final : public model::Backend {
   bool Fp8UsesBf16Gemm(int64_t T) const {
     return !batch_invariant_ && fp8_bf16_gemm_min_tokens_ > 0 && T >= fp8_bf16_gemm_min_tokens_;
   }
+  // Whether an FP8-mode Linear of T token rows may stream (never batch-invariant).
+  bool Fp8UsesStream(int64_t T) const {
+    return !batch_invariant_ && T <= linear_stream_max_tokens_;
+  }
+  // LinearFp8 / LinearGroupedFp8 for few tokens (kernels::LinearStream / LinearStreamGrouped).
+  void LinearFp8Stream(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
+                       int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
+  void LinearGroupedFp8Stream(const float* x, int64_t T, int64_t ldx,
+                              const kernels::DeviceWeight& w, int64_t groups, float* y,
+                              int64_t ldy);
   // The persistent fp32 dequantisation tile for Linear, grown on demand.
   float* LinearScratch(int64_t floats);
 
@@ -333,6 +349,7 @@ class CudaBackend final : public model::Backend {
   int64_t mma_max_tokens_ = 0;            // set in Init(); LinearMma above the GEMV up to this
   bool fp8_activations_ = false;          // set in Init(); the FP8-activation fast mode
   int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
+  int64_t linear_stream_max_tokens_ = 0;  // set in Init(); FP8 mode's LinearStream (0 = never)
   int64_t experts_bf16_min_tokens_ = 0;   // set in Init(); RoutedExpertsBf16 (0 = never)
   bool batch_invariant_ = false;          // set in Init(); set_batch_invariant
 

@@ -1,5 +1,6 @@
 // CudaBackend: the FP8-activation Linear paths (activation quantisation, dense and grouped
-// LinearFp8, and for many tokens the bf16 cuBLAS GEMMs on fake-quantised activations) and
+// LinearFp8, for few tokens the weight-streaming LinearStream, and for many tokens the bf16
+// cuBLAS GEMMs on fake-quantised activations) and
 // LinearGrouped's dispatch (FP8, the grouped GEMV, the grouped tensor-core GEMM, else one
 // Linear per group).
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_mma.h"
+#include "backend/cuda/kernels_stream.h"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
@@ -54,6 +56,25 @@ void CudaBackend::LinearFp8Bf16(const float* x, int64_t T, int64_t ldx,
                                 float* y, int64_t ldy, bool accumulate) {
   const uint16_t* xq = QuantizeFp8Bf16(x, T, w.cols, ldx);
   if (xq != nullptr) LinearBf16Gemm(&xq, 1, T, w, row0, n_rows, y, ldy, accumulate);
+}
+
+void CudaBackend::LinearFp8Stream(const float* x, int64_t T, int64_t ldx,
+                                  const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
+                                  float* y, int64_t ldy, bool accumulate) {
+  void* scratch = TempBytes(static_cast<size_t>(kernels::LinearStreamScratchBytes(T, w.cols)));
+  if (scratch == nullptr) return;
+  Check(kernels::LinearStream(w, row0, n_rows, x, T, ldx, y, ldy, accumulate, scratch, stream_),
+        "Linear stream");
+}
+
+void CudaBackend::LinearGroupedFp8Stream(const float* x, int64_t T, int64_t ldx,
+                                         const kernels::DeviceWeight& w, int64_t groups, float* y,
+                                         int64_t ldy) {
+  void* scratch =
+      TempBytes(static_cast<size_t>(kernels::LinearStreamScratchBytes(T, groups * w.cols)));
+  if (scratch == nullptr) return;
+  Check(kernels::LinearStreamGrouped(w, groups, x, T, ldx, y, ldy, scratch, stream_),
+        "LinearGrouped stream");
 }
 
 void CudaBackend::LinearGroupedFp8(const float* x, int64_t T, int64_t ldx,
@@ -114,6 +135,8 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
       if (!Usable()) return;
       if (Fp8UsesBf16Gemm(T)) {
         LinearGroupedFp8Bf16(x, T, ldx, *fw, groups, y, ldy);
+      } else if (Fp8UsesStream(T) && kernels::LinearStreamGroupedApplicable(*fw, groups, T)) {
+        LinearGroupedFp8Stream(x, T, ldx, *fw, groups, y, ldy);
       } else {
         LinearGroupedFp8(x, T, ldx, *fw, groups, y, ldy);
       }

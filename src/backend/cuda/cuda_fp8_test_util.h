@@ -40,6 +40,13 @@ struct HostWeight {
 
 class CudaFp8Test : public CudaVsCpuTest {
  protected:
+  // The tests of LinearFp8 and of the bf16 GEMMs pin those paths: the few-token streaming
+  // Linear (kernels_stream.h, on by default) is tested on its own (cuda_linear_stream_test.cc).
+  void SetUp() override {
+    CudaVsCpuTest::SetUp();
+    if (gpu_ != nullptr) gpu_->set_linear_stream_max_tokens(0);
+  }
+
   // MXFP4 scale bytes are drawn from [fp4_scale_lo, fp4_scale_hi].
   HostWeight MakeWeight(WeightFormat f, int64_t rows, int64_t cols, int fp4_scale_lo = 118,
                         int fp4_scale_hi = 124) {

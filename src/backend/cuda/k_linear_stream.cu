@@ -1,2 +1,326 @@
-// Placeholder: filled in this session (issue 9).
-namespace deepinfer::backend::cuda::kernels {}
+// FP8-activation mode, decode: dense FP8 Linears with <= 16 token rows as weight streaming
+// on bf16 tensor cores (kernels_stream.h).
+//
+// Numerics: x is fake-quantised per 32 values (kFp8Block32Pow2) and stored as exact bf16; an
+// e4m3 weight byte is placed as bf16 bits (value * 2^-120) and one bf16x2 multiply by
+// 2^(S - 7) (S the ue8m0 byte of its 32 x 32 block; two multiplies when S > 134) gives value
+// * 2^(S - 127) exactly. Each output is one fp32 mma.sync m16n8k16 sum over K.
+//
+// Structure. A warp owns 16 weight rows (lane g = lane / 4 reads rows g and g + 8) and a
+// range of K in steps of 128 values: per step lane c = lane % 4 loads 32 bytes of each of
+// its two rows (columns step*128 + 32c .. +31: one scale block) straight from global memory
+// into registers (no shared memory, no barriers), the next step's loads in flight while the
+// current step is converted. e4m3 word m of the 32 bytes (values 4m .. 4m+3) gives the two
+// A registers of MMA m: pair (4m, 4m+2) as logical k (2c, 2c+1) and pair (4m+1, 4m+3) as
+// (2c+8, 2c+9). The sum over k does not depend on which physical column a logical k is, as
+// long as the B fragment uses the same map: the activations are stored in that "fragment
+// order" by QuantizeStreamKernel, so each lane's B registers for two MMAs are one 16-byte
+// load (L1/L2 hits: x is at most 16 x K bf16). For weights with few rows, `split` warps of a
+// block share 16 rows, each taking a contiguous range of the K steps; their sums are added in
+// warp order through shared memory. The split depends on the weight's shape only.
+//
+// Roofline (per warp step: 2 KB of weight, 8 MMAs per 8 tokens): ~4.5 integer / bf16 ops per
+// weight pair, so ~170 warp instructions per 2 KB (~12 bytes per instruction): 4.5 TB/s needs
+// ~1.4 of the 4 instructions per cycle of an SM. V4.1-Flash decode (one layer, B = 1): wq_a
+// 6.6 MB, wq_b 42 MB, wkv 2.6 MB, wo_a 34 MB, wo_b 42 MB, shared experts 35 MB, indexer wq_b
+// 5.2 MB: ~170 MB, ~38 us at 4.5 TB/s.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <limits>
+
+#include "backend/cuda/cuda_dequant.cuh"
+#include "backend/cuda/fp8_gemm_core.cuh"
+#include "backend/cuda/kernels_stream.h"
+#include "backend/cuda/mma_bf16.cuh"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+using model::WeightFormat;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kStepK = 128;  // K values per warp step: 4 lanes x 32
+constexpr int kWarpRows = 16;
+constexpr int64_t kTargetWarps = 1536;  // ~12 warps per SM of an H200
+
+int TokenTiles(int64_t T) { return T <= 8 ? 1 : 2; }
+
+// --- activations in fragment order ------------------------------------------------------
+//
+// For K step st, 16-byte unit q (0..3) of a 32-value chunk, token tile nt and lane
+// (n, c) = (token nt*8 + n, chunk st*4 + c): the uint4 at ((st*4 + q) * NT + nt) * 32 + 4n + c.
+// Inside a chunk, bf16x2 word j holds values (4(j/2) + j%2, 4(j/2) + j%2 + 2) (low, high):
+// the pairs the weight conversion makes of e4m3 word j/2. Unit q = words 4q .. 4q+3.
+__device__ __forceinline__ int64_t FragmentUnit(int64_t st, int q, int nt, int n, int c, int nts) {
+  return ((st * 4 + q) * nts + nt) * 32 + 4 * n + c;
+}
+
+// xf = the quantised x [T, K] (row stride ldx) in fragment order for nts token tiles;
+// tokens T .. nts*8 - 1 are zeros. One warp per (token, 32-value block).
+__global__ void __launch_bounds__(kThreads)
+    QuantizeStreamKernel(const float* x, int64_t T, int64_t K, int64_t ldx, int nts, uint16_t* xf) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t per_row = K / 32, blocks = int64_t{nts} * 8 * per_row;
+  const int64_t warps = int64_t{gridDim.x} * kWarps;
+  for (int64_t b = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32; b < blocks; b += warps) {
+    const int64_t t = b / per_row, kb = b % per_row;
+    const float v = t < T ? x[t * ldx + kb * 32 + lane] : 0.0f;
+    float scale;
+    const uint8_t byte = fp8::QuantizeLaneE4m3(v, &scale);
+    const float value = __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3))) * scale;
+    const int j = 2 * (lane / 4) + lane % 2, high = (lane % 4) / 2;
+    const int64_t unit = FragmentUnit(kb / 4, j / 4, static_cast<int>(t / 8),
+                                      static_cast<int>(t % 8), static_cast<int>(kb % 4), nts);
+    xf[unit * 8 + (j % 4) * 2 + high] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+  }
+}
+
+// --- the streaming GEMM -----------------------------------------------------------------
+
+// e4m3 bytes 0 and 2 (PairA) or 1 and 3 (PairB) of w as a bf16x2 (the first in the low half)
+// of their values * 2^-120: magnitude bits to bf16 bits 4..10, sign to bit 15.
+__device__ __forceinline__ uint32_t E4m3PairA(uint32_t w) {
+  return ((w << 4) & 0x07F007F0u) | ((w << 8) & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t E4m3PairB(uint32_t w) {
+  return ((w >> 4) & 0x07F007F0u) | (w & 0x80008000u);
+}
+
+// 16 weight bytes, streamed once: not kept in L1, the L2 fetching 256-byte sectors.
+__device__ __forceinline__ uint4 LoadStreaming(const uint8_t* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+struct StreamArgs {
+  const uint8_t* w;      // e4m3 [rows, K], row-major
+  const uint8_t* scale;  // ue8m0 [ceil(rows / 32), K / 32]
+  int64_t K;             // weight columns (a multiple of 128)
+  int64_t row0;          // first weight row (a multiple of 16)
+  int64_t n_rows;        // output rows (a multiple of 16)
+  int64_t group_rows;    // weight rows per x group (grouped weights; else all rows)
+  int64_t group_steps;   // x steps per group (grouped: K / 128; else 0)
+  const uint4* xf;       // activations in fragment order
+  int T;
+  int split;  // warps sharing 16 rows, each a range of the K steps
+  float* y;
+  int64_t ldy;
+  bool accumulate;
+};
+
+// One K step's registers: 32 weight bytes of rows g and g + 8, the B units, the scale byte.
+template <int NT>
+struct StepRegs {
+  uint4 w[4];
+  uint4 x[4][NT];
+  uint32_t scale;
+};
+
+template <int NT>
+__device__ __forceinline__ void LoadStep(StepRegs<NT>& s, const uint8_t* w0, const uint8_t* w1,
+                                         const uint8_t* sc, const uint4* xp, int64_t K, int64_t st,
+                                         int64_t x_st) {
+  const int64_t off = st * kStepK;
+  s.w[0] = LoadStreaming(w0 + off);
+  s.w[1] = LoadStreaming(w0 + off + 16);
+  s.w[2] = LoadStreaming(w1 + off);
+  s.w[3] = LoadStreaming(w1 + off + 16);
+  s.scale = __ldg(sc + st * 4);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) s.x[q][nt] = __ldg(xp + ((x_st * 4 + q) * NT + nt) * 32);
+  }
+}
+
+// The 8 MMAs of one step (see the file comment for the operand maps).
+template <int NT>
+__device__ __forceinline__ void ComputeStep(const StepRegs<NT>& s, float (&acc)[NT][4]) {
+  const uint32_t S = s.scale;
+  const bool one = S <= 134;  // 2^(S - 7) is a normal bf16
+  const uint32_t f1 = (one ? S + 120 : 247u) * 0x00800080u, f2 = E8m0ToBf16x2(S);
+  const bool all_one = __all_sync(0xffffffffu, one);
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const uint32_t wa = Word(s.w[m / 4], m % 4), wb = Word(s.w[2 + m / 4], m % 4);
+    uint32_t a[4] = {E4m3PairA(wa), E4m3PairA(wb), E4m3PairB(wa), E4m3PairB(wb)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f1);
+    if (!all_one && !one) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f2);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const uint4& u = s.x[m / 2][nt];
+      if (m % 2 == 0) {
+        mma::MmaBf16(acc[nt], a, u.x, u.y);
+      } else {
+        mma::MmaBf16(acc[nt], a, u.z, u.w);
+      }
+    }
+  }
+}
+
+// acc += rows [r, r + 16) of the weight times the activations over K steps [s0, s1).
+template <int NT>
+__device__ __forceinline__ void AccumulateRows(const StreamArgs& a, int64_t r, int64_t s0,
+                                               int64_t s1, float (&acc)[NT][4]) {
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, c = lane % 4;
+  const uint8_t* w0 = a.w + (r + g) * a.K + 32 * c;
+  const uint8_t* w1 = w0 + 8 * a.K;
+  const uint8_t* sc = a.scale + (r / 32) * (a.K / 32) + c;
+  const int64_t x0 = (r / a.group_rows) * a.group_steps;  // x step of weight step 0
+  const uint4* xp = a.xf + lane;
+  StepRegs<NT> buf[2];
+  if (s0 < s1) LoadStep(buf[0], w0, w1, sc, xp, a.K, s0, x0 + s0);
+  if (s0 + 1 < s1) LoadStep(buf[1], w0, w1, sc, xp, a.K, s0 + 1, x0 + s0 + 1);
+  for (int64_t st = s0; st < s1; st += 2) {
+    ComputeStep(buf[0], acc);
+    if (st + 2 < s1) LoadStep(buf[0], w0, w1, sc, xp, a.K, st + 2, x0 + st + 2);
+    if (st + 1 < s1) {
+      ComputeStep(buf[1], acc);
+      if (st + 3 < s1) LoadStep(buf[1], w0, w1, sc, xp, a.K, st + 3, x0 + st + 3);
+    }
+  }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1) LinearStreamKernel(StreamArgs a) {
+  __shared__ float partial[kWarps][NT * 4][32];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int64_t rg = int64_t{blockIdx.x} * (kWarps / a.split) + warp / a.split;
+  const int part = warp % a.split;
+  const int64_t steps = a.K / kStepK;
+  const bool active = rg * kWarpRows < a.n_rows;
+  float acc[NT][4] = {};
+  if (active) {
+    AccumulateRows<NT>(a, a.row0 + rg * kWarpRows, part * steps / a.split,
+                       (part + 1) * steps / a.split, acc);
+  }
+  if (a.split > 1) {  // the parts' sums, added in part order by part 0
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[warp][nt * 4 + i][lane] = acc[nt][i];
+    }
+    __syncthreads();
+    if (part != 0) return;
+    for (int p = 1; p < a.split; ++p) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[nt][i] += partial[warp + p][nt * 4 + i][lane];
+      }
+    }
+  }
+  if (!active) return;
+  // Accumulator (m16n8): acc[nt][i] is row g (+ 8 for i >= 2), token nt*8 + 2c + i % 2.
+  const int g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = nt * 8 + 2 * c + i % 2;
+      if (t >= a.T) continue;
+      float* dst = a.y + t * a.ldy + rg * kWarpRows + g + (i >= 2 ? 8 : 0);
+      *dst = a.accumulate ? *dst + acc[nt][i] : acc[nt][i];
+    }
+  }
+}
+
+cudaError_t Launch(StreamArgs a, const float* x, int64_t x_cols, int64_t ldx, void* scratch,
+                   cudaStream_t stream) {
+  const int nts = TokenTiles(a.T);
+  auto* xf = static_cast<uint16_t*>(scratch);
+  QuantizeStreamKernel<<<fp8::WarpPerBlockGrid(int64_t{nts} * 8 * (x_cols / 32)), kThreads, 0,
+                         stream>>>(x, a.T, x_cols, ldx, nts, xf);
+  a.xf = static_cast<const uint4*>(scratch);
+  a.split = LinearStreamSplit(a.n_rows, a.K);
+  const int64_t row_groups = a.n_rows / kWarpRows, per_block = kWarps / a.split;
+  const auto grid = static_cast<unsigned>((row_groups + per_block - 1) / per_block);
+  if (nts == 1) {
+    LinearStreamKernel<1><<<grid, kThreads, 0, stream>>>(a);
+  } else {
+    LinearStreamKernel<2><<<grid, kThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+bool WeightOk(const DeviceWeight& w) {
+  return w.format == WeightFormat::kFp8Block32 && w.cols > 0 && w.cols % kStepK == 0 &&
+         w.data != nullptr && w.scale != nullptr && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+
+}  // namespace
+
+int LinearStreamSplit(int64_t n_rows, int64_t K) {
+  const int64_t warps = n_rows / kWarpRows, steps = K / kStepK;
+  int split = 1;
+  while (split < kWarps && warps * split < kTargetWarps && steps >= 4 * split) split *= 2;
+  return split;
+}
+
+bool LinearStreamApplicable(const DeviceWeight& w, int64_t row0, int64_t n_rows, int64_t T) {
+  return WeightOk(w) && T >= 1 && T <= kStreamMaxTokens && row0 >= 0 && n_rows > 0 &&
+         row0 % kWarpRows == 0 && n_rows % kWarpRows == 0 && row0 + n_rows <= w.rows;
+}
+
+int64_t LinearStreamScratchBytes(int64_t T, int64_t K) {
+  return int64_t{TokenTiles(T)} * 8 * K * 2;
+}
+
+cudaError_t LinearStream(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
+                         int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
+                         void* scratch, cudaStream_t stream) {
+  if (!LinearStreamApplicable(w, row0, n_rows, T)) return cudaErrorInvalidValue;
+  StreamArgs a{};
+  a.w = static_cast<const uint8_t*>(w.data);
+  a.scale = w.scale;
+  a.K = w.cols;
+  a.row0 = row0;
+  a.n_rows = n_rows;
+  a.group_rows = w.rows;
+  a.group_steps = 0;
+  a.T = static_cast<int>(T);
+  a.y = y;
+  a.ldy = ldy;
+  a.accumulate = accumulate;
+  return Launch(a, x, w.cols, ldx, scratch, stream);
+}
+
+bool LinearStreamGroupedApplicable(const DeviceWeight& w, int64_t groups, int64_t T) {
+  return groups > 0 && w.rows % groups == 0 && (w.rows / groups) % kWarpRows == 0 &&
+         LinearStreamApplicable(w, 0, w.rows, T);
+}
+
+cudaError_t LinearStreamGrouped(const DeviceWeight& w, int64_t groups, const float* x, int64_t T,
+                                int64_t ldx, float* y, int64_t ldy, void* scratch,
+                                cudaStream_t stream) {
+  if (!LinearStreamGroupedApplicable(w, groups, T)) return cudaErrorInvalidValue;
+  StreamArgs a{};
+  a.w = static_cast<const uint8_t*>(w.data);
+  a.scale = w.scale;
+  a.K = w.cols;
+  a.row0 = 0;
+  a.n_rows = w.rows;
+  a.group_rows = w.rows / groups;
+  a.group_steps = w.cols / kStepK;
+  a.T = static_cast<int>(T);
+  a.y = y;
+  a.ldy = ldy;
+  a.accumulate = false;
+  return Launch(a, x, groups * w.cols, ldx, scratch, stream);
+}
+
+}  // namespace deepinfer::backend::cuda::kernels
