@@ -1,2 +1,100 @@
-// Placeholder: filled in this session (issue 9).
-namespace deepinfer::backend::cuda::kernels {}
+// The weight-streaming expert GEMM of RoutedExpertsBf16 for decode-sized items (<= 16 pairs
+// per item), on the warp core of stream_mma.cuh: each expert's weight bytes are read once per
+// item straight into registers, dequantised exactly to bf16 (scales folded in) and summed in
+// fp32 by mma.sync m16n8k16 against the item's activations staged in shared memory. Same
+// numbers as the wgmma kernel (k_moe_bf16.cu) up to the fp32 summation order; a pair's result
+// does not depend on the other pairs of its item or on the item width (8 or 16).
+//
+// Block: 8 warps = 128 consecutive weight rows of one matrix part (W1, W3 or W2; 128 divides
+// I and D) x one item; grid (rows / 128, max items). 128 rows per block halve the activation
+// re-reads from L2 against 64 (each block stages the item's rows once: 2 x 16 x K bytes at
+// 16 pairs against 128 x K / 2 weight bytes).
+//
+// Roofline (V4.1-Flash decode, B = 32: ~150 distinct experts of 18.8 MB per layer). Per warp
+// K step: 1024 weight bytes; ptxas (sm_90a, CUDA 12): see the report numbers below.
+// SASS of the K loop (cuobjdump -sass, ExpertStreamGemmKernel<1>): per step and warp
+// ~160 instructions at kNT = 1 (per 16 weight bytes ~5: 3.25 integer + 1 HMUL2 per pair of
+// values, plus the loads / MMAs / LDS share); at ~50% issue on 132 SMs x 4 schedulers x
+// 1.75 GHz that is ~2.9 TB/s, HBM-bound (4.5 TB/s) from ~80% issue. Expected on the H200:
+// 3-4 TB/s of expert bytes at B = 1..32 (the FP8 tile: ~1.3-2.5 TB/s). NOT MEASURED YET.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/moe_bf16_internal.cuh"
+#include "backend/cuda/stream_mma.cuh"
+
+namespace deepinfer::backend::cuda::kernels::moe_bf16 {
+namespace {
+
+namespace sm = stream_mma;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockRows = 16 * kWarps;
+constexpr int kSliceSteps = 4;  // K values staged per slice: 512
+
+// Weight loads in flight per warp (steps of 1 KiB): deeper at one token tile, whose step
+// is shorter.
+template <int kNT>
+constexpr int kPrefetch = kNT == 1 ? 4 : 3;
+
+template <int kNT>
+using Stage = sm::ActStage<kNT, kSliceSteps>;
+
+template <int kNT>
+__global__ void __launch_bounds__(kThreads) ExpertStreamGemmKernel(GemmArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
+  const GemmItem item = a.items[blockIdx.y];
+  const ExpertPointers& ep = a.table[item.expert];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int64_t n_rows = a.up ? 2 * a.I : a.D, part_rows = a.up ? a.I : a.D;
+  const int64_t K = a.up ? a.D : a.I;
+  // The warp's 16 rows lie in one part (part_rows % 16 == 0): W1 / W3 for up, W2 for down.
+  const int64_t v0 = int64_t{blockIdx.x} * kBlockRows + 16 * warp;
+  const bool second = v0 >= part_rows;
+  const int m = a.up ? (second ? 2 : 0) : 1;
+  const sm::WarpRows w = sm::MxFp4WarpRows(ep.data[m], ep.scale[m], K, second ? v0 - part_rows : v0,
+                                           part_rows, 0, lane);
+  const int32_t* pairs = a.order + item.start;
+  const int act_div = a.up ? static_cast<int>(a.k) : 1;
+  const int n = Stage<kNT>::Token(tid);
+  const uint16_t* act_row = n < item.count ? a.act + int64_t{pairs[n] / act_div} * K : nullptr;
+
+  float acc[kNT][4] = {};
+  sm::StreamBlockRows<sm::StreamFormat::kMxFp4, kNT, kPrefetch<kNT>, kSliceSteps, kThreads>(
+      w, static_cast<int>(K / sm::kStepK), act_row, smem, acc);
+
+  // acc[nt][e]: row v0 + g (+ 8 for e >= 2), token 8 nt + 2 c (+ 1 for odd e).
+  const int g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t v = v0 + g + (e >= 2 ? 8 : 0);
+      const int tok = 8 * nt + 2 * c + (e & 1);
+      if (v < n_rows && tok < item.count) a.out[int64_t{pairs[tok]} * n_rows + v] = acc[nt][e];
+    }
+  }
+}
+
+template <int kNT>
+cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows),
+                  static_cast<unsigned>(max_items));
+  ExpertStreamGemmKernel<kNT><<<grid, kThreads, Stage<kNT>::kSmemBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchStreamGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  if (max_items <= 0) return cudaSuccess;
+  if (bn == 8) return Launch<1>(a, max_items, stream);
+  if (bn == 16) return Launch<2>(a, max_items, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace deepinfer::backend::cuda::kernels::moe_bf16
