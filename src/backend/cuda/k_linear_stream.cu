@@ -28,7 +28,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <limits>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/fp8_gemm_core.cuh"
@@ -44,9 +44,21 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kStepK = 128;  // K values per warp step: 4 lanes x 32
 constexpr int kWarpRows = 16;
-constexpr int64_t kTargetWarps = 1536;  // ~12 warps per SM of an H200
+// Blocks resident at once on an H200 (132 SMs x 2 blocks of the one-tile kernel).
+constexpr int64_t kWaveBlocks = 264;
 
 int TokenTiles(int64_t T) { return T <= 8 ? 1 : 2; }
+
+// Programmatic dependent launch (sm_90): the quantisation kernel lets LinearStreamKernel
+// start at once; the stream kernel issues its first weight loads (weights never change), then
+// waits for the quantisation grid to complete (and its writes to be visible) before it reads
+// x. Without the launch attribute both are no-ops.
+__device__ __forceinline__ void AllowDependentLaunch() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void WaitForPrerequisiteGrid() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 // --- activations in fragment order ------------------------------------------------------
 //
@@ -62,6 +74,7 @@ __device__ __forceinline__ int64_t FragmentUnit(int64_t st, int q, int nt, int n
 // tokens T .. nts*8 - 1 are zeros. One warp per (token, 32-value block).
 __global__ void __launch_bounds__(kThreads)
     QuantizeStreamKernel(const float* x, int64_t T, int64_t K, int64_t ldx, int nts, uint16_t* xf) {
+  AllowDependentLaunch();
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t per_row = K / 32, blocks = int64_t{nts} * 8 * per_row;
   const int64_t warps = int64_t{gridDim.x} * kWarps;
@@ -127,20 +140,31 @@ struct StepRegs {
 };
 
 template <int NT>
-__device__ __forceinline__ void LoadStep(StepRegs<NT>& s, const uint8_t* w0, const uint8_t* w1,
-                                         const uint8_t* sc, const uint4* xp, int64_t K, int64_t st,
-                                         int64_t x_st) {
+__device__ __forceinline__ void LoadWeights(StepRegs<NT>& s, const uint8_t* w0, const uint8_t* w1,
+                                            const uint8_t* sc, int64_t st) {
   const int64_t off = st * kStepK;
   s.w[0] = LoadStreaming(w0 + off);
   s.w[1] = LoadStreaming(w0 + off + 16);
   s.w[2] = LoadStreaming(w1 + off);
   s.w[3] = LoadStreaming(w1 + off + 16);
   s.scale = __ldg(sc + st * 4);
+}
+
+template <int NT>
+__device__ __forceinline__ void LoadActivations(StepRegs<NT>& s, const uint4* xp, int64_t x_st) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) s.x[q][nt] = __ldg(xp + ((x_st * 4 + q) * NT + nt) * 32);
   }
+}
+
+template <int NT>
+__device__ __forceinline__ void LoadStep(StepRegs<NT>& s, const uint8_t* w0, const uint8_t* w1,
+                                         const uint8_t* sc, const uint4* xp, int64_t st,
+                                         int64_t x_st) {
+  LoadWeights(s, w0, w1, sc, st);
+  LoadActivations(s, xp, x_st);
 }
 
 // The 8 MMAs of one step (see the file comment for the operand maps).
@@ -183,20 +207,23 @@ __device__ __forceinline__ void AccumulateRows(const StreamArgs& a, int64_t r, i
   const int64_t x0 = (r / a.group_rows) * a.group_steps;  // x step of weight step 0
   const uint4* xp = a.xf + lane;
   StepRegs<NT> buf[2];
-  if (s0 < s1) LoadStep(buf[0], w0, w1, sc, xp, a.K, s0, x0 + s0);
-  if (s0 + 1 < s1) LoadStep(buf[1], w0, w1, sc, xp, a.K, s0 + 1, x0 + s0 + 1);
+  if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
+  if (s0 + 1 < s1) LoadWeights(buf[1], w0, w1, sc, s0 + 1);
+  WaitForPrerequisiteGrid();
+  if (s0 < s1) LoadActivations(buf[0], xp, x0 + s0);
+  if (s0 + 1 < s1) LoadActivations(buf[1], xp, x0 + s0 + 1);
   for (int64_t st = s0; st < s1; st += 2) {
     ComputeStep(buf[0], acc);
-    if (st + 2 < s1) LoadStep(buf[0], w0, w1, sc, xp, a.K, st + 2, x0 + st + 2);
+    if (st + 2 < s1) LoadStep(buf[0], w0, w1, sc, xp, st + 2, x0 + st + 2);
     if (st + 1 < s1) {
       ComputeStep(buf[1], acc);
-      if (st + 3 < s1) LoadStep(buf[1], w0, w1, sc, xp, a.K, st + 3, x0 + st + 3);
+      if (st + 3 < s1) LoadStep(buf[1], w0, w1, sc, xp, st + 3, x0 + st + 3);
     }
   }
 }
 
 template <int NT>
-__global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1) LinearStreamKernel(StreamArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) LinearStreamKernel(StreamArgs a) {
   __shared__ float partial[kWarps][NT * 4][32];
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t rg = int64_t{blockIdx.x} * (kWarps / a.split) + warp / a.split;
@@ -204,6 +231,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1) LinearStreamKernel(
   const int64_t steps = a.K / kStepK;
   const bool active = rg * kWarpRows < a.n_rows;
   float acc[NT][4] = {};
+  if (!active) WaitForPrerequisiteGrid();  // (an active warp waits in AccumulateRows)
   if (active) {
     AccumulateRows<NT>(a, a.row0 + rg * kWarpRows, part * steps / a.split,
                        (part + 1) * steps / a.split, acc);
@@ -248,13 +276,17 @@ cudaError_t Launch(StreamArgs a, const float* x, int64_t x_cols, int64_t ldx, vo
   a.xf = static_cast<const uint4*>(scratch);
   a.split = LinearStreamSplit(a.n_rows, a.K);
   const int64_t row_groups = a.n_rows / kWarpRows, per_block = kWarps / a.split;
-  const auto grid = static_cast<unsigned>((row_groups + per_block - 1) / per_block);
-  if (nts == 1) {
-    LinearStreamKernel<1><<<grid, kThreads, 0, stream>>>(a);
-  } else {
-    LinearStreamKernel<2><<<grid, kThreads, 0, stream>>>(a);
-  }
-  return cudaGetLastError();
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>((row_groups + per_block - 1) / per_block));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return nts == 1 ? cudaLaunchKernelEx(&config, LinearStreamKernel<1>, a)
+                  : cudaLaunchKernelEx(&config, LinearStreamKernel<2>, a);
 }
 
 bool WeightOk(const DeviceWeight& w) {
@@ -265,9 +297,19 @@ bool WeightOk(const DeviceWeight& w) {
 }  // namespace
 
 int LinearStreamSplit(int64_t n_rows, int64_t K) {
-  const int64_t warps = n_rows / kWarpRows, steps = K / kStepK;
+  static const int64_t forced = [] {
+    const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_SPLIT");  // tuning only
+    return env != nullptr ? std::atoll(env) : 0;
+  }();
+  if (forced == 1 || forced == 2 || forced == 4 || forced == 8) return static_cast<int>(forced);
+  // The most warps per row group that still fit one wave of blocks (a second, partial wave
+  // doubled the time of wo_b), each with at least 4 steps of K.
+  const int64_t row_groups = n_rows / kWarpRows, steps = K / kStepK;
   int split = 1;
-  while (split < kWarps && warps * split < kTargetWarps && steps >= 4 * split) split *= 2;
+  while (split < kWarps && row_groups * 2 * split <= kWaveBlocks * kWarps &&
+         steps >= 4 * 2 * split) {
+    split *= 2;
+  }
   return split;
 }
 
