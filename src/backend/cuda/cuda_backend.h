@@ -120,10 +120,11 @@ class CudaBackend final : public model::Backend {
   // =<t> at creation, 0 = never).
   void set_linear_stream_max_tokens(int64_t t) { linear_stream_max_tokens_ = t; }
   // FP8-activation mode, not batch-invariant: RoutedExperts with at least `t` tokens runs
-  // kernels::RoutedExpertsBf16 (block scales folded into bf16 operands, one fp32 sum over K)
-  // instead of kernels::RoutedExpertsFp8 where it applies (default kExpertsBf16MinTokens;
+  // kernels::RoutedExpertsBf16 (block scales folded into bf16 operands, one fp32 sum over K;
+  // weight streaming at decode, wgmma tiles at prefill) instead of kernels::RoutedExpertsFp8
+  // where it applies (default kExpertsBf16MinTokens = 1: every T;
   // DEEPINFER_EXPERTS_BF16_MIN_TOKENS=<t> at creation, 0 = never).
-  static constexpr int64_t kExpertsBf16MinTokens = 2048;
+  static constexpr int64_t kExpertsBf16MinTokens = 1;
   void set_experts_bf16_min_tokens(int64_t t) { experts_bf16_min_tokens_ = t; }
   // Batch-invariant mode (backend::BackendOptions): no kernel is chosen by token count. Linear
   // skips the one-row GEMV and runs the tensor-core path in slices of at most 64 tokens

@@ -1,11 +1,14 @@
 // The routed experts in the FP8-activation mode (CudaBackend::RoutedExperts with
-// set_fp8_activations): the FP8 tile path (kernels::RoutedExpertsFp8) and, for many tokens
-// outside batch-invariant mode, the bf16 / wgmma path (kernels::RoutedExpertsBf16), against a
-// per-token CPU reference that quantises x and h the same way.
+// set_fp8_activations): the FP8 tile path (kernels::RoutedExpertsFp8; batch-invariant mode,
+// FP8 weights, or set_experts_bf16_min_tokens(0)) and, by default outside batch-invariant
+// mode, the bf16 path (kernels::RoutedExpertsBf16; its wgmma kernel here, its streaming
+// kernel in cuda_moe_stream_test.cc), against a per-token CPU reference that quantises x and
+// h the same way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -83,7 +86,10 @@ class CudaFp8ExpertsTest : public CudaFp8Test {
   }
 };
 
+// The FP8 tile (kernels::RoutedExpertsFp8; the bf16 path is switched off: it is the default
+// for MXFP4 at every T outside batch-invariant mode).
 TEST_F(CudaFp8ExpertsTest, MatchesCpuReference) {
+  gpu_->set_experts_bf16_min_tokens(0);
   for (WeightFormat f : {WeightFormat::kMxFp4, WeightFormat::kFp8Block32}) {
     const Experts ex = MakeExperts(16, f, 256, 384);
     for (int64_t T : {1, 7, 65, 100, 150, 600}) {  // item widths 8, 8, 32, 64, 96, 128
@@ -98,10 +104,13 @@ TEST_F(CudaFp8ExpertsTest, MatchesCpuReference) {
       EXPECT_TRUE(AllClose(got, expected, 2e-2, 2e-2 * MaxAbs(expected)));
     }
   }
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
 }
 
-// A token's row is bitwise the same alone and inside batches of 8, 64 and 600 tokens.
+// On the FP8 tile, a token's row is bitwise the same alone and inside batches of 8, 64 and
+// 600 tokens.
 TEST_F(CudaFp8ExpertsTest, BatchInvariantBitwise) {
+  gpu_->set_experts_bf16_min_tokens(0);
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
   const int64_t k = 6, T = 600;
   const std::vector<float> x = Normal(T * ex.D, 4.0f);
@@ -115,10 +124,12 @@ TEST_F(CudaFp8ExpertsTest, BatchInvariantBitwise) {
     const std::vector<float> got = RunGpu(ex, xs, n, is, ws, k, 7.0f);
     EXPECT_TRUE(BitExact(got, std::vector<float>(all.end() - n * ex.D, all.end()))) << n;
   }
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
 }
 
 TEST_F(CudaFp8ExpertsTest, RealV41ShapeDecode) {
   if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  gpu_->set_experts_bf16_min_tokens(0);  // the FP8 tile
   const Experts ex = MakeExperts(24, WeightFormat::kMxFp4, 5120, 2304);
   const int64_t T = 4, k = 6;
   const std::vector<float> x = Normal(T * ex.D);
@@ -126,6 +137,7 @@ TEST_F(CudaFp8ExpertsTest, RealV41ShapeDecode) {
   const std::vector<float> weights = Uniform(T * k, 0.05f, 0.5f);
   const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
   EXPECT_TRUE(RelL2Close(RunGpu(ex, x, T, ids, weights, k, 7.0f), expected, 5e-3));
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
 }
 
 // --- routed experts on bf16 tensor cores (k_moe_bf16.cu) ----------------------------------
@@ -159,9 +171,11 @@ TEST_F(CudaFp8ExpertsTest, Bf16PathMatchesCpuReference) {
   }
 }
 
-// Within the bf16 path a token's row does not depend on the other tokens or on the item
-// width (T 600: items of 128 pairs; T 200: 96; T 100 and 8: 64).
+// Within the bf16 path's wgmma kernel a token's row does not depend on the other tokens or on
+// the item width (T 600: items of 128 pairs; T 200: 96; T 100 and 8: 64). The streaming
+// kernel (which T 8 would take by default) is switched off; cuda_moe_stream_test.cc tests it.
 TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
+  setenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS", "0", 1);
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
   const int64_t k = 6, T = 600;
   const std::vector<float> x = Normal(T * ex.D, 4.0f);
@@ -177,6 +191,7 @@ TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
     EXPECT_TRUE(BitExact(got, std::vector<float>(all.end() - n * ex.D, all.end()))) << n;
   }
   gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+  unsetenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS");
 }
 
 // Batch-invariant mode never takes the bf16 path: the FP8 tile's bits at any threshold.
@@ -221,6 +236,7 @@ TEST_F(CudaFp8ExpertsTest, OutOfRangeIdGivesNanRowAndError) {
   ASSERT_TRUE(created.ok()) << created.status();
   std::unique_ptr<CudaBackend> b = std::move(created).value();
   b->set_fp8_activations(true);
+  b->set_experts_bf16_min_tokens(0);  // the FP8 tile (cuda_moe_stream_test.cc: the bf16 path)
   model::RoutedExpertsArgs a;
   float* dx = b->AllocFloats(T * ex.D);
   int32_t* dids = b->AllocInts(T * k);

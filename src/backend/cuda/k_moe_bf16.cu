@@ -13,8 +13,15 @@
 // MMA). The ceiling is the bf16 rate (~half the FP8 dense rate); measured below. The
 // results differ from RoutedExpertsFp8 only by fp32 rounding of the sums; they do not
 // depend on the tile shape, but they do differ from the FP8 tile path, which serves small
-// T, so the backend uses this path only outside batch-invariant mode (from
-// CudaBackend::kExpertsBf16MinTokens = 2048 tokens).
+// T, so the backend uses this path only outside batch-invariant mode (FP8 mode, from
+// CudaBackend::kExpertsBf16MinTokens = 1 token).
+//
+// Two GEMM kernels, picked by the mean pairs per expert (ceil(T k / n_experts)): up to
+// ExpertsStreamMaxMeanPairs() (12; decode) the weight-streaming kernel of k_moe_stream.cu
+// (stream_mma.cuh: weights straight from global memory into mma.sync registers, items of 8 or
+// 16 pairs), above it the wgmma tile kernel below (items of 64 / 96 / 128). Both give one fp32
+// sum over K per output (different summation orders, so a token's bits change when T crosses
+// the threshold; within one kernel they do not depend on the other tokens).
 //
 // K order. Each group of 8 consecutive K values is stored permuted as 0 4 1 5 2 6 3 7 on
 // both sides (weights by the dequantisation, which pairs nibbles k and k + 4 of a 32-bit
@@ -26,12 +33,12 @@
 // 2^(S - 1) (S the ue8m0 byte; two multiplies when S > 128) gives value * 2^(S - 127)
 // exactly.
 //
-// Structure: a block (four warpgroups of 64 weight rows) owns 256 weight rows of one expert x
-// one item of up to BN pairs, all of K in 64-value stages: cp.async ring of the stage's e2m1
-// bytes (with the L2 256-byte prefetch) and bf16 activations (scale bytes of the whole block
-// once), each thread dequantises the 32 weights it copied into a bf16 tile (wgmma
-// core-matrix layout, wgmma_bf16.cuh), and each warpgroup's wgmma m64nBNk16 MMAs of stage i
-// run asynchronously while stage i + 1 is dequantised.
+// Structure of the wgmma kernel: a block (four warpgroups of 64 weight rows) owns 256 weight rows
+// of one expert x one item of up to BN pairs, all of K in 64-value stages: cp.async ring of the
+// stage's e2m1 bytes (with the L2 256-byte prefetch) and bf16 activations (scale bytes of the whole
+// block once), each thread dequantises the 32 weights it copied into a bf16 tile (wgmma core-matrix
+// layout, wgmma_bf16.cuh), and each warpgroup's wgmma m64nBNk16 MMAs of stage i run asynchronously
+// while stage i + 1 is dequantised.
 //
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
 // per expert): 1.74 TFLOP per layer; every expert's 18.8 MB read once per item (7.2 GB,
@@ -54,21 +61,33 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_moe.h"
 #include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/moe_bf16_internal.cuh"
 #include "backend/cuda/moe_groups.cuh"
+#include "backend/cuda/stream_mma.cuh"
 #include "backend/cuda/wgmma_bf16.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
 using model::WeightFormat;
+using moe_bf16::GemmArgs;
+using moe_bf16::GemmItem;
 using moe_groups::Item;
 using moe_groups::MaxItems;
+using stream_mma::E2m1PairBits;
+using stream_mma::MulBf16x2;
+
+static_assert(sizeof(GemmItem) == sizeof(Item) &&
+                  offsetof(GemmItem, count) == offsetof(Item, count),
+              "GemmItem mirrors moe_groups::Item");
 
 constexpr int kThreads = 256;              // activation / SwiGLU kernels
 constexpr int kGemmThreads = 512;          // expert GEMM: 4 warpgroups of 64 rows each
@@ -110,11 +129,22 @@ Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, in
   return s;
 }
 
-// Item width by the mean pairs per expert: each item re-reads the expert's weights, and
-// columns past an item's pairs are wasted MMA work (prefill 4096 x 6 / 384: ~64 pairs per
-// expert -> 96; the MMA pipe was ~52% busy with 128-wide items).
+// Mean pairs per expert (rounded up): what decides the item width and the GEMM kernel.
+int64_t MeanPairs(int64_t T, int64_t k, int64_t n_experts) {
+  return (T * k + n_experts - 1) / n_experts;
+}
+
+bool UseStream(int64_t T, int64_t k, int64_t n_experts) {
+  return MeanPairs(T, k, n_experts) <= ExpertsStreamMaxMeanPairs();
+}
+
+// Item width. Streaming (decode): 8 pairs up to 4 per expert on average (B = 256, k = 6 of
+// 384: ~2% of the experts need a second item), else 16. wgmma: each item re-reads the
+// expert's weights, and columns past an item's pairs are wasted MMA work (prefill 4096 x 6 /
+// 384: ~64 pairs per expert -> 96; the MMA pipe was ~52% busy with 128-wide items).
 int TokensPerItem(int64_t T, int64_t k, int64_t n_experts) {
-  const int64_t mean = (T * k + n_experts - 1) / n_experts;
+  const int64_t mean = MeanPairs(T, k, n_experts);
+  if (UseStream(T, k, n_experts)) return mean <= 4 ? 8 : 16;
   const int64_t want = mean + mean / 4;
   return want <= 64 ? 64 : want <= 96 ? 96 : 128;
 }
@@ -166,18 +196,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // --- the expert GEMM -------------------------------------------------------------------
 
-// Nibbles k and k + 4 of w as a bf16x2 (k in the low half) of their e2m1 values * 2^-126.
-__device__ __forceinline__ uint32_t E2m1PairBits(uint32_t w, int k) {
-  const uint32_t t = (w >> (4 * k)) & 0x000F000Fu;
-  return ((t & 0x00070007u) << 6) | ((t & 0x00080008u) << 12);
-}
-
-__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
 // 32 e2m1 values (16 bytes, value j in nibble j) times 2^(S - 127) as 32 bf16 in the
 // permuted order, written as four 8-value chunks to dst + q * chunk_stride (bf16 elements;
 // 16-byte aligned shared memory).
@@ -201,17 +219,6 @@ __device__ __forceinline__ void DequantE2m1x32(uint4 raw, uint32_t S, uint16_t* 
     *reinterpret_cast<uint4*>(dst + q * chunk_stride) = out;
   }
 }
-
-struct GemmArgs {
-  const ExpertPointers* table;
-  bool up;  // gate/up ([W1; W3] x xb rows of tokens) or down (W2 x hb rows of pairs)
-  int64_t D, I, k;
-  const uint16_t* act;  // permuted bf16 [*, K]
-  const int32_t* order;
-  const Item* items;
-  const int32_t* n_items;
-  float* out;  // [P, n_rows]
-};
 
 // Byte offset of the 16-byte chunk (row r, 8-value column block kb) of a tile in the wgmma
 // core-matrix layout (wgmma_bf16.cuh): core matrix (r / 8, kb) at (r / 8 * kKBlocks + kb) *
@@ -240,7 +247,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   constexpr int kNX = (kXChunks + kGemmThreads - 1) / kGemmThreads;
   static_assert(kWRawBytes / 16 == kWChunksPerThread * kGemmThreads, "weight copies per thread");
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
-  const Item item = a.items[blockIdx.y];
+  const GemmItem item = a.items[blockIdx.y];
   const ExpertPointers& ep = a.table[item.expert];
   const int tid = threadIdx.x;
   const int64_t n_rows = a.up ? 2 * a.I : a.D, part_rows = a.up ? a.I : a.D;
@@ -406,6 +413,15 @@ cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_
 
 }  // namespace
 
+int64_t ExpertsStreamMaxMeanPairs() {
+  const char* env = std::getenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS");
+  if (env == nullptr || *env == '\0') return kExpertsStreamMaxMeanPairs;
+  char* end = nullptr;
+  const long long v = std::strtoll(env, &end, 10);
+  return end != nullptr && *end == '\0' && v >= 0 ? static_cast<int64_t>(v)
+                                                  : kExpertsStreamMaxMeanPairs;
+}
+
 bool RoutedExpertsBf16Applicable(WeightFormat up_format, WeightFormat down_format, int64_t D,
                                  int64_t I, int64_t T, int64_t k, int64_t n_experts) {
   return up_format == WeightFormat::kMxFp4 && down_format == WeightFormat::kMxFp4 && D > 0 &&
@@ -447,19 +463,24 @@ cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaS
   a.I = l.I;
   a.k = l.k;
   a.order = groups.order;
-  a.items = groups.items;
+  a.items = reinterpret_cast<const GemmItem*>(groups.items);
   a.n_items = groups.n_items;
   a.up = true;
   a.act = xb;
   a.out = gu;
-  if ((e = LaunchGemm(bn, a, max_items, stream)) != cudaSuccess) return e;
+  auto gemm = [&] {
+    return bn <= moe_bf16::kStreamMaxItemPairs
+               ? moe_bf16::LaunchStreamGemm(bn, a, max_items, stream)
+               : LaunchGemm(bn, a, max_items, stream);
+  };
+  if ((e = gemm()) != cudaSuccess) return e;
   SwiGluBf16Kernel<<<fp8::WarpPerBlockGrid(P * (l.I / 32)), kThreads, 0, stream>>>(
       gu, l.weights, P, l.I, l.swiglu_limit, hb);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   a.up = false;
   a.act = hb;
   a.out = out;
-  if ((e = LaunchGemm(bn, a, max_items, stream)) != cudaSuccess) return e;
+  if ((e = gemm()) != cudaSuccess) return e;
   return CombineSlots(out, l.experts, l.T, l.k, l.n_experts, l.D, l.y, stream);
 }
 

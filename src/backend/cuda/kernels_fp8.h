@@ -90,15 +90,25 @@ int64_t RoutedExpertsFp8ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
 // depend only on T, k, n_experts and the shapes.
 cudaError_t RoutedExpertsFp8(const RoutedExpertsLaunch& launch, void* scratch, cudaStream_t stream);
 
-// Prefill-sized batches (k_moe_bf16.cu): the same contract as RoutedExpertsFp8 (fake-quantised
+// RoutedExpertsBf16 (k_moe_bf16.cu): the same contract as RoutedExpertsFp8 (fake-quantised
 // activations and h, MXFP4 weights), computed on bf16 tensor cores with the block scales
 // folded exactly into bf16 operands, one fp32 sum over all of K per output. Results differ
 // from RoutedExpertsFp8 by fp32 rounding (not bitwise equal; the backend keeps RoutedExpertsFp8
-// in batch-invariant mode); deterministic and independent of the other tokens' routing.
+// in batch-invariant mode); deterministic, and independent of the other tokens' routing as
+// long as T stays on one side of the streaming threshold (ExpertsStreamMaxMeanPairs).
 // Applicable: w1/w3 and w2 MXFP4, D and I multiples of 128 and <= 8192, each expert's scale arrays
 // 4-byte aligned (the caller checks that), 1 <= k <= kMaxFusedExpertSlots.
 bool RoutedExpertsBf16Applicable(model::WeightFormat up_format, model::WeightFormat down_format,
                                  int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts);
+
+// Mean pairs per expert (ceil(T * k / n_experts)) up to which RoutedExpertsBf16 runs its two
+// GEMMs on the weight-streaming kernel (k_moe_stream.cu: decode, items of <= 8 / 16 pairs);
+// above it, on the wgmma tile kernel (prefill, items of 64 .. 128 pairs). The environment
+// variable DEEPINFER_EXPERTS_STREAM_MAX_PAIRS=<n> overrides the default (read on every call,
+// so tests and benchmarks can switch it; 0 = never stream, a large n = always).
+inline constexpr int64_t kExpertsStreamMaxMeanPairs = 12;
+int64_t ExpertsStreamMaxMeanPairs();
+
 int64_t RoutedExpertsBf16ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
                                       int64_t n_experts);
 cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& launch, void* scratch,

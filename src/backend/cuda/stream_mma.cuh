@@ -10,8 +10,8 @@
 // that are exact FP8-mode numbers (kFp8Block32Pow2) stored with each 8-value group permuted as
 // 0 4 1 5 2 6 3 7. MXFP4 weights are dequantised exactly: nibble s|e1 e0|m becomes the bf16
 // bits s<<15 | (e1 e0 m)<<6 (the e2m1 value times 2^-126; 0.5 lands on the subnormal
-// 2^-127), then one bf16x2 multiply by 2^(S - 1) (S the ue8m0 scale byte), a second one by
-// 2^(S - 128) after 2^127 when S > 128, giving value * 2^(S - 127) exactly (S <= 253). Each
+// 2^-127), then one bf16x2 multiply by 2^(S - 1) (S the ue8m0 scale byte); when S > 127 by
+// 2^126 and then by 2^(S - 127), giving value * 2^(S - 127) exactly (S <= 253). Each
 // output is ONE fp32 sum over its K products (MMA chain; only the fp32 rounding order differs
 // from other kernels). A column (token) of an MMA never mixes with the other columns, so a
 // token's result does not depend on which tokens share its weight rows (bitwise).
@@ -39,7 +39,7 @@
 // bytes. SASS of the K loop (k_moe_stream.cu, kNT = 1, sm_90a): ~173 instructions per step on
 // the fast path: dequantisation 136 (per row of 16 bytes = 16 bf16x2 pairs: 32 LOP3 + 16
 // IMAD + 4 SHF + 16 HMUL2, 4.25 per pair), 8 HMMA + 4 LDS.128 per token tile, 2 LDG.128 +
-// 2 LDG.U8, ~15 for scales, vote, loop and predicates, ~7 NOP. The S > 128 path adds 32 HMUL2
+// 2 LDG.U8, ~15 for scales, vote, loop and predicates, ~7 NOP. The S > 127 path adds 32 HMUL2
 // (never taken on real weights). H200 (132 SMs x 4 schedulers x ~1.75 GHz = 0.92 T
 // warp-instructions/s): 5.4 TB/s at 100% issue, 2.7 TB/s at 50%; the HBM ceiling (4.5 TB/s) needs
 // ~83% issue. Loads in flight per warp: kPF KiB (16 warps per SM at kPF = 4: 64 KiB per SM, enough
@@ -83,10 +83,10 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   return d;
 }
 
-// The first factor of scale byte S as bf16x2: 2^(min(S, 128) - 1); the second (S > 128 only)
-// is 2^(S - 128). E2m1PairBits(...) * first (* second) = value * 2^(S - 127) exactly.
+// The first factor of scale byte S as bf16x2: 2^(min(S, 127) - 1); the second (S > 127 only)
+// is 2^(S - 127). E2m1PairBits(...) * first (* second) = value * 2^(S - 127) exactly.
 __device__ __forceinline__ uint32_t FirstFactorBf16x2(uint32_t S) {
-  return (min(S, 128u) + 126u) * 0x00800080u;
+  return (min(S, 127u) + 126u) * 0x00800080u;
 }
 
 // --- global loads ---------------------------------------------------------------------------
@@ -168,12 +168,12 @@ struct ActStage {
 
 namespace detail {
 
-// 2^(S - 128) as bf16x2 for S > 128, else 1 (the second factor); volatile so that the fast
+// 2^(S - 127) as bf16x2 for S > 127, else 1 (the second factor); volatile so that the fast
 // path does not compute it ahead of the warp-uniform branch that needs it.
 __device__ __forceinline__ uint32_t SecondFactorLazy(uint32_t S) {
   uint32_t f;
   asm volatile(
-      "{\n\t.reg .pred p;\n\tsetp.gt.u32 p, %1, 128;\n\tmul.lo.u32 %0, %1, 0x00800080;\n\t"
+      "{\n\t.reg .pred p;\n\tsetp.gt.u32 p, %1, 127;\n\tmul.lo.u32 %0, %1, 0x00800080;\n\t"
       "@!p mov.b32 %0, 0x3F803F80;\n\t}"
       : "=r"(f)
       : "r"(S));
@@ -181,11 +181,11 @@ __device__ __forceinline__ uint32_t SecondFactorLazy(uint32_t S) {
 }
 
 // Dequantises a step's 2 x 16 bytes (rows g, g + 8) with their scale bytes into the A words
-// a[h][i] (row g + 8 h, word i of the file header) times 2^(min(S, 128) - 1); returns true
-// (warp-uniform) when some lane's S > 128 needs FinishTwoStep.
+// a[h][i] (row g + 8 h, word i of the file header) times 2^(min(S, 127) - 1); returns true
+// (warp-uniform) when some lane's S > 127 needs FinishTwoStep.
 __device__ __forceinline__ bool DequantMxFp4Step(const uint4 (&w)[2], const uint32_t (&s)[2],
                                                  uint32_t (&a)[2][16]) {
-  const bool two_steps = __any_sync(0xFFFFFFFFu, max(s[0], s[1]) > 128u);
+  const bool two_steps = __any_sync(0xFFFFFFFFu, max(s[0], s[1]) > 127u);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t f1 = FirstFactorBf16x2(s[h]);
@@ -266,7 +266,7 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
       uint32_t a[2][16];
       const uint32_t s[2] = {scales[u][0], scales[u][1]};
       if (detail::DequantMxFp4Step(ring[u], s, a)) {
-        detail::FinishTwoStep(s, a);  // warp-uniform; never for real checkpoints
+        detail::FinishTwoStep(s, a);  // warp-uniform; rare on real weights (S >= 128)
       }
       // The slot's registers are free now: refill it kPF steps ahead.
       if (step + kPF < n_steps) load(u + kPF, u);
