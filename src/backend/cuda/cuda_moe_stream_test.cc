@@ -164,6 +164,13 @@ class CudaMoeStreamTest : public CudaFp8Test {
     EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
     EXPECT_TRUE(AllClose(got, expected, 2e-2, 2e-2 * MaxAbs(expected)));
   }
+
+  // Streaming vs wgmma: the same products in two fp32 summation orders. Their h values are
+  // requantised to e4m3, and one that rounds to the other neighbour in one of them moves its
+  // token's row by ~2^-3 of one term (~3e-3 of the row norm at T 1, I 384): RelL2 5e-3.
+  static void ExpectNearWgmma(const std::vector<float>& stream, const std::vector<float>& wgmma) {
+    EXPECT_TRUE(RelL2Close(stream, wgmma, 5e-3));
+  }
 };
 
 // Decode shapes of 384 small experts, top-6: T 1, 3, 8, 32 and 100 (mean pairs per expert 1 or
@@ -184,7 +191,7 @@ TEST_F(CudaMoeStreamTest, MatchesCpuReference) {
       const std::vector<float> tile = RunGpu(ex, c, StreamMode::kAlways, /*bf16_min_tokens=*/0);
       ExpectNearReference(got, expected);
       ExpectNearReference(wgmma, expected);
-      EXPECT_TRUE(RelL2Close(got, wgmma, 1e-3));
+      ExpectNearWgmma(got, wgmma);
       EXPECT_TRUE(BitExact(got, again));
       EXPECT_FALSE(BitExact(got, wgmma)) << "the streaming kernel did not run";
       EXPECT_FALSE(BitExact(got, tile)) << "the bf16 path did not run";
@@ -227,7 +234,7 @@ TEST_F(CudaMoeStreamTest, SixteenPairItemsMatchCpuReference) {
     c.limit = 1.5f;
     const std::vector<float> got = RunGpu(ex, c, StreamMode::kAlways);
     ExpectNearReference(got, Reference(ex, c));
-    EXPECT_TRUE(RelL2Close(got, RunGpu(ex, c, StreamMode::kNever), 1e-3));
+    ExpectNearWgmma(got, RunGpu(ex, c, StreamMode::kNever));
   }
 }
 
@@ -291,7 +298,7 @@ TEST_F(CudaMoeStreamTest, RealV41Shape) {
     c.x = Normal(T * ex.D);
     const std::vector<float> got = RunGpu(ex, c, StreamMode::kAlways);
     ExpectNearReference(got, Reference(ex, c));
-    EXPECT_TRUE(RelL2Close(got, RunGpu(ex, c, StreamMode::kNever), 1e-3));
+    ExpectNearWgmma(got, RunGpu(ex, c, StreamMode::kNever));
   }
 }
 

@@ -10,13 +10,16 @@
 // re-reads from L2 against 64 (each block stages the item's rows once: 2 x 16 x K bytes at
 // 16 pairs against 128 x K / 2 weight bytes).
 //
-// Roofline (V4.1-Flash decode, B = 32: ~150 distinct experts of 18.8 MB per layer). Per warp
-// K step: 1024 weight bytes; ptxas (sm_90a, CUDA 12): see the report numbers below.
-// SASS of the K loop (cuobjdump -sass, ExpertStreamGemmKernel<1>): per step and warp
-// ~160 instructions at kNT = 1 (per 16 weight bytes ~5: 3.25 integer + 1 HMUL2 per pair of
-// values, plus the loads / MMAs / LDS share); at ~50% issue on 132 SMs x 4 schedulers x
-// 1.75 GHz that is ~2.9 TB/s, HBM-bound (4.5 TB/s) from ~80% issue. Expected on the H200:
-// 3-4 TB/s of expert bytes at B = 1..32 (the FP8 tile: ~1.3-2.5 TB/s). NOT MEASURED YET.
+// Roofline (V4.1-Flash decode, 384 experts of 3 x [2304 x 5120] MXFP4 = 18.9 MB, top-6):
+// B = 1: 6 experts, 113 MB per layer; B = 32: ~150 experts, 2.85 GB per layer (25 us and
+// 630 us at 4.5 TB/s). ptxas (sm_90a): 127 registers at 8 and 16 tokens (kPF 4), no spills: two
+// blocks (16 warps) per SM, 64 KiB of weight loads in flight per SM.
+// SASS of the K loop (8 tokens): ~173 warp instructions per step of 1024 weight bytes on the
+// fast path (stream_mma.cuh header: 136 of them dequantise), ~182 at 16 tokens; at ~70%
+// issue on 132 SMs x 4 schedulers x 1.75 GHz that is ~3.8 TB/s, at 50% ~2.7 TB/s (the FP8
+// tile: 1.3 TB/s at B = 1, 2.5 TB/s at B = 32). B = 1 is also imbalanced: 216 blocks of
+// the gate/up GEMM on 132 SMs (some hold two, some one). NOT MEASURED YET (no GPU in the
+// session that wrote it): cuda_moe_stream_test's DISABLED_Bench prints the numbers.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -34,16 +37,17 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockRows = 16 * kWarps;
 constexpr int kSliceSteps = 4;  // K values staged per slice: 512
 
-// Weight loads in flight per warp (steps of 1 KiB): deeper at one token tile, whose step
-// is shorter.
-template <int kNT>
-constexpr int kPrefetch = kNT == 1 ? 4 : 3;
+// Weight loads in flight per warp (steps of 1 KiB). A multiple of kSliceSteps, so that the
+// slice barrier sits at a fixed place of the unrolled loop (with 3 at 16 tokens, ptxas made
+// three copies of the slice code).
+constexpr int kPrefetch = 4;
+static_assert(kPrefetch % kSliceSteps == 0, "slice starts at the first step of the unrolled loop");
 
 template <int kNT>
 using Stage = sm::ActStage<kNT, kSliceSteps>;
 
 template <int kNT>
-__global__ void __launch_bounds__(kThreads) ExpertStreamGemmKernel(GemmArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) ExpertStreamGemmKernel(GemmArgs a) {
   extern __shared__ __align__(16) char smem[];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
   const GemmItem item = a.items[blockIdx.y];
@@ -63,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) ExpertStreamGemmKernel(GemmArgs a) {
   const uint16_t* act_row = n < item.count ? a.act + int64_t{pairs[n] / act_div} * K : nullptr;
 
   float acc[kNT][4] = {};
-  sm::StreamBlockRows<sm::StreamFormat::kMxFp4, kNT, kPrefetch<kNT>, kSliceSteps, kThreads>(
+  sm::StreamBlockRows<sm::StreamFormat::kMxFp4, kNT, kPrefetch, kSliceSteps, kThreads>(
       w, static_cast<int>(K / sm::kStepK), act_row, smem, acc);
 
   // acc[nt][e]: row v0 + g (+ 8 for e >= 2), token 8 nt + 2 c (+ 1 for odd e).
