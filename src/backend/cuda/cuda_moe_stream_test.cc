@@ -303,38 +303,46 @@ TEST_F(CudaMoeStreamTest, RealV41Shape) {
 }
 
 // An expert id out of range sets the error bit and gives its token a NaN row on the streaming
-// path; the other tokens are finite. The error is sticky, so this runs on a backend of its own.
+// path, the other tokens finite: T 3 (6 pairs: the direct items written by the quantisation
+// kernel) and T 9 (18 pairs: the grouping kernels). The error is sticky, so each case runs on
+// a backend of its own.
 TEST_F(CudaMoeStreamTest, OutOfRangeIdGivesNanRowAndError) {
   const StreamMode mode(StreamMode::kAlways);
   const Experts ex = MakeExperts(8, 256, 256);
-  const int64_t T = 3, k = 2;
-  const std::vector<float> x = Normal(T * ex.D);
-  const std::vector<int32_t> ids = {0, 1, 2, 8, 3, 4};  // token 1 has id 8 of 8 experts
-  const std::vector<float> weights = Uniform(T * k, 0.1f, 1.0f);
-  auto created = CudaBackend::Create(0);
-  ASSERT_TRUE(created.ok()) << created.status();
-  std::unique_ptr<CudaBackend> b = std::move(created).value();
-  b->set_fp8_activations(true);
-  b->set_experts_bf16_min_tokens(1);
-  model::RoutedExpertsArgs a;
-  float* dx = b->AllocFloats(T * ex.D);
-  int32_t* dids = b->AllocInts(T * k);
-  float* dw = b->AllocFloats(T * k);
-  b->CopyToDevice(dx, x.data(), T * ex.D * 4);
-  b->CopyToDevice(dids, ids.data(), T * k * 4);
-  b->CopyToDevice(dw, weights.data(), T * k * 4);
-  a.x = dx, a.T = T, a.D = ex.D, a.experts = dids, a.weights = dw;
-  a.k = k, a.table = ex.table.data(), a.n_experts = 8, a.swiglu_limit = 0.0f;
-  a.y = b->AllocFloats(T * ex.D);
-  b->RoutedExperts(a);
-  const base::Status st = b->Synchronize();
-  EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.ToString().find("expert id"), std::string::npos) << st;
-  std::vector<float> y(T * ex.D);
-  ASSERT_EQ(cudaMemcpy(y.data(), a.y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (int64_t d = 0; d < ex.D; ++d) {
-    EXPECT_TRUE(std::isnan(y[ex.D + d])) << d;
-    EXPECT_TRUE(std::isfinite(y[d]) && std::isfinite(y[2 * ex.D + d])) << d;
+  const int64_t k = 2;
+  for (int64_t T : {3, 9}) {
+    SCOPED_TRACE(::testing::Message() << "T " << T);
+    const std::vector<float> x = Normal(T * ex.D);
+    std::vector<int32_t> ids = Route(T, k, 8);
+    ids[3] = 8;  // token 1's second slot: id 8 of 8 experts
+    const std::vector<float> weights = Uniform(T * k, 0.1f, 1.0f);
+    auto created = CudaBackend::Create(0);
+    ASSERT_TRUE(created.ok()) << created.status();
+    std::unique_ptr<CudaBackend> b = std::move(created).value();
+    b->set_fp8_activations(true);
+    b->set_experts_bf16_min_tokens(1);
+    model::RoutedExpertsArgs a;
+    float* dx = b->AllocFloats(T * ex.D);
+    int32_t* dids = b->AllocInts(T * k);
+    float* dw = b->AllocFloats(T * k);
+    b->CopyToDevice(dx, x.data(), T * ex.D * 4);
+    b->CopyToDevice(dids, ids.data(), T * k * 4);
+    b->CopyToDevice(dw, weights.data(), T * k * 4);
+    a.x = dx, a.T = T, a.D = ex.D, a.experts = dids, a.weights = dw;
+    a.k = k, a.table = ex.table.data(), a.n_experts = 8, a.swiglu_limit = 0.0f;
+    a.y = b->AllocFloats(T * ex.D);
+    b->RoutedExperts(a);
+    const base::Status st = b->Synchronize();
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.ToString().find("expert id"), std::string::npos) << st;
+    std::vector<float> y(T * ex.D);
+    ASSERT_EQ(cudaMemcpy(y.data(), a.y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t d = 0; d < ex.D; ++d) {
+        const float v = y[t * ex.D + d];
+        EXPECT_TRUE(t == 1 ? std::isnan(v) : std::isfinite(v)) << t << " " << d << " " << v;
+      }
+    }
   }
 }
 

@@ -21,7 +21,9 @@
 // (stream_mma.cuh: weights straight from global memory into mma.sync registers, items of 8 or
 // 16 pairs), above it the wgmma tile kernel below (items of 64 / 96 / 128). Both give one fp32
 // sum over K per output (different summation orders, so a token's bits change when T crosses
-// the threshold; within one kernel they do not depend on the other tokens).
+// the threshold; within one kernel they do not depend on the other tokens). With at most
+// kDirectMaxPairs pairs (B <= 2 at k = 6) the quantisation kernel writes one item per pair
+// and the two grouping launches are skipped.
 //
 // K order. Each group of 8 consecutive K values is stored permuted as 0 4 1 5 2 6 3 7 on
 // both sides (weights by the dequantisation, which pairs nibbles k and k + 4 of a 32-bit
@@ -168,9 +170,39 @@ __device__ __forceinline__ void StoreBf16Block(float v, uint16_t* block) {
       __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
+// Decode with few pairs (P <= kDirectMaxPairs, 8-pair streaming items): every pair is an item
+// of its own (order = identity, count 1), written by block 0 of the quantisation kernel
+// instead of the two grouping launches (CountPairs, FillGroups: ~2 launches per layer at
+// B = 1). A pair's bits are those of the grouped items (one 8-token tile either way); two
+// tokens routed to one expert read its weights twice (P <= 16: rare and small).
+constexpr int64_t kDirectMaxPairs = 16;
+
+// The direct items' inputs and outputs; experts == nullptr: none (the grouping runs).
+struct DirectItems {
+  const int32_t* experts = nullptr;  // [P]
+  int64_t P = 0, n_experts = 0;
+  moe_groups::Groups groups{};
+  int* error_word = nullptr;  // kErrExpertOutOfRange for ids outside [0, n_experts)
+};
+
+// An out-of-range id gives an item of 0 pairs (no work; CombineSlots makes its row NaN).
+__device__ void WriteDirectItems(const DirectItems& d) {
+  for (int64_t p = threadIdx.x; p < d.P; p += kThreads) {
+    const int32_t e = d.experts[p];
+    const bool ok = e >= 0 && e < d.n_experts;
+    if (!ok && d.error_word != nullptr) atomicOr(d.error_word, kErrExpertOutOfRange);
+    d.groups.order[p] = static_cast<int32_t>(p);
+    d.groups.items[p] = Item{ok ? e : 0, static_cast<int32_t>(p), ok ? 1 : 0, 0};
+  }
+  if (threadIdx.x == 0) *d.groups.n_items = static_cast<int32_t>(d.P);
+}
+
 // xb [rows, K] (permuted bf16) = the quantised x [rows, K] (row stride K); one warp per block.
+// Block 0 also writes the direct items if any.
 __global__ void __launch_bounds__(kThreads)
-    QuantizeRowsBf16Kernel(const float* x, int64_t rows, int64_t K, uint16_t* xb) {
+    QuantizeRowsBf16Kernel(const float* x, int64_t rows, int64_t K, uint16_t* xb,
+                           DirectItems direct) {
+  if (direct.experts != nullptr && blockIdx.x == 0) WriteDirectItems(direct);
   const int lane = threadIdx.x % 32;
   const int64_t blocks = rows * (K / 32);
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
@@ -451,10 +483,16 @@ cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaS
   const moe_groups::Groups groups = moe_groups::GroupsAt(base, s.groups);
   const int64_t max_items = MaxItems(P, l.n_experts, bn);
 
-  QuantizeRowsBf16Kernel<<<fp8::WarpPerBlockGrid(l.T * (l.D / 32)), kThreads, 0, stream>>>(l.x, l.T,
-                                                                                           l.D, xb);
-  cudaError_t e =
-      moe_groups::LaunchGrouping(l.experts, P, l.n_experts, bn, groups, l.error_word, stream);
+  DirectItems direct;
+  if (bn == 8 && P <= kDirectMaxPairs && P <= max_items) {
+    direct = DirectItems{l.experts, P, l.n_experts, groups, l.error_word};
+  }
+  QuantizeRowsBf16Kernel<<<fp8::WarpPerBlockGrid(l.T * (l.D / 32)), kThreads, 0, stream>>>(
+      l.x, l.T, l.D, xb, direct);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess && direct.experts == nullptr) {
+    e = moe_groups::LaunchGrouping(l.experts, P, l.n_experts, bn, groups, l.error_word, stream);
+  }
   if (e != cudaSuccess) return e;
 
   GemmArgs a{};

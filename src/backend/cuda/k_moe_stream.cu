@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertStreamGemmKernel(GemmArgs a
   extern __shared__ __align__(16) char smem[];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
   const GemmItem item = a.items[blockIdx.y];
+  if (item.count <= 0) return;  // a direct item of an out-of-range id (k_moe_bf16.cu)
   const ExpertPointers& ep = a.table[item.expert];
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t n_rows = a.up ? 2 * a.I : a.D, part_rows = a.up ? a.I : a.D;
