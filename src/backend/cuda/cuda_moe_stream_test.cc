@@ -239,8 +239,9 @@ TEST_F(CudaMoeStreamTest, SixteenPairItemsMatchCpuReference) {
 }
 
 // A token's row is bitwise the same alone and inside a batch: 384 experts, T 32 and 100
-// (8-pair items) against the last 1 and 3 tokens alone; 16 experts, T 32 (16-pair items:
-// two token tiles) against the last token alone (8-pair items: one tile).
+// (8-pair items, 8-warp blocks) against the last 1 and 3 tokens alone (direct items of one
+// pair, or grouped; 2-warp blocks); 16 experts, T 32 (16-pair items: two token tiles)
+// against the last 1 and 3 tokens alone (8-pair items: one tile).
 TEST_F(CudaMoeStreamTest, RowsIndependentOfBatchBitwise) {
   for (const auto& [n_experts, T] : {std::pair<int64_t, int64_t>{384, 32}, {384, 100}, {16, 32}}) {
     SCOPED_TRACE(::testing::Message() << n_experts << " experts T " << T);
@@ -287,18 +288,24 @@ TEST_F(CudaMoeStreamTest, OneExpertTakesAllPairs) {
   }
 }
 
-// The real V4.1-Flash expert shape (D 5120, I 2304): T 2 and 8 over 8 experts (means 2 and 6:
-// 8- and 16-pair items), scale bytes 100..140, SwiGLU limit 7.
+// The real V4.1-Flash expert shape (D 5120, I 2304), scale bytes 100..140, SwiGLU limit 7:
+// T 2 and 8 over the first 8 of the experts (means 2 and 6: 8- and 16-pair items, 2-warp
+// blocks) and T 8 over all 24 (mean 2, 8-warp blocks).
 TEST_F(CudaMoeStreamTest, RealV41Shape) {
   if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
-  const Experts ex = MakeExperts(8, 5120, 2304, 100, 140);
-  for (int64_t T : {2, 8}) {
-    SCOPED_TRACE(::testing::Message() << "T " << T);
-    Call c = MakeCall(T, 6, 8, ex.D);
-    c.x = Normal(T * ex.D);
-    const std::vector<float> got = RunGpu(ex, c, StreamMode::kAlways);
-    ExpectNearReference(got, Reference(ex, c));
-    ExpectNearWgmma(got, RunGpu(ex, c, StreamMode::kNever));
+  const Experts all = MakeExperts(24, 5120, 2304, 100, 140);
+  Experts eight;
+  eight.D = all.D, eight.I = all.I;
+  eight.table.assign(all.table.begin(), all.table.begin() + 8);
+  for (const auto& [ex, T] :
+       {std::pair<const Experts*, int64_t>{&eight, 2}, {&eight, 8}, {&all, 8}}) {
+    const int64_t n = static_cast<int64_t>(ex->table.size());
+    SCOPED_TRACE(::testing::Message() << n << " experts T " << T);
+    Call c = MakeCall(T, 6, n, ex->D);
+    c.x = Normal(T * ex->D);
+    const std::vector<float> got = RunGpu(*ex, c, StreamMode::kAlways);
+    ExpectNearReference(got, Reference(*ex, c));
+    ExpectNearWgmma(got, RunGpu(*ex, c, StreamMode::kNever));
   }
 }
 

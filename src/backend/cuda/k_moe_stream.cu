@@ -8,7 +8,8 @@
 // Block: 8 warps = 128 consecutive weight rows of one matrix part (W1, W3 or W2; 128 divides
 // I and D) x one item; grid (rows / 128, max items). 128 rows per block halve the activation
 // re-reads from L2 against 64 (each block stages the item's rows once: 2 x 16 x K bytes at
-// 16 pairs against 128 x K / 2 weight bytes).
+// 16 pairs against 128 x K / 2 weight bytes). Small grids (B <= ~4) take 2-warp blocks
+// instead (kSmallGridBlocks).
 //
 // Roofline (V4.1-Flash decode, 384 experts of 3 x [2304 x 5120] MXFP4 = 18.9 MB, top-6):
 // B = 1: 6 experts, 113 MB per layer; B = 32: ~150 experts, 2.85 GB per layer (25 us and
@@ -32,10 +33,17 @@ namespace {
 
 namespace sm = stream_mma;
 
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kBlockRows = 16 * kWarps;
 constexpr int kSliceSteps = 4;  // K values staged per slice: 512
+
+// Warps per block: 8 (128 rows), or 2 (32 rows) for grids of at most kSmallGridBlocks
+// 8-warp blocks. The dequantisation makes an SM's time proportional to its warps, and a grid
+// of one partial wave (B = 1: 216 blocks of 8 warps on 132 SMs) leaves some SMs 16 warps and
+// others 8; in 2-warp blocks the spread is 14 to 12. Larger grids take 8-warp blocks: each
+// block stages its item's activations once, so 2-warp blocks would read them 4x as often.
+constexpr int64_t kSmallGridBlocks = 512;
+
+template <int kWarps>
+constexpr int kBlocksPerSm = 16 / kWarps;  // at <= 128 registers
 
 // Weight loads in flight per warp (steps of 1 KiB). A multiple of kSliceSteps, so that the
 // slice barrier sits at a fixed place of the unrolled loop (with 3 at 16 tokens, ptxas made
@@ -46,8 +54,10 @@ static_assert(kPrefetch % kSliceSteps == 0, "slice starts at the first step of t
 template <int kNT>
 using Stage = sm::ActStage<kNT, kSliceSteps>;
 
-template <int kNT>
-__global__ void __launch_bounds__(kThreads, 2) ExpertStreamGemmKernel(GemmArgs a) {
+template <int kNT, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, kBlocksPerSm<kWarps>)
+    ExpertStreamGemmKernel(GemmArgs a) {
+  constexpr int kThreads = 32 * kWarps, kBlockRows = 16 * kWarps;
   extern __shared__ __align__(16) char smem[];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
   const GemmItem item = a.items[blockIdx.y];
@@ -84,13 +94,22 @@ __global__ void __launch_bounds__(kThreads, 2) ExpertStreamGemmKernel(GemmArgs a
   }
 }
 
+template <int kNT, int kWarps>
+cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  constexpr int kBlockRows = 16 * kWarps;
+  const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows),
+                  static_cast<unsigned>(max_items));
+  ExpertStreamGemmKernel<kNT, kWarps><<<grid, 32 * kWarps, Stage<kNT>::kSmemBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
 template <int kNT>
 cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   const int64_t rows = a.up ? 2 * a.I : a.D;
-  const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows),
-                  static_cast<unsigned>(max_items));
-  ExpertStreamGemmKernel<kNT><<<grid, kThreads, Stage<kNT>::kSmemBytes, stream>>>(a);
-  return cudaGetLastError();
+  return max_items * ((rows + 127) / 128) <= kSmallGridBlocks
+             ? Launch<kNT, 2>(a, max_items, stream)
+             : Launch<kNT, 8>(a, max_items, stream);
 }
 
 }  // namespace
