@@ -258,27 +258,38 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
     if (p < n_steps) load(p, p);
   }
   const char* lane_b = slices + (threadIdx.x % 32) * 16;
-  for (int base = 0; base < n_steps; base += kPF) {
-#pragma unroll
-    for (int u = 0; u < kPF; ++u) {
-      const int step = base + u;
-      if (step >= n_steps) break;
-      uint32_t a[2][16];
-      const uint32_t s[2] = {scales[u][0], scales[u][1]};
-      if (detail::DequantMxFp4Step(ring[u], s, a)) {
-        detail::FinishTwoStep(s, a);  // warp-uniform; rare on real weights (S >= 128)
-      }
-      // The slot's registers are free now: refill it kPF steps ahead.
-      if (step + kPF < n_steps) load(u + kPF, u);
-      const int slice = step / kSliceSteps, in_slice = step % kSliceSteps;
-      if (in_slice == 0) on_slice(slice);
-      const char* b = lane_b + (slice % 2) * Stage::kSliceBytes + in_slice * Stage::kStepBytes;
-      detail::MmaStep<kNT>(a, b, acc);
+  // Step base + u from ring slot u (u a constant after unrolling).
+  auto run_step = [&](int base, int u) {
+    const int step = base + u;
+    uint32_t a[2][16];
+    const uint32_t s[2] = {scales[u][0], scales[u][1]};
+    if (detail::DequantMxFp4Step(ring[u], s, a)) {
+      detail::FinishTwoStep(s, a);  // warp-uniform; rare on real weights (S >= 128)
     }
+    // The slot's registers are free now: refill it kPF steps ahead.
+    if (step + kPF < n_steps) load(u + kPF, u);
+    const int slice = step / kSliceSteps, in_slice = step % kSliceSteps;
+    if (in_slice == 0) on_slice(slice);
+    const char* b = lane_b + (slice % 2) * Stage::kSliceBytes + in_slice * Stage::kStepBytes;
+    detail::MmaStep<kNT>(a, b, acc);
+  };
+  // Whole groups of kPF steps without per-step exit tests (so that ptxas can overlap a step's
+  // MMA chain with the next step's dequantisation), then the remaining steps.
+  const int whole = n_steps - n_steps % kPF;
+  int base = 0;
+  for (; base < whole; base += kPF) {
+#pragma unroll
+    for (int u = 0; u < kPF; ++u) run_step(base, u);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       data[h] += kPF * kDataStep;
       scale[h] += kPF * kScaleStep;
+    }
+  }
+  if (base < n_steps) {
+#pragma unroll
+    for (int u = 0; u < kPF; ++u) {
+      if (base + u < n_steps) run_step(base, u);
     }
   }
 }
