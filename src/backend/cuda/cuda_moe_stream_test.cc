@@ -224,9 +224,9 @@ TEST_F(CudaMoeStreamTest, DefaultChoiceByMeanPairs) {
   }
 }
 
-// Items of 16 pairs (two token tiles) with both scale branches and a tight SwiGLU limit: 16
-// experts, T 16 and 40 (means 6 and 15; forced streaming), within the bound.
-TEST_F(CudaMoeStreamTest, SixteenPairItemsMatchCpuReference) {
+// Items of 16 and 32 pairs (two and four token tiles) with both scale branches and a tight
+// SwiGLU limit: 16 experts, T 16 and 40 (means 6 and 15; forced streaming), within the bound.
+TEST_F(CudaMoeStreamTest, WideItemsMatchCpuReference) {
   const Experts ex = MakeExperts(16, 256, 384, 100, 140);
   for (int64_t T : {16, 40}) {
     SCOPED_TRACE(::testing::Message() << "T " << T);
@@ -240,10 +240,11 @@ TEST_F(CudaMoeStreamTest, SixteenPairItemsMatchCpuReference) {
 
 // A token's row is bitwise the same alone and inside a batch: 384 experts, T 32 and 100
 // (8-pair items, 8-warp blocks) against the last 1 and 3 tokens alone (direct items of one
-// pair, or grouped; 2-warp blocks); 16 experts, T 32 (16-pair items: two token tiles)
-// against the last 1 and 3 tokens alone (8-pair items: one tile).
+// pair, or grouped; 2-warp blocks); 16 experts, T 32 and 64 (16- and 32-pair items: two and
+// four token tiles) against the last 1 and 3 tokens alone (8-pair items: one tile).
 TEST_F(CudaMoeStreamTest, RowsIndependentOfBatchBitwise) {
-  for (const auto& [n_experts, T] : {std::pair<int64_t, int64_t>{384, 32}, {384, 100}, {16, 32}}) {
+  for (const auto& [n_experts, T] :
+       {std::pair<int64_t, int64_t>{384, 32}, {384, 100}, {16, 32}, {16, 64}}) {
     SCOPED_TRACE(::testing::Message() << n_experts << " experts T " << T);
     const Experts ex = MakeExperts(n_experts, 256, 384);
     const Call all = MakeCall(T, 6, n_experts, ex.D);
@@ -255,18 +256,21 @@ TEST_F(CudaMoeStreamTest, RowsIndependentOfBatchBitwise) {
   }
 }
 
-// The same pairs in items of 16 (a 16-expert table: mean 12) and of 8 (the same experts as
-// the first 16 of a 48-expert table: mean 4) give the same bits.
+// The same pairs (T 48 over experts 0..15) in items of 32, 16 and 8 (tables of the first 16,
+// the first 48 and all 96 of the same experts: means 18, 6 and 3) give the same bits.
 TEST_F(CudaMoeStreamTest, ItemWidthDoesNotChangeBits) {
-  Experts narrow = MakeExperts(48, 256, 384);
-  Experts wide;  // the same weights, a table of the first 16
-  wide.D = narrow.D, wide.I = narrow.I;
-  wide.table.assign(narrow.table.begin(), narrow.table.begin() + 16);
-  const Call c = MakeCall(32, 6, 16, wide.D);
-  const std::vector<float> y16 = RunGpu(wide, c, "12");
-  const std::vector<float> y8 = RunGpu(narrow, c, "12");
-  EXPECT_TRUE(BitExact(y16, y8));
-  ExpectNearReference(y8, Reference(wide, c));
+  const Experts all = MakeExperts(96, 256, 384);
+  const Call c = MakeCall(48, 6, 16, all.D);
+  std::vector<std::vector<float>> ys;
+  for (int64_t n : {16, 48, 96}) {
+    Experts ex;
+    ex.D = all.D, ex.I = all.I;
+    ex.table.assign(all.table.begin(), all.table.begin() + n);
+    ys.push_back(RunGpu(ex, c, StreamMode::kAlways));
+  }
+  EXPECT_TRUE(BitExact(ys[0], ys[2]));
+  EXPECT_TRUE(BitExact(ys[1], ys[2]));
+  ExpectNearReference(ys[2], Reference(all, c));
 }
 
 // Routing edge cases: one expert takes every pair (T 40, k 1: five 8-pair items of one
@@ -356,14 +360,15 @@ TEST_F(CudaMoeStreamTest, OutOfRangeIdGivesNanRowAndError) {
 // Device time of one layer's RoutedExperts at the V4.1-Flash shape (384 experts of [2304 x
 // 5120] x 3 MXFP4, top-6, random routing; 64 distinct weight sets behind the 384 table entries,
 // so consecutive uses of one set are ~800 MB of streaming apart: no L2 reuse), for T 1, 8, 32
-// and 256: streaming (default), the wgmma kernel and the FP8 tile, with GB/s on the distinct
-// experts' bytes (18.9 MB each). Run with --gtest_also_run_disabled_tests
+// and 256 (default: streaming) and 4096 (default: wgmma; forced streaming takes 32-pair
+// items), against the wgmma kernel and the FP8 tile, with GB/s on the distinct experts'
+// bytes (18.9 MB each). Run with --gtest_also_run_disabled_tests
 // --gtest_filter='CudaMoeStreamTest.DISABLED_Bench'.
 TEST_F(CudaMoeStreamTest, DISABLED_Bench) {
   const int64_t D = 5120, I = 2304, n = 384, k = 6;
   const Experts ex = MakeExperts(n, D, I, 118, 124, /*pool=*/64);
   const double expert_bytes = 3.0 * (I * D / 2 + I * D / 32);
-  for (int64_t T : {1, 8, 32, 256}) {
+  for (int64_t T : {1, 8, 32, 256, 4096}) {
     const Call c = MakeCall(T, k, n, D);
     const std::set<int32_t> distinct(c.ids.begin(), c.ids.end());
     const double bytes = expert_bytes * static_cast<double>(distinct.size());

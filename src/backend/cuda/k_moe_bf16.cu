@@ -18,9 +18,9 @@
 //
 // Two GEMM kernels, picked by the mean pairs per expert (ceil(T k / n_experts)): up to
 // ExpertsStreamMaxMeanPairs() (12; decode) the weight-streaming kernel of k_moe_stream.cu
-// (stream_mma.cuh: weights straight from global memory into mma.sync registers, items of 8 or
-// 16 pairs), above it the wgmma tile kernel below (items of 64 / 96 / 128). Both give one fp32
-// sum over K per output (different summation orders, so a token's bits change when T crosses
+// (stream_mma.cuh: weights straight from global memory into mma.sync registers, items of 8,
+// 16 or 32 pairs), above it the wgmma tile kernel below (items of 64 / 96 / 128). Both give one
+// fp32 sum over K per output (different summation orders, so a token's bits change when T crosses
 // the threshold; within one kernel they do not depend on the other tokens). With at most
 // kDirectMaxPairs pairs (B <= 2 at k = 6) the quantisation kernel writes one item per pair
 // and the two grouping launches are skipped.
@@ -141,12 +141,13 @@ bool UseStream(int64_t T, int64_t k, int64_t n_experts) {
 }
 
 // Item width. Streaming (decode): 8 pairs up to 4 per expert on average (B = 256, k = 6 of
-// 384: ~2% of the experts need a second item), else 16. wgmma: each item re-reads the
-// expert's weights, and columns past an item's pairs are wasted MMA work (prefill 4096 x 6 /
-// 384: ~64 pairs per expert -> 96; the MMA pipe was ~52% busy with 128-wide items).
+// 384: ~2% of the experts need a second item), 16 up to 12, else 32 (only when
+// DEEPINFER_EXPERTS_STREAM_MAX_PAIRS raises the threshold: prefill experiments). wgmma: each item
+// re-reads the expert's weights, and columns past an item's pairs are wasted MMA work (prefill 4096
+// x 6 / 384: ~64 pairs per expert -> 96; the MMA pipe was ~52% busy with 128-wide items).
 int TokensPerItem(int64_t T, int64_t k, int64_t n_experts) {
   const int64_t mean = MeanPairs(T, k, n_experts);
-  if (UseStream(T, k, n_experts)) return mean <= 4 ? 8 : 16;
+  if (UseStream(T, k, n_experts)) return mean <= 4 ? 8 : mean <= 12 ? 16 : 32;
   const int64_t want = mean + mean / 4;
   return want <= 64 ? 64 : want <= 96 ? 96 : 128;
 }

@@ -1,14 +1,15 @@
-// The weight-streaming expert GEMM of RoutedExpertsBf16 for decode-sized items (<= 16 pairs
-// per item), on the warp core of stream_mma.cuh: each expert's weight bytes are read once per
-// item straight into registers, dequantised exactly to bf16 (scales folded in) and summed in
-// fp32 by mma.sync m16n8k16 against the item's activations staged in shared memory. Same
-// numbers as the wgmma kernel (k_moe_bf16.cu) up to the fp32 summation order; a pair's result
-// does not depend on the other pairs of its item or on the item width (8 or 16).
+// The weight-streaming expert GEMM of RoutedExpertsBf16 for decode-sized items (<= 32 pairs
+// per item; 8 / 16 at the default threshold), on the warp core of stream_mma.cuh: each expert's
+// weight bytes are read once per item straight into registers, dequantised exactly to bf16 (scales
+// folded in) and summed in fp32 by mma.sync m16n8k16 against the item's activations staged in
+// shared memory. Same numbers as the wgmma kernel (k_moe_bf16.cu) up to the fp32 summation order; a
+// pair's result does not depend on the other pairs of its item or on the item width (8, 16 or 32).
 //
 // Block: 8 warps = 128 consecutive weight rows of one matrix part (W1, W3 or W2; 128 divides
 // I and D) x one item; grid (rows / 128, max items). 128 rows per block halve the activation
 // re-reads from L2 against 64 (each block stages the item's rows once: 2 x 16 x K bytes at
-// 16 pairs against 128 x K / 2 weight bytes). Small grids (B <= ~4) take 2-warp blocks
+// 16 pairs against 128 x K / 2 weight bytes). Small grids (B <= ~4) of items of <= 16 pairs
+// take 2-warp blocks
 // instead (kSmallGridBlocks).
 //
 // Roofline (V4.1-Flash decode, 384 experts of 3 x [2304 x 5120] MXFP4 = 18.9 MB, top-6):
@@ -100,16 +101,25 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   constexpr int kBlockRows = 16 * kWarps;
   const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows),
                   static_cast<unsigned>(max_items));
-  ExpertStreamGemmKernel<kNT, kWarps><<<grid, 32 * kWarps, Stage<kNT>::kSmemBytes, stream>>>(a);
+  constexpr int kSmem = Stage<kNT>::kSmemBytes;
+  if constexpr (kSmem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(ExpertStreamGemmKernel<kNT, kWarps>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (e != cudaSuccess) return e;
+  }
+  ExpertStreamGemmKernel<kNT, kWarps><<<grid, 32 * kWarps, kSmem, stream>>>(a);
   return cudaGetLastError();
 }
 
 template <int kNT>
 cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   const int64_t rows = a.up ? 2 * a.I : a.D;
-  return max_items * ((rows + 127) / 128) <= kSmallGridBlocks
-             ? Launch<kNT, 2>(a, max_items, stream)
-             : Launch<kNT, 8>(a, max_items, stream);
+  if constexpr (kNT <= 2) {  // a 2-warp block stages at most 16 token rows (one per 4 threads)
+    if (max_items * ((rows + 127) / 128) <= kSmallGridBlocks) {
+      return Launch<kNT, 2>(a, max_items, stream);
+    }
+  }
+  return Launch<kNT, 8>(a, max_items, stream);
 }
 
 }  // namespace
@@ -118,6 +128,7 @@ cudaError_t LaunchStreamGemm(int bn, const GemmArgs& a, int64_t max_items, cudaS
   if (max_items <= 0) return cudaSuccess;
   if (bn == 8) return Launch<1>(a, max_items, stream);
   if (bn == 16) return Launch<2>(a, max_items, stream);
+  if (bn == 32) return Launch<4>(a, max_items, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -102,7 +102,7 @@ bool RoutedExpertsBf16Applicable(model::WeightFormat up_format, model::WeightFor
                                  int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts);
 
 // Mean pairs per expert (ceil(T * k / n_experts)) up to which RoutedExpertsBf16 runs its two
-// GEMMs on the weight-streaming kernel (k_moe_stream.cu: decode, items of <= 8 / 16 pairs);
+// GEMMs on the weight-streaming kernel (k_moe_stream.cu: decode, items of <= 8 / 16 / 32 pairs);
 // above it, on the wgmma tile kernel (prefill, items of 64 .. 128 pairs). The environment
 // variable DEEPINFER_EXPERTS_STREAM_MAX_PAIRS=<n> overrides the default (read on every call,
 // so tests and benchmarks can switch it; 0 = never stream, a large n = always).

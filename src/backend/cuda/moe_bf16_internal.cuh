@@ -1,6 +1,6 @@
 // Internal interface between the two GEMM kernels of RoutedExpertsBf16 (kernels_fp8.h): the
-// wgmma tile kernel for wide items (k_moe_bf16.cu) and the weight-streaming kernel for decode
-// items of <= 16 pairs (k_moe_stream.cu, stream_mma.cuh). Include from .cu files only.
+// wgmma tile kernel for wide items (k_moe_bf16.cu) and the weight-streaming kernel for items
+// of <= 32 pairs (k_moe_stream.cu, stream_mma.cuh). Include from .cu files only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,10 +31,10 @@ struct GemmArgs {
   float* out;  // [P, n_rows]
 };
 
-// Items of at most this many pairs run on the streaming kernel (its token tiles: 8 or 16).
-inline constexpr int kStreamMaxItemPairs = 16;
+// Items of at most this many pairs run on the streaming kernel (1, 2 or 4 token tiles of 8).
+inline constexpr int kStreamMaxItemPairs = 32;
 
-// The streaming GEMM for items of <= bn pairs (bn 8 or 16; grid y = max_items, items past
+// The streaming GEMM for items of <= bn pairs (bn 8, 16 or 32; grid y = max_items, items past
 // *n_items exit). Needs the weight rows (2I or D) and K (D or I) multiples of 128.
 cudaError_t LaunchStreamGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream);
 
