@@ -9,8 +9,7 @@
 // I and D) x one item; grid (rows / 128, max items). 128 rows per block halve the activation
 // re-reads from L2 against 64 (each block stages the item's rows once: 2 x 16 x K bytes at
 // 16 pairs against 128 x K / 2 weight bytes). Small grids (B <= ~4) of items of <= 16 pairs
-// take 2-warp blocks
-// instead (kSmallGridBlocks).
+// take 2-warp blocks instead (kSmallGridBlocks).
 //
 // Roofline (V4.1-Flash decode, 384 experts of 3 x [2304 x 5120] MXFP4 = 18.9 MB, top-6):
 // B = 1: 6 experts, 113 MB per layer; B = 32: ~150 experts, 2.85 GB per layer (25 us and
