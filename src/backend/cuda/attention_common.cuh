@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 #include "model/backend.h"
 
 namespace deepinfer::backend::cuda::kernels::attention {
@@ -293,7 +294,8 @@ inline int64_t CandidateChunks(const model::SparseAttentionArgs& args, int64_t c
 // Launches kernel(args, error_word) on a (tokens, groups, splits) grid, the `splits` blocks
 // of a (token, group) forming one cluster (splits: 1, 2, 4 or 8). If such a cluster cannot
 // be scheduled, the (non-sticky) launch error is cleared and each (token, group) runs in one
-// block (same bits, see the top of this file).
+// block (same bits, see the top of this file). The launch carries the PDL attribute when
+// enabled (pdl.cuh): `kernel` must start with pdl::WaitThenAllowNext().
 template <typename Kernel>
 cudaError_t LaunchClusterSplit(Kernel kernel, const model::SparseAttentionArgs& args,
                                int* error_word, int64_t groups, int splits, int threads,
@@ -305,13 +307,13 @@ cudaError_t LaunchClusterSplit(Kernel kernel, const model::SparseAttentionArgs& 
     config.blockDim = dim3(static_cast<unsigned>(threads));
     config.dynamicSmemBytes = static_cast<size_t>(smem);
     config.stream = stream;
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 1;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    config.attrs = cluster;
-    config.numAttrs = splits > 1 ? 1 : 0;
+    cudaLaunchAttribute attrs[2];  // the cluster (splits > 1), and PDL (pdl.cuh) when enabled
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = 1;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    config.attrs = attrs;
+    config.numAttrs = pdl::AppendAttribute(attrs, splits > 1 ? 1 : 0);
     cudaError_t e = cudaLaunchKernelEx(&config, kernel, args, error_word);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e == cudaSuccess || splits == 1) return e;

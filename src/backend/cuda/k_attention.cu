@@ -35,6 +35,7 @@
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_indexer.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -339,6 +340,7 @@ __device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base, 
 template <int kVec>
 __global__ void __launch_bounds__(kAttnThreads, 2)  // 2 blocks per SM: <= 128 registers
     SparseAttentionKernel(model::SparseAttentionArgs a, int* error_word) {
+  pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) float smem[];
   const int64_t d = a.head_dim, dp = AttnPaddedDim(d);
   const AttnSmem s(smem, dp);
@@ -451,6 +453,7 @@ __global__ void __launch_bounds__(kIdxThreads)
                         const float* keys, const int32_t* key_offset, const int32_t* key_len,
                         int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
                         float* scores) {
+  pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) float smem[];
   const int64_t stride = IdxStride(dim);
   float* q_s = smem;                             // [heads, stride]
@@ -572,8 +575,8 @@ cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64
   }
   const dim3 grid(static_cast<unsigned>((n_keys + kIdxKeysPerBlock - 1) / kIdxKeysPerBlock),
                   static_cast<unsigned>(T));
-  IndexerScoresKernel<<<grid, kIdxThreads, static_cast<size_t>(smem), stream>>>(
-      q, w, heads, dim, keys, key_offset, key_len, n_keys, q_pos, ratio, scale, scores);
+  pdl::Launch(IndexerScoresKernel, grid, kIdxThreads, static_cast<size_t>(smem), stream, q, w,
+              heads, dim, keys, key_offset, key_len, n_keys, q_pos, ratio, scale, scores);
   return cudaGetLastError();
 }
 

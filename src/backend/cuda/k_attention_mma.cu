@@ -72,6 +72,7 @@
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_mma.h"
 #include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -397,6 +398,7 @@ __device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base,
 template <int kTerms>
 __global__ void __launch_bounds__(kThreads, 2)
     SparseAttentionMmaKernel(model::SparseAttentionArgs a, int* error_word) {
+  pdl::WaitThenAllowNext();
   static_assert(kTerms == 1 || kTerms == kMaxTerms, "q and P as 1 or 3 bf16 terms");
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const int64_t d = a.head_dim, rs = RowStride(d);

@@ -50,6 +50,7 @@
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_attn_prefill.h"
 #include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -344,6 +345,7 @@ __device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int6
 // Grid (tokens, heads / 64); see the top of the file.
 __global__ void __launch_bounds__(kThreads, 1)
     SparseAttentionPrefillKernel(model::SparseAttentionArgs a, int* error_word) {
+  pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const int64_t d = a.head_dim, rs = RowStride(d);
   const Smem s(smem_bytes, d);
@@ -415,7 +417,7 @@ cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* 
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(args.tokens),
                   static_cast<unsigned>(args.heads / kAttnPrefillHeadsPerBlock));
-  SparseAttentionPrefillKernel<<<grid, kThreads, smem, stream>>>(args, error_word);
+  pdl::Launch(SparseAttentionPrefillKernel, grid, kThreads, smem, stream, args, error_word);
   return cudaGetLastError();
 }
 

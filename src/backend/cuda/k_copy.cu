@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels_copy.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -11,6 +12,7 @@ namespace {
 constexpr int kCopyThreads = 256;
 
 __global__ void __launch_bounds__(kCopyThreads) CopyManyKernel(const CopyDesc* descs) {
+  pdl::WaitThenAllowNext();
   const CopyDesc c = descs[blockIdx.y];
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -51,6 +53,7 @@ __global__ void __launch_bounds__(kGatherThreads)
     GatherSelectedRowsKernel(const int32_t* selection, int64_t k, const int64_t* bases,
                              int64_t max_blocks, const int32_t* count, int64_t rows_per_block,
                              int64_t d, float* out, int32_t* remapped) {
+  pdl::WaitThenAllowNext();
   const int64_t t = blockIdx.y, s = blockIdx.x, slot = t * k + s;
   const int32_t id = selection[slot];
   const bool valid = id >= 0 && id < count[t] && id / rows_per_block < max_blocks;
@@ -77,9 +80,9 @@ cudaError_t GatherSelectedRows(const int32_t* selection, int64_t T, int64_t k, c
                                int64_t d, float* out, int32_t* remapped, cudaStream_t stream) {
   if (T <= 0 || k <= 0) return cudaSuccess;
   if (T > 65535 || k > 0x7fffffff || rows_per_block <= 0) return cudaErrorInvalidValue;
-  GatherSelectedRowsKernel<<<dim3(static_cast<unsigned>(k), static_cast<unsigned>(T)),
-                             kGatherThreads, 0, stream>>>(selection, k, bases, max_blocks, count,
-                                                          rows_per_block, d, out, remapped);
+  pdl::Launch(GatherSelectedRowsKernel, dim3(static_cast<unsigned>(k), static_cast<unsigned>(T)),
+              kGatherThreads, 0, stream, selection, k, bases, max_blocks, count, rows_per_block, d,
+              out, remapped);
   return cudaGetLastError();
 }
 
@@ -90,8 +93,8 @@ cudaError_t CopyMany(const CopyDesc* device_descs, int64_t n, int64_t max_bytes,
   // Enough blocks along x for the largest copy (64 bytes per thread per pass), at most 64.
   int64_t blocks = (max_bytes / 64 + kCopyThreads - 1) / kCopyThreads;
   blocks = blocks < 1 ? 1 : (blocks > 64 ? 64 : blocks);
-  CopyManyKernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(n)), kCopyThreads, 0,
-                   stream>>>(device_descs);
+  pdl::Launch(CopyManyKernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(n)),
+              kCopyThreads, 0, stream, device_descs);
   return cudaGetLastError();
 }
 

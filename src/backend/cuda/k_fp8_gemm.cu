@@ -19,6 +19,7 @@
 
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels_fp8.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -35,6 +36,7 @@ constexpr int kMinStagesPerSegment = 4;
 // One warp per 32-value block (grid-stride).
 __global__ void __launch_bounds__(kQuantThreads)
     QuantizeKernel(const float* x, int64_t rows, int64_t K, int64_t ldx, uint8_t* q, float* scale) {
+  pdl::WaitThenAllowNext();
   const int lane = threadIdx.x % 32;
   const int64_t blocks_per_row = K / 32;
   const int64_t warps = int64_t{gridDim.x} * (kQuantThreads / 32);
@@ -66,6 +68,7 @@ struct DenseArgs {
 // equivalent); otherwise a block runs one segment (a.split) or the whole K (segments == 1).
 template <class Cfg, bool kSegmented>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) DenseKernel(DenseArgs a) {
+  pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) char smem[];
   using Tile = fp8::Fp8Tile<Cfg>;
   const int64_t v0 = int64_t{blockIdx.x} * Cfg::kBM;
@@ -115,6 +118,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) DenseKern
 // y[t, i] (+)= ((p0 + p1) + p2) + ... over the segments, in order.
 __global__ void ReduceSegmentsKernel(const float* partial, int segments, int64_t T, int64_t n_rows,
                                      float* y, int64_t ldy, bool accumulate) {
+  pdl::WaitThenAllowNext();
   const int64_t count = T * n_rows;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < count;
        e += int64_t{gridDim.x} * blockDim.x) {
@@ -133,7 +137,7 @@ cudaError_t LaunchDenseKernel(const DenseArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.n_rows + Cfg::kBM - 1) / Cfg::kBM),
                   static_cast<unsigned>((a.T + Cfg::kBN - 1) / Cfg::kBN),
                   static_cast<unsigned>(a.split ? a.segments : 1));
-  DenseKernel<Cfg, kSegmented><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+  pdl::Launch(DenseKernel<Cfg, kSegmented>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, a);
   return cudaGetLastError();
 }
 
@@ -172,8 +176,8 @@ cudaError_t QuantizeFp8Activations(const float* x, int64_t rows, int64_t K, int6
                                    float* scale, cudaStream_t stream) {
   if (rows <= 0 || K <= 0) return cudaSuccess;
   if (K % 32 != 0) return cudaErrorInvalidValue;
-  QuantizeKernel<<<fp8::WarpPerBlockGrid(rows * (K / 32)), kQuantThreads, 0, stream>>>(
-      x, rows, K, ldx, q, scale);
+  pdl::Launch(QuantizeKernel, fp8::WarpPerBlockGrid(rows * (K / 32)), kQuantThreads, 0, stream, x,
+              rows, K, ldx, q, scale);
   return cudaGetLastError();
 }
 
@@ -255,8 +259,8 @@ cudaError_t RunDense(const DeviceWeight& w, DenseArgs a, cudaStream_t stream) {
   if (e != cudaSuccess || !a.split) return e;
   const int64_t count = a.T * a.n_rows;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 132 * 8));
-  ReduceSegmentsKernel<<<blocks, 256, 0, stream>>>(a.partial, a.segments, a.T, a.n_rows, a.y, a.ldy,
-                                                   a.accumulate);
+  pdl::Launch(ReduceSegmentsKernel, blocks, 256, 0, stream, a.partial, a.segments, a.T, a.n_rows,
+              a.y, a.ldy, a.accumulate);
   return cudaGetLastError();
 }
 

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     GemvKernel(DeviceWeight w, int64_t row0, int64_t n_rows, const float* x, int T, int64_t ldx,
                float* y, int64_t ldy, bool accumulate, int split, int64_t slice_chunks,
                int64_t group_rows, int64_t x_group_stride) {
+  pdl::WaitThenAllowNext();
   constexpr int kRows = RowsPerWarp(kTok);
   constexpr int kValues = ChunkValues(kFormat);
   constexpr int kStride = PaddedStride(kFormat);
@@ -170,9 +172,9 @@ cudaError_t LaunchPass(const DeviceWeight& w, int64_t row0, int64_t n_rows, cons
   if (group_rows < n_rows && group_rows % ((kGemvWarps / split) * kRows) != 0) {
     return cudaErrorInvalidValue;  // a block would straddle two groups
   }
-  GemvKernel<kFormat, kTok><<<static_cast<unsigned>(blocks), kGemvThreads, smem, stream>>>(
-      w, row0, n_rows, x, T, ldx, y, ldy, accumulate, split, SliceChunks<kFormat>(kTok, w.cols),
-      group_rows, x_group_stride);
+  pdl::Launch(GemvKernel<kFormat, kTok>, static_cast<unsigned>(blocks), kGemvThreads, smem, stream,
+              w, row0, n_rows, x, T, ldx, y, ldy, accumulate, split,
+              SliceChunks<kFormat>(kTok, w.cols), group_rows, x_group_stride);
   return cudaGetLastError();
 }
 

@@ -44,6 +44,7 @@
 #include "backend/cuda/kernels_indexer.h"
 #include "backend/cuda/kernels_mma.h"
 #include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -235,6 +236,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     IndexerMmaKernel(const float* q, const float* w, int64_t heads, int64_t dim, const float* keys,
                      const int32_t* key_offset, const int32_t* key_len, int64_t n_keys,
                      const int32_t* q_pos, int64_t ratio, float scale, float* scores) {
+  pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const Smem s(smem_raw, heads, dim);
   const int64_t t = blockIdx.y;
@@ -473,6 +475,7 @@ __global__ void __launch_bounds__(kGroupThreads, 1)
     IndexerMmaGroupKernel(const float* q, const float* w, int64_t T, int64_t group_rows,
                           const int32_t* key_len, const int32_t* q_pos, int64_t ratio,
                           GroupArgs p) {
+  pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // Last group first: at causal prefill later rows see more keys, so the heaviest blocks
   // start in the first wave (the tail is light). No bit depends on the order.
@@ -547,8 +550,8 @@ cudaError_t IndexerScoresMmaGrouped(const float* q, const float* w, int64_t T, i
     const int64_t want = (2 * sms + T - 1) / T;
     const int64_t splits = want < n_tiles ? want : n_tiles;
     const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(T));
-    IndexerMmaKernel<<<grid, kThreads, static_cast<size_t>(smem), stream>>>(
-        q, w, heads, dim, keys, key_offset, key_len, n_keys, q_pos, ratio, scale, scores);
+    pdl::Launch(IndexerMmaKernel, grid, kThreads, static_cast<size_t>(smem), stream, q, w, heads,
+                dim, keys, key_offset, key_len, n_keys, q_pos, ratio, scale, scores);
     return cudaGetLastError();
   }
   const int64_t smem = GroupSharedBytes(heads, dim, group_rows);
@@ -561,8 +564,8 @@ cudaError_t IndexerScoresMmaGrouped(const float* q, const float* w, int64_t T, i
   const int64_t splits = want < n_tiles ? want : n_tiles;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(groups));
   const GroupArgs args{keys, key_offset, n_keys, dim, heads, scale, scores, 0};
-  IndexerMmaGroupKernel<<<grid, kGroupThreads, static_cast<size_t>(smem), stream>>>(
-      q, w, T, group_rows, key_len, q_pos, ratio, args);
+  pdl::Launch(IndexerMmaGroupKernel, grid, kGroupThreads, static_cast<size_t>(smem), stream, q, w,
+              T, group_rows, key_len, q_pos, ratio, args);
   return cudaGetLastError();
 }
 

@@ -34,6 +34,7 @@
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels_stream.h"
 #include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -49,16 +50,11 @@ constexpr int64_t kWaveBlocks = 264;
 
 int TokenTiles(int64_t T) { return T <= 8 ? 1 : 2; }
 
-// Programmatic dependent launch (sm_90): the quantisation kernel lets LinearStreamKernel
-// start at once; the stream kernel issues its first weight loads (weights never change), then
-// waits for the quantisation grid to complete (and its writes to be visible) before it reads
-// x. Without the launch attribute both are no-ops.
-__device__ __forceinline__ void AllowDependentLaunch() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-__device__ __forceinline__ void WaitForPrerequisiteGrid() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
+// Programmatic dependent launch (pdl.cuh): both kernels go through pdl::Launch. The
+// quantisation kernel waits for its predecessor, then lets LinearStreamKernel start; the
+// stream kernel issues its first weight loads (weights are never written by a kernel, the one
+// read allowed before the wait), then waits for the quantisation grid to complete (and its
+// writes to be visible) before it reads x, then lets its own successor start.
 
 // --- activations in fragment order ------------------------------------------------------
 //
@@ -74,7 +70,7 @@ __device__ __forceinline__ int64_t FragmentUnit(int64_t st, int q, int nt, int n
 // tokens T .. nts*8 - 1 are zeros. One warp per (token, 32-value block).
 __global__ void __launch_bounds__(kThreads)
     QuantizeStreamKernel(const float* x, int64_t T, int64_t K, int64_t ldx, int nts, uint16_t* xf) {
-  AllowDependentLaunch();
+  pdl::WaitThenAllowNext();
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t per_row = K / 32, blocks = int64_t{nts} * 8 * per_row;
   const int64_t warps = int64_t{gridDim.x} * kWarps;
@@ -209,7 +205,7 @@ __device__ __forceinline__ void AccumulateRows(const StreamArgs& a, int64_t r, i
   StepRegs<NT> buf[2];
   if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
   if (s0 + 1 < s1) LoadWeights(buf[1], w0, w1, sc, s0 + 1);
-  WaitForPrerequisiteGrid();
+  pdl::WaitThenAllowNext();
   if (s0 < s1) LoadActivations(buf[0], xp, x0 + s0);
   if (s0 + 1 < s1) LoadActivations(buf[1], xp, x0 + s0 + 1);
   for (int64_t st = s0; st < s1; st += 2) {
@@ -231,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 2) LinearStreamKernel(StreamArgs a) 
   const int64_t steps = a.K / kStepK;
   const bool active = rg * kWarpRows < a.n_rows;
   float acc[NT][4] = {};
-  if (!active) WaitForPrerequisiteGrid();  // (an active warp waits in AccumulateRows)
+  if (!active) pdl::WaitThenAllowNext();  // (an active warp waits in AccumulateRows)
   if (active) {
     AccumulateRows<NT>(a, a.row0 + rg * kWarpRows, part * steps / a.split,
                        (part + 1) * steps / a.split, acc);
@@ -271,22 +267,16 @@ cudaError_t Launch(StreamArgs a, const float* x, int64_t x_cols, int64_t ldx, vo
                    cudaStream_t stream) {
   const int nts = TokenTiles(a.T);
   auto* xf = static_cast<uint16_t*>(scratch);
-  QuantizeStreamKernel<<<fp8::WarpPerBlockGrid(int64_t{nts} * 8 * (x_cols / 32)), kThreads, 0,
-                         stream>>>(x, a.T, x_cols, ldx, nts, xf);
+  const cudaError_t e =
+      pdl::Launch(QuantizeStreamKernel, fp8::WarpPerBlockGrid(int64_t{nts} * 8 * (x_cols / 32)),
+                  kThreads, 0, stream, x, a.T, x_cols, ldx, nts, xf);
+  if (e != cudaSuccess) return e;
   a.xf = static_cast<const uint4*>(scratch);
   a.split = LinearStreamSplit(a.n_rows, a.K);
   const int64_t row_groups = a.n_rows / kWarpRows, per_block = kWarps / a.split;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((row_groups + per_block - 1) / per_block));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return nts == 1 ? cudaLaunchKernelEx(&config, LinearStreamKernel<1>, a)
-                  : cudaLaunchKernelEx(&config, LinearStreamKernel<2>, a);
+  const dim3 grid(static_cast<unsigned>((row_groups + per_block - 1) / per_block));
+  return nts == 1 ? pdl::Launch(LinearStreamKernel<1>, grid, kThreads, 0, stream, a)
+                  : pdl::Launch(LinearStreamKernel<2>, grid, kThreads, 0, stream, a);
 }
 
 bool WeightOk(const DeviceWeight& w) {

@@ -53,6 +53,7 @@
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/kernels_mma.h"
 #include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -359,6 +360,7 @@ __device__ void ReduceSplit(const MmaParams& p, const float (&acc)[kTilesPerWarp
 // kNT = 4 8 .. 72; kNT <= 2 0 .. 24.
 template <WeightFormat kFormat, int kNT, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MmaKernel(MmaParams p) {
+  pdl::WaitThenAllowNext();
   extern __shared__ uint4 xs[];
   constexpr int kSliceChunks = SliceK(kNT) / ChunkK(kFormat);
   static_assert(kSliceChunks >= 1, "a staged slice holds whole warp chunks");
@@ -453,13 +455,13 @@ cudaError_t Launch(const MmaParams& p, int64_t blocks, cudaStream_t stream) {
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = kSmemBytes;
   config.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];  // the cluster, and PDL (pdl.cuh) when enabled
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(p.split);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
-  config.numAttrs = 1;
+  config.numAttrs = pdl::AppendAttribute(attr, 1);
   return cudaLaunchKernelEx(&config, kernel, p);
 }
 

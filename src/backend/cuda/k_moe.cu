@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -37,6 +38,7 @@ __global__ void __launch_bounds__(kThreads)
     GateUpKernel(const ExpertPointers* table, int64_t n_experts, const float* x, int64_t D,
                  int64_t I, const int32_t* experts, const float* weights, int64_t k, float limit,
                  float* h, int* error_word) {
+  pdl::WaitThenAllowNext();
   extern __shared__ float4 shared4[];
   float* xs = reinterpret_cast<float*>(shared4);
   const int64_t p = blockIdx.y;
@@ -96,6 +98,7 @@ template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kThreads)
     DownKernel(const ExpertPointers* table, int64_t n_experts, const float* h, int64_t D, int64_t I,
                const int32_t* experts, int64_t k, float* y, int* error_word) {
+  pdl::WaitThenAllowNext();
   extern __shared__ float4 shared4[];
   float* hs = reinterpret_cast<float*>(shared4);
   const int64_t t = blockIdx.y;
@@ -158,17 +161,17 @@ int64_t SharedBytes(WeightFormat f, int64_t n) { return PaddedFloats(f, n) * 4; 
 template <WeightFormat kFormat>
 cudaError_t LaunchGateUp(const RoutedExpertsLaunch& a, float* h, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.I / kUpTileRows), static_cast<unsigned>(a.T * a.k));
-  GateUpKernel<kFormat><<<grid, kThreads, SharedBytes(kFormat, a.D), stream>>>(
-      a.table, a.n_experts, a.x, a.D, a.I, a.experts, a.weights, a.k, a.swiglu_limit, h,
-      a.error_word);
+  pdl::Launch(GateUpKernel<kFormat>, grid, kThreads, SharedBytes(kFormat, a.D), stream, a.table,
+              a.n_experts, a.x, a.D, a.I, a.experts, a.weights, a.k, a.swiglu_limit, h,
+              a.error_word);
   return cudaGetLastError();
 }
 
 template <WeightFormat kFormat>
 cudaError_t LaunchDown(const RoutedExpertsLaunch& a, const float* h, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.D / kDownTileRows), static_cast<unsigned>(a.T));
-  DownKernel<kFormat><<<grid, kThreads, SharedBytes(kFormat, a.I), stream>>>(
-      a.table, a.n_experts, h, a.D, a.I, a.experts, a.k, a.y, a.error_word);
+  pdl::Launch(DownKernel<kFormat>, grid, kThreads, SharedBytes(kFormat, a.I), stream, a.table,
+              a.n_experts, h, a.D, a.I, a.experts, a.k, a.y, a.error_word);
   return cudaGetLastError();
 }
 

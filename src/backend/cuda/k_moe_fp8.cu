@@ -27,6 +27,7 @@
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_moe.h"
 #include "backend/cuda/moe_groups.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -75,6 +76,7 @@ struct ExpertGemmArgs {
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     ExpertGemmKernel(ExpertGemmArgs a) {
+  pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) char smem[];
   using Tile = fp8::Fp8Tile<Cfg>;
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
@@ -121,6 +123,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 __global__ void __launch_bounds__(kThreads)
     SwiGluQuantizeKernel(const float* gu, const float* weights, int64_t P, int64_t I, float limit,
                          uint8_t* hq, float* hs) {
+  pdl::WaitThenAllowNext();
   const int lane = threadIdx.x % 32;
   const int64_t per_row = I / 32;
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
@@ -140,7 +143,7 @@ cudaError_t LaunchGemm(const ExpertGemmArgs& a, int64_t max_items, cudaStream_t 
   const int64_t rows = a.up ? 2 * a.I : a.D;
   const dim3 grid(static_cast<unsigned>((rows + Cfg::kBM - 1) / Cfg::kBM),
                   static_cast<unsigned>(max_items));
-  ExpertGemmKernel<Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+  pdl::Launch(ExpertGemmKernel<Cfg>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, a);
   return cudaGetLastError();
 }
 
@@ -258,8 +261,8 @@ cudaError_t RoutedExpertsFp8(const RoutedExpertsLaunch& l, void* scratch, cudaSt
   a.out = gu;
   if ((e = LaunchExpertGemm(l.up_format, shape, a, max_items, stream)) != cudaSuccess) return e;
   const int64_t h_blocks = P * (l.I / 32);
-  SwiGluQuantizeKernel<<<fp8::WarpPerBlockGrid(h_blocks), kThreads, 0, stream>>>(
-      gu, l.weights, P, l.I, l.swiglu_limit, hq, hs);
+  pdl::Launch(SwiGluQuantizeKernel, fp8::WarpPerBlockGrid(h_blocks), kThreads, 0, stream, gu,
+              l.weights, P, l.I, l.swiglu_limit, hq, hs);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   a.up = false;
   a.xq = hq;

@@ -37,6 +37,7 @@
 
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/kernels_moe.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -107,6 +108,7 @@ ScratchLayout Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_exper
 // (P = 192: ~200 per thread).
 __global__ void __launch_bounds__(kGroupThreads)
     GroupPairsKernel(const int32_t* experts, int P, int n_experts, GroupView g, int* error_word) {
+  pdl::WaitThenAllowNext();
   __shared__ int32_t keys[kMaxPairs];
   __shared__ uint8_t first[kMaxPairs];  // the pair is the first of its (valid) expert
   __shared__ int n_active;
@@ -244,6 +246,7 @@ __device__ __forceinline__ void WriteOutputs(const TileArgs& a,
 // Block (row tile, group slot). kGateUp: W1 and W3 rows with the SwiGLU epilogue; else W2.
 template <WeightFormat kFormat, bool kGateUp, int kRows, int kTok>
 __global__ void __launch_bounds__(kThreads, kTileBlocksPerSm) ExpertTileKernel(TileArgs a) {
+  pdl::WaitThenAllowNext();
   constexpr int kMats = kGateUp ? 2 : 1;
   constexpr int kChunks = kMats * kRows;  // weight chunks a lane holds per step
   constexpr int kStride = PaddedStride(kFormat);
@@ -341,6 +344,7 @@ __global__ void __launch_bounds__(kThreads, kTileBlocksPerSm) ExpertTileKernel(T
 __global__ void __launch_bounds__(kCombineThreads)
     CombineSlotsKernel(const float* part, const int32_t* experts, int64_t k, int64_t n_experts,
                        int64_t D, float* y) {
+  pdl::WaitThenAllowNext();
   const int64_t t = blockIdx.y;
   const int64_t d = static_cast<int64_t>(blockIdx.x) * kCombineThreads + threadIdx.x;
   if (d >= D) return;
@@ -406,7 +410,7 @@ cudaError_t LaunchTile(TileArgs a, int64_t max_groups, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(max_groups));
-  kernel<<<grid, kThreads, smem, stream>>>(a);
+  pdl::Launch(kernel, grid, kThreads, smem, stream, a);
   return cudaGetLastError();
 }
 
@@ -461,8 +465,8 @@ cudaError_t RoutedExpertsGrouped(const RoutedExpertsLaunch& a, void* scratch, cu
   g.n_active = reinterpret_cast<int32_t*>(base + l.n_active);
   const int64_t P = a.T * a.k, max_groups = MaxGroups(P, a.n_experts);
 
-  GroupPairsKernel<<<1, kGroupThreads, 0, stream>>>(a.experts, static_cast<int>(P),
-                                                    static_cast<int>(a.n_experts), g, a.error_word);
+  pdl::Launch(GroupPairsKernel, 1, kGroupThreads, 0, stream, a.experts, static_cast<int>(P),
+              static_cast<int>(a.n_experts), g, a.error_word);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
 
@@ -488,8 +492,8 @@ cudaError_t CombineSlots(const float* part, const int32_t* experts, int64_t T, i
     const int64_t n = T - t0 < kMaxGridY ? T - t0 : kMaxGridY;
     const dim3 grid(static_cast<unsigned>((D + kCombineThreads - 1) / kCombineThreads),
                     static_cast<unsigned>(n));
-    CombineSlotsKernel<<<grid, kCombineThreads, 0, stream>>>(part + t0 * k * D, experts + t0 * k, k,
-                                                             n_experts, D, y + t0 * D);
+    pdl::Launch(CombineSlotsKernel, grid, kCombineThreads, 0, stream, part + t0 * k * D,
+                experts + t0 * k, k, n_experts, D, y + t0 * D);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -20,6 +21,7 @@ constexpr int kMaxVec = 4;                      // float4 per thread of a regist
 // Any row length, any alignment: grid-stride over the row, two passes.
 __global__ void RmsNormKernel(const float* x, int64_t n, int64_t ldx, const float* weight,
                               float eps, float* y, int64_t ldy) {
+  pdl::WaitThenAllowNext();
   __shared__ float scratch[33];
   const float* xr = x + blockIdx.x * ldx;
   float* yr = y + blockIdx.x * ldy;
@@ -60,6 +62,7 @@ template <int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     RmsNormRowKernel(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
                      float eps, float* y, int64_t ldy, int group_threads) {
+  pdl::WaitThenAllowNext();
   __shared__ float scratch[32];
   const int g = static_cast<int>(threadIdx.x) % group_threads;
   const int64_t row =
@@ -254,6 +257,7 @@ template <bool kVec>
 __global__ void __launch_bounds__(32)
     HcMixSliceKernel(const float* x, int64_t T, int64_t width, int n_mix, const float* fn,
                      int64_t tokens_per_warp, float* partial) {
+  pdl::WaitThenAllowNext();
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t s = blockIdx.x, splits = gridDim.x;
   const int64_t c = s * kMixSliceCols + 4 * lane;
@@ -295,6 +299,7 @@ __global__ void __launch_bounds__(kFinishThreads)
     HcMixFinishKernel(const float* partial, int64_t splits, int64_t hc, int64_t width,
                       const float* scale, const float* base, float norm_eps, float hc_eps,
                       int sinkhorn_iters, float* pre, float* post, float* comb) {
+  pdl::WaitThenAllowNext();
   __shared__ float stage[kFinishSlices * (kMaxMix + 1)];
   __shared__ float z[kMaxMix + 1];
   const int64_t t = blockIdx.x;
@@ -325,6 +330,7 @@ __global__ void __launch_bounds__(kFinishThreads)
 __global__ void EngramGateKernel(float* x, const float* key, const float* value,
                                  const float* q_weight, const float* k_weight, int64_t hc,
                                  int64_t D, float eps) {
+  pdl::WaitThenAllowNext();
   __shared__ float scratch[33];
   const int64_t row = blockIdx.x;  // t * hc + k
   const int64_t t = row / hc, k = row % hc;
@@ -357,6 +363,7 @@ template <int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     EngramGateRowKernel(float* x, const float* key, const float* value, const float* q_weight,
                         const float* k_weight, int64_t hc, int64_t D, float eps) {
+  pdl::WaitThenAllowNext();
   __shared__ float norms[2][32];
   __shared__ float dots[32];
   const int64_t row = blockIdx.x;  // t * hc + k
@@ -445,8 +452,8 @@ cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const 
                           Aligned16(y) && (weight == nullptr || Aligned16(weight)) &&
                           n / 4 <= int64_t{kMaxVec} * kMaxRowThreads;
   if (!vectorised) {
-    RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, n, ldx, weight, eps, y,
-                                                                        ldy);
+    pdl::Launch(RmsNormKernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, n, ldx, weight,
+                eps, y, ldy);
     return cudaGetLastError();
   }
   // Short rows: several rows (groups of shape.threads threads) per block.
@@ -456,8 +463,8 @@ cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const 
   const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
   const auto threads = static_cast<unsigned>(rows_per_block * shape.threads);
   LaunchByVec(shape.vec, [&](auto vec) {
-    RmsNormRowKernel<decltype(vec)::value>
-        <<<blocks, threads, 0, stream>>>(x, rows, n, ldx, weight, eps, y, ldy, shape.threads);
+    pdl::Launch(RmsNormRowKernel<decltype(vec)::value>, blocks, threads, 0, stream, x, rows, n, ldx,
+                weight, eps, y, ldy, shape.threads);
   });
   return cudaGetLastError();
 }
@@ -485,15 +492,15 @@ cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
                   static_cast<unsigned>((T + tokens_per_warp - 1) / tokens_per_warp));
   // The load width (float4 or scalar) does not change any bit either.
   if (width % 4 == 0 && Aligned16(x) && Aligned16(w.fn)) {
-    HcMixSliceKernel<true>
-        <<<grid, 32, 0, stream>>>(x, T, width, n_mix, w.fn, tokens_per_warp, scratch);
+    pdl::Launch(HcMixSliceKernel<true>, grid, 32, 0, stream, x, T, width, n_mix, w.fn,
+                tokens_per_warp, scratch);
   } else {
-    HcMixSliceKernel<false>
-        <<<grid, 32, 0, stream>>>(x, T, width, n_mix, w.fn, tokens_per_warp, scratch);
+    pdl::Launch(HcMixSliceKernel<false>, grid, 32, 0, stream, x, T, width, n_mix, w.fn,
+                tokens_per_warp, scratch);
   }
-  HcMixFinishKernel<<<static_cast<unsigned>(T), kFinishThreads, 0, stream>>>(
-      scratch, splits, hc, width, w.scale, w.base, norm_eps, hc_eps, sinkhorn_iters, pre, post,
-      comb);
+  pdl::Launch(HcMixFinishKernel, static_cast<unsigned>(T), kFinishThreads, 0, stream, scratch,
+              splits, hc, width, w.scale, w.base, norm_eps, hc_eps, sinkhorn_iters, pre, post,
+              comb);
   return cudaGetLastError();
 }
 
@@ -507,14 +514,14 @@ cudaError_t EngramGate(float* x, const float* key, const float* value, const flo
   if (vectorised) {
     const RowShape shape = RowShapeFor(D / 4);
     LaunchByVec(shape.vec, [&](auto vec) {
-      EngramGateRowKernel<decltype(vec)::value>
-          <<<static_cast<unsigned>(T * hc), static_cast<unsigned>(shape.threads), 0, stream>>>(
-              x, key, value, q_weight, k_weight, hc, D, eps);
+      pdl::Launch(EngramGateRowKernel<decltype(vec)::value>, static_cast<unsigned>(T * hc),
+                  static_cast<unsigned>(shape.threads), 0, stream, x, key, value, q_weight,
+                  k_weight, hc, D, eps);
     });
     return cudaGetLastError();
   }
-  EngramGateKernel<<<static_cast<unsigned>(T * hc), kThreads, 0, stream>>>(x, key, value, q_weight,
-                                                                           k_weight, hc, D, eps);
+  pdl::Launch(EngramGateKernel, static_cast<unsigned>(T * hc), kThreads, 0, stream, x, key, value,
+              q_weight, k_weight, hc, D, eps);
   return cudaGetLastError();
 }
 

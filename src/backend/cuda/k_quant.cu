@@ -9,6 +9,7 @@
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_fp8.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -25,6 +26,7 @@ constexpr int kThreads = 256;
 // is warp-uniform (every lane takes part in the shuffles).
 template <int kBlock>
 __global__ void FakeQuantKernel(float* x, int64_t rows, int64_t n, int64_t ld, int kind) {
+  pdl::WaitThenAllowNext();
   constexpr int kBlocksPerWarp = 32 / kBlock;
   const int lane = threadIdx.x & 31;
   const int64_t blocks_per_row = n / kBlock;
@@ -87,6 +89,7 @@ __device__ __forceinline__ float DequantElement(const DeviceWeight& w, int64_t r
 }
 
 __global__ void DequantRowsKernel(DeviceWeight w, int64_t row0, int64_t n, float* out) {
+  pdl::WaitThenAllowNext();
   const int64_t K = w.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * K;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -97,6 +100,7 @@ __global__ void DequantRowsKernel(DeviceWeight w, int64_t row0, int64_t n, float
 // bf16 bits of a dequantised weight (exact: e4m3 / e2m1 values times a power of two, and
 // bf16 itself, fit bf16; the F32 format is not routed here).
 __global__ void DequantRowsBf16Kernel(DeviceWeight w, int64_t row0, int64_t n, uint16_t* out) {
+  pdl::WaitThenAllowNext();
   const int64_t K = w.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * K;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -108,6 +112,7 @@ __global__ void DequantRowsBf16Kernel(DeviceWeight w, int64_t row0, int64_t n, u
 // lo = bf16(x - hi - mid); each residual is exact in fp32. [T, K] each, ld K.
 __global__ void SplitBf16Kernel(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi,
                                 uint16_t* mid, uint16_t* lo) {
+  pdl::WaitThenAllowNext();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * K;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float v = x[(i / K) * ldx + i % K];
@@ -126,6 +131,7 @@ __global__ void SplitBf16Kernel(const float* x, int64_t T, int64_t K, int64_t ld
 // path (e4m3 value times a power of two: exact in bf16).
 __global__ void QuantizeFp8Bf16Kernel(const float* x, int64_t rows, int64_t K, int64_t ldx,
                                       uint16_t* out) {
+  pdl::WaitThenAllowNext();
   const int lane = threadIdx.x % 32;
   const int64_t blocks_per_row = K / 32;
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
@@ -139,6 +145,7 @@ __global__ void QuantizeFp8Bf16Kernel(const float* x, int64_t rows, int64_t K, i
 }
 
 __global__ void GatherWeightRowsKernel(DeviceWeight w, const int64_t* ids, int64_t n, float* out) {
+  pdl::WaitThenAllowNext();
   const int64_t K = w.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n * K;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -155,9 +162,11 @@ cudaError_t FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKi
   if (total <= 0) return cudaSuccess;
   const unsigned grid = GridFor(total * block, kThreads);  // one lane per value
   if (block == 16) {
-    FakeQuantKernel<16><<<grid, kThreads, 0, stream>>>(x, rows, n, ld, static_cast<int>(kind));
+    pdl::Launch(FakeQuantKernel<16>, grid, kThreads, 0, stream, x, rows, n, ld,
+                static_cast<int>(kind));
   } else {
-    FakeQuantKernel<32><<<grid, kThreads, 0, stream>>>(x, rows, n, ld, static_cast<int>(kind));
+    pdl::Launch(FakeQuantKernel<32>, grid, kThreads, 0, stream, x, rows, n, ld,
+                static_cast<int>(kind));
   }
   return cudaGetLastError();
 }
@@ -165,7 +174,8 @@ cudaError_t FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKi
 cudaError_t DequantRows(const DeviceWeight& w, int64_t row0, int64_t n, float* out,
                         cudaStream_t stream) {
   if (n * w.cols <= 0) return cudaSuccess;
-  DequantRowsKernel<<<GridFor(n * w.cols, kThreads), kThreads, 0, stream>>>(w, row0, n, out);
+  pdl::Launch(DequantRowsKernel, GridFor(n * w.cols, kThreads), kThreads, 0, stream, w, row0, n,
+              out);
   return cudaGetLastError();
 }
 
@@ -173,14 +183,16 @@ cudaError_t DequantRowsBf16(const DeviceWeight& w, int64_t row0, int64_t n, uint
                             cudaStream_t stream) {
   if (w.format == WeightFormat::kF32) return cudaErrorInvalidValue;  // not exact in bf16
   if (n * w.cols <= 0) return cudaSuccess;
-  DequantRowsBf16Kernel<<<GridFor(n * w.cols, kThreads), kThreads, 0, stream>>>(w, row0, n, out);
+  pdl::Launch(DequantRowsBf16Kernel, GridFor(n * w.cols, kThreads), kThreads, 0, stream, w, row0, n,
+              out);
   return cudaGetLastError();
 }
 
 cudaError_t SplitBf16(const float* x, int64_t T, int64_t K, int64_t ldx, uint16_t* hi,
                       uint16_t* mid, uint16_t* lo, cudaStream_t stream) {
   if (T * K <= 0) return cudaSuccess;
-  SplitBf16Kernel<<<GridFor(T * K, kThreads), kThreads, 0, stream>>>(x, T, K, ldx, hi, mid, lo);
+  pdl::Launch(SplitBf16Kernel, GridFor(T * K, kThreads), kThreads, 0, stream, x, T, K, ldx, hi, mid,
+              lo);
   return cudaGetLastError();
 }
 
@@ -189,15 +201,16 @@ cudaError_t QuantizeFp8ActivationsBf16(const float* x, int64_t rows, int64_t K, 
   if (rows <= 0 || K <= 0) return cudaSuccess;
   if (K % 32 != 0) return cudaErrorInvalidValue;
   static_assert(kThreads == 256, "fp8::WarpPerBlockGrid assumes 256-thread blocks");
-  QuantizeFp8Bf16Kernel<<<fp8::WarpPerBlockGrid(rows * (K / 32)), kThreads, 0, stream>>>(x, rows, K,
-                                                                                         ldx, out);
+  pdl::Launch(QuantizeFp8Bf16Kernel, fp8::WarpPerBlockGrid(rows * (K / 32)), kThreads, 0, stream, x,
+              rows, K, ldx, out);
   return cudaGetLastError();
 }
 
 cudaError_t GatherWeightRows(const DeviceWeight& w, const int64_t* ids, int64_t n, float* out,
                              cudaStream_t stream) {
   if (n * w.cols <= 0) return cudaSuccess;
-  GatherWeightRowsKernel<<<GridFor(n * w.cols, kThreads), kThreads, 0, stream>>>(w, ids, n, out);
+  pdl::Launch(GatherWeightRowsKernel, GridFor(n * w.cols, kThreads), kThreads, 0, stream, w, ids, n,
+              out);
   return cudaGetLastError();
 }
 

@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -37,6 +38,7 @@ __device__ __forceinline__ void WarpBest(float& bv, int32_t& bi) {
 // out[row] = 0 when x[row, 0] is NaN or every value is NaN (the sequential scan's answer).
 __global__ void __launch_bounds__(kArgmaxThreads)
     ArgmaxRowsKernel(const float* x, int64_t n, int64_t ld, bool vector_loads, int32_t* out) {
+  pdl::WaitThenAllowNext();
   const float* row = x + blockIdx.x * ld;
   float bv = -__int_as_float(0x7f800000);  // -inf: an all -inf row gives its lowest index
   int32_t bi = kNoIndex;
@@ -83,8 +85,8 @@ cudaError_t ArgmaxRows(const float* x, int64_t rows, int64_t n, int64_t ld, int3
   if (rows <= 0 || n <= 0) return cudaSuccess;
   if (rows > INT32_MAX || n > INT32_MAX) return cudaErrorInvalidValue;
   const bool vector_loads = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ld % 4 == 0;
-  ArgmaxRowsKernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(x, n, ld,
-                                                                               vector_loads, out);
+  pdl::Launch(ArgmaxRowsKernel, static_cast<unsigned>(rows), kArgmaxThreads, 0, stream, x, n, ld,
+              vector_loads, out);
   return cudaGetLastError();
 }
 

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -200,6 +201,7 @@ constexpr int kTopKCachedKeys = 4;
 template <int kCached>
 __global__ void __launch_bounds__(kTopKThreads)
     TopKKernel(const float* scores, int64_t n, int64_t k, int32_t* idx) {
+  pdl::WaitThenAllowNext();
   __shared__ TopKShared sh;
   const float* s = scores + static_cast<int64_t>(blockIdx.x) * n;
   int32_t* out = idx + static_cast<int64_t>(blockIdx.x) * k;
@@ -305,6 +307,7 @@ __global__ void __launch_bounds__(kTopKThreads)
 __global__ void CandidateBlockScoresKernel(const float* scores, int64_t T, int64_t n,
                                            const int32_t* q_pos, int64_t ratio, int64_t block,
                                            float* block_scores) {
+  pdl::WaitThenAllowNext();
   const int64_t n_blocks = (n + block - 1) / block;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * n_blocks;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -320,6 +323,7 @@ __global__ void CandidateBlockScoresKernel(const float* scores, int64_t T, int64
 
 __global__ void MarkKeptBlocksKernel(const int32_t* kept, int64_t T, int64_t keep, int64_t n,
                                      int64_t block, uint8_t* mask) {
+  pdl::WaitThenAllowNext();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * keep;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / keep;
@@ -336,6 +340,7 @@ __device__ float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __global__ void __launch_bounds__(kRouteThreads)
     RouteKernel(const float* logits, const float* bias, int64_t n_experts, int64_t k,
                 bool renormalise, float scale, int32_t* experts, float* weights) {
+  pdl::WaitThenAllowNext();
   extern __shared__ float smem[];
   float* s = smem;                   // [n_experts]
   float* biased = smem + n_experts;  // [n_experts] s + bias (selection only)
@@ -407,6 +412,7 @@ __device__ __forceinline__ bool RouteBetter(float ov, int32_t oi, float v, int32
 __global__ void __launch_bounds__(kRouteWarpThreads)
     RouteWarpKernel(const float* logits, const float* bias, int64_t T, int64_t n_experts, int64_t k,
                     bool renormalise, float scale, int32_t* experts, float* weights) {
+  pdl::WaitThenAllowNext();
   __shared__ float picked_s[kRouteWarpThreads / 32][kRouteWarpMaxK];
   __shared__ int32_t picked_id[kRouteWarpThreads / 32][kRouteWarpMaxK];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -468,10 +474,11 @@ cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* 
   if (T <= 0 || k <= 0) return cudaSuccess;
   if ((k < n ? k : n) > kMaxTopK) return cudaErrorInvalidValue;
   if (n <= int64_t{kTopKThreads} * kTopKCachedKeys) {
-    TopKKernel<kTopKCachedKeys>
-        <<<static_cast<unsigned>(T), kTopKThreads, 0, stream>>>(scores, n, k, idx);
+    pdl::Launch(TopKKernel<kTopKCachedKeys>, static_cast<unsigned>(T), kTopKThreads, 0, stream,
+                scores, n, k, idx);
   } else {
-    TopKKernel<0><<<static_cast<unsigned>(T), kTopKThreads, 0, stream>>>(scores, n, k, idx);
+    pdl::Launch(TopKKernel<0>, static_cast<unsigned>(T), kTopKThreads, 0, stream, scores, n, k,
+                idx);
   }
   return cudaGetLastError();
 }
@@ -481,16 +488,16 @@ cudaError_t CandidateBlockScores(const float* scores, int64_t T, int64_t n, cons
                                  cudaStream_t stream) {
   const int64_t total = T * ((n + block - 1) / block);
   if (total <= 0) return cudaSuccess;
-  CandidateBlockScoresKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(
-      scores, T, n, q_pos, ratio, block, block_scores);
+  pdl::Launch(CandidateBlockScoresKernel, GridFor(total, kThreads), kThreads, 0, stream, scores, T,
+              n, q_pos, ratio, block, block_scores);
   return cudaGetLastError();
 }
 
 cudaError_t MarkKeptBlocks(const int32_t* kept, int64_t T, int64_t keep, int64_t n, int64_t block,
                            uint8_t* mask, cudaStream_t stream) {
   if (T * keep <= 0) return cudaSuccess;
-  MarkKeptBlocksKernel<<<GridFor(T * keep, kThreads), kThreads, 0, stream>>>(kept, T, keep, n,
-                                                                             block, mask);
+  pdl::Launch(MarkKeptBlocksKernel, GridFor(T * keep, kThreads), kThreads, 0, stream, kept, T, keep,
+              n, block, mask);
   return cudaGetLastError();
 }
 
@@ -501,9 +508,9 @@ cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
   if (n_experts > kMaxRouteExperts || k > 64 || k > n_experts) return cudaErrorInvalidValue;
   if (n_experts <= 32 * kRouteWarpPerLane && k <= kRouteWarpMaxK) {
     const int per_block = kRouteWarpThreads / 32;
-    RouteWarpKernel<<<static_cast<unsigned>((T + per_block - 1) / per_block), kRouteWarpThreads, 0,
-                      stream>>>(logits, bias, T, n_experts, k, renormalise, scale, experts,
-                                weights);
+    pdl::Launch(RouteWarpKernel, static_cast<unsigned>((T + per_block - 1) / per_block),
+                kRouteWarpThreads, 0, stream, logits, bias, T, n_experts, k, renormalise, scale,
+                experts, weights);
     return cudaGetLastError();
   }
   const size_t smem = 2 * static_cast<size_t>(n_experts) * sizeof(float);
@@ -512,8 +519,8 @@ cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
         RouteKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  RouteKernel<<<static_cast<unsigned>(T), kRouteThreads, smem, stream>>>(
-      logits, bias, n_experts, k, renormalise, scale, experts, weights);
+  pdl::Launch(RouteKernel, static_cast<unsigned>(T), kRouteThreads, smem, stream, logits, bias,
+              n_experts, k, renormalise, scale, experts, weights);
   return cudaGetLastError();
 }
 

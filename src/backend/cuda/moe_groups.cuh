@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels::moe_groups {
 // Internal linkage: every .cu file that includes this gets its own copy of the kernels.
@@ -36,6 +37,7 @@ inline int64_t MaxItems(int64_t P, int64_t n_experts, int bn) {
 __global__ void __launch_bounds__(kGroupThreads)
     CountPairsKernel(const int32_t* experts, int64_t P, int32_t n_experts, int32_t* counts,
                      int* error_word) {
+  pdl::WaitThenAllowNext();
   const int32_t e = static_cast<int32_t>(blockIdx.x);
   if (e == 0 && error_word != nullptr) {  // ids out of range join no group (NaN rows)
     for (int64_t p = threadIdx.x; p < P; p += kGroupThreads) {
@@ -53,6 +55,7 @@ __global__ void __launch_bounds__(kGroupThreads)
 __global__ void __launch_bounds__(kGroupThreads)
     FillGroupsKernel(const int32_t* experts, int64_t P, const int32_t* counts, int bn,
                      int32_t* order, Item* items, int32_t* n_items) {
+  pdl::WaitThenAllowNext();
   __shared__ int scratch[33];
   __shared__ int sums[2];
   const int32_t e = static_cast<int32_t>(blockIdx.x);
@@ -120,10 +123,10 @@ Groups GroupsAt(char* base, const GroupScratch& g) {
 cudaError_t LaunchGrouping(const int32_t* experts, int64_t P, int64_t n_experts, int bn,
                            const Groups& g, int* error_word, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(n_experts);
-  CountPairsKernel<<<blocks, kGroupThreads, 0, stream>>>(
-      experts, P, static_cast<int32_t>(n_experts), g.counts, error_word);
-  FillGroupsKernel<<<blocks, kGroupThreads, 0, stream>>>(experts, P, g.counts, bn, g.order, g.items,
-                                                         g.n_items);
+  pdl::Launch(CountPairsKernel, blocks, kGroupThreads, 0, stream, experts, P,
+              static_cast<int32_t>(n_experts), g.counts, error_word);
+  pdl::Launch(FillGroupsKernel, blocks, kGroupThreads, 0, stream, experts, P, g.counts, bn, g.order,
+              g.items, g.n_items);
   return cudaGetLastError();
 }
 
