@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -17,34 +18,55 @@
 #include <vector>
 
 #include "backend/cuda/cuda_fp8_test_util.h"
+#include "backend/cuda/moe_bf16_internal.cuh"
 
 namespace deepinfer::backend::cuda::testing {
 namespace {
 
+namespace moe_bf16 = kernels::moe_bf16;
+
 constexpr const char* kStreamVar = "DEEPINFER_EXPERTS_STREAM_MAX_PAIRS";
 
-// Sets DEEPINFER_EXPERTS_STREAM_MAX_PAIRS for its lifetime (restores the previous value).
-class StreamMode {
+// Sets (value non-null) or unsets an environment variable for its lifetime (restores the
+// previous value).
+class ScopedEnv {
  public:
-  explicit StreamMode(const char* value) {
-    if (const char* old = std::getenv(kStreamVar)) previous_ = old;
-    setenv(kStreamVar, value, 1);
-  }
-  ~StreamMode() {
-    if (previous_) {
-      setenv(kStreamVar, previous_->c_str(), 1);
+  ScopedEnv(const char* var, const char* value) : var_(var) {
+    if (const char* old = std::getenv(var)) previous_ = old;
+    if (value != nullptr) {
+      setenv(var, value, 1);
     } else {
-      unsetenv(kStreamVar);
+      unsetenv(var);
     }
   }
-  StreamMode(const StreamMode&) = delete;
-  StreamMode& operator=(const StreamMode&) = delete;
+  ~ScopedEnv() {
+    if (previous_) {
+      setenv(var_, previous_->c_str(), 1);
+    } else {
+      unsetenv(var_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* var_;
+  std::optional<std::string> previous_;
+};
+
+// Sets DEEPINFER_EXPERTS_STREAM_MAX_PAIRS for its lifetime.
+class StreamMode : public ScopedEnv {
+ public:
+  explicit StreamMode(const char* value) : ScopedEnv(kStreamVar, value) {}
 
   static constexpr const char* kAlways = "1000000";
   static constexpr const char* kNever = "0";
+};
 
- private:
-  std::optional<std::string> previous_;
+// Selects a compiled shape of the streaming kernel (null: the default table) for its lifetime.
+class ShapeVariant : public ScopedEnv {
+ public:
+  explicit ShapeVariant(const char* name) : ScopedEnv(moe_bf16::kStreamVariantEnv, name) {}
 };
 
 class CudaMoeStreamTest : public CudaFp8Test {
@@ -357,6 +379,81 @@ TEST_F(CudaMoeStreamTest, OutOfRangeIdGivesNanRowAndError) {
   }
 }
 
+// The shape choice (moe_bf16_internal.cuh): unset, empty or unknown names take the default
+// table, whose pick fits the item width (2-warp shapes serve at most 16 pairs, w8pf2b3 8); a
+// named shape serves every width it fits and leaves the others to the table; the last row of
+// the table serves the largest grids.
+TEST_F(CudaMoeStreamTest, ShapeChoiceByEnvironmentAndTable) {
+  const int64_t grids[] = {1, 252, 512, 513, 1944, 21000, int64_t{1} << 40};
+  std::vector<std::vector<int>> by_table;
+  {
+    const ShapeVariant unset(nullptr);
+    for (int nt : {1, 2, 4}) {
+      by_table.emplace_back();
+      for (int64_t g : grids) {
+        const int s = moe_bf16::PickStreamShape(nt, g);
+        ASSERT_GE(s, 0);
+        ASSERT_LT(s, moe_bf16::kNumStreamShapes);
+        EXPECT_TRUE(moe_bf16::StreamShapeFits(moe_bf16::kStreamShapes[s], nt)) << nt << " " << g;
+        by_table.back().push_back(s);
+      }
+      const moe_bf16::StreamTier& last = *std::rbegin(moe_bf16::kDefaultStreamTiers);
+      EXPECT_EQ(by_table.back().back(), last.shape) << nt;
+    }
+  }
+  for (const char* other : {"", "w8pf4s4x", "bogus"}) {
+    const ShapeVariant variant(other);
+    for (int i = 0; i < 3; ++i) {
+      for (size_t j = 0; j < std::size(grids); ++j) {
+        EXPECT_EQ(moe_bf16::PickStreamShape(1 << i, grids[j]), by_table[i][j]) << other;
+      }
+    }
+  }
+  for (int s = 0; s < moe_bf16::kNumStreamShapes; ++s) {
+    const moe_bf16::StreamShape& shape = moe_bf16::kStreamShapes[s];
+    EXPECT_EQ(moe_bf16::FindStreamShape(shape.name), s);
+    EXPECT_TRUE(moe_bf16::StreamShapeFits(shape, 1)) << shape.name;
+    const ShapeVariant variant(shape.name);
+    for (int i = 0; i < 3; ++i) {
+      const bool fits = moe_bf16::StreamShapeFits(shape, 1 << i);
+      for (size_t j = 0; j < std::size(grids); ++j) {
+        EXPECT_EQ(moe_bf16::PickStreamShape(1 << i, grids[j]), fits ? s : by_table[i][j])
+            << shape.name << " nt " << (1 << i) << " grid " << grids[j];
+      }
+    }
+  }
+  EXPECT_FALSE(
+      moe_bf16::StreamShapeFits(moe_bf16::kStreamShapes[moe_bf16::FindStreamShape("w2pf4s4")], 4));
+  EXPECT_FALSE(
+      moe_bf16::StreamShapeFits(moe_bf16::kStreamShapes[moe_bf16::FindStreamShape("w8pf2b3")], 2));
+}
+
+// Every compiled shape gives the default's bits (a shape changes only warps, blocks per SM,
+// loads in flight and the slice length; every output stays one MMA chain over K in step order):
+// 16 experts of D 1152, I 2304 (K steps 9 and 18: whole groups of 2, 4 and 8 steps plus a tail,
+// several slices of 4 and 8 steps), scale bytes 100..140 (both dequantisation branches),
+// T 1 (direct items; default table: 2-warp blocks), 8 (8-pair items, 8-warp blocks), 16 (16-pair
+// items) and 40 (32-pair items); shapes that do not fit a width run the table's (same bits).
+// The default is within the CPU reference bound.
+TEST_F(CudaMoeStreamTest, EveryShapeGivesDefaultBits) {
+  const bool small = SmallOnly();
+  const Experts ex = MakeExperts(16, small ? 256 : 1152, small ? 384 : 2304, 100, 140);
+  for (int64_t T : {1, 8, 16, 40}) {
+    SCOPED_TRACE(::testing::Message() << "T " << T);
+    const Call c = MakeCall(T, 6, 16, ex.D);
+    std::vector<float> by_default;
+    {
+      const ShapeVariant table(nullptr);
+      by_default = RunGpu(ex, c, StreamMode::kAlways);
+    }
+    ExpectNearReference(by_default, Reference(ex, c));
+    for (const moe_bf16::StreamShape& shape : moe_bf16::kStreamShapes) {
+      const ShapeVariant variant(shape.name);
+      EXPECT_TRUE(BitExact(RunGpu(ex, c, StreamMode::kAlways), by_default)) << shape.name;
+    }
+  }
+}
+
 // Device time of one layer's RoutedExperts at the V4.1-Flash shape (384 experts of [2304 x
 // 5120] x 3 MXFP4, top-6, random routing; 64 distinct weight sets behind the 384 table entries,
 // so consecutive uses of one set are ~800 MB of streaming apart: no L2 reuse), for T 1, 8, 32
@@ -391,6 +488,55 @@ TEST_F(CudaMoeStreamTest, DISABLED_Bench) {
     }
     gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
   }
+}
+
+// The shape sweep: one layer's RoutedExperts at the V4.1-Flash shape (as DISABLED_Bench: 384
+// experts of [2304 x 5120] x 3 MXFP4 behind 64 distinct weight sets, top-6, random routing) for
+// T 1, 8, 32 and 256 (8-pair items), in the default table and in every compiled shape: device
+// us per call, GB/s of the distinct experts' bytes, and the bits against the default table
+// (every shape must give the same bits). Lines "SWEEP T=.. <shape>" and "BEST T=..". Run with
+// --gtest_also_run_disabled_tests --gtest_filter='CudaMoeStreamTest.DISABLED_SweepVariants'.
+TEST_F(CudaMoeStreamTest, DISABLED_SweepVariants) {
+  const int64_t D = 5120, I = 2304, n = 384, k = 6;
+  const Experts ex = MakeExperts(n, D, I, 118, 124, /*pool=*/64);
+  const double expert_bytes = 3.0 * (I * D / 2 + I * D / 32);
+  gpu_->set_fp8_activations(true);
+  gpu_->set_batch_invariant(false);
+  gpu_->set_experts_bf16_min_tokens(1);
+  for (int64_t T : {1, 8, 32, 256}) {
+    const Call c = MakeCall(T, k, n, D);
+    const std::set<int32_t> distinct(c.ids.begin(), c.ids.end());
+    const double bytes = expert_bytes * static_cast<double>(distinct.size());
+    const model::RoutedExpertsArgs a = Upload(ex, c);
+    // What the default table picks for the up and down GEMMs (8-pair items).
+    const int64_t items = (T * k + 7) / 8 + std::min(T * k, n);
+    std::string best = "default";
+    double best_us = 0.0;
+    std::vector<float> by_default;
+    for (int s = -1; s < moe_bf16::kNumStreamShapes; ++s) {
+      const char* name = s < 0 ? nullptr : moe_bf16::kStreamShapes[s].name;
+      const ShapeVariant variant(name);
+      gpu_->RoutedExperts(a);
+      const std::vector<float> y = FromGpu(a.y, T * D);
+      if (s < 0) by_default = y;
+      const bool same = BitExact(y, by_default);
+      EXPECT_TRUE(same) << (name ? name : "default") << " T " << T;
+      const double us = DeviceMicrosPerCall([&] { gpu_->RoutedExperts(a); });
+      std::string label = name ? name : "default";
+      if (s < 0) {
+        label += std::string("(") +
+                 moe_bf16::kStreamShapes[moe_bf16::PickStreamShape(1, items * 36)].name + "/" +
+                 moe_bf16::kStreamShapes[moe_bf16::PickStreamShape(1, items * 40)].name + ")";
+      }
+      std::printf("SWEEP T=%-4lld %-26s: %8.1f us, %5.0f GB/s of %zu experts' bytes, bits %s\n",
+                  static_cast<long long>(T), label.c_str(), us, bytes / us / 1e3, distinct.size(),
+                  same ? "= default" : "DIFFER");
+      if (s < 0 || us < best_us) best = label, best_us = us;
+    }
+    std::printf("BEST  T=%-4lld %-26s: %8.1f us\n", static_cast<long long>(T), best.c_str(),
+                best_us);
+  }
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
 }
 
 }  // namespace

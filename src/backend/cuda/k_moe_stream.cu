@@ -5,11 +5,17 @@
 // shared memory. Same numbers as the wgmma kernel (k_moe_bf16.cu) up to the fp32 summation order; a
 // pair's result does not depend on the other pairs of its item or on the item width (8, 16 or 32).
 //
-// Block: 8 warps = 128 consecutive weight rows of one matrix part (W1, W3 or W2; 128 divides
-// I and D) x one item; grid (rows / 128, max items). 128 rows per block halve the activation
-// re-reads from L2 against 64 (each block stages the item's rows once: 2 x 16 x K bytes at
-// 16 pairs against 128 x K / 2 weight bytes). Small grids (B <= ~4) of items of <= 16 pairs
-// take 2-warp blocks instead (kSmallGridBlocks).
+// Block: kWarps warps = 16 kWarps consecutive weight rows of one matrix part (W1, W3 or W2; 128
+// divides I and D) x one item; grid (rows / (16 kWarps), max items). The shape (warps, blocks
+// per SM, loads in flight, slice length) is one of the compiled kStreamShapes
+// (moe_bf16_internal.cuh), picked per launch by kDefaultStreamTiers or by the environment
+// (DEEPINFER_EXPERTS_STREAM_VARIANT=<name>, read on every call: the sweep of
+// cuda_moe_stream_test's DISABLED_SweepVariants). No shape changes the bits. Before the sweep:
+// 8 warps (128 rows halve the activation re-reads from L2 against 64: each block stages the
+// item's rows once, 2 x 16 x K bytes at 16 pairs against 128 x K / 2 weight bytes); grids of
+// <= 512 such blocks (B <= ~4) 2 warps, as the dequantisation makes an SM's time proportional
+// to its warps and one partial wave (B = 1: 216 blocks of 8 warps on 132 SMs) leaves some SMs
+// 16 warps and others 8 (2-warp blocks: 14 to 12).
 //
 // Roofline (V4.1-Flash decode, 384 experts of 3 x [2304 x 5120] MXFP4 = 18.9 MB, top-6):
 // B = 1: 6 experts, 113 MB per layer; B = 32: ~150 experts, 2.85 GB per layer (25 us and
@@ -19,11 +25,16 @@
 // fast path (stream_mma.cuh header: 136 of them dequantise), ~182 at 16 tokens; at ~70%
 // issue on 132 SMs x 4 schedulers x 1.75 GHz that is ~3.8 TB/s, at 50% ~2.7 TB/s (the FP8
 // tile: 1.3 TB/s at B = 1, 2.5 TB/s at B = 32). B = 1 is also imbalanced: 216 blocks of
-// the gate/up GEMM on 132 SMs (some hold two, some one). NOT MEASURED YET (no GPU in the
-// session that wrote it): cuda_moe_stream_test's DISABLED_Bench prints the numbers.
+// the gate/up GEMM on 132 SMs (some hold two, some one).
+// MEASURED (H200, one layer of RoutedExperts, DISABLED_Bench, before the shape sweep): T 1
+// 68.7 us (1.64 TB/s of the distinct experts' bytes), T 8 329 us (2.63 TB/s), T 32 944 us
+// (2.85 TB/s), T 256 2827 us (2.51 TB/s): ~46% issue at 2.85 TB/s by the SASS count, so
+// probably latency-bound (loads in flight, the slice barrier), hence the shape sweep.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <iterator>
 
 #include "backend/cuda/moe_bf16_internal.cuh"
 #include "backend/cuda/stream_mma.cuh"
@@ -33,31 +44,21 @@ namespace {
 
 namespace sm = stream_mma;
 
-constexpr int kSliceSteps = 4;  // K values staged per slice: 512
+// One compiled shape (moe_bf16_internal.cuh: StreamShape) for items of 8 kNT pairs.
+template <int kNT, int kWarps, int kMinBlocks, int kPF, int kSlice>
+struct Shape {
+  static_assert(kWarps % kNT == 0, "a staging thread copies one token row (StreamShapeFits)");
+  // The slice barrier sits at a fixed step of the unrolled loop of kPF steps (kPF a multiple of
+  // kSlice; with 3 at 16 tokens ptxas made three copies of the slice code) or every kSlice / kPF
+  // loops.
+  static_assert(kPF % kSlice == 0 || kSlice % kPF == 0, "slice starts at a loop boundary");
+  static constexpr int kThreads = 32 * kWarps, kBlockRows = 16 * kWarps;
+  using Stage = sm::ActStage<kNT, kSlice>;
+};
 
-// Warps per block: 8 (128 rows), or 2 (32 rows) for grids of at most kSmallGridBlocks
-// 8-warp blocks. The dequantisation makes an SM's time proportional to its warps, and a grid
-// of one partial wave (B = 1: 216 blocks of 8 warps on 132 SMs) leaves some SMs 16 warps and
-// others 8; in 2-warp blocks the spread is 14 to 12. Larger grids take 8-warp blocks: each
-// block stages its item's activations once, so 2-warp blocks would read them 4x as often.
-constexpr int64_t kSmallGridBlocks = 512;
-
-template <int kWarps>
-constexpr int kBlocksPerSm = 16 / kWarps;  // at <= 128 registers
-
-// Weight loads in flight per warp (steps of 1 KiB). A multiple of kSliceSteps, so that the
-// slice barrier sits at a fixed place of the unrolled loop (with 3 at 16 tokens, ptxas made
-// three copies of the slice code).
-constexpr int kPrefetch = 4;
-static_assert(kPrefetch % kSliceSteps == 0, "slice starts at the first step of the unrolled loop");
-
-template <int kNT>
-using Stage = sm::ActStage<kNT, kSliceSteps>;
-
-template <int kNT, int kWarps>
-__global__ void __launch_bounds__(32 * kWarps, kBlocksPerSm<kWarps>)
-    ExpertStreamGemmKernel(GemmArgs a) {
-  constexpr int kThreads = 32 * kWarps, kBlockRows = 16 * kWarps;
+template <int kNT, int kWarps, int kMinBlocks, int kPF, int kSlice>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertStreamGemmKernel(GemmArgs a) {
+  using S = Shape<kNT, kWarps, kMinBlocks, kPF, kSlice>;
   extern __shared__ __align__(16) char smem[];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
   const GemmItem item = a.items[blockIdx.y];
@@ -67,18 +68,18 @@ __global__ void __launch_bounds__(32 * kWarps, kBlocksPerSm<kWarps>)
   const int64_t n_rows = a.up ? 2 * a.I : a.D, part_rows = a.up ? a.I : a.D;
   const int64_t K = a.up ? a.D : a.I;
   // The warp's 16 rows lie in one part (part_rows % 16 == 0): W1 / W3 for up, W2 for down.
-  const int64_t v0 = int64_t{blockIdx.x} * kBlockRows + 16 * warp;
+  const int64_t v0 = int64_t{blockIdx.x} * S::kBlockRows + 16 * warp;
   const bool second = v0 >= part_rows;
   const int m = a.up ? (second ? 2 : 0) : 1;
   const sm::WarpRows w = sm::MxFp4WarpRows(ep.data[m], ep.scale[m], K, second ? v0 - part_rows : v0,
                                            part_rows, 0, lane);
   const int32_t* pairs = a.order + item.start;
   const int act_div = a.up ? static_cast<int>(a.k) : 1;
-  const int n = Stage<kNT>::Token(tid);
+  const int n = S::Stage::Token(tid);
   const uint16_t* act_row = n < item.count ? a.act + int64_t{pairs[n] / act_div} * K : nullptr;
 
   float acc[kNT][4] = {};
-  sm::StreamBlockRows<sm::StreamFormat::kMxFp4, kNT, kPrefetch, kSliceSteps, kThreads>(
+  sm::StreamBlockRows<sm::StreamFormat::kMxFp4, kNT, kPF, kSlice, S::kThreads>(
       w, static_cast<int>(K / sm::kStepK), act_row, smem, acc);
 
   // acc[nt][e]: row v0 + g (+ 8 for e >= 2), token 8 nt + 2 c (+ 1 for odd e).
@@ -94,40 +95,71 @@ __global__ void __launch_bounds__(32 * kWarps, kBlocksPerSm<kWarps>)
   }
 }
 
-template <int kNT, int kWarps>
+template <int kNT, int kWarps, int kMinBlocks, int kPF, int kSlice>
 cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  using S = Shape<kNT, kWarps, kMinBlocks, kPF, kSlice>;
+  constexpr auto kernel = ExpertStreamGemmKernel<kNT, kWarps, kMinBlocks, kPF, kSlice>;
   const int64_t rows = a.up ? 2 * a.I : a.D;
-  constexpr int kBlockRows = 16 * kWarps;
-  const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows),
+  const dim3 grid(static_cast<unsigned>((rows + S::kBlockRows - 1) / S::kBlockRows),
                   static_cast<unsigned>(max_items));
-  constexpr int kSmem = Stage<kNT>::kSmemBytes;
+  constexpr int kSmem = S::Stage::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(ExpertStreamGemmKernel<kNT, kWarps>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (e != cudaSuccess) return e;
   }
-  ExpertStreamGemmKernel<kNT, kWarps><<<grid, 32 * kWarps, kSmem, stream>>>(a);
+  kernel<<<grid, S::kThreads, kSmem, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <int kNT>
-cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
-  const int64_t rows = a.up ? 2 * a.I : a.D;
-  if constexpr (kNT <= 2) {  // a 2-warp block stages at most 16 token rows (one per 4 threads)
-    if (max_items * ((rows + 127) / 128) <= kSmallGridBlocks) {
-      return Launch<kNT, 2>(a, max_items, stream);
+// Launches kStreamShapes[shape] (>= kIndex) for items of 8 kNT pairs; only shapes that fit
+// kNT are instantiated.
+template <int kNT, int kIndex = 0>
+cudaError_t LaunchShape(int shape, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  if constexpr (kIndex < kNumStreamShapes) {
+    constexpr StreamShape s = kStreamShapes[kIndex];
+    if (shape == kIndex) {
+      if constexpr (StreamShapeFits(s, kNT)) {
+        return Launch<kNT, s.warps, s.min_blocks, s.prefetch, s.slice>(a, max_items, stream);
+      } else {
+        return cudaErrorInvalidValue;
+      }
     }
+    return LaunchShape<kNT, kIndex + 1>(shape, a, max_items, stream);
+  } else {
+    return cudaErrorInvalidValue;
   }
-  return Launch<kNT, 8>(a, max_items, stream);
 }
+
+constexpr bool DefaultTableValid() {
+  for (const StreamTier& t : kDefaultStreamTiers) {
+    if (t.shape < 0 || t.shape >= kNumStreamShapes) return false;
+  }
+  const StreamShape& last =
+      kStreamShapes[kDefaultStreamTiers[std::size(kDefaultStreamTiers) - 1].shape];
+  return StreamShapeFits(last, 1) && StreamShapeFits(last, 2) && StreamShapeFits(last, 4);
+}
+static_assert(DefaultTableValid(), "kDefaultStreamTiers: known shapes, the last fits every width");
 
 }  // namespace
 
+int PickStreamShape(int nt, int64_t grid128) {
+  const char* env = std::getenv(kStreamVariantEnv);
+  const int chosen = env != nullptr ? FindStreamShape(env) : -1;
+  if (chosen >= 0 && StreamShapeFits(kStreamShapes[chosen], nt)) return chosen;
+  for (const StreamTier& t : kDefaultStreamTiers) {
+    if (grid128 <= t.max_grid && StreamShapeFits(kStreamShapes[t.shape], nt)) return t.shape;
+  }
+  return kDefaultStreamTiers[std::size(kDefaultStreamTiers) - 1].shape;
+}
+
 cudaError_t LaunchStreamGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   if (max_items <= 0) return cudaSuccess;
-  if (bn == 8) return Launch<1>(a, max_items, stream);
-  if (bn == 16) return Launch<2>(a, max_items, stream);
-  if (bn == 32) return Launch<4>(a, max_items, stream);
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  const int64_t grid128 = max_items * ((rows + 127) / 128);
+  if (bn == 8) return LaunchShape<1>(PickStreamShape(1, grid128), a, max_items, stream);
+  if (bn == 16) return LaunchShape<2>(PickStreamShape(2, grid128), a, max_items, stream);
+  if (bn == 32) return LaunchShape<4>(PickStreamShape(4, grid128), a, max_items, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -1,11 +1,13 @@
 // Internal interface between the two GEMM kernels of RoutedExpertsBf16 (kernels_fp8.h): the
 // wgmma tile kernel for wide items (k_moe_bf16.cu) and the weight-streaming kernel for items
-// of <= 32 pairs (k_moe_stream.cu, stream_mma.cuh). Include from .cu files only.
+// of <= 32 pairs (k_moe_stream.cu, stream_mma.cuh). Host-only declarations and constants: the
+// .cu files and the tests (cuda_moe_stream_test.cc: the shape sweep) include it.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string_view>
 
 #include "backend/cuda/kernels.h"
 
@@ -37,5 +39,70 @@ inline constexpr int kStreamMaxItemPairs = 32;
 // The streaming GEMM for items of <= bn pairs (bn 8, 16 or 32; grid y = max_items, items past
 // *n_items exit). Needs the weight rows (2I or D) and K (D or I) multiples of 128.
 cudaError_t LaunchStreamGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream);
+
+// --- shapes of the streaming kernel (tuning; numerics-neutral) ------------------------------
+
+// A compiled shape of the streaming kernel. It changes only the launch and the pipelining, never
+// the numbers: every output is the same MMA chain over K steps 0, 1, ... whatever the shape
+// (each warp owns whole rows and walks all of K), so all shapes give the same bits.
+struct StreamShape {
+  const char* name;
+  int warps;       // per block (16 weight rows each)
+  int min_blocks;  // __launch_bounds__ blocks per SM: registers <= 65536 / (32 warps min_blocks)
+  int prefetch;    // weight steps (1 KiB per warp) in flight per warp
+  int slice;       // K steps per staged activation slice (one __syncthreads per slice)
+  int max_nt;      // widest item served: 8 max_nt pairs (wider: ptxas spills at this budget)
+};
+
+// Every compiled shape: one kernel per shape and item width (8, 16, 32 pairs) that it fits.
+// ptxas (sm_90a) registers at widths 8 / 16 / 32, no spills in any instantiated kernel:
+//   w8pf4s4 127/127/128, w2pf4s4 127/127/-, w8pf2b3 80/-/- (spills at 16 and 32 pairs),
+//   w4pf4s4 127/127/128, w4pf8s8 167/167/167, w16pf2s4 96/96/127, w8pf4s8 128/128/127.
+inline constexpr StreamShape kStreamShapes[] = {
+    {"w8pf4s4", 8, 2, 4, 4, 4},    // 8 warps, 2 blocks per SM (the shape before the sweep)
+    {"w2pf4s4", 2, 8, 4, 4, 2},    // 2 warps, 8 blocks per SM (small grids before the sweep)
+    {"w8pf2b3", 8, 3, 2, 4, 1},    // 8 warps, 3 blocks per SM (<= 80 registers)
+    {"w4pf4s4", 4, 4, 4, 4, 4},    // 4 warps, 4 blocks per SM
+    {"w4pf8s8", 4, 3, 8, 8, 4},    // 4 warps, 3 blocks per SM (<= 168 registers), 8 KiB in flight
+    {"w16pf2s4", 16, 1, 2, 4, 4},  // 16 warps, 1 block per SM
+    {"w8pf4s8", 8, 2, 4, 8, 4},    // 8 warps, 2 blocks per SM, slices of 8 steps
+};
+inline constexpr int kNumStreamShapes = sizeof(kStreamShapes) / sizeof(kStreamShapes[0]);
+
+// Index of the shape called `name` in kStreamShapes, or -1.
+constexpr int FindStreamShape(std::string_view name) {
+  for (int i = 0; i < kNumStreamShapes; ++i) {
+    if (name == kStreamShapes[i].name) return i;
+  }
+  return -1;
+}
+
+// Whether a shape serves items of 8 nt pairs: nt <= max_nt, a staging thread copies one token
+// row (32 warps % (32 nt) == 0) and the double-buffered slices fit in shared memory (227 KiB).
+constexpr bool StreamShapeFits(const StreamShape& s, int nt) {
+  return nt <= s.max_nt && s.warps % nt == 0 && 2 * s.slice * 128 * 2 * 8 * nt <= 227 * 1024;
+}
+
+// THE DEFAULT TABLE (DEEPINFER_EXPERTS_STREAM_VARIANT unset; edit it after a sweep): the first
+// row whose max_grid is >= the launch's grid size in 128-row blocks (max items x ceil(rows /
+// 128): B = 1 is ~250, B = 8 ~1900, B = 32 ~6500, B = 256 ~21000 at the V4.1 shape) and whose
+// shape fits the item width. The last row must fit every width.
+struct StreamTier {
+  int64_t max_grid;
+  int shape;  // index in kStreamShapes
+};
+inline constexpr StreamTier kDefaultStreamTiers[] = {
+    {512, FindStreamShape("w2pf4s4")},
+    {int64_t{1} << 62, FindStreamShape("w8pf4s4")},
+};
+
+// The environment variable that selects one shape by name for every launch (read on every
+// call; unset, empty or unknown: the default table; a shape that does not fit an item width
+// falls back to the table for that width).
+inline constexpr const char* kStreamVariantEnv = "DEEPINFER_EXPERTS_STREAM_VARIANT";
+
+// The shape (index in kStreamShapes) of a launch over items of 8 * nt pairs (nt 1, 2 or 4) and
+// a grid of grid128 128-row blocks, by the environment and the default table.
+int PickStreamShape(int nt, int64_t grid128);
 
 }  // namespace deepinfer::backend::cuda::kernels::moe_bf16

@@ -238,7 +238,7 @@ template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice
 __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
                                            OnSlice&& on_slice, float (&acc)[kNT][4]) {
   static_assert(kFormat == StreamFormat::kMxFp4, "only MXFP4 weights so far");
-  static_assert(kPF >= 1 && kPF <= 6, "loads in flight");
+  static_assert(kPF >= 1 && kPF <= 8, "loads in flight");
   using Stage = ActStage<kNT, kSliceSteps>;
   constexpr int kDataStep = kStepK / 2, kScaleStep = kStepK / 32;  // bytes per step
   uint4 ring[kPF][2];
