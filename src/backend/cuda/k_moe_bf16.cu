@@ -25,6 +25,9 @@
 // kDirectMaxPairs pairs (B <= 2 at k = 6) the quantisation kernel writes one item per pair
 // and the two grouping launches are skipped.
 //
+// Launches: every kernel of the path (quantisation, SwiGLU, both GEMM kernels) is launched as a
+// programmatic dependent (pdl.cuh) and calls pdl::WaitThenAllowNext() first.
+//
 // K order. Each group of 8 consecutive K values is stored permuted as 0 4 1 5 2 6 3 7 on
 // both sides (weights by the dequantisation, which pairs nibbles k and k + 4 of a 32-bit
 // word into one bf16x2 so that both sign bits move by the same shift; activations by their
@@ -73,6 +76,7 @@
 #include "backend/cuda/mma_bf16.cuh"
 #include "backend/cuda/moe_bf16_internal.cuh"
 #include "backend/cuda/moe_groups.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream_mma.cuh"
 #include "backend/cuda/wgmma_bf16.cuh"
 
@@ -203,6 +207,7 @@ __device__ void WriteDirectItems(const DirectItems& d) {
 __global__ void __launch_bounds__(kThreads)
     QuantizeRowsBf16Kernel(const float* x, int64_t rows, int64_t K, uint16_t* xb,
                            DirectItems direct) {
+  pdl::WaitThenAllowNext();
   if (direct.experts != nullptr && blockIdx.x == 0) WriteDirectItems(direct);
   const int lane = threadIdx.x % 32;
   const int64_t blocks = rows * (K / 32);
@@ -216,6 +221,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     SwiGluBf16Kernel(const float* gu, const float* weights, int64_t P, int64_t I, float limit,
                      uint16_t* hb) {
+  pdl::WaitThenAllowNext();
   const int lane = threadIdx.x % 32;
   const int64_t per_row = I / 32;
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
@@ -274,6 +280,7 @@ __device__ __forceinline__ StageSmem SlotAt(char* smem, int slot) {
 
 template <int kBN>
 __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs a) {
+  pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) char smem[];
   using S = Shape<kBN>;
   constexpr int kXChunks = kBN * (kBK * 2 / 16);  // 16-byte activation copies a stage
@@ -434,8 +441,8 @@ cudaError_t LaunchGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream
   if (attr != cudaSuccess) return attr;
   const int64_t rows = a.up ? 2 * a.I : a.D;
   const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
-  ExpertGemmBf16Kernel<kBN><<<grid, kGemmThreads, static_cast<size_t>(smem), stream>>>(a);
-  return cudaGetLastError();
+  return pdl::Launch(ExpertGemmBf16Kernel<kBN>, grid, kGemmThreads, static_cast<size_t>(smem),
+                     stream, a);
 }
 
 cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
@@ -488,9 +495,8 @@ cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaS
   if (bn == 8 && P <= kDirectMaxPairs && P <= max_items) {
     direct = DirectItems{l.experts, P, l.n_experts, groups, l.error_word};
   }
-  QuantizeRowsBf16Kernel<<<fp8::WarpPerBlockGrid(l.T * (l.D / 32)), kThreads, 0, stream>>>(
-      l.x, l.T, l.D, xb, direct);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = pdl::Launch(QuantizeRowsBf16Kernel, fp8::WarpPerBlockGrid(l.T * (l.D / 32)),
+                              kThreads, 0, stream, l.x, l.T, l.D, xb, direct);
   if (e == cudaSuccess && direct.experts == nullptr) {
     e = moe_groups::LaunchGrouping(l.experts, P, l.n_experts, bn, groups, l.error_word, stream);
   }
@@ -513,9 +519,9 @@ cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaS
                : LaunchGemm(bn, a, max_items, stream);
   };
   if ((e = gemm()) != cudaSuccess) return e;
-  SwiGluBf16Kernel<<<fp8::WarpPerBlockGrid(P * (l.I / 32)), kThreads, 0, stream>>>(
-      gu, l.weights, P, l.I, l.swiglu_limit, hb);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  e = pdl::Launch(SwiGluBf16Kernel, fp8::WarpPerBlockGrid(P * (l.I / 32)), kThreads, 0, stream, gu,
+                  l.weights, P, l.I, l.swiglu_limit, hb);
+  if (e != cudaSuccess) return e;
   a.up = false;
   a.act = hb;
   a.out = out;

@@ -37,6 +37,7 @@
 #include <iterator>
 
 #include "backend/cuda/moe_bf16_internal.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream_mma.cuh"
 
 namespace deepinfer::backend::cuda::kernels::moe_bf16 {
@@ -58,6 +59,7 @@ struct Shape {
 
 template <int kNT, int kWarps, int kMinBlocks, int kPF, int kSlice>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertStreamGemmKernel(GemmArgs a) {
+  pdl::WaitThenAllowNext();
   using S = Shape<kNT, kWarps, kMinBlocks, kPF, kSlice>;
   extern __shared__ __align__(16) char smem[];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
@@ -108,8 +110,7 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (e != cudaSuccess) return e;
   }
-  kernel<<<grid, S::kThreads, kSmem, stream>>>(a);
-  return cudaGetLastError();
+  return pdl::Launch(kernel, grid, S::kThreads, kSmem, stream, a);
 }
 
 // Launches kStreamShapes[shape] (>= kIndex) for items of 8 kNT pairs; only shapes that fit
