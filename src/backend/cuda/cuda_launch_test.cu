@@ -20,6 +20,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
+#include "backend/cuda/kernels_attn_prefill.h"
 #include "backend/cuda/kernels_copy.h"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_indexer.h"
@@ -195,22 +196,23 @@ constexpr int64_t kCandBlock = 8, kCandKeep = 4;  // candidate blocks of 8 entri
 constexpr int64_t kExperts = 16, kSlots = 2, kI = 256, kRopePairs = 16;
 constexpr int kLayers = 6;
 
-class DecodeChain {
+// Device buffers, random inputs and the first error of a chain (the base of the two chains).
+class ChainBase {
  public:
-  DecodeChain(int64_t T, bool fp8, cudaStream_t stream) : T_(T), fp8_(fp8), stream_(stream) {}
-  ~DecodeChain() {
+  ChainBase(int64_t T, cudaStream_t stream) : T_(T), stream_(stream) {}
+  virtual ~ChainBase() {
     for (void* p : allocations_) cudaFree(p);
   }
-  DecodeChain(const DecodeChain&) = delete;
-  DecodeChain& operator=(const DecodeChain&) = delete;
+  ChainBase(const ChainBase&) = delete;
+  ChainBase& operator=(const ChainBase&) = delete;
 
   // Draws the weights and inputs (fixed seed) and allocates the buffers.
-  cudaError_t Init(uint64_t seed);
-  // Poisons the scratch, uploads the initial streams, runs kLayers layers and returns the
-  // result bytes; `error` gets the first CUDA error (or the attention / experts error word).
-  std::vector<uint8_t> Run(cudaError_t* error);
+  virtual cudaError_t Init(uint64_t seed) = 0;
+  // Poisons the scratch, uploads the inputs, runs the chain and returns the result bytes;
+  // `error` gets the first CUDA error (or a kernel error word).
+  virtual std::vector<uint8_t> Run(cudaError_t* error) = 0;
 
- private:
+ protected:
   template <typename V>
   V* Upload(const std::vector<V>& host) {
     void* p = nullptr;
@@ -219,11 +221,14 @@ class DecodeChain {
     Note(cudaMemcpy(p, host.data(), host.size() * sizeof(V), cudaMemcpyHostToDevice));
     return static_cast<V*>(p);
   }
-  // Device floats that Run poisons with NaN (Fill kernels) before each run.
+  // Device floats that PoisonScratch fills with NaN (Fill kernels) before each run.
   float* Scratch(int64_t n) {
     float* p = Upload(std::vector<float>(n, 0.0f));
     scratch_.push_back({p, n});
     return p;
+  }
+  void PoisonScratch() {
+    for (const Poisoned& s : scratch_) Note(kn::Fill(s.p, s.n, std::nanf(""), stream_));
   }
   void* Bytes(int64_t n) { return Upload(std::vector<uint8_t>(n, 0)); }
   bool Note(cudaError_t e) {
@@ -257,6 +262,27 @@ class DecodeChain {
   kn::DeviceWeight MxFp4Weight(int64_t rows, int64_t cols);
   kn::DeviceWeight Bf16Weight(int64_t rows, int64_t cols);
 
+  const int64_t T_;
+  const cudaStream_t stream_;
+  std::mt19937 rng_;
+  cudaError_t error_ = cudaSuccess;
+
+ private:
+  struct Poisoned {
+    float* p;
+    int64_t n;
+  };
+  std::vector<void*> allocations_;
+  std::vector<Poisoned> scratch_;
+};
+
+class DecodeChain final : public ChainBase {
+ public:
+  DecodeChain(int64_t T, bool fp8, cudaStream_t stream) : ChainBase(T, stream), fp8_(fp8) {}
+  cudaError_t Init(uint64_t seed) override;
+  std::vector<uint8_t> Run(cudaError_t* error) override;
+
+ private:
   // y [T, n_rows] (ld ldy) = x [T, w.cols] W[row0 .. row0 + n_rows)^T by the path of this
   // mode and layer.
   void Linear(const kn::DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x, float* y,
@@ -265,17 +291,7 @@ class DecodeChain {
   void Experts(int layer);
   void Layer(int layer);
 
-  const int64_t T_;
   const bool fp8_;
-  const cudaStream_t stream_;
-  std::mt19937 rng_;
-  cudaError_t error_ = cudaSuccess;
-  std::vector<void*> allocations_;
-  struct Poisoned {
-    float* p;
-    int64_t n;
-  };
-  std::vector<Poisoned> scratch_;
 
   // Weights and constant inputs.
   kn::DeviceWeight wq_, wo_, wr_, w13_, w2_;
@@ -304,7 +320,7 @@ class DecodeChain {
   int64_t n_copies_ = 0, result_bytes_ = 0, max_copy_ = 0;
 };
 
-kn::DeviceWeight DecodeChain::Fp8Weight(int64_t rows, int64_t cols) {
+kn::DeviceWeight ChainBase::Fp8Weight(int64_t rows, int64_t cols) {
   // e4m3 bytes without the NaN codes; block scales 2^-15 .. 2^-11.
   std::vector<uint8_t> data = RandomBytes(rows * cols, 0, 0xFD);
   for (uint8_t& b : data) b = (b & 0x7F) == 0x7F ? 0x7E : b;
@@ -312,13 +328,13 @@ kn::DeviceWeight DecodeChain::Fp8Weight(int64_t rows, int64_t cols) {
   return {WeightFormat::kFp8Block32, rows, cols, Upload(data), Upload(scale)};
 }
 
-kn::DeviceWeight DecodeChain::MxFp4Weight(int64_t rows, int64_t cols) {
+kn::DeviceWeight ChainBase::MxFp4Weight(int64_t rows, int64_t cols) {
   const std::vector<uint8_t> data = RandomBytes(rows * cols / 2, 0, 255);
   const std::vector<uint8_t> scale = RandomBytes(rows * (cols / 32), 117, 120);
   return {WeightFormat::kMxFp4, rows, cols, Upload(data), Upload(scale)};
 }
 
-kn::DeviceWeight DecodeChain::Bf16Weight(int64_t rows, int64_t cols) {
+kn::DeviceWeight ChainBase::Bf16Weight(int64_t rows, int64_t cols) {
   const std::vector<float> v = Normal(rows * cols, 0.05f);
   std::vector<uint16_t> bits(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
@@ -577,8 +593,7 @@ void DecodeChain::Layer(int layer) {
 }
 
 std::vector<uint8_t> DecodeChain::Run(cudaError_t* error) {
-  const float nan = std::nanf("");
-  for (const Poisoned& s : scratch_) Note(kn::Fill(s.p, s.n, nan, stream_));
+  PoisonScratch();
   Note(cudaMemsetAsync(error_word_, 0, sizeof(int), stream_));
   Note(
       cudaMemcpyAsync(x_, x0_.data(), x0_.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
@@ -594,6 +609,182 @@ std::vector<uint8_t> DecodeChain::Run(cudaError_t* error) {
   if (error_word != 0) Note(cudaErrorUnknown);
   *error = error_;
   return out;
+}
+
+// --- the kernels a decode step does not reach, in one chain at T = 520 -----------------
+//
+// RmsNorm (scalar kernel) -> EngramGate (scalar kernel); RmsNorm -> FakeQuant (e2m1 blocks of
+// 16) -> FP8 quantisation -> LinearFp8 (128 x 128 tiles) -> QuantizeFp8ActivationsBf16,
+// SplitBf16, DequantRows(Bf16), GatherWeightRows, GatherTokenRows -> ScatterAddRows (unique
+// and ordered) -> GatedPool, the indexer's row-group kernel -> TopK (uncached keys) and
+// RouteSqrtSoftplus (block kernel, 640 experts), Add -> SparseAttentionPrefill.
+class PrefillChain final : public ChainBase {
+ public:
+  explicit PrefillChain(cudaStream_t stream) : ChainBase(kT, stream) {}
+  cudaError_t Init(uint64_t seed) override;
+  std::vector<uint8_t> Run(cudaError_t* error) override;
+
+ private:
+  static constexpr int64_t kT = 520, kK = 512, kN = 1024, kNarrow = 510, kKeys = 2048;
+  static constexpr int64_t kIdxHeads = 16, kIdxDim = 64, kRouted = 640, kRouteK = 8;
+  static constexpr int64_t kAttnHeads = 64, kAttnDim = 64, kAttnSelect = 16, kPoolRatio = 4;
+  static constexpr int64_t kGatherRows = 64, kWeightRows = 64;
+
+  void Attention();
+
+  kn::DeviceWeight w_;
+  std::vector<float> x0_;
+  float *x_ = nullptr, *engram_key_ = nullptr, *engram_value_ = nullptr, *engram_w_ = nullptr;
+  float *idx_w_ = nullptr, *keys_ = nullptr, *route_bias_ = nullptr, *q_a_ = nullptr;
+  float *q_b_ = nullptr, *window_kv_ = nullptr, *sinks_ = nullptr;
+  int32_t *q_pos_ = nullptr, *window_pos_ = nullptr, *rows_unique_ = nullptr;
+  int32_t* rows_repeated_ = nullptr;
+  int64_t* weight_ids_ = nullptr;
+  // Outputs (all compared).
+  float *narrow_ = nullptr, *xn_ = nullptr, *y_ = nullptr, *dq_ = nullptr, *gw_ = nullptr;
+  float *g64_ = nullptr, *pooled_ = nullptr, *scores_ = nullptr, *logits_ = nullptr;
+  float *route_w_ = nullptr, *q_ = nullptr, *out_ = nullptr;
+  uint16_t *yb_ = nullptr, *hi_ = nullptr, *mid_ = nullptr, *lo_ = nullptr, *dqb_ = nullptr;
+  int32_t *top_ = nullptr, *sel_ = nullptr, *experts_ = nullptr;
+  uint8_t* xq_ = nullptr;
+  void* fp8_scratch_ = nullptr;
+  int* error_word_ = nullptr;
+  std::vector<std::pair<const void*, int64_t>> outputs_;  // (device pointer, bytes)
+};
+
+cudaError_t PrefillChain::Init(uint64_t seed) {
+  rng_.seed(static_cast<uint32_t>(seed));
+  const int64_t T = kT;
+  w_ = Fp8Weight(kN, kK);
+  x0_ = Normal(T * kK, 1.0f);
+  x_ = Upload(x0_);
+  engram_key_ = Upload(Normal(T * kNarrow, 1.0f));
+  engram_value_ = Upload(Normal(T * kNarrow, 1.0f));
+  engram_w_ = Upload(Normal(kNarrow, 0.5f));
+  idx_w_ = Upload(Normal(T * kIdxHeads, 0.3f));
+  keys_ = Upload(Bf16Exact(kKeys * kIdxDim));  // also the attention's compressed rows
+  route_bias_ = Upload(Normal(kRouted, 0.1f));
+  q_a_ = Upload(Normal(T * kAttnHeads * kAttnDim, 0.5f));
+  q_b_ = Upload(Normal(T * kAttnHeads * kAttnDim, 0.5f));
+  window_kv_ = Upload(Bf16Exact(64 * kAttnDim));
+  sinks_ = Upload(Normal(kAttnHeads, 1.0f));
+  std::vector<int32_t> q_pos(T), window_pos(64), unique(kGatherRows), repeated(kGatherRows);
+  for (int64_t t = 0; t < T; ++t) q_pos[t] = static_cast<int32_t>(1600 + t);
+  for (int64_t r = 0; r < 64; ++r) window_pos[r] = static_cast<int32_t>(1600 - 64 + r);
+  for (int64_t i = 0; i < kGatherRows; ++i) {
+    unique[i] = static_cast<int32_t>((i * 7) % T);
+    repeated[i] = static_cast<int32_t>(i % 5);
+  }
+  q_pos_ = Upload(q_pos);
+  window_pos_ = Upload(window_pos);
+  rows_unique_ = Upload(unique);
+  rows_repeated_ = Upload(repeated);
+  weight_ids_ = Upload(std::vector<int64_t>{3, 1000, 0, 512, 77, 1023, 64, 5});
+
+  auto out = [&](auto* p, int64_t bytes) {
+    outputs_.push_back({p, bytes});
+    return p;
+  };
+  auto u16 = [&](int64_t n) { return out(static_cast<uint16_t*>(Bytes(n * 2)), n * 2); };
+  auto i32 = [&](int64_t n) { return out(static_cast<int32_t*>(Bytes(n * 4)), n * 4); };
+  narrow_ = out(Scratch(T * kNarrow), T * kNarrow * 4);
+  xn_ = out(Scratch(T * kK), T * kK * 4);
+  y_ = out(Scratch(T * kN), T * kN * 4);
+  dq_ = out(Scratch(kWeightRows * kK), kWeightRows * kK * 4);
+  gw_ = out(Scratch(8 * kK), 8 * kK * 4);
+  g64_ = out(Scratch(kGatherRows * kN), kGatherRows * kN * 4);
+  pooled_ = out(Scratch(T / kPoolRatio * kN), T / kPoolRatio * kN * 4);
+  scores_ = out(Scratch(T * kKeys), T * kKeys * 4);
+  logits_ = out(Scratch(T * kRouted), T * kRouted * 4);
+  route_w_ = out(Scratch(T * kRouteK), T * kRouteK * 4);
+  q_ = Scratch(T * kAttnHeads * kAttnDim);
+  out_ = out(Scratch(T * kAttnHeads * kAttnDim), T * kAttnHeads * kAttnDim * 4);
+  yb_ = u16(T * kN);
+  hi_ = u16(T * kN);
+  mid_ = u16(T * kN);
+  lo_ = u16(T * kN);
+  dqb_ = u16(kWeightRows * kK);
+  top_ = i32(T * 64);
+  sel_ = i32(T * kAttnSelect);
+  experts_ = i32(T * kRouteK);
+  xq_ = static_cast<uint8_t*>(Bytes(kn::Fp8ActivationBytes(T, kK)));
+  fp8_scratch_ = Bytes(kn::Fp8LinearScratchBytes(kN, kK, T));
+  error_word_ = Upload(std::vector<int>(1, 0));
+  Note(cudaDeviceSynchronize());
+  return error_;
+}
+
+void PrefillChain::Attention() {
+  model::SparseAttentionArgs args;
+  args.q = q_;
+  args.q_pos = q_pos_;
+  args.tokens = kT;
+  args.heads = kAttnHeads;
+  args.head_dim = kAttnDim;
+  args.window_kv = window_kv_;
+  args.window_pos = window_pos_;
+  args.n_window = 64;
+  args.window = 128;
+  args.comp_kv = keys_;
+  args.n_comp = kKeys;
+  args.selection = sel_;
+  args.n_select = kAttnSelect;
+  args.sinks = sinks_;
+  args.scale = 0.125f;
+  args.out = out_;
+  if (!kn::SparseAttentionPrefillApplicable(args)) {
+    Note(cudaErrorNotSupported);
+    return;
+  }
+  Note(kn::SparseAttentionPrefill(args, error_word_, stream_));
+}
+
+std::vector<uint8_t> PrefillChain::Run(cudaError_t* error) {
+  const int64_t T = kT;
+  const float eps = 1e-6f;
+  PoisonScratch();
+  Note(cudaMemsetAsync(error_word_, 0, sizeof(int), stream_));
+  Note(
+      cudaMemcpyAsync(x_, x0_.data(), x0_.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  Note(kn::RmsNorm(x_, T, kNarrow, kK, nullptr, eps, narrow_, kNarrow, stream_));
+  Note(kn::EngramGate(narrow_, engram_key_, engram_value_, engram_w_, engram_w_, T, 1, kNarrow, eps,
+                      stream_));
+  Note(kn::RmsNorm(x_, T, kK, kK, nullptr, eps, xn_, kK, stream_));
+  Note(kn::FakeQuant(xn_, T, kK, kK, model::FakeQuantKind::kFp4Block16E4m3, stream_));
+  float* xs = kn::Fp8ActivationScales(xq_, T, kK);
+  Note(kn::QuantizeFp8Activations(xn_, T, kK, kK, xq_, xs, stream_));
+  Note(kn::LinearFp8(w_, 0, kN, xq_, xs, T, y_, kN, false, fp8_scratch_, stream_));
+  Note(kn::QuantizeFp8ActivationsBf16(y_, T, kN, kN, yb_, stream_));
+  Note(kn::SplitBf16(y_, T, kN, kN, hi_, mid_, lo_, stream_));
+  Note(kn::DequantRows(w_, 0, kWeightRows, dq_, stream_));
+  Note(kn::DequantRowsBf16(w_, kWeightRows, kWeightRows, dqb_, stream_));
+  Note(kn::GatherWeightRows(w_, weight_ids_, 8, gw_, stream_));
+  Note(kn::GatherTokenRows(y_, kN, rows_unique_, kGatherRows, kN, g64_, stream_));
+  Note(kn::ScatterAddRows(g64_, kGatherRows, kN, rows_unique_, true, y_, kN, stream_));
+  Note(kn::ScatterAddRows(g64_, kGatherRows, kN, rows_repeated_, false, y_, kN, stream_));
+  Note(kn::GatedPool(y_, y_, T / kPoolRatio, kPoolRatio, kN, pooled_, stream_));
+  Note(kn::IndexerScoresMmaGrouped(y_, idx_w_, T, kIdxHeads, kIdxDim, keys_, nullptr, nullptr,
+                                   kKeys, q_pos_, 1, 0.125f, scores_,
+                                   kn::IndexerMmaGroupRows(kIdxHeads, kIdxDim), stream_));
+  Note(kn::TopK(scores_, T, kKeys, 64, top_, stream_));
+  Note(kn::TopK(scores_, T, kKeys, kAttnSelect, sel_, stream_));
+  Note(kn::RmsNorm(y_, T, kRouted, kN, nullptr, eps, logits_, kRouted, stream_));
+  Note(kn::RouteSqrtSoftplus(logits_, route_bias_, T, kRouted, kRouteK, true, 1.0f, experts_,
+                             route_w_, stream_));
+  Note(kn::Add(q_a_, q_b_, T * kAttnHeads * kAttnDim, q_, stream_));
+  Attention();
+  std::vector<uint8_t> result;
+  for (const auto& [p, bytes] : outputs_) {
+    std::vector<uint8_t> part(bytes);
+    Note(cudaMemcpyAsync(part.data(), p, bytes, cudaMemcpyDeviceToHost, stream_));
+    Note(cudaStreamSynchronize(stream_));
+    result.insert(result.end(), part.begin(), part.end());
+  }
+  int error_word = -1;
+  Note(cudaMemcpy(&error_word, error_word_, sizeof(int), cudaMemcpyDeviceToHost));
+  if (error_word != 0) Note(cudaErrorUnknown);
+  *error = error_;
+  return result;
 }
 
 // Restores the process-wide PDL switch when a test ends.
@@ -617,18 +808,18 @@ int64_t NonFinite(const std::vector<uint8_t>& result, int64_t n_floats) {
   return bad;
 }
 
-void ExpectChainSameWithAndWithoutPdl(int64_t T, bool fp8, cudaStream_t stream) {
-  SCOPED_TRACE(::testing::Message() << "T " << T << (fp8 ? " FP8 activations" : " exact"));
+// Runs `chain` with PDL off, then 5 times with PDL on: every run bitwise the first.
+// `stream_floats`: how many leading result floats must be finite.
+void ExpectSameWithAndWithoutPdl(ChainBase& chain, uint64_t seed, int64_t stream_floats) {
   PdlSwitchGuard guard;
-  DecodeChain chain(T, fp8, stream);
-  ASSERT_EQ(chain.Init(1000 + static_cast<uint64_t>(T)), cudaSuccess);
+  ASSERT_EQ(chain.Init(seed), cudaSuccess);
   kn::pdl::SetEnabled(false);
   cudaError_t e = cudaSuccess;
   const std::vector<uint8_t> plain = chain.Run(&e);
   ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  // The streams are finite (a NaN here would mean a kernel read a poisoned buffer even in
-  // plain stream order, i.e. the chain itself is broken).
-  ASSERT_EQ(NonFinite(plain, T * kHc * kD), 0);
+  // (A NaN here would mean a kernel read a poisoned buffer even in plain stream order: the
+  // chain itself would be broken.)
+  ASSERT_EQ(NonFinite(plain, stream_floats), 0);
   kn::pdl::SetEnabled(true);
   for (int run = 0; run < 5; ++run) {
     const std::vector<uint8_t> pdl = chain.Run(&e);
@@ -646,12 +837,24 @@ void ExpectChainSameWithAndWithoutPdl(int64_t T, bool fp8, cudaStream_t stream) 
   }
 }
 
+void ExpectChainSameWithAndWithoutPdl(int64_t T, bool fp8, cudaStream_t stream) {
+  SCOPED_TRACE(::testing::Message() << "T " << T << (fp8 ? " FP8 activations" : " exact"));
+  DecodeChain chain(T, fp8, stream);
+  ExpectSameWithAndWithoutPdl(chain, 1000 + static_cast<uint64_t>(T), T * kHc * kD);
+}
+
 TEST_F(CudaLaunchTest, DecodeChainBitwiseSameWithPdlExact) {
   for (int64_t T : {1, 5, 32}) ExpectChainSameWithAndWithoutPdl(T, /*fp8=*/false, stream_);
 }
 
 TEST_F(CudaLaunchTest, DecodeChainBitwiseSameWithPdlFp8Activations) {
   for (int64_t T : {1, 5, 32}) ExpectChainSameWithAndWithoutPdl(T, /*fp8=*/true, stream_);
+}
+
+TEST_F(CudaLaunchTest, PrefillKernelsBitwiseSameWithPdl) {
+  PrefillChain chain(stream_);
+  // The first output is the EngramGate rows [520, 510]: finite.
+  ExpectSameWithAndWithoutPdl(chain, 77, /*stream_floats=*/520 * 510);
 }
 
 // The switch: SetEnabled overrides the environment (DEEPINFER_CUDA_PDL) both ways.
