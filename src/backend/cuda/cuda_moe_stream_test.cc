@@ -494,7 +494,8 @@ TEST_F(CudaMoeStreamTest, DISABLED_Bench) {
 // experts of [2304 x 5120] x 3 MXFP4 behind 64 distinct weight sets, top-6, random routing) for
 // T 1, 8, 32 and 256 (8-pair items), in the default table and in every compiled shape: device
 // us per call, GB/s of the distinct experts' bytes, and the bits against the default table
-// (every shape must give the same bits). Lines "SWEEP T=.. <shape>" and "BEST T=..". Run with
+// (every shape must give the same bits). Lines "SWEEP T=.. <shape>" (the default's line names
+// the shapes its table picked for the up / down GEMMs) and "BEST T=..". Run with
 // --gtest_also_run_disabled_tests --gtest_filter='CudaMoeStreamTest.DISABLED_SweepVariants'.
 TEST_F(CudaMoeStreamTest, DISABLED_SweepVariants) {
   const int64_t D = 5120, I = 2304, n = 384, k = 6;
@@ -503,13 +504,17 @@ TEST_F(CudaMoeStreamTest, DISABLED_SweepVariants) {
   gpu_->set_fp8_activations(true);
   gpu_->set_batch_invariant(false);
   gpu_->set_experts_bf16_min_tokens(1);
+  const StreamMode stream(StreamMode::kAlways);  // means <= 4 pairs: 8-pair items either way
   for (int64_t T : {1, 8, 32, 256}) {
+    ASSERT_LE((T * k + n - 1) / n, 4);
     const Call c = MakeCall(T, k, n, D);
     const std::set<int32_t> distinct(c.ids.begin(), c.ids.end());
     const double bytes = expert_bytes * static_cast<double>(distinct.size());
     const model::RoutedExpertsArgs a = Upload(ex, c);
-    // What the default table picks for the up and down GEMMs (8-pair items).
+    // The grids of the up and down GEMMs in 128-row blocks (moe_groups::MaxItems items of 8
+    // pairs), for the default table's picks in the report.
     const int64_t items = (T * k + 7) / 8 + std::min(T * k, n);
+    const int64_t up_grid = items * (2 * I / 128), down_grid = items * (D / 128);
     std::string best = "default";
     double best_us = 0.0;
     std::vector<float> by_default;
@@ -525,8 +530,8 @@ TEST_F(CudaMoeStreamTest, DISABLED_SweepVariants) {
       std::string label = name ? name : "default";
       if (s < 0) {
         label += std::string("(") +
-                 moe_bf16::kStreamShapes[moe_bf16::PickStreamShape(1, items * 36)].name + "/" +
-                 moe_bf16::kStreamShapes[moe_bf16::PickStreamShape(1, items * 40)].name + ")";
+                 moe_bf16::kStreamShapes[moe_bf16::PickStreamShape(1, up_grid)].name + "/" +
+                 moe_bf16::kStreamShapes[moe_bf16::PickStreamShape(1, down_grid)].name + ")";
       }
       std::printf("SWEEP T=%-4lld %-26s: %8.1f us, %5.0f GB/s of %zu experts' bytes, bits %s\n",
                   static_cast<long long>(T), label.c_str(), us, bytes / us / 1e3, distinct.size(),
