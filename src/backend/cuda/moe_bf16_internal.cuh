@@ -57,7 +57,8 @@ struct StreamShape {
 // Every compiled shape: one kernel per shape and item width (8, 16, 32 pairs) that it fits.
 // ptxas (sm_90a) registers at widths 8 / 16 / 32, no spills in any instantiated kernel:
 //   w8pf4s4 127/127/128, w2pf4s4 127/127/-, w8pf2b3 80/-/- (spills at 16 and 32 pairs),
-//   w4pf4s4 127/127/128, w4pf8s8 167/167/167, w16pf2s4 96/96/127, w8pf4s8 128/128/127.
+//   w4pf4s4 127/127/128, w4pf8s8 167/167/167, w16pf2s4 96/96/127, w8pf4s8 128/128/127,
+//   w2pf8s8 167/167/-.
 inline constexpr StreamShape kStreamShapes[] = {
     {"w8pf4s4", 8, 2, 4, 4, 4},    // 8 warps, 2 blocks per SM (the shape before the sweep)
     {"w2pf4s4", 2, 8, 4, 4, 2},    // 2 warps, 8 blocks per SM (small grids before the sweep)
@@ -66,6 +67,7 @@ inline constexpr StreamShape kStreamShapes[] = {
     {"w4pf8s8", 4, 3, 8, 8, 4},    // 4 warps, 3 blocks per SM (<= 168 registers), 8 KiB in flight
     {"w16pf2s4", 16, 1, 2, 4, 4},  // 16 warps, 1 block per SM
     {"w8pf4s8", 8, 2, 4, 8, 4},    // 8 warps, 2 blocks per SM, slices of 8 steps
+    {"w2pf8s8", 2, 6, 8, 8, 2},    // 2 warps, 6 blocks per SM (<= 168 registers), 8 KiB in flight
 };
 inline constexpr int kNumStreamShapes = sizeof(kStreamShapes) / sizeof(kStreamShapes[0]);
 
