@@ -548,7 +548,7 @@ void DecodeChain::Experts(int layer) {
   const auto f = WeightFormat::kMxFp4;
   if (fp8_) {
     if (layer % 2 == 1 && kn::RoutedExpertsBf16Applicable(f, f, kD, kI, T_, kSlots, kExperts)) {
-      Note(kn::RoutedExpertsBf16(l, moe_scratch_, stream_));  // (launched plainly: not PDL)
+      Note(kn::RoutedExpertsBf16(l, moe_scratch_, stream_));
     } else {
       Note(kn::RoutedExpertsFp8(l, moe_scratch_, stream_));
     }
