@@ -262,7 +262,7 @@ TEST_F(CudaMoeStreamTest, WideItemsMatchCpuReference) {
 
 // A token's row is bitwise the same alone and inside a batch: 384 experts, T 32 and 100
 // (8-pair items, 8-warp blocks) against the last 1 and 3 tokens alone (direct items of one
-// pair, or grouped; 2-warp blocks); 16 experts, T 32 and 64 (16- and 32-pair items: two and
+// pair, or grouped); 16 experts, T 32 and 64 (16- and 32-pair items: two and
 // four token tiles) against the last 1 and 3 tokens alone (8-pair items: one tile).
 TEST_F(CudaMoeStreamTest, RowsIndependentOfBatchBitwise) {
   for (const auto& [n_experts, T] :
@@ -315,8 +315,8 @@ TEST_F(CudaMoeStreamTest, OneExpertTakesAllPairs) {
 }
 
 // The real V4.1-Flash expert shape (D 5120, I 2304), scale bytes 100..140, SwiGLU limit 7:
-// T 2 and 8 over the first 8 of the experts (means 2 and 6: 8- and 16-pair items, 2-warp
-// blocks) and T 8 over all 24 (mean 2, 8-warp blocks).
+// T 2 and 8 over the first 8 of the experts (means 2 and 6: 8- and 16-pair items) and T 8
+// over all 24 (mean 2).
 TEST_F(CudaMoeStreamTest, RealV41Shape) {
   if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
   const Experts all = MakeExperts(24, 5120, 2304, 100, 140);
@@ -432,7 +432,7 @@ TEST_F(CudaMoeStreamTest, ShapeChoiceByEnvironmentAndTable) {
 // loads in flight and the slice length; every output stays one MMA chain over K in step order):
 // 16 experts of D 1152, I 2304 (K steps 9 and 18: whole groups of 2, 4 and 8 steps plus a tail,
 // several slices of 4 and 8 steps), scale bytes 100..140 (both dequantisation branches),
-// T 1 (direct items; default table: 2-warp blocks), 8 (8-pair items, 8-warp blocks), 16 (16-pair
+// T 1 (direct items), 8 (8-pair items), 16 (16-pair
 // items) and 40 (32-pair items); shapes that do not fit a width run the table's (same bits).
 // The default is within the CPU reference bound.
 TEST_F(CudaMoeStreamTest, EveryShapeGivesDefaultBits) {
