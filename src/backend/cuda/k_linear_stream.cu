@@ -127,25 +127,16 @@ struct StreamArgs {
   bool accumulate;
 };
 
-// One K step's weight registers: 32 bytes of rows g and g + 8, and the scale byte.
-struct WeightRegs {
+// One K step's registers: 32 weight bytes of rows g and g + 8, the B units, the scale byte.
+template <int NT>
+struct StepRegs {
   uint4 w[4];
+  uint4 x[4][NT];
   uint32_t scale;
 };
 
-// One K step's B fragments: unit q (MMAs 2q, 2q + 1) of each token tile.
 template <int NT>
-struct ActRegs {
-  uint4 x[4][NT];
-};
-
-// K steps of weight loads in flight per warp: ncu (run 55) showed the 2-step version
-// latency-bound (long-scoreboard stalls 2.4-2.9 per issue, ~15% of warp slots active). The
-// activations (L1 / L2 hits) are loaded one step ahead.
-template <int NT>
-inline constexpr int kWeightSteps = NT == 1 ? 4 : 2;
-
-__device__ __forceinline__ void LoadWeights(WeightRegs& s, const uint8_t* w0, const uint8_t* w1,
+__device__ __forceinline__ void LoadWeights(StepRegs<NT>& s, const uint8_t* w0, const uint8_t* w1,
                                             const uint8_t* sc, int64_t st) {
   const int64_t off = st * kStepK;
   s.w[0] = LoadStreaming(w0 + off);
@@ -156,7 +147,7 @@ __device__ __forceinline__ void LoadWeights(WeightRegs& s, const uint8_t* w0, co
 }
 
 template <int NT>
-__device__ __forceinline__ void LoadActivations(ActRegs<NT>& s, const uint4* xp, int64_t x_st) {
+__device__ __forceinline__ void LoadActivations(StepRegs<NT>& s, const uint4* xp, int64_t x_st) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
 #pragma unroll
@@ -164,10 +155,17 @@ __device__ __forceinline__ void LoadActivations(ActRegs<NT>& s, const uint4* xp,
   }
 }
 
+template <int NT>
+__device__ __forceinline__ void LoadStep(StepRegs<NT>& s, const uint8_t* w0, const uint8_t* w1,
+                                         const uint8_t* sc, const uint4* xp, int64_t st,
+                                         int64_t x_st) {
+  LoadWeights(s, w0, w1, sc, st);
+  LoadActivations(s, xp, x_st);
+}
+
 // The 8 MMAs of one step (see the file comment for the operand maps).
 template <int NT>
-__device__ __forceinline__ void ComputeStep(const WeightRegs& s, const ActRegs<NT>& x,
-                                            float (&acc)[NT][4]) {
+__device__ __forceinline__ void ComputeStep(const StepRegs<NT>& s, float (&acc)[NT][4]) {
   const uint32_t S = s.scale;
   const bool one = S <= 134;  // 2^(S - 7) is a normal bf16
   const uint32_t f1 = (one ? S + 120 : 247u) * 0x00800080u, f2 = E8m0ToBf16x2(S);
@@ -184,7 +182,7 @@ __device__ __forceinline__ void ComputeStep(const WeightRegs& s, const ActRegs<N
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const uint4& u = x.x[m / 2][nt];
+      const uint4& u = s.x[m / 2][nt];
       if (m % 2 == 0) {
         mma::MmaBf16(acc[nt], a, u.x, u.y);
       } else {
@@ -194,38 +192,28 @@ __device__ __forceinline__ void ComputeStep(const WeightRegs& s, const ActRegs<N
   }
 }
 
-// acc += rows [r, r + 16) of the weight times the activations over K steps [s0, s1): a ring
-// of kWeightSteps steps of weight loads (issued before the wait for the quantisation grid:
-// weights never change), the activations of step s + 1 loaded while step s is computed.
+// acc += rows [r, r + 16) of the weight times the activations over K steps [s0, s1).
 template <int NT>
 __device__ __forceinline__ void AccumulateRows(const StreamArgs& a, int64_t r, int64_t s0,
                                                int64_t s1, float (&acc)[NT][4]) {
-  constexpr int kPF = kWeightSteps<NT>;
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, c = lane % 4;
   const uint8_t* w0 = a.w + (r + g) * a.K + 32 * c;
   const uint8_t* w1 = w0 + 8 * a.K;
   const uint8_t* sc = a.scale + (r / 32) * (a.K / 32) + c;
   const int64_t x0 = (r / a.group_rows) * a.group_steps;  // x step of weight step 0
   const uint4* xp = a.xf + lane;
-  WeightRegs ring[kPF];
-#pragma unroll
-  for (int u = 0; u < kPF; ++u) {
-    if (s0 + u < s1) LoadWeights(ring[u], w0, w1, sc, s0 + u);
-  }
+  StepRegs<NT> buf[2];
+  if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
+  if (s0 + 1 < s1) LoadWeights(buf[1], w0, w1, sc, s0 + 1);
   pdl::WaitThenAllowNext();
-  ActRegs<NT> x;
-  if (s0 < s1) LoadActivations(x, xp, x0 + s0);
-  for (int64_t st = s0; st < s1; st += kPF) {
-#pragma unroll
-    for (int u = 0; u < kPF; ++u) {
-      const int64_t s = st + u;
-      if (s < s1) {
-        ActRegs<NT> next;
-        if (s + 1 < s1) LoadActivations(next, xp, x0 + s + 1);
-        ComputeStep(ring[u], x, acc);
-        if (s + kPF < s1) LoadWeights(ring[u], w0, w1, sc, s + kPF);
-        x = next;
-      }
+  if (s0 < s1) LoadActivations(buf[0], xp, x0 + s0);
+  if (s0 + 1 < s1) LoadActivations(buf[1], xp, x0 + s0 + 1);
+  for (int64_t st = s0; st < s1; st += 2) {
+    ComputeStep(buf[0], acc);
+    if (st + 2 < s1) LoadStep(buf[0], w0, w1, sc, xp, st + 2, x0 + st + 2);
+    if (st + 1 < s1) {
+      ComputeStep(buf[1], acc);
+      if (st + 3 < s1) LoadStep(buf[1], w0, w1, sc, xp, st + 3, x0 + st + 3);
     }
   }
 }
