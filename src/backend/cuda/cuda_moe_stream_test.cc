@@ -261,9 +261,9 @@ TEST_F(CudaMoeStreamTest, WideItemsMatchCpuReference) {
 }
 
 // A token's row is bitwise the same alone and inside a batch: 384 experts, T 32 and 100
-// (32-pair items, mostly one token tile computed) against the last 1 and 3 tokens alone
-// (direct items of one pair, or grouped); 16 experts, T 32 and 64 (items with two to four
-// tiles of pairs) against the last 1 and 3 tokens alone.
+// (8-pair items, 8-warp blocks) against the last 1 and 3 tokens alone (direct items of one
+// pair, or grouped); 16 experts, T 32 and 64 (16- and 32-pair items: two and
+// four token tiles) against the last 1 and 3 tokens alone (8-pair items: one tile).
 TEST_F(CudaMoeStreamTest, RowsIndependentOfBatchBitwise) {
   for (const auto& [n_experts, T] :
        {std::pair<int64_t, int64_t>{384, 32}, {384, 100}, {16, 32}, {16, 64}}) {
@@ -278,33 +278,25 @@ TEST_F(CudaMoeStreamTest, RowsIndependentOfBatchBitwise) {
   }
 }
 
-// The same pairs (T 48 over experts 0..15: ~18 pairs per expert) in items of 32, 16 and 8
-// (forced by DEEPINFER_EXPERTS_STREAM_ITEM_PAIRS; the default is 32 with only the tiles that
-// hold pairs computed) give the same bits; so do tables of 48 and 96 of the same experts
-// (means 6 and 3: partly filled tiles) in the default width.
+// The same pairs (T 48 over experts 0..15) in items of 32, 16 and 8 (tables of the first 16,
+// the first 48 and all 96 of the same experts: means 18, 6 and 3) give the same bits.
 TEST_F(CudaMoeStreamTest, ItemWidthDoesNotChangeBits) {
   const Experts all = MakeExperts(96, 256, 384);
   const Call c = MakeCall(48, 6, 16, all.D);
-  Experts sixteen;
-  sixteen.D = all.D, sixteen.I = all.I;
-  sixteen.table.assign(all.table.begin(), all.table.begin() + 16);
-  const std::vector<float> by_default = RunGpu(sixteen, c, StreamMode::kAlways);
-  for (const char* pairs : {"8", "16", "32"}) {
-    const ScopedEnv width("DEEPINFER_EXPERTS_STREAM_ITEM_PAIRS", pairs);
-    EXPECT_TRUE(BitExact(RunGpu(sixteen, c, StreamMode::kAlways), by_default)) << pairs;
-  }
-  for (int64_t n : {48, 96}) {
+  std::vector<std::vector<float>> ys;
+  for (int64_t n : {16, 48, 96}) {
     Experts ex;
     ex.D = all.D, ex.I = all.I;
     ex.table.assign(all.table.begin(), all.table.begin() + n);
-    EXPECT_TRUE(BitExact(RunGpu(ex, c, StreamMode::kAlways), by_default)) << n;
+    ys.push_back(RunGpu(ex, c, StreamMode::kAlways));
   }
-  ExpectNearReference(by_default, Reference(all, c));
+  EXPECT_TRUE(BitExact(ys[0], ys[2]));
+  EXPECT_TRUE(BitExact(ys[1], ys[2]));
+  ExpectNearReference(ys[2], Reference(all, c));
 }
 
-// Routing edge cases: one expert takes every pair (T 40, k 1: two items of one expert, 32
-// and 8 pairs; k 2: that expert in every token's second slot), all other experts have no
-// pairs.
+// Routing edge cases: one expert takes every pair (T 40, k 1: five 8-pair items of one
+// expert; k 2: that expert in every token's second slot), all other experts have no pairs.
 TEST_F(CudaMoeStreamTest, OneExpertTakesAllPairs) {
   const Experts ex = MakeExperts(16, 256, 384);
   for (int64_t k : {1, 2}) {
@@ -323,8 +315,8 @@ TEST_F(CudaMoeStreamTest, OneExpertTakesAllPairs) {
 }
 
 // The real V4.1-Flash expert shape (D 5120, I 2304), scale bytes 100..140, SwiGLU limit 7:
-// T 2 and 8 over the first 8 of the experts (means 2 and 6: direct items, and items with up
-// to four tiles of pairs) and T 8 over all 24 (mean 2).
+// T 2 and 8 over the first 8 of the experts (means 2 and 6: 8- and 16-pair items) and T 8
+// over all 24 (mean 2).
 TEST_F(CudaMoeStreamTest, RealV41Shape) {
   if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
   const Experts all = MakeExperts(24, 5120, 2304, 100, 140);
@@ -440,17 +432,14 @@ TEST_F(CudaMoeStreamTest, ShapeChoiceByEnvironmentAndTable) {
 // loads in flight and the slice length; every output stays one MMA chain over K in step order):
 // 16 experts of D 1152, I 2304 (K steps 9 and 18: whole groups of 2, 4 and 8 steps plus a tail,
 // several slices of 4 and 8 steps), scale bytes 100..140 (both dequantisation branches),
-// T 1 (direct items), 8, 16 and 40 in items of 8, 16 and 32 pairs (forced by
-// DEEPINFER_EXPERTS_STREAM_ITEM_PAIRS, so that every shape's kernels of each width run);
-// shapes that do not fit a width run the table's (same bits).
+// T 1 (direct items), 8 (8-pair items), 16 (16-pair
+// items) and 40 (32-pair items); shapes that do not fit a width run the table's (same bits).
 // The default is within the CPU reference bound.
 TEST_F(CudaMoeStreamTest, EveryShapeGivesDefaultBits) {
   const bool small = SmallOnly();
   const Experts ex = MakeExperts(16, small ? 256 : 1152, small ? 384 : 2304, 100, 140);
-  for (const auto& [T, pairs] :
-       {std::pair<int64_t, const char*>{1, nullptr}, {8, "8"}, {16, "16"}, {40, "32"}}) {
+  for (int64_t T : {1, 8, 16, 40}) {
     SCOPED_TRACE(::testing::Message() << "T " << T);
-    const ScopedEnv width("DEEPINFER_EXPERTS_STREAM_ITEM_PAIRS", pairs);
     const Call c = MakeCall(T, 6, 16, ex.D);
     std::vector<float> by_default;
     {
@@ -503,10 +492,10 @@ TEST_F(CudaMoeStreamTest, DISABLED_Bench) {
 
 // The shape sweep: one layer's RoutedExperts at the V4.1-Flash shape (as DISABLED_Bench: 384
 // experts of [2304 x 5120] x 3 MXFP4 behind 64 distinct weight sets, top-6, random routing) for
-// T 1, 8, 32 and 256 (8-pair items, forced: the sweep of run 54), in the default table and in every
-// compiled shape: device us per call, GB/s of the distinct experts' bytes, and the bits against the
-// default table (every shape must give the same bits). Lines "SWEEP T=.. <shape>" (the default's
-// line names the shapes its table picked for the up / down GEMMs) and "BEST T=..". Run with
+// T 1, 8, 32 and 256 (8-pair items), in the default table and in every compiled shape: device
+// us per call, GB/s of the distinct experts' bytes, and the bits against the default table
+// (every shape must give the same bits). Lines "SWEEP T=.. <shape>" (the default's line names
+// the shapes its table picked for the up / down GEMMs) and "BEST T=..". Run with
 // --gtest_also_run_disabled_tests --gtest_filter='CudaMoeStreamTest.DISABLED_SweepVariants'.
 TEST_F(CudaMoeStreamTest, DISABLED_SweepVariants) {
   const int64_t D = 5120, I = 2304, n = 384, k = 6;
@@ -515,8 +504,7 @@ TEST_F(CudaMoeStreamTest, DISABLED_SweepVariants) {
   gpu_->set_fp8_activations(true);
   gpu_->set_batch_invariant(false);
   gpu_->set_experts_bf16_min_tokens(1);
-  const StreamMode stream(StreamMode::kAlways);
-  const ScopedEnv width("DEEPINFER_EXPERTS_STREAM_ITEM_PAIRS", "8");
+  const StreamMode stream(StreamMode::kAlways);  // means <= 4 pairs: 8-pair items either way
   for (int64_t T : {1, 8, 32, 256}) {
     ASSERT_LE((T * k + n - 1) / n, 4);
     const Call c = MakeCall(T, k, n, D);

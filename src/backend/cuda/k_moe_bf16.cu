@@ -18,12 +18,12 @@
 //
 // Two GEMM kernels, picked by the mean pairs per expert (ceil(T k / n_experts)): up to
 // ExpertsStreamMaxMeanPairs() (12; decode) the weight-streaming kernel of k_moe_stream.cu
-// (stream_mma.cuh: weights straight from global memory into mma.sync registers, items of 32
-// pairs computing only the 8-token tiles that hold pairs), above it the wgmma tile kernel below
-// (items of 64 / 96 / 128). Both give one fp32 sum over K per output (different summation orders,
-// so a token's bits change when T crosses the threshold; within one kernel they do not depend on
-// the other tokens). With at most kDirectMaxPairs pairs (B <= 2 at k = 6) the quantisation kernel
-// writes one item per pair and the two grouping launches are skipped.
+// (stream_mma.cuh: weights straight from global memory into mma.sync registers, items of 8,
+// 16 or 32 pairs), above it the wgmma tile kernel below (items of 64 / 96 / 128). Both give one
+// fp32 sum over K per output (different summation orders, so a token's bits change when T crosses
+// the threshold; within one kernel they do not depend on the other tokens). With at most
+// kDirectMaxPairs pairs (B <= 2 at k = 6) the quantisation kernel writes one item per pair
+// and the two grouping launches are skipped.
 //
 // Launches: every kernel of the path (quantisation, SwiGLU, both GEMM kernels) is launched as a
 // programmatic dependent (pdl.cuh) and calls pdl::WaitThenAllowNext() first.
@@ -144,34 +144,14 @@ bool UseStream(int64_t T, int64_t k, int64_t n_experts) {
   return MeanPairs(T, k, n_experts) <= ExpertsStreamMaxMeanPairs();
 }
 
-// Decode with few pairs (P <= kDirectMaxPairs, 8-pair streaming items): every pair is an item
-// of its own (order = identity, count 1), written by block 0 of the quantisation kernel
-// instead of the two grouping launches (CountPairs, FillGroups: ~2 launches per layer at
-// B = 1). A pair's bits are those of the grouped items (one 8-token tile either way); two
-// tokens routed to one expert read its weights twice (P <= 16: rare and small).
-constexpr int64_t kDirectMaxPairs = 16;
-
-// Streaming item width forced by DEEPINFER_EXPERTS_STREAM_ITEM_PAIRS = 8, 16 or 32 (tests and
-// sweeps; read on every call), else 0.
-int ForcedStreamItemPairs() {
-  const char* env = std::getenv("DEEPINFER_EXPERTS_STREAM_ITEM_PAIRS");
-  const int v = env != nullptr ? std::atoi(env) : 0;
-  return v == 8 || v == 16 || v == 32 ? v : 0;
-}
-
-// Item width. Streaming (decode): 32 pairs, of which the kernel computes only the 8-token tiles
-// that hold pairs, so an item costs what its pairs need and an expert is read once for up to
-// 32 of its pairs (with 8-pair items the experts the router favours were read once per 8 pairs:
-// ncu at B = 32 counted ~10% more expert reads than distinct experts); 8 for the direct items
-// (P <= kDirectMaxPairs). wgmma: each item re-reads the expert's weights, and columns past an
-// item's pairs are wasted MMA work (prefill 4096 x 6 / 384: ~64 pairs per expert -> 96; the
-// MMA pipe was ~52% busy with 128-wide items).
+// Item width. Streaming (decode): 8 pairs up to 4 per expert on average (B = 256, k = 6 of
+// 384: ~2% of the experts need a second item), 16 up to 12, else 32 (only when
+// DEEPINFER_EXPERTS_STREAM_MAX_PAIRS raises the threshold: prefill experiments). wgmma: each item
+// re-reads the expert's weights, and columns past an item's pairs are wasted MMA work (prefill 4096
+// x 6 / 384: ~64 pairs per expert -> 96; the MMA pipe was ~52% busy with 128-wide items).
 int TokensPerItem(int64_t T, int64_t k, int64_t n_experts) {
   const int64_t mean = MeanPairs(T, k, n_experts);
-  if (UseStream(T, k, n_experts)) {
-    if (const int forced = ForcedStreamItemPairs(); forced > 0) return forced;
-    return T * k <= kDirectMaxPairs ? 8 : moe_bf16::kStreamMaxItemPairs;
-  }
+  if (UseStream(T, k, n_experts)) return mean <= 4 ? 8 : mean <= 12 ? 16 : 32;
   const int64_t want = mean + mean / 4;
   return want <= 64 ? 64 : want <= 96 ? 96 : 128;
 }
@@ -194,6 +174,13 @@ __device__ __forceinline__ void StoreBf16Block(float v, uint16_t* block) {
   block[PermutedBf16Index(static_cast<int>(threadIdx.x % 32))] =
       __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
+
+// Decode with few pairs (P <= kDirectMaxPairs, 8-pair streaming items): every pair is an item
+// of its own (order = identity, count 1), written by block 0 of the quantisation kernel
+// instead of the two grouping launches (CountPairs, FillGroups: ~2 launches per layer at
+// B = 1). A pair's bits are those of the grouped items (one 8-token tile either way); two
+// tokens routed to one expert read its weights twice (P <= 16: rare and small).
+constexpr int64_t kDirectMaxPairs = 16;
 
 // The direct items' inputs and outputs; experts == nullptr: none (the grouping runs).
 struct DirectItems {

@@ -81,12 +81,9 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertStreamGemmKerne
   const int n = S::Stage::Token(tid);
   const uint16_t* act_row = n < item.count ? a.act + int64_t{pairs[n] / act_div} * K : nullptr;
 
-  // Token tiles with pairs: an item of c pairs runs ceil(c / 8) of the kNT tiles (the MMAs of
-  // the others are skipped, so a wide item costs what its pairs need).
-  const int tiles = min(kNT, (item.count + 7) / 8);
   float acc[kNT][4] = {};
   sm::StreamBlockRows<sm::StreamFormat::kMxFp4, kNT, kPF, kSlice, S::kThreads>(
-      w, static_cast<int>(K / sm::kStepK), tiles, act_row, smem, acc);
+      w, static_cast<int>(K / sm::kStepK), act_row, smem, acc);
 
   // acc[nt][e]: row v0 + g (+ 8 for e >= 2), token 8 nt + 2 c (+ 1 for odd e).
   const int g = lane / 4, c = lane % 4;

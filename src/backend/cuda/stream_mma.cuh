@@ -145,10 +145,8 @@ struct ActStage {
   __device__ static int Token(int tid) { return (tid / 4) % (8 * kNT); }
 
   // Copies slice `slice` (steps slice * kSliceSteps .. < n_steps) of the thread's token row
-  // (permuted bf16 at the first staged K value) into buffer slice % 2 with cp.async (the
-  // caller commits and waits). A null row (a token column past the item's pairs) is not
-  // staged: its bytes stay stale, which reaches only that token's accumulator column (an MMA
-  // never mixes columns), and those are never stored.
+  // (permuted bf16 at the first staged K value; null: zeros) into buffer slice % 2 with
+  // cp.async (the caller commits and waits).
   template <int kThreads>
   __device__ static void Copy(char* slices, const uint16_t* row, int slice, int n_steps, int tid) {
     static_assert(kThreads % (32 * kNT) == 0, "a thread copies one token row");
@@ -161,6 +159,8 @@ struct ActStage {
       const int j = (q / (32 * kNT)) % 4;
       if (row != nullptr) {
         mma::CpAsync16(buf + q * 16, row + int64_t{step} * kStepK + 32 * c + 8 * j);
+      } else {
+        *reinterpret_cast<uint4*>(buf + q * 16) = make_uint4(0, 0, 0, 0);
       }
     }
   }
@@ -208,10 +208,10 @@ __device__ __forceinline__ void FinishTwoStep(const uint32_t (&s)[2], uint32_t (
   }
 }
 
-// The 8 tiles MMAs of a step: A words a, staged activations at b (this lane's 16 bytes of
-// (j = 0, tile 0) of the step); token tiles tiles .. kNT - 1 (no pairs there) are skipped.
+// The 8 kNT MMAs of a step: A words a, staged activations at b (this lane's 16 bytes of
+// (j = 0, tile 0) of the step).
 template <int kNT>
-__device__ __forceinline__ void MmaStep(const uint32_t (&a)[2][16], const char* b, int tiles,
+__device__ __forceinline__ void MmaStep(const uint32_t (&a)[2][16], const char* b,
                                         float (&acc)[kNT][4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -219,7 +219,6 @@ __device__ __forceinline__ void MmaStep(const uint32_t (&a)[2][16], const char* 
     const uint32_t a_hi[4] = {a[0][4 * j + 2], a[1][4 * j + 2], a[0][4 * j + 3], a[1][4 * j + 3]};
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
-      if (nt > 0 && nt >= tiles) break;  // warp-uniform
       const uint4 x = *reinterpret_cast<const uint4*>(b + (j * kNT + nt) * 512);
       mma::MmaBf16(acc[nt], a_lo, x.x, x.y);
       mma::MmaBf16(acc[nt], a_hi, x.z, x.w);
@@ -234,12 +233,10 @@ __device__ __forceinline__ void MmaStep(const uint32_t (&a)[2][16], const char* 
 // of the first step of slice i (steps i * kSliceSteps ..): it must make slice i's staged
 // activations visible in buffer i % 2 (ActStage layout at `slices`). The weight loads of the
 // next kPF steps are always in flight, across slices. Every warp of the block must call this
-// with the same n_steps. Only token tiles < tiles (1 .. kNT, warp-uniform) are computed (the
-// others' accumulators are left as they are). acc is not zeroed here.
+// with the same n_steps. acc is not zeroed here.
 template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice>
-__device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, int tiles,
-                                           const char* slices, OnSlice&& on_slice,
-                                           float (&acc)[kNT][4]) {
+__device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
+                                           OnSlice&& on_slice, float (&acc)[kNT][4]) {
   static_assert(kFormat == StreamFormat::kMxFp4, "only MXFP4 weights so far");
   static_assert(kPF >= 1 && kPF <= 8, "loads in flight");
   using Stage = ActStage<kNT, kSliceSteps>;
@@ -274,7 +271,7 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, int t
     const int slice = step / kSliceSteps, in_slice = step % kSliceSteps;
     if (in_slice == 0) on_slice(slice);
     const char* b = lane_b + (slice % 2) * Stage::kSliceBytes + in_slice * Stage::kStepBytes;
-    detail::MmaStep<kNT>(a, b, tiles, acc);
+    detail::MmaStep<kNT>(a, b, acc);
   };
   // Whole groups of kPF steps without per-step exit tests (so that ptxas can overlap a step's
   // MMA chain with the next step's dequantisation), then the remaining steps.
@@ -298,13 +295,12 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, int t
 }
 
 // The whole block (kThreads threads, each warp its own 16 rows) streams n_steps K steps: the
-// thread's act_row (its ActStage::Token's permuted bf16 row at the first K value; null = a
-// column past the pairs, not staged) is staged slice by slice (cp.async, one __syncthreads
-// per slice), and each warp accumulates its rows into acc for token tiles < tiles (block-
-// uniform, 1 .. kNT). slices: ActStage::kSmemBytes of shared memory, 16-byte aligned. Call
-// with a __syncthreads() between two calls that reuse `slices`.
+// thread's act_row (its ActStage::Token's permuted bf16 row at the first K value; null =
+// zeros) is staged slice by slice (cp.async, one __syncthreads per slice), and each warp
+// accumulates its rows into acc. slices: ActStage::kSmemBytes of shared memory, 16-byte
+// aligned. Call with a __syncthreads() between two calls that reuse `slices`.
 template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads>
-__device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps, int tiles,
+__device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
                                                 const uint16_t* act_row, char* slices,
                                                 float (&acc)[kNT][4]) {
   using Stage = ActStage<kNT, kSliceSteps>;
@@ -320,7 +316,7 @@ __device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps, 
       mma::CpAsyncCommit();
     }
   };
-  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, tiles, slices, on_slice, acc);
+  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels::stream_mma
