@@ -127,13 +127,6 @@ struct StreamArgs {
   bool accumulate;
 };
 
-// K steps of loads (weights and activations) in flight per warp: 3 at 8 tokens, 2 at 16
-// (registers). A ring of 2 at 8 tokens: ncu (run 55) showed the kernel latency-bound
-// (long-scoreboard stalls 2.4-2.9 per issue); 4 steps of weights with the activations one step
-// ahead was slower (run 56).
-template <int NT>
-inline constexpr int kRingSteps = NT == 1 ? 3 : 2;
-
 // One K step's registers: 32 weight bytes of rows g and g + 8, the B units, the scale byte.
 template <int NT>
 struct StepRegs {
@@ -209,25 +202,18 @@ __device__ __forceinline__ void AccumulateRows(const StreamArgs& a, int64_t r, i
   const uint8_t* sc = a.scale + (r / 32) * (a.K / 32) + c;
   const int64_t x0 = (r / a.group_rows) * a.group_steps;  // x step of weight step 0
   const uint4* xp = a.xf + lane;
-  constexpr int kRing = kRingSteps<NT>;
-  StepRegs<NT> buf[kRing];
-#pragma unroll
-  for (int u = 0; u < kRing; ++u) {
-    if (s0 + u < s1) LoadWeights(buf[u], w0, w1, sc, s0 + u);
-  }
+  StepRegs<NT> buf[2];
+  if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
+  if (s0 + 1 < s1) LoadWeights(buf[1], w0, w1, sc, s0 + 1);
   pdl::WaitThenAllowNext();
-#pragma unroll
-  for (int u = 0; u < kRing; ++u) {
-    if (s0 + u < s1) LoadActivations(buf[u], xp, x0 + s0 + u);
-  }
-  for (int64_t st = s0; st < s1; st += kRing) {
-#pragma unroll
-    for (int u = 0; u < kRing; ++u) {
-      const int64_t s = st + u;
-      if (s < s1) {
-        ComputeStep(buf[u], acc);
-        if (s + kRing < s1) LoadStep(buf[u], w0, w1, sc, xp, s + kRing, x0 + s + kRing);
-      }
+  if (s0 < s1) LoadActivations(buf[0], xp, x0 + s0);
+  if (s0 + 1 < s1) LoadActivations(buf[1], xp, x0 + s0 + 1);
+  for (int64_t st = s0; st < s1; st += 2) {
+    ComputeStep(buf[0], acc);
+    if (st + 2 < s1) LoadStep(buf[0], w0, w1, sc, xp, st + 2, x0 + st + 2);
+    if (st + 1 < s1) {
+      ComputeStep(buf[1], acc);
+      if (st + 3 < s1) LoadStep(buf[1], w0, w1, sc, xp, st + 3, x0 + st + 3);
     }
   }
 }
