@@ -24,6 +24,11 @@
 // ~1.4 of the 4 instructions per cycle of an SM. V4.1-Flash decode (one layer, B = 1): wq_a
 // 6.6 MB, wq_b 42 MB, wkv 2.6 MB, wo_a 34 MB, wo_b 42 MB, shared experts 35 MB, indexer wq_b
 // 5.2 MB: ~170 MB, ~38 us at 4.5 TB/s.
+// MEASURED (H200, DISABLED_Bench, run 54; LinearFp8 in brackets): T 1 wq_a 6.6 us (9.3), wq_b
+// 15.1 (16.6; 2.8 TB/s), wkv 6.4 (9.7), wo_b 18.5 (20.1; 2.3 TB/s), shared w1 / w2 8.5 / 8.3
+// (11.3 / 11.6), indexer wq_b 7.8 (12.6), engram wkv 46.2 (51.9; 3.4 TB/s); T 16 within ~20%.
+// ncu (run 55): latency-bound (long-scoreboard stalls 2.4-2.9 per issue, ~15% of warp slots
+// active, 34-45% issue); rings of 3 or 4 steps in flight were slower (runs 56, 59).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>

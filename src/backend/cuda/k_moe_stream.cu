@@ -31,6 +31,13 @@
 // 68.7 us (1.64 TB/s of the distinct experts' bytes), T 8 329 us (2.63 TB/s), T 32 944 us
 // (2.85 TB/s), T 256 2827 us (2.51 TB/s): ~46% issue at 2.85 TB/s by the SASS count, so
 // probably latency-bound (loads in flight, the slice barrier), hence the shape sweep.
+// After the sweep (8-warp blocks everywhere, run 54): T 1 56.9 us, T 8 297, T 32 950,
+// T 256 2608-2832 (run to run). ncu at B = 32 (run 55): the gate/up GEMM 587 us for 2.25 GB
+// read (3.84 TB/s, 80% of the DRAM peak, 62% issue active, 25% of warp slots active; stalls
+// per issue: wait 1.46, long scoreboard 0.99, math-pipe throttle 0.74, barrier 0.63), the
+// down GEMM 309 us for 1.05 GB (3.4 TB/s). The bytes read are ~10% above one read per
+// distinct expert: experts with more than 8 pairs are read once per 8-pair item (items of up
+// to 32 pairs computing only the tiles with pairs were slower overall: run 58, reverted).
 #include <cuda_runtime.h>
 
 #include <cstdint>
