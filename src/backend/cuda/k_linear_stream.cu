@@ -103,15 +103,6 @@ __device__ __forceinline__ uint32_t E4m3PairB(uint32_t w) {
   return ((w >> 4) & 0x07F007F0u) | (w & 0x80008000u);
 }
 
-// 16 weight bytes, streamed once: not kept in L1, the L2 fetching 256-byte sectors.
-__device__ __forceinline__ uint4 LoadStreaming(const uint8_t* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -144,10 +135,10 @@ template <int NT>
 __device__ __forceinline__ void LoadWeights(StepRegs<NT>& s, const uint8_t* w0, const uint8_t* w1,
                                             const uint8_t* sc, int64_t st) {
   const int64_t off = st * kStepK;
-  s.w[0] = LoadStreaming(w0 + off);
-  s.w[1] = LoadStreaming(w0 + off + 16);
-  s.w[2] = LoadStreaming(w1 + off);
-  s.w[3] = LoadStreaming(w1 + off + 16);
+  s.w[0] = mma::LoadStreaming16(w0 + off);
+  s.w[1] = mma::LoadStreaming16(w0 + off + 16);
+  s.w[2] = mma::LoadStreaming16(w1 + off);
+  s.w[3] = mma::LoadStreaming16(w1 + off + 16);
   s.scale = __ldg(sc + st * 4);
 }
 

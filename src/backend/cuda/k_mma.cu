@@ -108,17 +108,6 @@ struct MmaParams {
   int64_t x_group_stride;
 };
 
-// Streaming 16-byte load (read once: not kept in L1). A warp reads 64 contiguous bytes
-// of a row per chunk; the L2::256B hint has L2 fetch the row's next 3 chunks from HBM
-// with it, so that more bytes are in flight than the registers of one chunk ahead hold.
-__device__ __forceinline__ uint4 LoadStream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // The bf16 pair (lo, hi) rounded to nearest; lo in the low half.
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
@@ -140,7 +129,8 @@ template <WeightFormat kFormat>
 __device__ __forceinline__ LaneChunk LoadLaneChunk(const MmaParams& p, int64_t r, int64_t k) {
   constexpr int kValues = ChunkValues(kFormat);
   LaneChunk ch;
-  ch.q = LoadStream(reinterpret_cast<const uint4*>(p.data) + (r * (p.K / kValues) + k / kValues));
+  ch.q = mma::LoadStreaming16(reinterpret_cast<const uint4*>(p.data) +
+                              (r * (p.K / kValues) + k / kValues));
   if constexpr (kFormat == WeightFormat::kMxFp4) {
     ch.s_bf2 = E8m0ToBf16x2(__ldg(p.scale + r * (p.K / 32) + k / 32));
   } else if constexpr (kFormat == WeightFormat::kFp8Block32 || kFormat == WeightFormat::kFp8Row32) {

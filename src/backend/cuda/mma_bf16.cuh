@@ -1,6 +1,7 @@
 // PTX wrappers shared by the bf16 tensor-core kernels (k_mma.cu, k_attention_mma.cu,
-// k_attention_prefill.cu, k_indexer_mma.cu): shared-memory addresses, cp.async, ldmatrix, and
-// mma.sync m16n8k16 bf16 with fp32 accumulation. Include from .cu files only.
+// k_attention_prefill.cu, k_indexer_mma.cu, k_linear_stream.cu, stream_mma.cuh): shared-memory
+// addresses, cp.async, streamed 16-byte global loads, ldmatrix, and mma.sync m16n8k16 bf16 with
+// fp32 accumulation. Include from .cu files only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +25,25 @@ __device__ __forceinline__ void CpAsyncCommit() {
 }
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// 16 bytes read once from global memory (streamed weights): not kept in L1, and the L2
+// fetches the 256-byte sector group around them, so that a warp reading 64 bytes of a row
+// per step has the row's next steps brought from HBM with them. kOrdered: asm volatile (the
+// loads keep their program order; stream_mma.cuh issues its ring that way).
+template <bool kOrdered = false>
+__device__ __forceinline__ uint4 LoadStreaming16(const void* p) {
+  uint4 r;
+  if constexpr (kOrdered) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+  } else {
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+  }
+  return r;
 }
 
 // Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8.

@@ -91,16 +91,9 @@ __device__ __forceinline__ uint32_t FirstFactorBf16x2(uint32_t S) {
 
 // --- global loads ---------------------------------------------------------------------------
 
-// 16 read-only bytes, not kept in L1, with the L2 prefetch of the surrounding 256 bytes (a
-// row's next steps). Volatile: issued where written (ahead of the step that uses it).
-__device__ __forceinline__ uint4 LoadWeight16(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
+// Weight bytes: mma::LoadStreaming16<true> (mma_bf16.cuh: not kept in L1, the L2 prefetch of
+// the surrounding 256 bytes, issued where written, ahead of the step that uses them). A scale
+// byte, likewise issued where written:
 __device__ __forceinline__ uint32_t LoadScaleByte(const uint8_t* p) {
   uint32_t r;
   asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(r) : "l"(p));
@@ -249,7 +242,7 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
   auto load = [&](int ahead, int slot) {  // step base + ahead into ring slot `slot`
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      ring[slot][h] = LoadWeight16(data[h] + ahead * kDataStep);
+      ring[slot][h] = mma::LoadStreaming16</*kOrdered=*/true>(data[h] + ahead * kDataStep);
       scales[slot][h] = LoadScaleByte(scale[h] + ahead * kScaleStep);
     }
   };
