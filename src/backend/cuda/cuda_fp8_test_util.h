@@ -128,14 +128,27 @@ class CudaFp8Test : public CudaVsCpuTest {
     const std::vector<float> x = Activations(T, K);
     const std::vector<float> xq = FakeQuantized(x, T, K);
     const std::vector<float> y0 = Normal(T * ldy);
-    std::vector<float> expected = y0;
-    cpu_.Linear(xq.data(), T, K, w.ref, row0, n_rows, expected.data(), ldy, accumulate);
     const std::vector<float> got =
         path == Path::kKernel
             ? RunLinear(w, row0, n_rows, x, T, y0, ldy, accumulate)
             : RunBackendLinear(
                   w, row0, n_rows, x, T, y0, ldy, accumulate,
                   path == Path::kBackendBf16Gemm ? 1 : CudaBackend::kFp8Bf16GemmMinTokens);
+    ExpectLinearMatchesCpu(w, row0, n_rows, xq, T, y0, ldy, accumulate, got,
+                           std::string(model::WeightFormatName(f)));
+  }
+
+  // got = y [T, ldy] of a Linear of rows [row0, row0 + n_rows) of w on the activations whose
+  // fake-quantised values are xq [T, K] (onto y0 if accumulating), against the CPU Linear on
+  // xq: ExpectWithinBound with the sum of |xq w| per element, and the relative L2 error.
+  // Prints the worst |err| / bound under `label`.
+  void ExpectLinearMatchesCpu(const HostWeight& w, int64_t row0, int64_t n_rows,
+                              const std::vector<float>& xq, int64_t T, const std::vector<float>& y0,
+                              int64_t ldy, bool accumulate, const std::vector<float>& got,
+                              const std::string& label) {
+    const int64_t K = w.device.cols;
+    std::vector<float> expected = y0;
+    cpu_.Linear(xq.data(), T, K, w.ref, row0, n_rows, expected.data(), ldy, accumulate);
     std::vector<int64_t> ids(n_rows);
     for (int64_t i = 0; i < n_rows; ++i) ids[i] = row0 + i;
     std::vector<float> wd(n_rows * K);
@@ -146,10 +159,67 @@ class CudaFp8Test : public CudaVsCpuTest {
           for (int64_t k = 0; k < K; ++k) bound += std::fabs(double(xq[t * K + k]) * wd[i * K + k]);
           return bound;
         });
-    std::printf("  %s T=%lld K=%lld rows=%lld: max |err| / sum|xw| = %.3g\n",
-                std::string(model::WeightFormatName(f)).c_str(), static_cast<long long>(T),
-                static_cast<long long>(K), static_cast<long long>(n_rows), worst);
+    std::printf("  %s T=%lld K=%lld rows=%lld: max |err| / sum|xw| = %.3g\n", label.c_str(),
+                static_cast<long long>(T), static_cast<long long>(K),
+                static_cast<long long>(n_rows), worst);
     EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
+  }
+
+  // A table of routed experts and the host copies of their weights.
+  struct Experts {
+    std::vector<HostWeight> mats;
+    std::vector<ExpertWeights> table;
+    int64_t D = 0, I = 0;
+  };
+
+  // Random routing: T tokens x k distinct experts of [0, n).
+  std::vector<int32_t> Route(int64_t T, int64_t k, int64_t n) {
+    std::vector<int32_t> ids(T * k);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < k; ++i) {
+        int32_t e;
+        do {
+          e = Ints(1, 0, static_cast<int32_t>(n - 1))[0];
+        } while (std::find(&ids[t * k], &ids[t * k] + i, e) != &ids[t * k] + i);
+        ids[t * k + i] = e;
+      }
+    }
+    return ids;
+  }
+
+  // RoutedExperts once, in FP8 mode with the experts-bf16 threshold `bf16_min_tokens`, on a
+  // backend of its own (an out-of-range expert id leaves a sticky error): the backend's status
+  // after the call and y [T, D] (n_experts = table.size(), no SwiGLU limit).
+  struct ExpertsRun {
+    base::Status status;
+    std::vector<float> y;
+  };
+  ExpertsRun RunExpertsOnOwnBackend(const std::vector<ExpertWeights>& table, int64_t D,
+                                    const std::vector<float>& x, int64_t T,
+                                    const std::vector<int32_t>& ids,
+                                    const std::vector<float>& weights, int64_t k,
+                                    int64_t bf16_min_tokens) {
+    auto created = CudaBackend::Create(0);
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (!created.ok()) return {created.status(), {}};
+    std::unique_ptr<CudaBackend> b = std::move(created).value();
+    b->set_fp8_activations(true);
+    b->set_experts_bf16_min_tokens(bf16_min_tokens);
+    model::RoutedExpertsArgs a;
+    float* dx = b->AllocFloats(T * D);
+    int32_t* dids = b->AllocInts(T * k);
+    float* dw = b->AllocFloats(T * k);
+    b->CopyToDevice(dx, x.data(), T * D * 4);
+    b->CopyToDevice(dids, ids.data(), T * k * 4);
+    b->CopyToDevice(dw, weights.data(), T * k * 4);
+    a.x = dx, a.T = T, a.D = D, a.experts = dids, a.weights = dw;
+    a.k = k, a.table = table.data(), a.n_experts = static_cast<int64_t>(table.size());
+    a.swiglu_limit = 0.0f;
+    a.y = b->AllocFloats(T * D);
+    b->RoutedExperts(a);
+    ExpertsRun run{b->Synchronize(), std::vector<float>(T * D)};
+    EXPECT_EQ(cudaMemcpy(run.y.data(), a.y, run.y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return run;
   }
 
   // Per element of y [T, ldy]: a column i < n_cols is within kBoundTol * bound(t, i) (the sum

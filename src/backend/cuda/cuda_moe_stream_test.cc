@@ -71,12 +71,6 @@ class ShapeVariant : public ScopedEnv {
 
 class CudaMoeStreamTest : public CudaFp8Test {
  protected:
-  struct Experts {
-    std::vector<HostWeight> mats;
-    std::vector<ExpertWeights> table;
-    int64_t D = 0, I = 0;
-  };
-
   // n experts of MXFP4 [I, D] / [D, I] / [I, D] with scale bytes in [lo, hi]; with pool > 0
   // only `pool` distinct weight sets, expert e using set e % pool (the benchmark's table of
   // 384 entries without 7 GB of weights).
@@ -103,21 +97,6 @@ class CudaMoeStreamTest : public CudaFp8Test {
       ex.table.push_back(w);
     }
     return ex;
-  }
-
-  // T tokens x k distinct experts of [0, n).
-  std::vector<int32_t> Route(int64_t T, int64_t k, int64_t n) {
-    std::vector<int32_t> ids(T * k);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = 0; i < k; ++i) {
-        int32_t e;
-        do {
-          e = Ints(1, 0, static_cast<int32_t>(n - 1))[0];
-        } while (std::find(&ids[t * k], &ids[t * k] + i, e) != &ids[t * k] + i);
-        ids[t * k + i] = e;
-      }
-    }
-    return ids;
   }
 
   struct Call {
@@ -349,27 +328,11 @@ TEST_F(CudaMoeStreamTest, OutOfRangeIdGivesNanRowAndError) {
     std::vector<int32_t> ids = Route(T, k, 8);
     ids[3] = 8;  // token 1's second slot: id 8 of 8 experts
     const std::vector<float> weights = Uniform(T * k, 0.1f, 1.0f);
-    auto created = CudaBackend::Create(0);
-    ASSERT_TRUE(created.ok()) << created.status();
-    std::unique_ptr<CudaBackend> b = std::move(created).value();
-    b->set_fp8_activations(true);
-    b->set_experts_bf16_min_tokens(1);
-    model::RoutedExpertsArgs a;
-    float* dx = b->AllocFloats(T * ex.D);
-    int32_t* dids = b->AllocInts(T * k);
-    float* dw = b->AllocFloats(T * k);
-    b->CopyToDevice(dx, x.data(), T * ex.D * 4);
-    b->CopyToDevice(dids, ids.data(), T * k * 4);
-    b->CopyToDevice(dw, weights.data(), T * k * 4);
-    a.x = dx, a.T = T, a.D = ex.D, a.experts = dids, a.weights = dw;
-    a.k = k, a.table = ex.table.data(), a.n_experts = 8, a.swiglu_limit = 0.0f;
-    a.y = b->AllocFloats(T * ex.D);
-    b->RoutedExperts(a);
-    const base::Status st = b->Synchronize();
-    EXPECT_FALSE(st.ok());
-    EXPECT_NE(st.ToString().find("expert id"), std::string::npos) << st;
-    std::vector<float> y(T * ex.D);
-    ASSERT_EQ(cudaMemcpy(y.data(), a.y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    const ExpertsRun run = RunExpertsOnOwnBackend(ex.table, ex.D, x, T, ids, weights, k, 1);
+    EXPECT_FALSE(run.status.ok());
+    EXPECT_NE(run.status.ToString().find("expert id"), std::string::npos) << run.status;
+    const std::vector<float>& y = run.y;
+    ASSERT_EQ(y.size(), static_cast<size_t>(T * ex.D));
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t d = 0; d < ex.D; ++d) {
         const float v = y[t * ex.D + d];
