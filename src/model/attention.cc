@@ -214,22 +214,24 @@ bool Model::SelectedGatherPays(const BatchContext& b, int gi) const {
   return b.rows * b.n_select < entries;
 }
 
-void Model::GatherSelectedEntries(BatchContext& b, int gi) {
-  if (b.sel_group == gi && b.sel_serial == b.selection_serial) return;
-  const int64_t R = b.rows, k = b.n_select, d = config_.text().head_dim;
+void Model::EnsureSelectedAddressing(BatchContext& b, int gi) {
+  const int64_t R = b.rows, k = b.n_select;
+  if (static_cast<int>(b.sel_addressing.size()) <= gi) b.sel_addressing.resize(gi + 1);
+  BatchContext::SelectedAddressing& s = b.sel_addressing[gi];
+  if (s.buf.data() != nullptr && s.k == k) return;
   int64_t max_blocks = 1;
   for (const ChunkContext& c : b.chunks) {
     const KvGroupState& g = c.state->groups[gi];
     max_blocks = std::max(max_blocks, GroupBlocksFor(g, g.n_entries()));
   }
-  // Per row: the float addresses of its chunk's entry rows per block, its entry count, and
-  // its range (row * k, k) in the gathered buffer.
-  std::vector<int64_t> bases(R * max_blocks, 0);
-  std::vector<int32_t> count(R), ranges(2 * R);
-  int64_t rows_per_block = 0;
+  // One host image of the device layout: bases (2 int32 words each), count, ranges.
+  std::vector<int32_t> host(2 * R * max_blocks + 3 * R, 0);
+  auto* bases = reinterpret_cast<int64_t*>(host.data());
+  int32_t* count = host.data() + 2 * R * max_blocks;
+  int32_t* ranges = count + R;
   for (const ChunkContext& c : b.chunks) {
     const KvGroupState& g = c.state->groups[gi];
-    rows_per_block = g.entries_per_block;  // the same for every sequence of one model
+    s.rows_per_block = g.entries_per_block;  // the same for every sequence of one model
     const int64_t blocks = GroupBlocksFor(g, g.n_entries());
     for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
       for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -241,16 +243,21 @@ void Model::GatherSelectedEntries(BatchContext& b, int gi) {
       ranges[R + r] = static_cast<int32_t>(k);
     }
   }
-  DeviceInts dev_bases(backend_, 2 * R * max_blocks), dev_count(backend_, R);
-  backend_->CopyToDevice(dev_bases.data(), bases.data(), R * max_blocks * sizeof(int64_t));
-  backend_->CopyToDevice(dev_count.data(), count.data(), R * sizeof(int32_t));
-  b.sel_ranges = DeviceInts(backend_, 2 * R);
-  backend_->CopyToDevice(b.sel_ranges.data(), ranges.data(), 2 * R * sizeof(int32_t));
+  s.buf = DeviceInts(backend_, static_cast<int64_t>(host.size()));
+  backend_->CopyToDevice(s.buf.data(), host.data(), host.size() * sizeof(int32_t));
+  s.blocks = max_blocks;
+  s.k = k;
+}
+
+void Model::GatherSelectedEntries(BatchContext& b, int gi) {
+  if (b.sel_group == gi && b.sel_serial == b.selection_serial) return;
+  const int64_t R = b.rows, k = b.n_select, d = config_.text().head_dim;
+  EnsureSelectedAddressing(b, gi);
+  const BatchContext::SelectedAddressing& s = b.sel_addressing[gi];
   b.sel_entries = DeviceFloats(backend_, R * k * d);
   b.sel_remapped = DeviceInts(backend_, R * k);
-  backend_->GatherSelectedRows(
-      b.selection.data(), R, k, reinterpret_cast<const int64_t*>(dev_bases.data()), max_blocks,
-      dev_count.data(), rows_per_block, d, b.sel_entries.data(), b.sel_remapped.data());
+  backend_->GatherSelectedRows(b.selection.data(), R, k, s.bases(), s.blocks, s.count(R),
+                               s.rows_per_block, d, b.sel_entries.data(), b.sel_remapped.data());
   b.sel_group = gi;
   b.sel_serial = b.selection_serial;
 }
@@ -374,8 +381,8 @@ void Model::BatchAttention(int layer, BatchContext& b, const float* q, const flo
     args.n_comp = R * b.n_select;
     args.selection = b.sel_remapped.data();
     args.n_select = b.n_select;
-    args.comp_offset = b.sel_ranges.data();
-    args.comp_len = b.sel_ranges.data() + R;
+    args.comp_offset = b.sel_addressing[gi].ranges(R);
+    args.comp_len = b.sel_addressing[gi].ranges(R) + R;
   } else if (ratio > 0 && b.selection_group == gi && b.n_select > 0) {
     if (static_cast<int>(b.comp_entries.size()) <= gi || b.comp_entries[gi].data() == nullptr) {
       GatherBatchEntries(b, gi);

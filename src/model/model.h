@@ -146,6 +146,9 @@ class Model {
   // every chunk's entries (decode at long contexts), and that gather (BatchContext::sel_*).
   bool SelectedGatherPays(const BatchContext& b, int gi) const;
   void GatherSelectedEntries(BatchContext& b, int gi);
+  // BatchContext::sel_addressing[gi] for this forward's rows and n_select (one upload per
+  // group and forward).
+  void EnsureSelectedAddressing(BatchContext& b, int gi);
   // Every chunk's index keys of group gi in one buffer with per-row ranges
   // (BatchContext::index_keys / index_key_ranges), once per forward.
   void GatherBatchIndexKeys(BatchContext& b, int gi);

@@ -50,9 +50,20 @@ struct Model::BatchContext {
   // with the selection remapped to slots (Backend::GatherSelectedRows) and per-row ranges.
   DeviceFloats sel_entries;
   DeviceInts sel_remapped;
-  DeviceInts sel_ranges;  // comp_offset [rows] (= row * n_select), then comp_len [rows]
   int sel_group = -1;
   int sel_serial = -1;
+  // Per group: the addressing of that gather for this forward's rows, uploaded once (one copy)
+  // and shared by the group's layers (entries only grow at the group's source layer, which
+  // comes first): bases [rows * blocks] (float addresses as int64), count [rows], then the
+  // per-row ranges comp_offset [rows] (= row * k) and comp_len [rows] (= k).
+  struct SelectedAddressing {
+    DeviceInts buf;  // empty until a layer of the group gathers
+    int64_t blocks = 0, rows_per_block = 0, k = 0;
+    const int64_t* bases() const { return reinterpret_cast<const int64_t*>(buf.data()); }
+    const int32_t* count(int64_t rows) const { return buf.data() + 2 * rows * blocks; }
+    const int32_t* ranges(int64_t rows) const { return count(rows) + rows; }
+  };
+  std::vector<SelectedAddressing> sel_addressing;
   // Window rows of the varlen attention, the same in every layer (each ring holds the last
   // min(length, window) positions): chunk i's cached rows start at window_at[i], then its new
   // rows; window_meta holds window_pos [window_rows], window_start [rows], window_len [rows].
