@@ -30,6 +30,8 @@
 // tiles.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -208,6 +210,16 @@ __device__ __forceinline__ uint8_t QuantizeLaneE4m3(float v, float* scale) {
   *scale = s;
   const float q = RoundToE4m3(ClampF(v / s, -448.0f, 448.0f));
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
+}
+
+// The bf16 bits of this lane's kFp8Block32Pow2 value (the whole warp calls it, lane l holding
+// value l of a 32-value block): the e4m3 value of QuantizeLaneE4m3 times the block's power of
+// two, exact in bf16 (4 significant bits, the fp32 exponent range).
+__device__ __forceinline__ uint16_t QuantizeLaneBf16(float v) {
+  float scale;
+  const uint8_t byte = QuantizeLaneE4m3(v, &scale);
+  const float value = __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3))) * scale;
+  return __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
 // Position of value j (0..31) of a block in the permuted storage order.

@@ -82,13 +82,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t b = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32; b < blocks; b += warps) {
     const int64_t t = b / per_row, kb = b % per_row;
     const float v = t < T ? x[t * ldx + kb * 32 + lane] : 0.0f;
-    float scale;
-    const uint8_t byte = fp8::QuantizeLaneE4m3(v, &scale);
-    const float value = __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3))) * scale;
+    const uint16_t bits = fp8::QuantizeLaneBf16(v);
     const int j = 2 * (lane / 4) + lane % 2, high = (lane % 4) / 2;
     const int64_t unit = FragmentUnit(kb / 4, j / 4, static_cast<int>(t / 8),
                                       static_cast<int>(t % 8), static_cast<int>(kb % 4), nts);
-    xf[unit * 8 + (j % 4) * 2 + high] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+    xf[unit * 8 + (j % 4) * 2 + high] = bits;
   }
 }
 

@@ -167,12 +167,7 @@ __device__ __forceinline__ int PermutedBf16Index(int j) {
 // The whole warp quantises one 32-value block (lane l holds value l) and stores the bf16
 // bits of the kFp8Block32Pow2 values (exact in bf16) at block[PermutedBf16Index(l)].
 __device__ __forceinline__ void StoreBf16Block(float v, uint16_t* block) {
-  float scale;
-  const uint8_t byte = fp8::QuantizeLaneE4m3(v, &scale);
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(byte, __NV_E4M3);
-  const float value = __half2float(__half(h)) * scale;
-  block[PermutedBf16Index(static_cast<int>(threadIdx.x % 32))] =
-      __bfloat16_as_ushort(__float2bfloat16_rn(value));
+  block[PermutedBf16Index(static_cast<int>(threadIdx.x % 32))] = fp8::QuantizeLaneBf16(v);
 }
 
 // Decode with few pairs (P <= kDirectMaxPairs, 8-pair streaming items): every pair is an item
