@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -117,6 +118,40 @@ __device__ __forceinline__ const float* CandidateRow(const model::SparseAttentio
     return nullptr;
   }
   return a.comp_kv + (rows.comp0 + g) * a.head_dim;
+}
+
+// bf16 bits of x, and whether x was exactly a bf16 (else rounded to nearest even).
+__device__ __forceinline__ uint32_t Bf16Bits(float x, bool& inexact) {
+  const uint32_t b = __float_as_uint(x);
+  if ((b & 0xFFFFu) == 0) return b >> 16;
+  inexact = true;
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+// kv[r] = bf16(raw[r]) for the kRows rows of a chunk (raw fp32 [kRows][d], kv bf16 with
+// row stride rs), zero for rows with raw_valid[r] == 0; kv_valid = raw_valid. One warp per
+// row (rows warp, warp + warps, ..), lanes over 4-value quads: no index division. d is a
+// multiple of 4. Returns true if this thread saw a value that is not exactly bf16.
+template <int kRows>
+__device__ bool ConvertRowsToBf16(const float* raw, const int* raw_valid, int64_t d, int64_t rs,
+                                  uint16_t* kv, int* kv_valid) {
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int warps = static_cast<int>(blockDim.x >> 5), n = static_cast<int>(d);
+  bool inexact = false;
+  for (int r = warp; r < kRows; r += warps) {
+    const bool valid = raw_valid[r] != 0;
+    for (int c = 4 * lane; c < n; c += 128) {
+      uint2 packed = make_uint2(0u, 0u);
+      if (valid) {
+        const float4 v = *reinterpret_cast<const float4*>(raw + r * d + c);
+        packed.x = Bf16Bits(v.x, inexact) | (Bf16Bits(v.y, inexact) << 16);
+        packed.y = Bf16Bits(v.z, inexact) | (Bf16Bits(v.w, inexact) << 16);
+      }
+      *reinterpret_cast<uint2*>(kv + r * rs + c) = packed;
+    }
+  }
+  if (threadIdx.x < kRows) kv_valid[threadIdx.x] = raw_valid[threadIdx.x];
+  return inexact;
 }
 
 // --- lanes and their merge tree -----------------------------------------------------

@@ -160,53 +160,45 @@ static_assert(kHeads * kMergeCoefs + 2 * kLaneLevels * kHeads <= kWarps * kHeads
               "merge and fold weights fit in spart");
 static_assert(kChunk >= kHeads, "the O partial of the split merge fits in `raw`");
 
-// Issues the cp.async copies of candidate rows [row0, row0 + kChunk) (clipped to row_end)
-// into s.raw; warp w stages rows w * kRowsPerWarp ..; s.raw_valid says which are attended.
-template <int kTerms>
-__device__ void IssueChunk(const model::SparseAttentionArgs& a, int64_t t, const TokenRows& rows,
-                           int64_t row0, int64_t row_end, const Smem<kTerms>& s, int* error_word) {
+// The source rows this warp stages for the chunk of candidate rows [row0, row0 + kChunk)
+// (clipped to row_end): row warp * kRowsPerWarp + k, null if not attended. Resolved one
+// chunk ahead of its copies, so that the index loads behind an address (window position,
+// selection id) are off the copy's critical path.
+using ChunkSources = const float* [kRowsPerWarp];
+
+__device__ void ResolveChunk(const model::SparseAttentionArgs& a, int64_t t, const TokenRows& rows,
+                             int64_t row0, int64_t row_end, int* error_word, ChunkSources& src) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t d = a.head_dim;
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int64_t j = row0 + warp * kRowsPerWarp + k;
+    src[k] = j < row_end ? CandidateRow(a, t, rows, j, lane == 0, error_word) : nullptr;
+  }
+}
+
+// Issues the cp.async copies of a resolved chunk into s.raw; s.raw_valid says which rows
+// are attended.
+template <int kTerms>
+__device__ void IssueChunk(const ChunkSources& src, int64_t d, const Smem<kTerms>& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n = static_cast<int>(d);
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
     const int r = warp * kRowsPerWarp + k;
-    const int64_t j = row0 + r;
-    const float* row = j < row_end ? CandidateRow(a, t, rows, j, lane == 0, error_word) : nullptr;
-    if (row != nullptr) {
-      for (int64_t c = 4 * lane; c < d; c += 128) CpAsync16(s.raw + r * d + c, row + c);
+    if (src[k] != nullptr) {
+      for (int c = 4 * lane; c < n; c += 128) CpAsync16(s.raw + r * d + c, src[k] + c);
     }
-    if (lane == 0) s.raw_valid[r] = row != nullptr;
+    if (lane == 0) s.raw_valid[r] = src[k] != nullptr;
   }
   CpAsyncCommit();
-}
-
-// bf16 bits of x, and whether x was exactly a bf16 (else rounded to nearest even).
-__device__ __forceinline__ uint32_t Bf16Bits(float x, bool& inexact) {
-  const uint32_t b = __float_as_uint(x);
-  if ((b & 0xFFFFu) == 0) return b >> 16;
-  inexact = true;
-  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
 // s.kv = bf16(s.raw) for attended rows, zero for the others. Returns true if this thread
 // saw a value that is not exactly bf16.
 template <int kTerms>
 __device__ bool ConvertChunk(const Smem<kTerms>& s, int64_t d) {
-  const int64_t quads = d / 4, rs = RowStride(d);
-  bool inexact = false;
-  for (int64_t e = threadIdx.x; e < kChunk * quads; e += kThreads) {
-    const int r = static_cast<int>(e / quads);
-    const int64_t c = (e - r * quads) * 4;
-    uint2 packed = make_uint2(0u, 0u);
-    if (s.raw_valid[r]) {
-      const float4 v = *reinterpret_cast<const float4*>(s.raw + r * d + c);
-      packed.x = Bf16Bits(v.x, inexact) | (Bf16Bits(v.y, inexact) << 16);
-      packed.y = Bf16Bits(v.z, inexact) | (Bf16Bits(v.w, inexact) << 16);
-    }
-    *reinterpret_cast<uint2*>(s.kv + r * rs + c) = packed;
-  }
-  if (threadIdx.x < kChunk) s.kv_valid[threadIdx.x] = s.raw_valid[threadIdx.x];
-  return inexact;
+  return attention::ConvertRowsToBf16<kChunk>(s.raw, s.raw_valid, d, RowStride(d), s.kv,
+                                              s.kv_valid);
 }
 
 // Step 3: warp w's partial scores over its k-steps for all (head, row) of the chunk.
@@ -336,9 +328,10 @@ __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int6
   const int rank = static_cast<int>(cluster.block_rank());
   const int64_t d = a.head_dim;
   attention::ClusterMergeCoefs(s.m, s.l, s.coef, kHeads);  // every root m, l, O is final
-  for (int64_t e = rank * int64_t{kThreads} + threadIdx.x; e < kHeads * d;
-       e += int64_t{splits} * kThreads) {
-    const int64_t h = e / d, c = e - h * d;
+  const int n = static_cast<int>(d);                       // <= kAttnMmaMaxHeadDim: 32-bit indices
+  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < kHeads * n;
+       e += splits * kThreads) {
+    const int h = e / n, c = e - h * n;
     a.out[(t * a.heads + head_base + h) * d + c] =
         attention::ClusterTreeValue(splits, s.coef + h * kMergeCoefs,
                                     [&](int b) { return *cluster.map_shared_rank(s.raw + e, b); });
@@ -418,17 +411,24 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t row_end = total < row_stop ? total : row_stop;
   const int64_t n_chunks = (row_end - row_begin + kChunk - 1) / kChunk;
 
-  if (n_chunks > 0) IssueChunk(a, t, rows, row_begin, row_end, s, error_word);
-  for (int64_t e = threadIdx.x; e < kHeads * d; e += kThreads) {
-    const int64_t h = e / d, c = e - h * d;
-    const float qv = a.q[(t * a.heads + head_base + h) * d + c];
-    if constexpr (kTerms == 1) {
-      s.q[h * rs + c] = __bfloat16_as_ushort(__float2bfloat16_rn(qv));
-    } else {
-      const Bf16x3 parts = SplitBf16x3(qv);
-      s.q[(0 * kHeads + h) * rs + c] = parts.hi;
-      s.q[(1 * kHeads + h) * rs + c] = parts.mid;
-      s.q[(2 * kHeads + h) * rs + c] = parts.lo;
+  ChunkSources next;  // the sources of the chunk after the one in flight
+  if (n_chunks > 0) {
+    ResolveChunk(a, t, rows, row_begin, row_end, error_word, next);
+    IssueChunk(next, d, s);
+  }
+  if (n_chunks > 1) ResolveChunk(a, t, rows, row_begin + kChunk, row_end, error_word, next);
+  // q of the block's heads: one warp per head row, lanes over channels (no index division).
+  for (int h = static_cast<int>(threadIdx.x >> 5); h < kHeads; h += kWarps) {
+    for (int c = static_cast<int>(threadIdx.x & 31); c < static_cast<int>(d); c += 32) {
+      const float qv = a.q[(t * a.heads + head_base + h) * d + c];
+      if constexpr (kTerms == 1) {
+        s.q[h * rs + c] = __bfloat16_as_ushort(__float2bfloat16_rn(qv));
+      } else {
+        const Bf16x3 parts = SplitBf16x3(qv);
+        s.q[(0 * kHeads + h) * rs + c] = parts.hi;
+        s.q[(1 * kHeads + h) * rs + c] = parts.mid;
+        s.q[(2 * kHeads + h) * rs + c] = parts.lo;
+      }
     }
   }
   if (threadIdx.x < kHeads) {
@@ -448,7 +448,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       const bool inexact = ConvertChunk(s, d);
       if (__syncthreads_or(inexact) && threadIdx.x == 0) atomicOr(error_word, kErrAttnKvNotBf16);
       if (ch + 1 < n_chunks) {  // raw is free: copy the next chunk during this one's math
-        IssueChunk(a, t, rows, row_begin + (ch + 1) * kChunk, row_end, s, error_word);
+        IssueChunk(next, d, s);
+        if (ch + 2 < n_chunks) {
+          ResolveChunk(a, t, rows, row_begin + (ch + 2) * kChunk, row_end, error_word, next);
+        }
       }
       ScoreChunk(s, d);
       __syncthreads();

@@ -87,14 +87,6 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
          (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
 }
 
-// bf16 bits of x, and whether x was exactly a bf16 (else rounded to nearest even).
-__device__ __forceinline__ uint32_t Bf16Bits(float x, bool& inexact) {
-  const uint32_t b = __float_as_uint(x);
-  if ((b & 0xFFFFu) == 0) return b >> 16;
-  inexact = true;
-  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-
 // --- shared memory ---------------------------------------------------------------------
 __host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf16 elements
 
@@ -151,22 +143,8 @@ __device__ void IssueChunk(const model::SparseAttentionArgs& a, int64_t t, const
 // s.kv = bf16(s.raw) for attended rows, zero for the others. Returns true if this thread
 // saw a value that is not exactly bf16.
 __device__ bool ConvertChunk(const Smem& s, int64_t d) {
-  const int quads = static_cast<int>(d / 4);
-  const int64_t rs = RowStride(d);
-  bool inexact = false;
-  for (int e = threadIdx.x; e < kChunk * quads; e += kThreads) {
-    const int r = e / quads;
-    const int64_t c = int64_t{e - r * quads} * 4;
-    uint2 packed = make_uint2(0u, 0u);
-    if (s.raw_valid[r]) {
-      const float4 v = *reinterpret_cast<const float4*>(s.raw + r * d + c);
-      packed.x = Bf16Bits(v.x, inexact) | (Bf16Bits(v.y, inexact) << 16);
-      packed.y = Bf16Bits(v.z, inexact) | (Bf16Bits(v.w, inexact) << 16);
-    }
-    *reinterpret_cast<uint2*>(s.kv + r * rs + c) = packed;
-  }
-  if (threadIdx.x < kChunk) s.kv_valid[threadIdx.x] = s.raw_valid[threadIdx.x];
-  return inexact;
+  return attention::ConvertRowsToBf16<kChunk>(s.raw, s.raw_valid, d, RowStride(d), s.kv,
+                                              s.kv_valid);
 }
 
 // Per-thread softmax state of heads g (lo) and g + 8 (hi) of the warp's head tile.
