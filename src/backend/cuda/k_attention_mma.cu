@@ -384,6 +384,37 @@ __device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base,
   }
 }
 
+// s.q = the bf16 term(s) of q for the block's heads: one warp per head row; each lane loads
+// all of its values of the row before converting any, so a row costs one round of load
+// latency (a loop of dependent load-convert-store steps cost ~15 us at T = 1).
+template <int kTerms>
+__device__ void StageQ(const model::SparseAttentionArgs& a, int64_t t, int64_t head_base,
+                       const Smem<kTerms>& s) {
+  constexpr int kPerLane = static_cast<int>(kAttnMmaMaxHeadDim) / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n = static_cast<int>(a.head_dim);
+  const int64_t rs = RowStride(a.head_dim);
+  for (int h = warp; h < kHeads; h += kWarps) {
+    const float* row = a.q + (t * a.heads + head_base + h) * a.head_dim;
+    float v[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) v[i] = 32 * i + lane < n ? row[32 * i + lane] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int c = 32 * i + lane;
+      if (c >= n) continue;
+      if constexpr (kTerms == 1) {
+        s.q[h * rs + c] = __bfloat16_as_ushort(__float2bfloat16_rn(v[i]));
+      } else {
+        const Bf16x3 parts = SplitBf16x3(v[i]);
+        s.q[(0 * kHeads + h) * rs + c] = parts.hi;
+        s.q[(1 * kHeads + h) * rs + c] = parts.mid;
+        s.q[(2 * kHeads + h) * rs + c] = parts.lo;
+      }
+    }
+  }
+}
+
 // Grid (tokens, heads / 16, splits), splits in {1, 2, 4, 8}; a cluster spans the splits of
 // one (token, group). Block z runs lanes [z k, (z + 1) k), k = kLanes / splits, of its
 // token's candidates (lane v = rows [v R, (v + 1) R), R = attention::LaneRows), each from a
@@ -417,20 +448,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     IssueChunk(next, d, s);
   }
   if (n_chunks > 1) ResolveChunk(a, t, rows, row_begin + kChunk, row_end, error_word, next);
-  // q of the block's heads: one warp per head row, lanes over channels (no index division).
-  for (int h = static_cast<int>(threadIdx.x >> 5); h < kHeads; h += kWarps) {
-    for (int c = static_cast<int>(threadIdx.x & 31); c < static_cast<int>(d); c += 32) {
-      const float qv = a.q[(t * a.heads + head_base + h) * d + c];
-      if constexpr (kTerms == 1) {
-        s.q[h * rs + c] = __bfloat16_as_ushort(__float2bfloat16_rn(qv));
-      } else {
-        const Bf16x3 parts = SplitBf16x3(qv);
-        s.q[(0 * kHeads + h) * rs + c] = parts.hi;
-        s.q[(1 * kHeads + h) * rs + c] = parts.mid;
-        s.q[(2 * kHeads + h) * rs + c] = parts.lo;
-      }
-    }
-  }
+  StageQ(a, t, head_base, s);
   if (threadIdx.x < kHeads) {
     s.m[threadIdx.x] = a.sinks[head_base + threadIdx.x];
     s.l[threadIdx.x] = first_lane == 0 ? 1.0f : 0.0f;  // exp(sink - m): lane 0 only
