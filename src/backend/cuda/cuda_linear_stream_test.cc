@@ -1,6 +1,6 @@
 // The FP8-activation mode's few-token streaming Linear (kernels_stream.h: LinearStream,
 // LinearStreamGrouped) against the CPU reference run on fake-quantised activations, with the
-// FP8 tests' per-element bound (every token-tile count, the fused quantisation of T <= 2,
+// FP8 tests' per-element bound (every token-tile count, the fused quantisation of T <= 4,
 // every K-part count of the cluster reduction); its independence of T and of the other tokens
 // (bitwise, T = 1 .. 32); both scale branches (ue8m0 bytes above and below 134); the choice of
 // K parts; and the backend's dispatch (<= 32 tokens outside batch-invariant mode, LinearFp8
@@ -63,7 +63,7 @@ class CudaLinearStreamTest : public CudaFp8Test {
 };
 
 TEST_F(CudaLinearStreamTest, MatchesCpu) {
-  // T across the fused quantisation (1, 2) and 1 .. 4 token tiles; K from one step to
+  // T across the fused quantisation (1 .. 4) and 1 .. 4 token tiles; K from one step to
   // several parts (1, 2, 4, 8: the cluster reduction) of uneven step counts; row ranges that
   // start inside the weight (row0 16 and 32: the 16-row groups straddle 32-row scale blocks
   // differently) and end inside a 128-row tile (idle warps); y padded and accumulated.
@@ -246,7 +246,7 @@ TEST_F(CudaLinearStreamTest, BackendDispatch) {
 }
 
 // Device time of the V4.1-Flash decode Linears (run with --gtest_also_run_disabled_tests):
-// achieved GB/s on the weight bytes, LinearStream (T <= 2: one kernel; more: the quantisation
+// achieved GB/s on the weight bytes, LinearStream (T <= 4: one kernel; more: the quantisation
 // kernel and the stream kernel) vs LinearFp8 (quantisation, GEMM and reduction kernels).
 TEST_F(CudaLinearStreamTest, DISABLED_Bench) {
   struct Shape {

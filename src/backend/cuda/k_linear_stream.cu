@@ -23,22 +23,22 @@
 // long as the B fragment uses the same map: the activations are stored in that "fragment
 // order", so a lane's B registers for two MMAs are one 16-byte shared-memory load.
 //   Activations: the block's K range of x in fragment order is staged once in shared memory
-// (8 tokens x 128 values = 2 KB per step and token tile; <= 64 KB at 32 tokens). For T <= 2
+// (8 tokens x 128 values = 2 KB per step and token tile; <= 64 KB at 32 tokens). For T <= 4
 // the block quantises its range of x itself (a few warp-blocks per warp; no separate kernel,
 // no scratch); for more tokens QuantizeStreamKernel writes the fragment order to scratch
 // first and the blocks copy their range with cp.async.
 //
 // Bytes in flight (Little's law: ~4.6 TB/s x ~1 us = ~4.6 MB over 132 SMs, ~35 KB per SM):
-// 2 blocks per SM (ptxas, sm_90a: 110 .. 124 registers, no spills) x 8 warps x 4 steps x 2 KB
-// = 128 KB per SM. The serial chain per warp is <= 8 steps = 2 ring turns (was up to 32
-// steps with 2 in flight). The parts are chosen (powers of two, <= 8 = the portable cluster
-// size) so that chunks hold <= 8 steps, then doubled while chunks keep >= 4 steps and the
-// grid stays within one wave (264 blocks). V4.1 shapes (rows x K: tiles x parts = blocks,
-// steps per block): wo_b 5120 x 8192: 40 x 8 = 320, 8; wq_b 32768 x 1280: 256 x 2 = 512, 5;
-// wq_a 1280 x 5120: 10 x 8 = 80, 5; wkv 512 x 5120: 4 x 8 = 32, 5; shared w1 2304 x 5120:
-// 18 x 8 = 144, 5; shared w2 5120 x 2304: 40 x 4 = 160, 4-5; indexer wq_b 4096 x 1280: 32 x
-// 2 = 64, 5; wo_a (8 groups) 8192 x 4096: 64 x 4 = 256, 8; engram wkv 25600 x 6144: 200 x 8
-// = 1600, 6.
+// 2 blocks per SM (ptxas, sm_90a: 110 .. 124 registers, no spills) x 8 warps x 4 steps x
+// 2 KB = 128 KB per SM. The serial
+// chain per warp is <= 8 steps = 2 ring turns (was up to 32 steps with 2 in flight). The
+// parts are chosen (powers of two, <= 8 = the portable cluster size) so that chunks hold
+// <= 8 steps, then doubled while chunks keep >= 4 steps and the grid stays within one wave
+// (264 blocks). V4.1 shapes (rows x K: tiles x parts = blocks, steps per block): wo_b 5120 x
+// 8192: 40 x 8 = 320, 8; wq_b 32768 x 1280: 256 x 2 = 512, 5; wq_a 1280 x 5120: 10 x 8 = 80,
+// 5; wkv 512 x 5120: 4 x 8 = 32, 5; shared w1 2304 x 5120: 18 x 8 = 144, 5; shared w2 5120 x
+// 2304: 40 x 4 = 160, 4-5; indexer wq_b 4096 x 1280: 32 x 2 = 64, 5; wo_a (8 groups) 8192 x
+// 4096: 64 x 4 = 256, 8; engram wkv 25600 x 6144: 200 x 8 = 1600, 6.
 // Previous design (one warp per 16 rows walking all of K, 2 steps in flight; MEASURED H200
 // run 54, T 1): wq_b 15.1 us, wo_b 18.5, shared w1 8.5, engram wkv 46.2; latency-bound.
 #include <cooperative_groups.h>
@@ -72,7 +72,7 @@ constexpr int kMaxChunkSteps = 8;               // K steps of one block at most
 constexpr int kMinChunkSteps = 4;               // ... and at least, where K allows
 constexpr int kRing = 4;                        // weight steps in flight per warp
 constexpr int64_t kWaveBlocks = 264;            // 2 blocks on each of 132 SMs
-constexpr int kFusedQuantMaxTokens = 2;         // T up to which blocks quantise x themselves
+constexpr int kFusedQuantMaxTokens = 4;         // T up to which blocks quantise x themselves
 constexpr int kUnitsPerStep = 4 * 32;           // 16-byte x units per step and token tile
 constexpr int kPartStride = kBlockRows + 4;     // floats per token of a partial tile (padded)
 static_assert(kMaxChunkSteps % kRing == 0);

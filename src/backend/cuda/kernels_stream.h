@@ -37,7 +37,7 @@ int64_t LinearStreamScratchBytes(int64_t T, int64_t K);
 
 // y[t, i] (+)= sum_k FakeQuant(x)[t, k] * W[row0 + i, k] for i < n_rows, t < T (x row stride
 // ldx, K = w.cols values per row). scratch: LinearStreamScratchBytes(T, w.cols) bytes,
-// 16-byte aligned (unused for T <= 2: the kernel quantises x itself).
+// 16-byte aligned (unused for T <= 4: the kernel quantises x itself).
 cudaError_t LinearStream(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
                          int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                          void* scratch, cudaStream_t stream);
