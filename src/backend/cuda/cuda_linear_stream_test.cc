@@ -50,7 +50,7 @@ class CudaLinearStreamTest : public CudaFp8Test {
     SCOPED_TRACE(::testing::Message()
                  << "T=" << T << " K=" << K << " N=" << N << " rows " << row0 << "+" << n_rows
                  << (accumulate ? " accumulate" : "") << " scales " << scale_lo << ".." << scale_hi
-                 << " parts " << kernels::LinearStreamSplit(n_rows, K));
+                 << " split " << kernels::LinearStreamSplit(n_rows, K));
     const HostWeight w = MakeFp8Weight(N, K, scale_lo, scale_hi);
     ASSERT_TRUE(kernels::LinearStreamApplicable(w.device, row0, n_rows, T));
     const int64_t ldy = n_rows + ldy_pad;
@@ -100,9 +100,7 @@ TEST_F(CudaLinearStreamTest, SplitByShape) {
   EXPECT_EQ(kernels::LinearStreamSplit(32768, 1280), 2);  // wq_b
   EXPECT_EQ(kernels::LinearStreamSplit(1280, 5120), 8);   // wq_a
   EXPECT_EQ(kernels::LinearStreamSplit(5120, 2304), 4);   // shared w2
-  EXPECT_EQ(kernels::LinearStreamSplit(8192, 4096), 4);   // wo_a (one wave: 256 blocks)
-  EXPECT_EQ(kernels::LinearStreamSplit(4096, 1280), 2);   // indexer wq_b
-  EXPECT_EQ(kernels::LinearStreamSplit(512, 5120), 8);    // wkv
+  EXPECT_EQ(kernels::LinearStreamSplit(8192, 4096), 8);   // wo_a
   EXPECT_EQ(kernels::LinearStreamSplit(25600, 6144), 8);  // engram wkv
   EXPECT_EQ(kernels::LinearStreamSplit(64, 512), 1);
 }

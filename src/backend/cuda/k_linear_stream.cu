@@ -29,16 +29,15 @@
 // first and the blocks copy their range with cp.async.
 //
 // Bytes in flight (Little's law: ~4.6 TB/s x ~1 us = ~4.6 MB over 132 SMs, ~35 KB per SM):
-// 2 blocks per SM (ptxas, sm_90a: 110 .. 124 registers, no spills) x 8 warps x 4 steps x
-// 2 KB = 128 KB per SM. The serial
+// 2 blocks per SM (<= 128 registers) x 8 warps x 4 steps x 2 KB = 128 KB per SM. The serial
 // chain per warp is <= 8 steps = 2 ring turns (was up to 32 steps with 2 in flight). The
 // parts are chosen (powers of two, <= 8 = the portable cluster size) so that chunks hold
-// <= 8 steps, then doubled while chunks keep >= 4 steps and the grid stays within one wave
-// (264 blocks). V4.1 shapes (rows x K: tiles x parts = blocks, steps per block): wo_b 5120 x
-// 8192: 40 x 8 = 320, 8; wq_b 32768 x 1280: 256 x 2 = 512, 5; wq_a 1280 x 5120: 10 x 8 = 80,
-// 5; wkv 512 x 5120: 4 x 8 = 32, 5; shared w1 2304 x 5120: 18 x 8 = 144, 5; shared w2 5120 x
-// 2304: 40 x 4 = 160, 4-5; indexer wq_b 4096 x 1280: 32 x 2 = 64, 5; wo_a (8 groups) 8192 x
-// 4096: 64 x 4 = 256, 8; engram wkv 25600 x 6144: 200 x 8 = 1600, 6.
+// <= 8 steps and, where K allows >= 4 steps per chunk, the grid has >= 264 blocks. V4.1
+// shapes (rows x K: tiles x parts = blocks, steps per block): wo_b 5120 x 8192: 40 x 8 = 320,
+// 8; wq_b 32768 x 1280: 256 x 2 = 512, 5; wq_a 1280 x 5120: 10 x 8 = 80, 5; wkv 512 x 5120:
+// 4 x 8 = 32, 5; shared w1 2304 x 5120: 18 x 8 = 144, 5; shared w2 5120 x 2304: 40 x 4 =
+// 160, 4-5; wo_a (8 groups) 8192 x 4096: 64 x 8 = 512, 4; engram wkv 25600 x 6144: 200 x 8 =
+// 1600, 6.
 // Previous design (one warp per 16 rows walking all of K, 2 steps in flight; MEASURED H200
 // run 54, T 1): wq_b 15.1 us, wo_b 18.5, shared w1 8.5, engram wkv 46.2; latency-bound.
 #include <cooperative_groups.h>
@@ -71,7 +70,7 @@ constexpr int kMaxParts = 8;                    // blocks per cluster (portable 
 constexpr int kMaxChunkSteps = 8;               // K steps of one block at most
 constexpr int kMinChunkSteps = 4;               // ... and at least, where K allows
 constexpr int kRing = 4;                        // weight steps in flight per warp
-constexpr int64_t kWaveBlocks = 264;            // 2 blocks on each of 132 SMs
+constexpr int64_t kTargetBlocks = 264;          // 2 blocks on each of 132 SMs
 constexpr int kFusedQuantMaxTokens = 4;         // T up to which blocks quantise x themselves
 constexpr int kUnitsPerStep = 4 * 32;           // 16-byte x units per step and token tile
 constexpr int kPartStride = kBlockRows + 4;     // floats per token of a partial tile (padded)
@@ -221,8 +220,8 @@ __device__ __forceinline__ void ComputeStep(const WeightStep& s, const uint4* xs
 template <int NT>
 __device__ __forceinline__ void StreamSteps(WeightStep (&ring)[kRing], const WeightCursor& cur,
                                             const uint4* xs, int n, float (&acc)[NT][4]) {
-#pragma unroll 1
-  for (int i = 0; i < n; i += kRing) {  // at most kMaxChunkSteps / kRing turns
+#pragma unroll
+  for (int i = 0; i < kMaxChunkSteps; i += kRing) {
 #pragma unroll
     for (int j = 0; j < kRing; ++j) {
       const int st = i + j;
@@ -419,16 +418,15 @@ int LinearStreamSplit(int64_t n_rows, int64_t K) {
     return env != nullptr ? std::atoll(env) : 0;
   }();
   const int64_t steps = K / kStepK, tiles = (n_rows + kBlockRows - 1) / kBlockRows;
-  // Chunks of at most kMaxChunkSteps steps; more parts (more warps streaming, shorter
-  // chains) while the grid stays one wave of blocks and chunks keep kMinChunkSteps steps.
+  // Chunks of at most kMaxChunkSteps steps; growing the grid towards kTargetBlocks only
+  // while chunks keep kMinChunkSteps steps (where K has that many).
   const int64_t lo = (steps + kMaxChunkSteps - 1) / kMaxChunkSteps;
   const int64_t hi = std::max(lo, std::min<int64_t>(kMaxParts, steps / kMinChunkSteps));
   if (forced >= std::max<int64_t>(lo, 1) && forced <= std::min<int64_t>(kMaxParts, steps)) {
     return static_cast<int>(forced);
   }
   int64_t parts = 1;
-  while (parts < kMaxParts &&
-         (parts < lo || (parts * 2 <= hi && tiles * parts * 2 <= kWaveBlocks))) {
+  while (parts < kMaxParts && (parts < lo || (parts * 2 <= hi && tiles * parts < kTargetBlocks))) {
     parts *= 2;
   }
   return static_cast<int>(parts);
