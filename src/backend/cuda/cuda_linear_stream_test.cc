@@ -1,16 +1,13 @@
 // The FP8-activation mode's few-token streaming Linear (kernels_stream.h: LinearStream,
 // LinearStreamGrouped) against the CPU reference run on fake-quantised activations, with the
-// FP8 tests' per-element bound (every token-tile count, the fused quantisation of T <= 4,
-// every K-part count of the cluster reduction); its independence of T and of the other tokens
-// (bitwise, T = 1 .. 32); both scale branches (ue8m0 bytes above and below 134); the choice of
-// K parts; and the backend's dispatch (<= 32 tokens outside batch-invariant mode, LinearFp8
-// otherwise).
+// FP8 tests' per-element bound; its independence of T and of the other tokens (bitwise);
+// both scale branches (ue8m0 bytes above and below 134); and the backend's dispatch (<= 16
+// tokens outside batch-invariant mode, LinearFp8 otherwise).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -63,46 +60,15 @@ class CudaLinearStreamTest : public CudaFp8Test {
 };
 
 TEST_F(CudaLinearStreamTest, MatchesCpu) {
-  // T across the fused quantisation (1 .. 4) and 1 .. 4 token tiles; K from one step to
-  // several parts (1, 2, 4, 8: the cluster reduction) of uneven step counts; row ranges that
+  // T across both token tiles; K from one step to several per split part; row ranges that
   // start inside the weight (row0 16 and 32: the 16-row groups straddle 32-row scale blocks
-  // differently) and end inside a 128-row tile (idle warps); y padded and accumulated.
-  for (int64_t T : {1, 2, 4, 5, 7, 8, 9, 16, 17, 24, 25, 32}) {
-    CheckStream(T, 128, 64, 0, 64, 0, false);      // 1 part of 1 step
-    CheckStream(T, 512, 256, 16, 224, 3, true);    // 1 part of 4 steps
-    CheckStream(T, 1280, 512, 32, 448, 0, false);  // 2 parts of 5 steps
-    CheckStream(T, 2304, 160, 0, 160, 2, true);    // 4 parts of 4-5 steps
-    CheckStream(T, 8192, 96, 0, 96, 1, false);     // 8 parts of 8 steps (the largest K)
+  // differently); y padded and accumulated.
+  for (int64_t T : {1, 2, 7, 8, 9, 16}) {
+    CheckStream(T, 128, 64, 0, 64, 0, false);
+    CheckStream(T, 512, 256, 16, 224, 3, true);
+    CheckStream(T, 1280, 512, 32, 448, 0, false);
   }
-  CheckStream(3, 5120, 1280, 0, 1280, 0, true);  // 8 parts of 5 steps, 10 tiles
-}
-
-// The K parts: shape only, chunks of 4 .. 8 steps (fewer only where K has fewer), at most 8
-// parts (the portable cluster), and the V4.1 decode shapes' values.
-TEST_F(CudaLinearStreamTest, SplitByShape) {
-  for (int64_t K = 128; K <= kernels::kStreamMaxK; K += 128) {
-    for (int64_t rows : {16, 128, 1280, 5120, 32768}) {
-      const int64_t steps = K / 128, parts = kernels::LinearStreamSplit(rows, K);
-      SCOPED_TRACE("rows " + std::to_string(rows) + " K " + std::to_string(K));
-      EXPECT_GE(parts, 1);
-      EXPECT_LE(parts, 8);
-      EXPECT_LE(parts, steps);
-      EXPECT_LE((steps + parts - 1) / parts, 8);
-      if (steps >= 4) {
-        EXPECT_GE(steps / parts, 4);
-      } else {
-        EXPECT_EQ(parts, 1);
-      }
-    }
-  }
-  if (std::getenv("DEEPINFER_LINEAR_STREAM_SPLIT") != nullptr) GTEST_SKIP() << "split forced";
-  EXPECT_EQ(kernels::LinearStreamSplit(5120, 8192), 8);   // wo_b
-  EXPECT_EQ(kernels::LinearStreamSplit(32768, 1280), 2);  // wq_b
-  EXPECT_EQ(kernels::LinearStreamSplit(1280, 5120), 8);   // wq_a
-  EXPECT_EQ(kernels::LinearStreamSplit(5120, 2304), 4);   // shared w2
-  EXPECT_EQ(kernels::LinearStreamSplit(8192, 4096), 8);   // wo_a
-  EXPECT_EQ(kernels::LinearStreamSplit(25600, 6144), 8);  // engram wkv
-  EXPECT_EQ(kernels::LinearStreamSplit(64, 512), 1);
+  CheckStream(5, 4096, 96, 0, 96, 1, true);  // split 8: 4 steps per part
 }
 
 TEST_F(CudaLinearStreamTest, BothScaleBranches) {
@@ -118,94 +84,76 @@ TEST_F(CudaLinearStreamTest, RealV41Shapes) {
   CheckStream(4, 5120, 1280, 0, 1280, 0, false);   // wq_a
   CheckStream(16, 1280, 4096, 0, 4096, 0, false);  // indexer wq_b
   CheckStream(2, 2304, 5120, 0, 5120, 0, true);    // shared expert w2
-  CheckStream(32, 5120, 2304, 0, 2304, 0, false);  // shared expert w1
-  CheckStream(25, 8192, 1024, 0, 1024, 0, true);   // rows 0..1023 of wo_b
 }
 
-// A token's row does not depend on T or on the other tokens: alone (T = 1, the fused
-// quantisation), and as any row of every T = 2 .. 32 call (the first T tokens of one batch:
-// fused and separate quantisation, 1 .. 4 token tiles), bitwise; with 1 and 4 K parts.
+// A token's row does not depend on T or on the other tokens: alone (T = 1), and as any row of
+// a 16-token call, bitwise.
 TEST_F(CudaLinearStreamTest, TokenRowsIndependentOfTBitwise) {
-  for (int64_t K : {512, 2048}) {
-    const int64_t N = 320;
-    SCOPED_TRACE("K=" + std::to_string(K) + " parts " +
-                 std::to_string(kernels::LinearStreamSplit(N, K)));
-    const HostWeight w = MakeFp8Weight(N, K, 112, 124);
-    const std::vector<float> x = Activations(32, K);
-    const std::vector<float> all = RunStream(w, 0, N, x, 32, std::vector<float>(32 * N), N, false);
-    for (int64_t t : {0, 5, 8, 15, 16, 23, 31}) {
-      const std::vector<float> one(x.begin() + t * K, x.begin() + (t + 1) * K);
-      const std::vector<float> got = RunStream(w, 0, N, one, 1, std::vector<float>(N), N, false);
-      const std::vector<float> row(all.begin() + t * N, all.begin() + (t + 1) * N);
-      EXPECT_TRUE(BitExact(got, row)) << "token " << t << " alone";
-    }
-    for (int64_t T = 2; T < 32; ++T) {
-      const std::vector<float> xt(x.begin(), x.begin() + T * K);
-      const std::vector<float> yt = RunStream(w, 0, N, xt, T, std::vector<float>(T * N), N, false);
-      EXPECT_TRUE(BitExact(yt, std::vector<float>(all.begin(), all.begin() + T * N))) << "T=" << T;
-    }
+  const int64_t K = 2048, N = 320;
+  const HostWeight w = MakeFp8Weight(N, K, 112, 124);
+  const std::vector<float> x = Activations(16, K);
+  const std::vector<float> all = RunStream(w, 0, N, x, 16, std::vector<float>(16 * N), N, false);
+  for (int64_t t : {0, 5, 8, 15}) {
+    const std::vector<float> one(x.begin() + t * K, x.begin() + (t + 1) * K);
+    const std::vector<float> got = RunStream(w, 0, N, one, 1, std::vector<float>(N), N, false);
+    const std::vector<float> row(all.begin() + t * N, all.begin() + (t + 1) * N);
+    EXPECT_TRUE(BitExact(got, row)) << "token " << t;
   }
+  // T = 3 (one token tile) against the same tokens in T = 12 (two tiles).
+  const std::vector<float> x3(x.begin(), x.begin() + 3 * K);
+  const std::vector<float> y3 = RunStream(w, 0, N, x3, 3, std::vector<float>(3 * N), N, false);
+  EXPECT_TRUE(BitExact(y3, std::vector<float>(all.begin(), all.begin() + 3 * N)));
 }
 
 TEST_F(CudaLinearStreamTest, GroupedMatchesCpu) {
-  // K 512: one part per tile; K 1024: two (each block reads its group's half of x).
-  for (int64_t K : {512, 1024}) {
-    const int64_t groups = 8, R = 128, N = groups * R;
-    const HostWeight w = MakeFp8Weight(N, K, 110, 140);
-    ASSERT_TRUE(kernels::LinearStreamGroupedApplicable(w.device, groups, 5));
-    for (int64_t T : {1, 4, 5, 16, 17, 32}) {
-      SCOPED_TRACE("T=" + std::to_string(T) + " K=" + std::to_string(K));
-      const std::vector<float> x = Activations(T, groups * K);
-      const std::vector<float> xq = FakeQuantized(x, T, groups * K);
-      std::vector<float> expected(T * N);
-      cpu_.LinearGrouped(xq.data(), T, groups * K, K, w.ref, groups, expected.data(), N);
-      uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, groups * K));
-      float* y = PoisonedFloats(T * N);
-      ASSERT_EQ(kernels::LinearStreamGrouped(w.device, groups, ToGpu(x), T, groups * K, y, N,
-                                             scratch, gpu_->stream()),
-                cudaSuccess);
-      const std::vector<float> got = FromGpu(y, T * N);
-      std::vector<int64_t> ids(N);
-      for (int64_t i = 0; i < N; ++i) ids[i] = i;
-      std::vector<float> wd(N * K);
-      cpu_.GatherRows(w.ref, ids.data(), N, wd.data());
-      ExpectWithinBound(got, expected, expected, T, N, N, false, [&](int64_t t, int64_t i) {
-        const float* xg = &xq[t * groups * K + (i / R) * K];
-        double bound = 0.0;
-        for (int64_t k = 0; k < K; ++k) bound += std::fabs(double(xg[k]) * wd[i * K + k]);
-        return bound;
-      });
-      EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
-    }
+  const int64_t groups = 8, R = 64, K = 512, N = groups * R;
+  const HostWeight w = MakeFp8Weight(N, K, 110, 140);
+  ASSERT_TRUE(kernels::LinearStreamGroupedApplicable(w.device, groups, 5));
+  for (int64_t T : {1, 5, 16}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> x = Activations(T, groups * K);
+    const std::vector<float> xq = FakeQuantized(x, T, groups * K);
+    std::vector<float> expected(T * N);
+    cpu_.LinearGrouped(xq.data(), T, groups * K, K, w.ref, groups, expected.data(), N);
+    uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, groups * K));
+    float* y = PoisonedFloats(T * N);
+    ASSERT_EQ(kernels::LinearStreamGrouped(w.device, groups, ToGpu(x), T, groups * K, y, N, scratch,
+                                           gpu_->stream()),
+              cudaSuccess);
+    const std::vector<float> got = FromGpu(y, T * N);
+    std::vector<int64_t> ids(N);
+    for (int64_t i = 0; i < N; ++i) ids[i] = i;
+    std::vector<float> wd(N * K);
+    cpu_.GatherRows(w.ref, ids.data(), N, wd.data());
+    ExpectWithinBound(got, expected, expected, T, N, N, false, [&](int64_t t, int64_t i) {
+      const float* xg = &xq[t * groups * K + (i / R) * K];
+      double bound = 0.0;
+      for (int64_t k = 0; k < K; ++k) bound += std::fabs(double(xg[k]) * wd[i * K + k]);
+      return bound;
+    });
+    EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
   }
 }
 
 TEST_F(CudaLinearStreamTest, Applicability) {
   const HostWeight w = MakeFp8Weight(128, 256, 112, 124);
-  EXPECT_TRUE(kernels::LinearStreamApplicable(w.device, 0, 128, 32));
-  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 128, 33));  // too many tokens
-  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 128, 0));
-  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 8, 64, 1));   // row0 % 16
-  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 40, 1));   // n_rows % 16
-  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 64, 80, 1));  // past the weight
-  const HostWeight narrow = MakeFp8Weight(64, 96, 112, 124);           // K % 128
+  EXPECT_TRUE(kernels::LinearStreamApplicable(w.device, 0, 128, 16));
+  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 128, 17));  // too many tokens
+  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 8, 64, 1));    // row0 % 16
+  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 40, 1));    // n_rows % 16
+  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 64, 80, 1));   // past the weight
+  const HostWeight narrow = MakeFp8Weight(64, 96, 112, 124);            // K % 128
   EXPECT_FALSE(kernels::LinearStreamApplicable(narrow.device, 0, 64, 1));
   const HostWeight fp4 = MakeWeight(WeightFormat::kMxFp4, 64, 256);
   EXPECT_FALSE(kernels::LinearStreamApplicable(fp4.device, 0, 64, 1));
-  const HostWeight wide = MakeFp8Weight(32, 8192 + 128, 112, 124);  // K > kStreamMaxK
-  EXPECT_FALSE(kernels::LinearStreamApplicable(wide.device, 0, 32, 1));
-  const HostWeight widest = MakeFp8Weight(32, 8192, 112, 124);
-  EXPECT_TRUE(kernels::LinearStreamApplicable(widest.device, 0, 32, 1));
-  EXPECT_TRUE(kernels::LinearStreamGroupedApplicable(w.device, 1, 1));
-  EXPECT_FALSE(kernels::LinearStreamGroupedApplicable(w.device, 2, 1));   // R = 64
   EXPECT_FALSE(kernels::LinearStreamGroupedApplicable(w.device, 16, 1));  // R = 8
   EXPECT_EQ(kernels::LinearStream(w.device, 8, 64, nullptr, 1, 256, nullptr, 64, false, nullptr,
                                   gpu_->stream()),
             cudaErrorInvalidValue);
 }
 
-// Through the backend: FP8 mode takes the stream for <= 32 tokens outside batch-invariant
-// mode (bitwise the kernel's result); batch-invariant mode, 33 tokens, or the knob at 0 keep
+// Through the backend: FP8 mode takes the stream for <= 16 tokens outside batch-invariant
+// mode (bitwise the kernel's result); batch-invariant mode, 17 tokens, or the knob at 0 keep
 // LinearFp8 (bitwise that kernel's result, which is not the stream's).
 TEST_F(CudaLinearStreamTest, BackendDispatch) {
   const int64_t K = 1024, N = 256;
@@ -217,18 +165,17 @@ TEST_F(CudaLinearStreamTest, BackendDispatch) {
     gpu_->Linear(ToGpu(x), T, K, w.ref, 0, N, y, N, false);
     return FromGpu(y, T * N);
   };
-  ASSERT_EQ(kernels::kStreamMaxTokens, 32);
-  for (int64_t T : {1, 4, 5, 16, 17, 32, 33}) {
+  for (int64_t T : {1, 16, 17}) {
     SCOPED_TRACE("T=" + std::to_string(T));
     const std::vector<float> x = Activations(T, K);
     const std::vector<float> stream =
-        T <= 32 ? RunStream(w, 0, N, x, T, std::vector<float>(T * N), N, false)
+        T <= 16 ? RunStream(w, 0, N, x, T, std::vector<float>(T * N), N, false)
                 : std::vector<float>();
     const std::vector<float> fp8 = RunLinear(w, 0, N, x, T, std::vector<float>(T * N), N, false);
     gpu_->set_batch_invariant(false);
     gpu_->set_linear_stream_max_tokens(kernels::kStreamMaxTokens);
     const std::vector<float> got = backend(x, T);
-    if (T <= 32) {
+    if (T <= 16) {
       EXPECT_TRUE(BitExact(got, stream));
       EXPECT_FALSE(BitExact(got, fp8));  // another summation order
     } else {
@@ -244,21 +191,20 @@ TEST_F(CudaLinearStreamTest, BackendDispatch) {
 }
 
 // Device time of the V4.1-Flash decode Linears (run with --gtest_also_run_disabled_tests):
-// achieved GB/s on the weight bytes, LinearStream (T <= 4: one kernel; more: the quantisation
-// kernel and the stream kernel) vs LinearFp8 (quantisation, GEMM and reduction kernels).
+// achieved GB/s on the weight bytes, LinearStream vs LinearFp8.
 TEST_F(CudaLinearStreamTest, DISABLED_Bench) {
   struct Shape {
     const char* name;
     int64_t rows, K;
   };
-  const Shape shapes[] = {
-      {"wq_a", 1280, 5120},     {"wq_b", 32768, 1280},       {"wkv", 512, 5120},
-      {"wo_b", 5120, 8192},     {"shared w1", 2304, 5120},   {"shared w2", 5120, 2304},
-      {"idx wq_b", 4096, 1280}, {"engram wkv", 25600, 6144}, {"wo_a (dense)", 8192, 4096}};
+  const Shape shapes[] = {{"wq_a", 1280, 5120},      {"wq_b", 32768, 1280},
+                          {"wkv", 512, 5120},        {"wo_b", 5120, 8192},
+                          {"shared w1", 2304, 5120}, {"shared w2", 5120, 2304},
+                          {"idx wq_b", 4096, 1280},  {"engram wkv", 25600, 6144}};
   for (const Shape& s : shapes) {
     const HostWeight w = MakeFp8Weight(s.rows, s.K, 112, 124);
     const double bytes = double(s.rows) * s.K * (1.0 + 1.0 / 1024.0);
-    for (int64_t T : {1, 2, 4, 5, 8, 16, 17, 24, 32}) {
+    for (int64_t T : {1, 8, 16}) {
       const std::vector<float> x = Activations(T, s.K);
       const float* dx = ToGpu(x);
       float* y = PoisonedFloats(T * s.rows);
@@ -276,7 +222,7 @@ TEST_F(CudaLinearStreamTest, DISABLED_Bench) {
                            gpu_->stream());
       });
       std::printf(
-          "%-12s T=%2lld parts %d: stream %8.2f us (%6.0f GB/s)  fp8 %8.2f us (%6.0f GB/s)\n",
+          "%-11s T=%2lld split %d: stream %8.2f us (%6.0f GB/s)  fp8 %8.2f us (%6.0f GB/s)\n",
           s.name, static_cast<long long>(T), kernels::LinearStreamSplit(s.rows, s.K), us_stream,
           bytes / us_stream * 1e-3, us_fp8, bytes / us_fp8 * 1e-3);
     }

@@ -4,12 +4,11 @@
 // Numerics: the FP8 mode's operands are exact in bf16 (an activation is an e4m3 value times
 // a power-of-two block scale, kFp8Block32Pow2; an FP8 weight is an e4m3 value times its
 // ue8m0 32x32-block scale), so both scales are folded into bf16 operands and every output is
-// fp32 tensor-core sum per K part (mma.sync m16n8k16), the parts added in a fixed order
-// (part 0, 1, ...). The results equal LinearFp8's up to fp32 summation order (tested against
-// the CPU on fake-quantised activations with the FP8 tests' bound). A token's bits depend on
-// the weight's shape only (the split of K into parts is fixed by the shape), not on T or on
-// the other tokens; they differ from LinearFp8's, so the backend uses this path only outside
-// batch-invariant mode.
+// ONE fp32 tensor-core sum over K (mma.sync m16n8k16). The results equal LinearFp8's up to
+// fp32 summation order (tested against the CPU on fake-quantised activations with the FP8
+// tests' bound). A token's bits depend on the weight's shape only (the split of K over warps
+// is fixed by the shape), not on T or on the other tokens; they differ from LinearFp8's, so
+// the backend uses this path only outside batch-invariant mode.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,15 +19,12 @@
 
 namespace deepinfer::backend::cuda::kernels {
 
-// Token rows LinearStream takes at most (four 8-token MMA columns).
-inline constexpr int64_t kStreamMaxTokens = 32;
-// Weight columns LinearStream takes at most (8 K parts of at most 8 steps of 128 values).
-inline constexpr int64_t kStreamMaxK = 8192;
+// Token rows LinearStream takes at most (two 8-token MMA columns).
+inline constexpr int64_t kStreamMaxTokens = 16;
 
 // True if LinearStream handles rows [row0, row0 + n_rows) of w for T tokens: FP8 block-32
-// weight, K = w.cols a positive multiple of 128 and <= kStreamMaxK, row0 and n_rows multiples
-// of 16 (so a warp's 16 rows share one 32-row scale block), 1 <= T <= kStreamMaxTokens, data
-// 16-byte aligned.
+// weight, K = w.cols a positive multiple of 128, row0 and n_rows multiples of 16 (so a warp's
+// 16 rows share one 32-row scale block), 1 <= T <= kStreamMaxTokens, data 16-byte aligned.
 bool LinearStreamApplicable(const DeviceWeight& w, int64_t row0, int64_t n_rows, int64_t T);
 
 // Device scratch of LinearStream / LinearStreamGrouped for T tokens of K values (the
@@ -37,25 +33,21 @@ int64_t LinearStreamScratchBytes(int64_t T, int64_t K);
 
 // y[t, i] (+)= sum_k FakeQuant(x)[t, k] * W[row0 + i, k] for i < n_rows, t < T (x row stride
 // ldx, K = w.cols values per row). scratch: LinearStreamScratchBytes(T, w.cols) bytes,
-// 16-byte aligned (unused for T <= 4: the kernel quantises x itself).
+// 16-byte aligned.
 cudaError_t LinearStream(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
                          int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                          void* scratch, cudaStream_t stream);
 
 // Block-diagonal weight (model::Backend::LinearGrouped with contiguous groups): y[t, g*R + i]
 // = sum_k FakeQuant(x)[t, g*K + k] * W[g*R + i, k], R = w.rows / groups, K = w.cols, y
-// overwritten. Applicable as LinearStream for all rows, with R a multiple of 128 (a block's
-// 128-row tile reads one group's activations). scratch:
+// overwritten. Applicable as LinearStream for all rows, with R a multiple of 16. scratch:
 // LinearStreamScratchBytes(T, groups * w.cols).
 bool LinearStreamGroupedApplicable(const DeviceWeight& w, int64_t groups, int64_t T);
 cudaError_t LinearStreamGrouped(const DeviceWeight& w, int64_t groups, const float* x, int64_t T,
                                 int64_t ldx, float* y, int64_t ldy, void* scratch,
                                 cudaStream_t stream);
 
-// The number of K parts (blocks of one cluster per 128-row tile, each a contiguous range of
-// at most 8 steps of 128 values) for a weight of n_rows x K: 1, 2, 4 or 8, the shape only.
-// DEEPINFER_LINEAR_STREAM_SPLIT (tuning; read once) forces a value from ceil(K / 1024) to
-// min(8, K / 128) where the shape allows it.
+// The number of warps that split K for a weight of n_rows x K (1, 2, 4 or 8; shape only).
 int LinearStreamSplit(int64_t n_rows, int64_t K);
 
 }  // namespace deepinfer::backend::cuda::kernels
