@@ -2,16 +2,22 @@
 // per item; 8 / 16 at the default threshold), on the warp core of stream_mma.cuh: each expert's
 // weight bytes are read once per item straight into registers, dequantised exactly to bf16 (scales
 // folded in) and summed in fp32 by mma.sync m16n8k16 against the item's activations staged in
-// shared memory. Same numbers as the wgmma kernel (k_moe_bf16.cu) up to the fp32 summation order; a
-// pair's result does not depend on the other pairs of its item or on the item width (8, 16 or 32).
+// shared memory. Same numbers as the wgmma kernel (k_moe_bf16.cu) up to the fp32 summation order.
+// Two kernels, two bit families (moe_bf16_internal.cuh): the CHAIN kernel (below: each warp owns
+// 16 rows and walks all of K, one MMA chain per output) and the SPLIT kernel for small grids
+// (further below: the warps of a block share 16 rows and each walks one of kSplitParts K parts,
+// the parts' sums added in part order). Within a family a pair's result does not depend on the
+// other pairs of its item or on the item width (8, 16 or 32; split: 8 only); the default table
+// picks the family by the launch's grid (split up to kSplitMaxGrid 128-row blocks: B <= 4 at the
+// V4.1 shape), so a token's bits change when its batch crosses that boundary.
 //
-// Block: kWarps warps = 16 kWarps consecutive weight rows of one matrix part (W1, W3 or W2; 128
-// divides I and D) x one item; grid (rows / (16 kWarps), max items). The shape (warps, blocks
-// per SM, loads in flight, slice length) is one of the compiled kStreamShapes
+// Chain kernel block: kWarps warps = 16 kWarps consecutive weight rows of one matrix part (W1, W3
+// or W2; 128 divides I and D) x one item; grid (rows / (16 kWarps), max items). The shape (warps,
+// blocks per SM, loads in flight, slice length) is one of the compiled kStreamShapes
 // (moe_bf16_internal.cuh), picked per launch by kDefaultStreamTiers or by the environment
 // (DEEPINFER_EXPERTS_STREAM_VARIANT=<name>, read on every call: the sweep of
-// cuda_moe_stream_test's DISABLED_SweepVariants). No shape changes the bits. Before the sweep:
-// 8 warps (128 rows halve the activation re-reads from L2 against 64: each block stages the
+// cuda_moe_stream_test's DISABLED_SweepVariants). No chain shape changes the bits. Before the
+// sweep: 8 warps (128 rows halve the activation re-reads from L2 against 64: each block stages the
 // item's rows once, 2 x 16 x K bytes at 16 pairs against 128 x K / 2 weight bytes); grids of
 // <= 512 such blocks (B <= ~4) 2 warps, as the dequantisation makes an SM's time proportional
 // to its warps and one partial wave (B = 1: 216 blocks of 8 warps on 132 SMs) leaves some SMs
@@ -121,6 +127,145 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   return pdl::Launch(kernel, grid, S::kThreads, kSmem, stream, a);
 }
 
+// --- the split family (moe_bf16_internal.cuh: kSplitParts) ----------------------------------
+//
+// Block: kWarps = kSplitParts x kGroups warps; warp (r = warp / kSplitParts, p = warp %
+// kSplitParts) owns the 16 rows blockIdx.x * 16 kGroups + 16 r .. + 15 and K part p (steps
+// [p n / kSplitParts, (p + 1) n / kSplitParts), n = K / 128: at most 8 steps at K <= 8192). The
+// block stages each part's activations once (the item's pairs only: token columns past
+// item.count hold stale shared bytes, which reach only their own MMA columns, never stored), one
+// __syncthreads (after the warps' first weight loads are in flight), then every warp streams its
+// rows over its part with the chain core (stream_mma.cuh: StreamRows, one slice), writes its
+// fp32 partial tile to shared memory, and after a second barrier each output is the sum of the
+// kSplitParts partials in part order 0, 1, ... (first + second + ...; fixed, no atomics).
+//
+// Shared memory: kSplitParts regions of ceil(n / kSplitParts) steps (ActStage layout at kNT =
+// 1: 2 KiB per step), then the partials [warp][e][lane] (kWarps x 512 bytes). V4.1 shape:
+// gate/up K 5120 (40 steps, 5 per part) 80 + 4 KiB, down K 2304 (18 steps, 2-3 per part)
+// 48 + 4 KiB per 8-warp block.
+//
+// Expected at B = 1 (V4.1 shape, not measured): the same weight bytes and dequantisation work as
+// the chain kernel, but in 2016 (gate/up) / 2240 (down) blocks of 5 / 2-3 steps per warp instead
+// of 252 / 280 blocks of 40 / 18 steps (about 1 round trip to DRAM in flight per warp instead of
+// 10, and no partial wave: 7.6 waves of 2 blocks per SM); by the issue count (~15 us at full
+// issue for gate/up) ~20 us for gate/up and ~10 us for down at ~70% issue.
+template <int kWarps, int kMinBlocks, int kPF>
+struct SplitShape {
+  static_assert(kWarps % kSplitParts == 0, "whole groups of kSplitParts warps");
+  static constexpr int kThreads = 32 * kWarps, kGroups = kWarps / kSplitParts;
+  static constexpr int kBlockRows = 16 * kGroups;
+  static constexpr int kMaxPartSteps = 8;        // K <= 8192 (RoutedExpertsBf16Applicable)
+  using Stage = sm::ActStage<1, kMaxPartSteps>;  // one slice holds a whole part
+  static constexpr int kStepBytes = Stage::kStepBytes;
+  static constexpr int kPartialBytes = kWarps * 4 * 32 * 4;
+  static constexpr int kMaxSmemBytes = kSplitParts * kMaxPartSteps * kStepBytes + kPartialBytes;
+
+  __host__ __device__ static int PartSteps(int n_steps) {
+    return (n_steps + kSplitParts - 1) / kSplitParts;
+  }
+  static int SmemBytes(int n_steps) {
+    return kSplitParts * PartSteps(n_steps) * kStepBytes + kPartialBytes;
+  }
+};
+
+// Cp.async copies of the item's activations for K steps [first, last) into `part_act` (ActStage
+// layout, kNT 1): token n's 16-byte chunk (step s, j, c) at s * kStepBytes + j * 512 + (4 n + c)
+// * 16. The kGroups warps of a part share its copies (warp group r takes every kGroups-th).
+template <int kGroups, int kStepBytes>
+__device__ __forceinline__ void StagePart(const GemmArgs& a, const GemmItem& item, int64_t K,
+                                          int first, int last, int r, int lane, char* part_act) {
+  const int32_t* pairs = a.order + item.start;
+  const int act_div = a.up ? static_cast<int>(a.k) : 1;
+  const int tokens = min(item.count, 8), chunks = (last - first) * 16;
+  const int32_t lane_pair = lane < tokens ? pairs[lane] : 0;  // one load for all tokens
+  for (int n = 0; n < tokens; ++n) {
+    const int32_t pair = __shfl_sync(0xFFFFFFFFu, lane_pair, n);
+    const uint16_t* row = a.act + int64_t{pair / act_div} * K + first * sm::kStepK;
+    for (int q = lane + 32 * r; q < chunks; q += 32 * kGroups) {
+      const int step = q / 16, j = (q / 4) % 4, c = q % 4;
+      mma::CpAsync16(part_act + step * kStepBytes + j * 512 + (4 * n + c) * 16,
+                     row + step * sm::kStepK + 32 * c + 8 * j);
+    }
+  }
+  mma::CpAsyncCommit();
+}
+
+template <int kWarps, int kMinBlocks, int kPF>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertSplitGemmKernel(GemmArgs a) {
+  pdl::WaitThenAllowNext();
+  using S = SplitShape<kWarps, kMinBlocks, kPF>;
+  extern __shared__ __align__(16) char smem[];
+  if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
+  const GemmItem item = a.items[blockIdx.y];
+  if (item.count <= 0) return;  // a direct item of an out-of-range id (k_moe_bf16.cu)
+  const ExpertPointers& ep = a.table[item.expert];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int r = warp / kSplitParts, part = warp % kSplitParts;
+  const int64_t n_rows = a.up ? 2 * a.I : a.D, part_rows = a.up ? a.I : a.D;
+  const int64_t K = a.up ? a.D : a.I;
+  const int n_steps = static_cast<int>(K / sm::kStepK);
+  const int first = part * n_steps / kSplitParts, last = (part + 1) * n_steps / kSplitParts;
+  const int part_bytes = S::PartSteps(n_steps) * S::kStepBytes;
+  char* part_act = smem + part * part_bytes;
+  float* partials = reinterpret_cast<float*>(smem + kSplitParts * part_bytes);
+
+  StagePart<S::kGroups, S::kStepBytes>(a, item, K, first, last, r, lane, part_act);
+  // The warp's 16 rows lie in one part (part_rows % 16 == 0): W1 / W3 for up, W2 for down.
+  const int64_t v0 = int64_t{blockIdx.x} * S::kBlockRows + 16 * r;
+  const bool second = v0 >= part_rows;
+  const int m = a.up ? (second ? 2 : 0) : 1;
+  const sm::WarpRows w = sm::MxFp4WarpRows(ep.data[m], ep.scale[m], K, second ? v0 - part_rows : v0,
+                                           part_rows, int64_t{first} * sm::kStepK, lane);
+  // Every thread passes exactly one barrier here: in StreamRows before its first MMAs (its
+  // weight loads already issued), or directly when its part is empty (n_steps < kSplitParts).
+  auto staged = [](int) {
+    mma::CpAsyncWaitAll();
+    __syncthreads();
+  };
+  float acc[1][4] = {};
+  if (last > first) {
+    sm::StreamRows<sm::StreamFormat::kMxFp4, 1, kPF, S::kMaxPartSteps>(w, last - first, part_act,
+                                                                       staged, acc);
+  } else {
+    staged(0);
+  }
+
+  // Partials [warp][e][lane]; output (r, e, lane) = sum over parts p of warp r * kSplitParts + p.
+#pragma unroll
+  for (int e = 0; e < 4; ++e) partials[(warp * 4 + e) * 32 + lane] = acc[0][e];
+  __syncthreads();
+  const int32_t* pairs = a.order + item.start;
+  for (int i = tid; i < S::kGroups * 128; i += S::kThreads) {
+    const int out_r = i / 128, e = (i / 32) % 4, out_lane = i % 32;
+    const int tok = 2 * (out_lane % 4) + (e & 1);
+    if (tok >= item.count) continue;
+    const float* src = partials + (out_r * kSplitParts * 4 + e) * 32 + out_lane;
+    float sum = src[0];
+#pragma unroll
+    for (int p = 1; p < kSplitParts; ++p) sum += src[p * 128];
+    const int64_t v =
+        int64_t{blockIdx.x} * S::kBlockRows + 16 * out_r + out_lane / 4 + (e >= 2 ? 8 : 0);
+    if (v < n_rows) a.out[int64_t{pairs[tok]} * n_rows + v] = sum;
+  }
+}
+
+template <int kWarps, int kMinBlocks, int kPF>
+cudaError_t LaunchSplit(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  using S = SplitShape<kWarps, kMinBlocks, kPF>;
+  constexpr auto kernel = ExpertSplitGemmKernel<kWarps, kMinBlocks, kPF>;
+  const int64_t rows = a.up ? 2 * a.I : a.D, K = a.up ? a.D : a.I;
+  if (K % sm::kStepK != 0 || K / sm::kStepK > kSplitParts * S::kMaxPartSteps) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(static_cast<unsigned>((rows + S::kBlockRows - 1) / S::kBlockRows),
+                  static_cast<unsigned>(max_items));
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kMaxSmemBytes);
+  if (e != cudaSuccess) return e;
+  const int smem = S::SmemBytes(static_cast<int>(K / sm::kStepK));
+  return pdl::Launch(kernel, grid, S::kThreads, static_cast<size_t>(smem), stream, a);
+}
+
 // Launches kStreamShapes[shape] (>= kIndex) for items of 8 kNT pairs; only shapes that fit
 // kNT are instantiated.
 template <int kNT, int kIndex = 0>
@@ -128,10 +273,12 @@ cudaError_t LaunchShape(int shape, const GemmArgs& a, int64_t max_items, cudaStr
   if constexpr (kIndex < kNumStreamShapes) {
     constexpr StreamShape s = kStreamShapes[kIndex];
     if (shape == kIndex) {
-      if constexpr (StreamShapeFits(s, kNT)) {
-        return Launch<kNT, s.warps, s.min_blocks, s.prefetch, s.slice>(a, max_items, stream);
-      } else {
+      if constexpr (!StreamShapeFits(s, kNT)) {
         return cudaErrorInvalidValue;
+      } else if constexpr (s.k_parts != 0) {
+        return LaunchSplit<s.warps, s.min_blocks, s.prefetch>(a, max_items, stream);
+      } else {
+        return Launch<kNT, s.warps, s.min_blocks, s.prefetch, s.slice>(a, max_items, stream);
       }
     }
     return LaunchShape<kNT, kIndex + 1>(shape, a, max_items, stream);

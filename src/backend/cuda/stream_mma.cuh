@@ -3,8 +3,10 @@
 // bytes straight from global memory into registers (no shared memory, no barriers for the
 // weights), dequantising them exactly to bf16 with the block scale folded in, and feeding
 // mma.sync m16n8k16 (bf16, fp32 accumulate) against activations that the block stages in
-// shared memory. Users: k_moe_stream.cu (routed experts, FP8 mode), k_linear_stream.cu (dense
-// Linear). Include from .cu files only.
+// shared memory. Users: k_moe_stream.cu (routed experts, FP8 mode: the chain kernel, each warp
+// over all of K in double-buffered slices, and the split kernel, each warp over one contiguous
+// K part staged whole, i.e. StreamRows over a single slice, its parts' sums added afterwards);
+// k_moe_bf16.cu (the dequantisation helpers). Include from .cu files only.
 //
 // Numerics (the contract of RoutedExpertsBf16, k_moe_bf16.cu). Activations are bf16 values
 // that are exact FP8-mode numbers (kFp8Block32Pow2) stored with each 8-value group permuted as
@@ -225,8 +227,10 @@ __device__ __forceinline__ void MmaStep(const uint32_t (&a)[2][16], const char* 
 // on_slice(i) runs (in every warp of the block, so it may hold __syncthreads) before the MMAs
 // of the first step of slice i (steps i * kSliceSteps ..): it must make slice i's staged
 // activations visible in buffer i % 2 (ActStage layout at `slices`). The weight loads of the
-// next kPF steps are always in flight, across slices. Every warp of the block must call this
-// with the same n_steps. acc is not zeroed here.
+// next kPF steps are always in flight, across slices (the first kPF are issued before
+// on_slice(0)). Barriers in on_slice must match across the block: every warp calls this with
+// the same n_steps, or (n_steps <= kSliceSteps, one slice: the split kernel) every warp reaches
+// exactly one on_slice(0) or an equivalent barrier of its own. acc is not zeroed here.
 template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice>
 __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
                                            OnSlice&& on_slice, float (&acc)[kNT][4]) {
