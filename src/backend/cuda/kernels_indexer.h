@@ -69,4 +69,36 @@ cudaError_t IndexerScoresMma(const float* q, const float* w, int64_t T, int64_t 
                              int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
                              float* scores, cudaStream_t stream);
 
+// ---- Keys read in place from paged blocks (no gather into one buffer). ----
+
+// Row t's keys through its block table: key j (j < its visible count) is the `dim` floats
+// at address bases[t * max_blocks + j / rows_per_block] + (j % rows_per_block) * dim.
+// bases: device int64 addresses of float rows, [T, max_blocks]; every address 16-byte
+// aligned; rows_per_block >= 1 (any value: a 64-key tile may straddle blocks, each key row
+// is addressed on its own); the blocks of a row need not be contiguous or in order.
+// key_len: device [T] (null = n_keys for every row); key_len[t] <= max_blocks *
+// rows_per_block. Table entries of keys at or past a row's visible count are never read.
+struct PagedKeys {
+  const int64_t* bases = nullptr;
+  int64_t max_blocks = 0;
+  int64_t rows_per_block = 0;
+  const int32_t* key_len = nullptr;
+};
+
+// True if IndexerScoresMmaPaged handles the shape: as IndexerMmaApplicable without the
+// pointer checks (q must still be 16-byte aligned: checked at the call).
+bool IndexerMmaPagedApplicable(int64_t T, int64_t heads, int64_t dim, int64_t ratio);
+
+// The scores of IndexerScoresMma (same contract, same -inf masking with key_len =
+// keys.key_len, n_keys = the row stride of `scores`) with each row's keys read through its
+// block table. Bitwise equal to IndexerScoresMma on the same keys gathered contiguously
+// (key_offset = the row's start in the gathered buffer), for every T: every call runs the
+// one-row kernel (paged rows never share a key staging; the row-group kernel is not used).
+// cudaErrorInvalidValue when !IndexerMmaPagedApplicable, q is not 16-byte aligned, or
+// keys.bases is null / max_blocks < 1 / rows_per_block < 1; cudaSuccess for empty work.
+cudaError_t IndexerScoresMmaPaged(const float* q, const float* w, int64_t T, int64_t heads,
+                                  int64_t dim, const PagedKeys& keys, int64_t n_keys,
+                                  const int32_t* q_pos, int64_t ratio, float scale, float* scores,
+                                  cudaStream_t stream);
+
 }  // namespace deepinfer::backend::cuda::kernels
