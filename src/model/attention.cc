@@ -214,46 +214,71 @@ bool Model::SelectedGatherPays(const BatchContext& b, int gi) const {
   return b.rows * b.n_select < entries;
 }
 
-void Model::EnsureSelectedAddressing(BatchContext& b, int gi) {
-  const int64_t R = b.rows, k = b.n_select;
-  if (static_cast<int>(b.sel_addressing.size()) <= gi) b.sel_addressing.resize(gi + 1);
-  BatchContext::SelectedAddressing& s = b.sel_addressing[gi];
-  if (s.buf.data() != nullptr && s.k == k) return;
+namespace {
+
+// Group gi's rows of kind `which` per sequence: its entries, or its index keys (none where the
+// group keeps no keys).
+int64_t PagedRowCount(const KvGroupState& g, GroupRows which) {
+  return which == GroupRows::kIndexKeys && !g.has_keys ? 0 : g.n_entries();
+}
+
+}  // namespace
+
+void Model::UploadPagedAddressing(const BatchContext& b, int gi, GroupRows which, int64_t k,
+                                  PagedAddressing& out) {
+  const int64_t R = b.rows;
   int64_t max_blocks = 1;
   for (const ChunkContext& c : b.chunks) {
     const KvGroupState& g = c.state->groups[gi];
-    max_blocks = std::max(max_blocks, GroupBlocksFor(g, g.n_entries()));
+    max_blocks = std::max(max_blocks, GroupBlocksFor(g, PagedRowCount(g, which)));
   }
   // One host image of the device layout: bases (2 int32 words each), count, ranges.
-  std::vector<int32_t> host(2 * R * max_blocks + 3 * R, 0);
+  const int64_t range_words = k > 0 ? 2 * R : 0;
+  std::vector<int32_t> host(2 * R * max_blocks + R + range_words, 0);
   auto* bases = reinterpret_cast<int64_t*>(host.data());
   int32_t* count = host.data() + 2 * R * max_blocks;
   int32_t* ranges = count + R;
   for (const ChunkContext& c : b.chunks) {
     const KvGroupState& g = c.state->groups[gi];
-    s.rows_per_block = g.entries_per_block;  // the same for every sequence of one model
-    const int64_t blocks = GroupBlocksFor(g, g.n_entries());
+    out.rows_per_block = g.entries_per_block;  // the same for every sequence of one model
+    const int64_t n = PagedRowCount(g, which), blocks = GroupBlocksFor(g, n);
     for (int64_t r = c.row0; r < c.row0 + c.T; ++r) {
       for (int64_t blk = 0; blk < blocks; ++blk) {
         bases[r * max_blocks + blk] =
-            reinterpret_cast<int64_t>(GroupBlockRows(c.state->blocks, g, GroupRows::kEntries, blk));
+            reinterpret_cast<int64_t>(GroupBlockRows(c.state->blocks, g, which, blk));
       }
-      count[r] = static_cast<int32_t>(g.n_entries());
-      ranges[r] = static_cast<int32_t>(r * k);
-      ranges[R + r] = static_cast<int32_t>(k);
+      count[r] = static_cast<int32_t>(n);
+      if (k > 0) {
+        ranges[r] = static_cast<int32_t>(r * k);
+        ranges[R + r] = static_cast<int32_t>(k);
+      }
     }
   }
-  s.buf = DeviceInts(backend_, static_cast<int64_t>(host.size()));
-  backend_->CopyToDevice(s.buf.data(), host.data(), host.size() * sizeof(int32_t));
-  s.blocks = max_blocks;
-  s.k = k;
+  out.buf = DeviceInts(backend_, static_cast<int64_t>(host.size()));
+  backend_->CopyToDevice(out.buf.data(), host.data(), host.size() * sizeof(int32_t));
+  out.blocks = max_blocks;
+  out.k = k;
+}
+
+void Model::EnsureSelectedAddressing(BatchContext& b, int gi) {
+  if (static_cast<int>(b.sel_addressing.size()) <= gi) b.sel_addressing.resize(gi + 1);
+  PagedAddressing& s = b.sel_addressing[gi];
+  if (s.buf.data() != nullptr && s.k == b.n_select) return;
+  UploadPagedAddressing(b, gi, GroupRows::kEntries, b.n_select, s);
+}
+
+void Model::EnsureIndexKeyAddressing(BatchContext& b, int gi) {
+  if (static_cast<int>(b.key_addressing.size()) <= gi) b.key_addressing.resize(gi + 1);
+  PagedAddressing& s = b.key_addressing[gi];
+  if (s.buf.data() != nullptr) return;
+  UploadPagedAddressing(b, gi, GroupRows::kIndexKeys, 0, s);
 }
 
 void Model::GatherSelectedEntries(BatchContext& b, int gi) {
   if (b.sel_group == gi && b.sel_serial == b.selection_serial) return;
   const int64_t R = b.rows, k = b.n_select, d = config_.text().head_dim;
   EnsureSelectedAddressing(b, gi);
-  const BatchContext::SelectedAddressing& s = b.sel_addressing[gi];
+  const PagedAddressing& s = b.sel_addressing[gi];
   b.sel_entries = DeviceFloats(backend_, R * k * d);
   b.sel_remapped = DeviceInts(backend_, R * k);
   backend_->GatherSelectedRows(b.selection.data(), R, k, s.bases(), s.blocks, s.count(R),
@@ -318,13 +343,24 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
   // largest group: entries past a sequence's own are never visible to it, so they score -inf,
   // the candidate mask never keeps them and the top-k turns them into -1, exactly as a
   // per-sequence call would. The mask and the top-k then run once for the whole batch.
-  GatherBatchIndexKeys(b, gi);
+  // Where the backend can, it reads each row's keys in place from its blocks; otherwise the
+  // keys are gathered into one buffer first. The same scores either way.
   const int64_t ratio = b.chunks.front().state->groups[gi].ratio;
   DeviceFloats scores(backend_, R * most);
-  const int32_t* ranges = b.index_key_ranges[gi].data();
-  backend_->IndexerScoresVarlen(qi.data(), hw.data(), R, nh, ihd, b.index_keys[gi].data(), ranges,
-                                ranges + R, most, b.pos.data(), ratio,
-                                1.0f / std::sqrt(static_cast<float>(ihd)), scores.data());
+  const float index_scale = 1.0f / std::sqrt(static_cast<float>(ihd));
+  if (backend_->IndexerPagedApplicable(R, nh, ihd, ratio)) {
+    EnsureIndexKeyAddressing(b, gi);
+    const PagedAddressing& keys = b.key_addressing[gi];
+    backend_->IndexerScoresPaged(qi.data(), hw.data(), R, nh, ihd, keys.bases(), keys.blocks,
+                                 keys.rows_per_block, keys.count(R), most, b.pos.data(), ratio,
+                                 index_scale, scores.data());
+  } else {
+    GatherBatchIndexKeys(b, gi);
+    const int32_t* ranges = b.index_key_ranges[gi].data();
+    backend_->IndexerScoresVarlen(qi.data(), hw.data(), R, nh, ihd, b.index_keys[gi].data(), ranges,
+                                  ranges + R, most, b.pos.data(), ratio, index_scale,
+                                  scores.data());
+  }
   const int cand = t.candidate_source_layer_id;
   if (cand >= 0 && layer == cand) {
     b.candidate_mask = DeviceInts(backend_, (R * most + 3) / 4);

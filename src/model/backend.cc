@@ -35,4 +35,14 @@ void Backend::RoutedExperts(const RoutedExpertsArgs& args) {
   CHECK(false) << "backend " << name() << " has no fused routed experts";
 }
 
+void Backend::IndexerScoresPaged(const float* q, const float* w, int64_t T, int64_t heads,
+                                 int64_t dim, const int64_t* key_bases, int64_t max_blocks,
+                                 int64_t rows_per_block, const int32_t* key_len, int64_t n_keys,
+                                 const int32_t* q_pos, int64_t ratio, float scale, float* scores) {
+  (void)q, (void)w, (void)T, (void)heads, (void)dim, (void)key_bases, (void)max_blocks;
+  (void)rows_per_block, (void)key_len, (void)n_keys, (void)q_pos, (void)ratio, (void)scale;
+  (void)scores;
+  CHECK(false) << "backend " << name() << " has no paged indexer scores";
+}
+
 }  // namespace deepinfer::model

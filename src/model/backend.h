@@ -222,6 +222,21 @@ class Backend {
                                    int64_t dim, const float* keys, const int32_t* key_offset,
                                    const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
                                    int64_t ratio, float scale, float* scores) = 0;
+  // IndexerScoresVarlen with each row's keys read in place from its paged blocks: key
+  // j < key_len[t] of row t is the `dim` floats at address key_bases[t * max_blocks +
+  // j / rows_per_block] + (j % rows_per_block) * dim (key_bases: float addresses as int64,
+  // key_len: int32 [T], both backend memory). The scores equal IndexerScoresVarlen's on the
+  // same keys gathered (bitwise where the backend runs the same kernel). Called only after
+  // IndexerPagedApplicable is true for the same T, heads, dim and ratio; a backend without it
+  // keeps the gathered path (the model then gathers the keys first).
+  virtual bool IndexerPagedApplicable(int64_t T, int64_t heads, int64_t dim, int64_t ratio) const {
+    (void)T, (void)heads, (void)dim, (void)ratio;
+    return false;
+  }
+  virtual void IndexerScoresPaged(const float* q, const float* w, int64_t T, int64_t heads,
+                                  int64_t dim, const int64_t* key_bases, int64_t max_blocks,
+                                  int64_t rows_per_block, const int32_t* key_len, int64_t n_keys,
+                                  const int32_t* q_pos, int64_t ratio, float scale, float* scores);
   // Candidate blocks (two-level top-k): per row, block score = max over `block` entries,
   // the block of the newest visible entry (q_pos+1)/ratio-1 forced to +inf; keep the best
   // `keep_blocks` with a visible entry. mask[t, g] = 1 for entries in kept blocks.

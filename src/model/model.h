@@ -76,6 +76,8 @@ struct ForwardOutput {
 using ActivationTrace =
     std::function<void(std::string_view name, const float* data, int64_t rows, int64_t cols)>;
 
+enum class GroupRows;  // model/state_blocks.h
+
 class Model {
  public:
   // Opens `dir` (config.json + checkpoint), binding weights memory-mapped.
@@ -126,6 +128,7 @@ class Model {
  private:
   struct ChunkContext;
   struct BatchContext;
+  struct PagedAddressing;
   Model() = default;
 
   base::Status ValidateBatch(const ForwardBatch& batch) const;
@@ -149,6 +152,13 @@ class Model {
   // BatchContext::sel_addressing[gi] for this forward's rows and n_select (one upload per
   // group and forward).
   void EnsureSelectedAddressing(BatchContext& b, int gi);
+  // BatchContext::key_addressing[gi]: the index keys' blocks of this forward's rows (one
+  // upload per group and forward), for Backend::IndexerScoresPaged.
+  void EnsureIndexKeyAddressing(BatchContext& b, int gi);
+  // Uploads the per-row block addressing of group gi's `which` rows into `out`
+  // (BatchContext::PagedAddressing; the ranges part only when k > 0).
+  void UploadPagedAddressing(const BatchContext& b, int gi, GroupRows which, int64_t k,
+                             PagedAddressing& out);
   // Every chunk's index keys of group gi in one buffer with per-row ranges
   // (BatchContext::index_keys / index_key_ranges), once per forward.
   void GatherBatchIndexKeys(BatchContext& b, int gi);

@@ -23,6 +23,19 @@ struct Model::ChunkContext {
   const int32_t* pos = nullptr;   // [T] backend memory (a slice of BatchContext::pos)
 };
 
+// Per-row block addressing of one group's paged rows for this forward, uploaded once (one
+// copy) and shared by the group's layers (rows only grow at the group's source layer, which
+// comes first): bases [rows * blocks] (float addresses as int64), count [rows] (the row's
+// group rows), then per-row ranges comp_offset [rows] (= row * k) and comp_len [rows] (= k)
+// where k > 0 (the selected-entry gather).
+struct Model::PagedAddressing {
+  DeviceInts buf;  // empty until a layer of the group needs it
+  int64_t blocks = 0, rows_per_block = 0, k = 0;
+  const int64_t* bases() const { return reinterpret_cast<const int64_t*>(buf.data()); }
+  const int32_t* count(int64_t rows) const { return buf.data() + 2 * rows * blocks; }
+  const int32_t* ranges(int64_t rows) const { return count(rows) + rows; }
+};
+
 struct Model::BatchContext {
   int64_t rows = 0;                  // sum of the chunks' T
   DeviceInts pos;                    // [rows] absolute positions
@@ -52,18 +65,8 @@ struct Model::BatchContext {
   DeviceInts sel_remapped;
   int sel_group = -1;
   int sel_serial = -1;
-  // Per group: the addressing of that gather for this forward's rows, uploaded once (one copy)
-  // and shared by the group's layers (entries only grow at the group's source layer, which
-  // comes first): bases [rows * blocks] (float addresses as int64), count [rows], then the
-  // per-row ranges comp_offset [rows] (= row * k) and comp_len [rows] (= k).
-  struct SelectedAddressing {
-    DeviceInts buf;  // empty until a layer of the group gathers
-    int64_t blocks = 0, rows_per_block = 0, k = 0;
-    const int64_t* bases() const { return reinterpret_cast<const int64_t*>(buf.data()); }
-    const int32_t* count(int64_t rows) const { return buf.data() + 2 * rows * blocks; }
-    const int32_t* ranges(int64_t rows) const { return count(rows) + rows; }
-  };
-  std::vector<SelectedAddressing> sel_addressing;
+  std::vector<PagedAddressing> sel_addressing;  // entries, for GatherSelectedRows
+  std::vector<PagedAddressing> key_addressing;  // index keys, for IndexerScoresPaged
   // Window rows of the varlen attention, the same in every layer (each ring holds the last
   // min(length, window) positions): chunk i's cached rows start at window_at[i], then its new
   // rows; window_meta holds window_pos [window_rows], window_start [rows], window_len [rows].

@@ -101,30 +101,62 @@ void CpuBackend::IndexerScores(const float* q, const float* w, int64_t T, int64_
                       scores);
 }
 
-void CpuBackend::IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads,
-                                     int64_t dim, const float* keys, const int32_t* key_offset,
-                                     const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
-                                     int64_t ratio, float scale, float* scores) {
+namespace {
+
+// s[t, g] of the indexer contract for rows [0, T): `len(t)` is row t's key count (already
+// clipped to n_keys), `key(t, g)` the address of its key g (g < that count).
+template <typename Len, typename Key>
+void IndexerScoreRows(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
+                      int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
+                      float* scores, Len len, Key key) {
   base::ThreadPool::Default().ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const float* own = keys + (key_offset ? static_cast<int64_t>(key_offset[t]) : 0) * dim;
-      const int64_t len = key_len ? std::min<int64_t>(key_len[t], n_keys) : n_keys;
-      const int64_t visible = std::min<int64_t>((static_cast<int64_t>(q_pos[t]) + 1) / ratio, len);
+      const int64_t visible =
+          std::min<int64_t>((static_cast<int64_t>(q_pos[t]) + 1) / ratio, len(t));
       for (int64_t g = 0; g < n_keys; ++g) {
         float* s = scores + t * n_keys + g;
         if (g >= visible) {
           *s = model::kNegInf;
           continue;
         }
+        const float* k = key(t, g);
         double acc = 0.0;
         for (int64_t h = 0; h < heads; ++h) {
-          const double dot = Dot(q + (t * heads + h) * dim, own + g * dim, dim);
+          const double dot = Dot(q + (t * heads + h) * dim, k, dim);
           acc += std::max(dot, 0.0) * scale * w[t * heads + h];
         }
         *s = static_cast<float>(acc);
       }
     }
   });
+}
+
+}  // namespace
+
+void CpuBackend::IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads,
+                                     int64_t dim, const float* keys, const int32_t* key_offset,
+                                     const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                                     int64_t ratio, float scale, float* scores) {
+  IndexerScoreRows(
+      q, w, T, heads, dim, n_keys, q_pos, ratio, scale, scores,
+      [&](int64_t t) { return key_len ? std::min<int64_t>(key_len[t], n_keys) : n_keys; },
+      [&](int64_t t, int64_t g) {
+        return keys + ((key_offset ? static_cast<int64_t>(key_offset[t]) : 0) + g) * dim;
+      });
+}
+
+void CpuBackend::IndexerScoresPaged(const float* q, const float* w, int64_t T, int64_t heads,
+                                    int64_t dim, const int64_t* key_bases, int64_t max_blocks,
+                                    int64_t rows_per_block, const int32_t* key_len, int64_t n_keys,
+                                    const int32_t* q_pos, int64_t ratio, float scale,
+                                    float* scores) {
+  IndexerScoreRows(
+      q, w, T, heads, dim, n_keys, q_pos, ratio, scale, scores,
+      [&](int64_t t) { return std::min<int64_t>(key_len[t], n_keys); },
+      [&](int64_t t, int64_t g) {
+        const int64_t base = key_bases[t * max_blocks + g / rows_per_block];
+        return reinterpret_cast<const float*>(base) + (g % rows_per_block) * dim;
+      });
 }
 
 void CpuBackend::CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,

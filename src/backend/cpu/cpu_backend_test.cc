@@ -120,6 +120,43 @@ TEST(CpuBackendTest, IndexerScoresMaskInvisibleEntries) {
   EXPECT_EQ(s[2], model::kNegInf);
 }
 
+// Two rows with their keys in scrambled blocks of 3 rows: the paged scores equal the
+// varlen scores on the same keys gathered, bitwise, including the -inf past each row's
+// visible count and key_len.
+TEST(CpuBackendTest, IndexerScoresPagedEqualsGathered) {
+  const int64_t heads = 2, dim = 4, rpb = 3, n_keys = 7;
+  std::vector<float> q(2 * heads * dim), w(2 * heads);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.7f * static_cast<float>(i)) - 0.2f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + 0.25f * static_cast<float>(i);
+  // Pool of 4 blocks; row 0 uses blocks 2, 0, 3 (7 keys), row 1 uses block 1 (2 keys).
+  std::vector<float> pool(4 * rpb * dim);
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = std::cos(1.3f * static_cast<float>(i));
+  auto block = [&](int i) { return reinterpret_cast<int64_t>(pool.data() + i * rpb * dim); };
+  const std::vector<int64_t> bases = {block(2), block(0), block(3), block(1), 0, 0};
+  const std::vector<int32_t> key_len = {7, 2}, pos = {40, 5};  // ratio 2: rows see 20, 3
+  std::vector<float> gathered;
+  for (int64_t t = 0; t < 2; ++t) {
+    for (int64_t j = 0; j < key_len[t]; ++j) {
+      const float* row = reinterpret_cast<const float*>(bases[t * 3 + j / rpb]) + (j % rpb) * dim;
+      gathered.insert(gathered.end(), row, row + dim);
+    }
+  }
+  const std::vector<int32_t> offset = {0, 7};
+  CpuBackend b;
+  ASSERT_TRUE(b.IndexerPagedApplicable(2, heads, dim, 2));
+  std::vector<float> paged(2 * n_keys), varlen(2 * n_keys);
+  b.IndexerScoresPaged(q.data(), w.data(), 2, heads, dim, bases.data(), 3, rpb, key_len.data(),
+                       n_keys, pos.data(), 2, 0.5f, paged.data());
+  b.IndexerScoresVarlen(q.data(), w.data(), 2, heads, dim, gathered.data(), offset.data(),
+                        key_len.data(), n_keys, pos.data(), 2, 0.5f, varlen.data());
+  for (int64_t i = 0; i < 2 * n_keys; ++i) {
+    EXPECT_EQ(std::memcmp(&paged[i], &varlen[i], sizeof(float)), 0) << i;
+  }
+  EXPECT_NE(paged[0], model::kNegInf);
+  EXPECT_NE(paged[n_keys + 1], model::kNegInf);
+  EXPECT_EQ(paged[n_keys + 2], model::kNegInf);  // past row 1's key_len
+}
+
 TEST(CpuBackendTest, CandidateMaskForcesNewestBlock) {
   // 8 entries, blocks of 2, keep 2; newest visible entry = (5+1)/1-1 = 5 (block 2).
   const float inf = model::kNegInf;
