@@ -3,20 +3,20 @@
 // weight bytes are read once per item straight into registers, dequantised exactly to bf16 (scales
 // folded in) and summed in fp32 by mma.sync m16n8k16 against the item's activations staged in
 // shared memory. Same numbers as the wgmma kernel (k_moe_bf16.cu) up to the fp32 summation order.
-// Two kernels, two bit families (moe_bf16_internal.cuh): the CHAIN kernel (below: each warp owns
-// 16 rows and walks all of K, one MMA chain per output) and the SPLIT kernel for small grids
-// (further below: the warps of a block share 16 rows and each walks one of kSplitParts K parts,
-// the parts' sums added in part order). Within a family a pair's result does not depend on the
-// other pairs of its item or on the item width (8, 16 or 32; split: 8 only); the default table
-// picks the family by the launch's grid (split up to kSplitMaxGrid 128-row blocks: B <= 4 at the
-// V4.1 shape), so a token's bits change when its batch crosses that boundary.
+// Every output is 0 + S_0 + ... + S_7, the sums of kSplitParts K parts (a function of K only) in
+// part order (moe_bf16_internal.cuh: THE K SPLIT), in both kernels here: the CHAIN kernel (each
+// warp owns 16 rows and walks all the parts in turn, folding each part's MMA chain into per-lane
+// totals) and the SPLIT kernel for small grids (the warps of a block share 16 rows, one K part
+// each, their sums added in part order through shared memory). So a pair's result does not depend
+// on the other pairs of its item, on the item width (8, 16 or 32; split: 8 only) or on the kernel
+// and shape the table picks by the grid.
 //
 // Chain kernel block: kWarps warps = 16 kWarps consecutive weight rows of one matrix part (W1, W3
 // or W2; 128 divides I and D) x one item; grid (rows / (16 kWarps), max items). The shape (warps,
 // blocks per SM, loads in flight, slice length) is one of the compiled kStreamShapes
 // (moe_bf16_internal.cuh), picked per launch by kDefaultStreamTiers or by the environment
 // (DEEPINFER_EXPERTS_STREAM_VARIANT=<name>, read on every call: the sweep of
-// cuda_moe_stream_test's DISABLED_SweepVariants). No chain shape changes the bits. Before the
+// cuda_moe_stream_test's DISABLED_SweepVariants). No shape changes the bits. Before the
 // sweep: 8 warps (128 rows halve the activation re-reads from L2 against 64: each block stages the
 // item's rows once, 2 x 16 x K bytes at 16 pairs against 128 x K / 2 weight bytes); grids of
 // <= 512 such blocks (B <= ~4) 2 warps, as the dequantisation makes an SM's time proportional
@@ -26,8 +26,10 @@
 //
 // Roofline (V4.1-Flash decode, 384 experts of 3 x [2304 x 5120] MXFP4 = 18.9 MB, top-6):
 // B = 1: 6 experts, 113 MB per layer; B = 32: ~150 experts, 2.85 GB per layer (25 us and
-// 630 us at 4.5 TB/s). ptxas (sm_90a): 127 registers at 8 and 16 tokens (kPF 4), no spills: two
-// blocks (16 warps) per SM, 64 KiB of weight loads in flight per SM.
+// 630 us at 4.5 TB/s). ptxas (sm_90a): 127 / 128 registers at 8 / 16 tokens (kPF 4), no spills:
+// two blocks (16 warps) per SM, 64 KiB of weight loads in flight per SM. The K-part folding
+// (PartFolder) adds a part-end test per step (expected ~2 instructions of ~173) and per part
+// 4 kNT shared-memory read-add-writes per lane (8 parts per K).
 // SASS of the K loop (8 tokens): ~173 warp instructions per step of 1024 weight bytes on the
 // fast path (stream_mma.cuh header: 136 of them dequantise), ~182 at 16 tokens; at ~70%
 // issue on 132 SMs x 4 schedulers x 1.75 GHz that is ~3.8 TB/s, at 50% ~2.7 TB/s (the FP8
@@ -69,6 +71,8 @@ struct Shape {
   static_assert(kPF % kSlice == 0 || kSlice % kPF == 0, "slice starts at a loop boundary");
   static constexpr int kThreads = 32 * kWarps, kBlockRows = 16 * kWarps;
   using Stage = sm::ActStage<kNT, kSlice>;
+  static constexpr int kTotalFloats = 4 * kNT * 32;  // per warp: the K parts' running sums
+  static constexpr int kSmemBytes = Stage::kSmemBytes + kWarps * kTotalFloats * 4;
 };
 
 template <int kNT, int kWarps, int kMinBlocks, int kPF, int kSlice>
@@ -94,9 +98,14 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertStreamGemmKerne
   const int n = S::Stage::Token(tid);
   const uint16_t* act_row = n < item.count ? a.act + int64_t{pairs[n] / act_div} * K : nullptr;
 
+  // The K parts' sums (moe_bf16_internal.cuh: kSplitParts) folded in part order into the lane's
+  // totals in shared memory (after the activation slices).
   float acc[kNT][4] = {};
+  const int n_steps = static_cast<int>(K / sm::kStepK);
+  float* totals = reinterpret_cast<float*>(smem + S::Stage::kSmemBytes) + warp * S::kTotalFloats;
+  sm::PartFolder<kNT, kSplitParts> folder(totals + lane, n_steps);
   sm::StreamBlockRows<sm::StreamFormat::kMxFp4, kNT, kPF, kSlice, S::kThreads>(
-      w, static_cast<int>(K / sm::kStepK), act_row, smem, acc);
+      w, n_steps, act_row, smem, acc, [&](int step) { folder.Fold(step, acc); });
 
   // acc[nt][e]: row v0 + g (+ 8 for e >= 2), token 8 nt + 2 c (+ 1 for odd e).
   const int g = lane / 4, c = lane % 4;
@@ -106,7 +115,9 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertStreamGemmKerne
     for (int e = 0; e < 4; ++e) {
       const int64_t v = v0 + g + (e >= 2 ? 8 : 0);
       const int tok = 8 * nt + 2 * c + (e & 1);
-      if (v < n_rows && tok < item.count) a.out[int64_t{pairs[tok]} * n_rows + v] = acc[nt][e];
+      if (v < n_rows && tok < item.count) {
+        a.out[int64_t{pairs[tok]} * n_rows + v] = totals[(4 * nt + e) * 32 + lane];
+      }
     }
   }
 }
@@ -118,7 +129,7 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   const int64_t rows = a.up ? 2 * a.I : a.D;
   const dim3 grid(static_cast<unsigned>((rows + S::kBlockRows - 1) / S::kBlockRows),
                   static_cast<unsigned>(max_items));
-  constexpr int kSmem = S::Stage::kSmemBytes;
+  constexpr int kSmem = S::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
     const cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -127,7 +138,7 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   return pdl::Launch(kernel, grid, S::kThreads, kSmem, stream, a);
 }
 
-// --- the split family (moe_bf16_internal.cuh: kSplitParts) ----------------------------------
+// --- the split kernel (moe_bf16_internal.cuh: THE K SPLIT) ---------------------------------
 //
 // Block: kWarps = kSplitParts x kGroups warps; warp (r = warp / kSplitParts, p = warp %
 // kSplitParts) owns the 16 rows blockIdx.x * 16 kGroups + 16 r .. + 15 and K part p (steps
@@ -240,9 +251,12 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertSplitGemmKernel
     const int tok = 2 * (out_lane % 4) + (e & 1);
     if (tok >= item.count) continue;
     const float* src = partials + (out_r * kSplitParts * 4 + e) * 32 + out_lane;
-    float sum = src[0];
+    // 0 + part 0 + part 1 + ... in part order: sm::PartFolder's fp32 operations. An empty part
+    // (n_steps < kSplitParts) adds +0, which PartFolder skips: the same bits, as the sum starts
+    // at +0 and so is never -0.
+    float sum = 0.0f;
 #pragma unroll
-    for (int p = 1; p < kSplitParts; ++p) sum += src[p * 128];
+    for (int p = 0; p < kSplitParts; ++p) sum += src[p * 128];
     const int64_t v =
         int64_t{blockIdx.x} * S::kBlockRows + 16 * out_r + out_lane / 4 + (e >= 2 ? 8 : 0);
     if (v < n_rows) a.out[int64_t{pairs[tok]} * n_rows + v] = sum;
@@ -275,7 +289,7 @@ cudaError_t LaunchShape(int shape, const GemmArgs& a, int64_t max_items, cudaStr
     if (shape == kIndex) {
       if constexpr (!StreamShapeFits(s, kNT)) {
         return cudaErrorInvalidValue;
-      } else if constexpr (s.k_parts != 0) {
+      } else if constexpr (s.split) {
         return LaunchSplit<s.warps, s.min_blocks, s.prefetch>(a, max_items, stream);
       } else {
         return Launch<kNT, s.warps, s.min_blocks, s.prefetch, s.slice>(a, max_items, stream);

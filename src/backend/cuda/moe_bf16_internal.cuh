@@ -40,40 +40,40 @@ inline constexpr int kStreamMaxItemPairs = 32;
 // *n_items exit). Needs the weight rows (2I or D) and K (D or I) multiples of 128.
 cudaError_t LaunchStreamGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream);
 
-// --- shapes of the streaming kernel (tuning) -------------------------------------------------
+// --- shapes of the streaming kernel (tuning; numerics-neutral) ------------------------------
 
-// Two bit families. CHAIN shapes (k_parts 0): each warp owns 16 whole weight rows and walks all
-// of K, so every output is ONE MMA chain over K steps 0, 1, ... whatever the shape: all chain
-// shapes give the same bits. SPLIT shapes (k_parts = kSplitParts): the warps of a block share
-// 16 rows per group of kSplitParts warps, warp p of a group walks K part p (the contiguous steps
-// [p n / kSplitParts, (p + 1) n / kSplitParts) of the n = K / 128 steps: a function of K only),
-// and the parts' fp32 sums are added in part order 0, 1, ... (through shared memory): all split
-// shapes give the same bits, which differ from the chain family's by fp32 rounding. Within each
-// family a pair's output depends only on the weight and the pair's own activations (not on T,
-// the other pairs or the item width). Which family serves a launch is decided by the table
-// below from the launch's grid (max items x row blocks), i.e. from T and the routing: like the
-// stream / wgmma threshold at 12 mean pairs per expert (k_moe_bf16.cu), a token's bits change
-// when its batch crosses the family boundary. Split shapes serve items of 8 pairs only.
+// THE K SPLIT (the numerics of every shape): the n = K / 128 steps of a weight fall into
+// kSplitParts contiguous parts, part p = steps [p n / kSplitParts, (p + 1) n / kSplitParts) (a
+// function of K only; parts are empty when n < kSplitParts), and every output is
+// 0 + S_0 + S_1 + ... + S_7 in fp32, part order, where S_p is one MMA chain from zero over part
+// p's steps in step order (empty parts skipped or added as +0: the same bits). A chain shape has
+// one warp walk all the parts of its 16 rows in turn (stream_mma.cuh: PartFolder adds each
+// part's sum to per-lane totals in shared memory); a split shape (split = true) gives each part
+// of 16 rows its own warp (kSplitParts warps per 16 rows) and adds the warps' sums in part order
+// through shared memory. So every shape gives the same bits, and a pair's output depends only
+// on the weight and its own activations (not on T, the other pairs, the item width or the
+// shape the table picks).
 inline constexpr int kSplitParts = 8;
 
-// A compiled shape of the streaming kernel. It changes only the launch and the pipelining, and
-// for k_parts > 0 the bit family (above).
+// A compiled shape of the streaming kernel. It changes only the launch and the pipelining, never
+// the numbers (above).
 struct StreamShape {
   const char* name;
-  int warps;        // per block (chain: 16 weight rows each; split: kSplitParts per 16 rows)
-  int min_blocks;   // __launch_bounds__ blocks per SM: registers <= 65536 / (32 warps min_blocks)
-  int prefetch;     // weight steps (1 KiB per warp) in flight per warp
-  int slice;        // chain: K steps per staged activation slice (one __syncthreads per slice);
-                    // split: 0 (a block stages its whole K once)
-  int max_nt;       // widest item served: 8 max_nt pairs (wider: ptxas spills at this budget)
-  int k_parts = 0;  // 0: chain family; kSplitParts: split family
+  int warps;       // per block (chain: 16 weight rows each; split: kSplitParts per 16 rows)
+  int min_blocks;  // __launch_bounds__ blocks per SM: registers <= 65536 / (32 warps min_blocks)
+  int prefetch;    // weight steps (1 KiB per warp) in flight per warp
+  int slice;       // chain: K steps per staged activation slice (one __syncthreads per slice);
+                   // split: 0 (a block stages its whole K once)
+  int max_nt;      // widest item served: 8 max_nt pairs (wider: ptxas spills at this budget)
+  bool split = false;  // the K parts on separate warps (else one warp walks them in turn)
 };
 
 // Every compiled shape: one kernel per shape and item width (8, 16, 32 pairs) that it fits.
-// ptxas (sm_90a) registers at widths 8 / 16 / 32, no spills in any instantiated kernel:
-//   w8pf4s4 127/127/128, w2pf4s4 127/127/-, w8pf2b3 80/-/- (spills at 16 and 32 pairs),
-//   w4pf4s4 127/127/128, w4pf8s8 167/167/167, w16pf2s4 96/96/127, w8pf4s8 128/128/127,
-//   w2pf8s8 167/167/-; split (8 pairs only): k8w8pf4 128, k8w8pf2b3 80, k8w16pf4 128.
+// ptxas (sm_90a) registers at widths 8 / 16 / 32, no spills in any instantiated kernel (with
+// the part folding):
+//   w8pf4s4 127/128/128, w2pf4s4 127/128/-, w8pf2b3 80/-/- (spills at 16 and 32 pairs),
+//   w4pf4s4 127/128/128, w4pf8s8 167/168/168, w16pf2s4 96/125/128, w8pf4s8 128/128/128,
+//   w2pf8s8 167/168/-; split (8 pairs only): k8w8pf4 128, k8w8pf2b3 80, k8w16pf4 128.
 inline constexpr StreamShape kStreamShapes[] = {
     {"w8pf4s4", 8, 2, 4, 4, 4},    // 8 warps, 2 blocks per SM (the shape before the sweep)
     {"w2pf4s4", 2, 8, 4, 4, 2},    // 2 warps, 8 blocks per SM (small grids before the sweep)
@@ -83,10 +83,10 @@ inline constexpr StreamShape kStreamShapes[] = {
     {"w16pf2s4", 16, 1, 2, 4, 4},  // 16 warps, 1 block per SM
     {"w8pf4s8", 8, 2, 4, 8, 4},    // 8 warps, 2 blocks per SM, slices of 8 steps
     {"w2pf8s8", 2, 6, 8, 8, 2},    // 2 warps, 6 blocks per SM (<= 168 registers), 8 KiB in flight
-    // Split family: 16 rows x 8 K parts per 8 warps.
-    {"k8w8pf4", 8, 2, 4, 0, 1, kSplitParts},    // 16 rows, 2 blocks per SM
-    {"k8w8pf2b3", 8, 3, 2, 0, 1, kSplitParts},  // 16 rows, 3 blocks per SM (<= 85 registers)
-    {"k8w16pf4", 16, 1, 4, 0, 1, kSplitParts},  // 32 rows, 1 block per SM
+    // Split shapes (8-pair items): 16 rows x kSplitParts K parts per 8 warps.
+    {"k8w8pf4", 8, 2, 4, 0, 1, true},    // 16 rows, 2 blocks per SM
+    {"k8w8pf2b3", 8, 3, 2, 0, 1, true},  // 16 rows, 3 blocks per SM (<= 80 registers)
+    {"k8w16pf4", 16, 1, 4, 0, 1, true},  // 32 rows, 1 block per SM
 };
 inline constexpr int kNumStreamShapes = sizeof(kStreamShapes) / sizeof(kStreamShapes[0]);
 
@@ -99,11 +99,13 @@ constexpr int FindStreamShape(std::string_view name) {
 }
 
 // Whether a shape serves items of 8 nt pairs: nt <= max_nt, a staging thread copies one token
-// row (32 warps % (32 nt) == 0) and the double-buffered slices fit in shared memory (227 KiB);
-// split shapes: whole groups of kSplitParts warps (their staged K, <= 128 KiB at K 8192, fits).
+// row (32 warps % (32 nt) == 0) and the double-buffered slices and the per-lane part totals fit
+// in shared memory (227 KiB); split shapes: 8-pair items and whole groups of kSplitParts warps
+// (their staged K, <= 128 KiB at K 8192, fits).
 constexpr bool StreamShapeFits(const StreamShape& s, int nt) {
-  if (s.k_parts != 0) return nt <= s.max_nt && s.k_parts == kSplitParts && s.warps % s.k_parts == 0;
-  return nt <= s.max_nt && s.warps % nt == 0 && 2 * s.slice * 128 * 2 * 8 * nt <= 227 * 1024;
+  if (s.split) return nt <= s.max_nt && nt == 1 && s.warps % kSplitParts == 0;
+  return nt <= s.max_nt && s.warps % nt == 0 &&
+         2 * s.slice * 128 * 2 * 8 * nt + s.warps * 512 * nt <= 227 * 1024;
 }
 
 // THE DEFAULT TABLE (DEEPINFER_EXPERTS_STREAM_VARIANT unset; edit it after a sweep): the first
@@ -118,22 +120,22 @@ struct StreamTier {
 // 56.9, w16pf2s4 56.2, w8pf4s8 56.6, w2pf4s4 (the former small-grid row) 90.8; T = 8: w8pf4s4
 // 296.9, w8pf2b3 292.1; T = 32: w8pf4s4 950.2, w8pf4s8 942.9; T = 256: w8pf4s4 2608-2832 (run
 // to run), w8pf4s8 2696: w8pf4s4 everywhere (within 2% of the best at every T).
-// Split rows (not measured yet): grids of <= kSplitMaxGrid 128-row blocks take the split
-// family. At the V4.1 shape the up / down grids are 252 / 280 at B = 1, 468 / 520 at B = 2,
-// 972 / 1080 at B = 4 and 1224 / 1360 at B = 5, so B <= 4 streams split and B >= 5 chain (the
-// family boundary: a token's bits change between batches of 4 and 5 tokens). Why there: the
-// chain kernel is latency-bound at B = 1 (~10 serial DRAM round trips per warp in one partial
-// wave, 2 TB/s) and reaches 3.1 TB/s at B = 8; the split kernel re-reads an item's activations
-// once per 16 rows instead of per 128 (L2 traffic ~ count / 4 of the weight bytes), so B = 8
-// keeps the measured chain kernel until a sweep shows the split one faster there.
+// Split rows (not measured yet): grids of <= kSplitMaxGrid 128-row blocks take k8w8pf4. At the
+// V4.1 shape the up / down grids are 252 / 280 at B = 1, 468 / 520 at B = 2, 972 / 1080 at
+// B = 4 and 1224 / 1360 at B = 5, so B <= 4 streams split (no bit changes: see THE K SPLIT).
+// Why there: the chain kernel is latency-bound at B = 1 (~10 serial DRAM round trips per warp in
+// one partial wave, 2 TB/s) and reaches 3.1 TB/s at B = 8; the split kernel re-reads an item's
+// activations from L2 once per 16 rows instead of per 128 (~count / 4 of the weight bytes), so
+// B = 8 keeps the measured chain shape until a sweep (DISABLED_SweepVariants, T 1 to 256) shows
+// the split one faster there.
 inline constexpr int64_t kSplitMaxGrid = 1100;
 inline constexpr StreamTier kDefaultStreamTiers[] = {
     {kSplitMaxGrid, FindStreamShape("k8w8pf4")},
     {int64_t{1} << 62, FindStreamShape("w8pf4s4")},
 };
 
-// Whether kStreamShapes[shape] is of the split family.
-constexpr bool IsSplitShape(int shape) { return kStreamShapes[shape].k_parts != 0; }
+// Whether kStreamShapes[shape] runs the split kernel.
+constexpr bool IsSplitShape(int shape) { return kStreamShapes[shape].split; }
 
 // The environment variable that selects one shape by name for every launch (read on every
 // call; unset, empty or unknown: the default table; a shape that does not fit an item width

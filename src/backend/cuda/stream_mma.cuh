@@ -13,10 +13,12 @@
 // 0 4 1 5 2 6 3 7. MXFP4 weights are dequantised exactly: nibble s|e1 e0|m becomes the bf16
 // bits s<<15 | (e1 e0 m)<<6 (the e2m1 value times 2^-126; 0.5 lands on the subnormal
 // 2^-127), then one bf16x2 multiply by 2^(S - 1) (S the ue8m0 scale byte); when S > 127 by
-// 2^126 and then by 2^(S - 127), giving value * 2^(S - 127) exactly (S <= 253). Each
-// output is ONE fp32 sum over its K products (MMA chain; only the fp32 rounding order differs
-// from other kernels). A column (token) of an MMA never mixes with the other columns, so a
-// token's result does not depend on which tokens share its weight rows (bitwise).
+// 2^126 and then by 2^(S - 127), giving value * 2^(S - 127) exactly (S <= 253). StreamRows
+// gives one fp32 MMA chain over its steps; k_moe_stream.cu splits K into 8 parts (one chain
+// each, from zero) and adds them in part order (PartFolder for a warp walking all the parts;
+// only the fp32 rounding order differs from other kernels). A column (token) of an MMA never
+// mixes with the other columns, so a token's result does not depend on which tokens share its
+// weight rows (bitwise).
 //
 // Register mapping (one K step = 128 values). Lane (g = lane / 4, c = lane % 4) loads the 16
 // bytes (32 e2m1 values = exactly one scale block) of rows g and g + 8 at K offset
@@ -230,10 +232,12 @@ __device__ __forceinline__ void MmaStep(const uint32_t (&a)[2][16], const char* 
 // next kPF steps are always in flight, across slices (the first kPF are issued before
 // on_slice(0)). Barriers in on_slice must match across the block: every warp calls this with
 // the same n_steps, or (n_steps <= kSliceSteps, one slice: the split kernel) every warp reaches
-// exactly one on_slice(0) or an equivalent barrier of its own. acc is not zeroed here.
-template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice>
+// exactly one on_slice(0) or an equivalent barrier of its own. on_step_end(step) runs after
+// each step's MMAs (PartFolder::Fold). acc is not zeroed here.
+template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice, class OnStepEnd>
 __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
-                                           OnSlice&& on_slice, float (&acc)[kNT][4]) {
+                                           OnSlice&& on_slice, float (&acc)[kNT][4],
+                                           OnStepEnd&& on_step_end) {
   static_assert(kFormat == StreamFormat::kMxFp4, "only MXFP4 weights so far");
   static_assert(kPF >= 1 && kPF <= 8, "loads in flight");
   using Stage = ActStage<kNT, kSliceSteps>;
@@ -269,6 +273,7 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
     if (in_slice == 0) on_slice(slice);
     const char* b = lane_b + (slice % 2) * Stage::kSliceBytes + in_slice * Stage::kStepBytes;
     detail::MmaStep<kNT>(a, b, acc);
+    on_step_end(step);
   };
   // Whole groups of kPF steps without per-step exit tests (so that ptxas can overlap a step's
   // MMA chain with the next step's dequantisation), then the remaining steps.
@@ -291,15 +296,68 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
   }
 }
 
+template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice>
+__device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
+                                           OnSlice&& on_slice, float (&acc)[kNT][4]) {
+  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc, [](int) {});
+}
+
+// The K split (moe_bf16_internal.cuh: kSplitParts parts of the n_steps steps, part p = steps
+// [p n / kParts, (p + 1) n / kParts)) for a warp that walks all of K: Fold(step, acc) after each
+// step adds acc to the lane's totals in shared memory and zeroes it at the last step of every
+// non-empty part, so that the totals end as 0 + part 0 + part 1 + ... (each part one MMA chain
+// from zero), the same fp32 operations as a split reduction over the non-empty parts in part
+// order. totals: this lane's 4 kNT floats at totals[(4 nt + e) * 32] (zeroed here; only this
+// lane touches them: no barrier). Holds a pointer and two ints in registers.
+template <int kNT, int kParts>
+struct PartFolder {
+  static_assert(kParts >= 1 && (kParts & (kParts - 1)) == 0, "a power of two");
+  float* totals;
+  int n_steps;
+  int end;  // one past the last step of the current (non-empty) part
+
+  __device__ PartFolder(float* lane_totals, int n) : totals(lane_totals), n_steps(n) {
+#pragma unroll
+    for (int i = 0; i < 4 * kNT; ++i) totals[32 * i] = 0.0f;
+    end = NextEnd(0);
+  }
+
+  // The first part end (q + 1) n / kParts past `after` (ends do not decrease with q; empty
+  // parts share their predecessor's end), or n_steps when none.
+  __device__ __forceinline__ int NextEnd(int after) const {
+    int next = n_steps;
+#pragma unroll
+    for (int q = kParts - 1; q >= 0; --q) {
+      const int e = (q + 1) * n_steps / kParts;
+      if (e > after) next = e;
+    }
+    return next;
+  }
+
+  __device__ __forceinline__ void Fold(int step, float (&acc)[kNT][4]) {
+    if (step + 1 != end) return;  // warp-uniform
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        totals[32 * (4 * nt + e)] += acc[nt][e];
+        acc[nt][e] = 0.0f;
+      }
+    }
+    end = NextEnd(end);
+  }
+};
+
 // The whole block (kThreads threads, each warp its own 16 rows) streams n_steps K steps: the
 // thread's act_row (its ActStage::Token's permuted bf16 row at the first K value; null =
 // zeros) is staged slice by slice (cp.async, one __syncthreads per slice), and each warp
-// accumulates its rows into acc. slices: ActStage::kSmemBytes of shared memory, 16-byte
-// aligned. Call with a __syncthreads() between two calls that reuse `slices`.
-template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads>
+// accumulates its rows into acc (on_step_end as in StreamRows). slices: ActStage::kSmemBytes
+// of shared memory, 16-byte aligned. Call with a __syncthreads() between two calls that reuse
+// `slices`.
+template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads, class OnStepEnd>
 __device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
                                                 const uint16_t* act_row, char* slices,
-                                                float (&acc)[kNT][4]) {
+                                                float (&acc)[kNT][4], OnStepEnd&& on_step_end) {
   using Stage = ActStage<kNT, kSliceSteps>;
   const int tid = static_cast<int>(threadIdx.x);
   const int n_slices = (n_steps + kSliceSteps - 1) / kSliceSteps;
@@ -313,7 +371,7 @@ __device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
       mma::CpAsyncCommit();
     }
   };
-  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc);
+  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc, on_step_end);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels::stream_mma
