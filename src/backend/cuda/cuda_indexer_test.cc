@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -475,33 +477,132 @@ TEST_F(CudaIndexerGroupTest, DISABLED_BenchPrefillGroups) {
   }
 }
 
-// Device time per call at decode (V4.1 shapes, each row its own sequence of 1024 keys, all
-// visible), tensor cores and, for comparison, the fp32 kernel (reached by a q pointer that
-// is not 16-byte aligned).
+// ---- The pipelined one-row kernel against the session-6 kernel. ----
+
+class CudaIndexerPipelineTest : public CudaIndexerGroupTest {
+ protected:
+  // Sets a few keys and q values to special floats (NaN with payloads, one of them exactly
+  // bf16 (low 16 bits zero, which the split must still quiet), +-inf, -0, subnormals, bf16
+  // subnormals), in whole 4-value groups and alone.
+  void AddSpecialValues(IdxCase& c) {
+    const uint32_t bits[] = {0x7FA00000u, 0xFFC00001u, 0x7F800001u, 0x7F800000u, 0xFF800000u,
+                             0x80000000u, 0x00000001u, 0x00010000u, 0x807F0000u, 0x3F800001u};
+    const auto put = [&](std::vector<float>& v, int64_t at, uint32_t b) {
+      float x;
+      std::memcpy(&x, &b, 4);
+      v[at % static_cast<int64_t>(v.size())] = x;
+    };
+    for (int i = 0; i < 10; ++i) {
+      put(c.keys, 4 * (977 * i + 5), bits[i]);          // first of a 4-value group
+      put(c.keys, 4 * (613 * i + 3) + 2, bits[9 - i]);  // inside one
+      put(c.q, 4 * (1601 * i + 7) + 1, bits[i]);
+    }
+    for (int i = 0; i < 4; ++i) put(c.keys, 4 * (311 * i + 11) + i, 0x7FA00000u);
+  }
+
+  // kernels::IndexerScoresMmaReference (the session-6 one-row kernel) on all rows.
+  std::vector<float> Reference(const IdxCase& c) {
+    float* out = PoisonedFloats(c.T * c.n_keys);
+    EXPECT_EQ(kernels::IndexerScoresMmaReference(
+                  ToGpu(c.q), ToGpu(c.w), c.T, c.heads, c.dim, ToGpu(c.keys), ToGpu(c.offset),
+                  ToGpu(c.len), c.n_keys, ToGpu(c.q_pos), c.ratio, c.scale, out, gpu_->stream()),
+              cudaSuccess);
+    return FromGpu(out, c.T * c.n_keys);
+  }
+};
+
+// The pipelined one-row kernel (register prefetch, split shortcut for exactly-bf16 values)
+// gives the session-6 kernel's bits: decode and prefill-like rows, all input kinds, special
+// values, every applicable head / dim family (dim 256: tiles larger than the prefetch).
+TEST_F(CudaIndexerPipelineTest, OneRowKernelBitwiseEqualToSession6Kernel) {
+  for (IdxInputs kind : {IdxInputs::kExactBf16, IdxInputs::kFp32, IdxInputs::kMixed}) {
+    for (bool special : {false, true}) {
+      for (const auto& seqs : GroupSeqs()) {
+        IdxCase c = MakeGroupCase(seqs, kind, /*causal=*/false);
+        if (special) AddSpecialValues(c);
+        SCOPED_TRACE(::testing::Message() << "T " << c.T << " inputs " << static_cast<int>(kind)
+                                          << " special " << special);
+        const std::vector<float> ref = Reference(c);
+        EXPECT_TRUE(BitExact(Grouped(c, 1), ref));
+        EXPECT_TRUE(BitExact(Gpu(c), ref));
+      }
+    }
+  }
+  for (auto [heads, dim] : std::vector<std::pair<int64_t, int64_t>>{
+           {16, 16}, {48, 48}, {128, 128}, {32, 256}, {64, 256}}) {
+    for (IdxInputs kind : {IdxInputs::kExactBf16, IdxInputs::kMixed}) {
+      if (kind == IdxInputs::kMixed && dim % 32 != 0) continue;
+      IdxCase c = MakeGroupCase({{200, 3}, {65, 2}, {700, 1}}, kind, false, heads, dim);
+      SCOPED_TRACE(::testing::Message() << "heads " << heads << " dim " << dim);
+      ASSERT_TRUE(kernels::IndexerMmaApplicable(ToGpu(c.q), ToGpu(c.keys), c.T, heads, dim, 4));
+      EXPECT_TRUE(BitExact(Grouped(c, 1), Reference(c)));
+    }
+  }
+}
+
+// Long rows (8192 keys: a block walks many tiles with the prefetch) and the row splits of
+// T = 1 .. 300 (each row its own keys).
+TEST_F(CudaIndexerPipelineTest, LongRowsBitwiseEqualToSession6Kernel) {
+  for (int64_t rows : {1, 3, 40}) {
+    for (IdxInputs kind : {IdxInputs::kExactBf16, IdxInputs::kFp32}) {
+      std::vector<IdxSeq> seqs;
+      for (int64_t r = 0; r < rows; ++r) seqs.push_back({r % 3 == 0 ? 8192 : 8192 - 37 * r, 1});
+      const IdxCase c = MakeGroupCase(seqs, kind, /*causal=*/false);
+      SCOPED_TRACE(::testing::Message() << "T " << c.T << " inputs " << static_cast<int>(kind));
+      const std::vector<float> ref = Reference(c);
+      EXPECT_TRUE(BitExact(Gpu(c), ref));
+      kernels::IndexerMmaSetL2Prefetch(false);  // a hint only: the same bits without it
+      EXPECT_TRUE(BitExact(Gpu(c), ref));
+      kernels::IndexerMmaSetL2Prefetch(true);
+    }
+  }
+}
+
+// Device time per call at decode (V4.1 shapes, each row its own sequence of 1024 or 8192
+// keys, all visible), tensor cores on fp32 and FP4-fake-quantised inputs and, for
+// comparison at 1024 keys, the fp32 kernel (reached by a q pointer that is not 16-byte
+// aligned). TB/s: the keys' bytes per call over the time (short rows: L2-resident).
 TEST_F(CudaIndexerTest, DISABLED_Bench) {
-  const int64_t keys_per_row = 1024, ratio = 4;
-  for (int64_t T : {1, 32, 256}) {
+  const int64_t ratio = 4;
+  for (auto [T, keys_per_row] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1024}, {32, 1024}, {256, 1024}, {32, 8192}, {256, 8192}}) {
     std::vector<int32_t> offset(T), len(T, keys_per_row), q_pos(T);
     for (int64_t t = 0; t < T; ++t) {
       offset[t] = static_cast<int32_t>(t * keys_per_row);
       q_pos[t] = static_cast<int32_t>(ratio * keys_per_row + t % ratio);
     }
-    float* q = ToGpu(Normal(T * kHeads * kDim + 1));
+    std::vector<float> qh = Normal(T * kHeads * kDim + 1), kh = Normal(T * keys_per_row * kDim);
+    float* q = ToGpu(qh);
     const float* w = ToGpu(Normal(T * kHeads));
-    const float* keys = ToGpu(Normal(T * keys_per_row * kDim));
+    const float* keys = ToGpu(kh);
+    // FP4-fake-quantised copies (exactly bf16: one term each, as in the model).
+    cpu_.FakeQuant(qh.data(), T * kHeads, kDim, kDim, model::FakeQuantKind::kFp4Block32Pow2);
+    cpu_.FakeQuant(kh.data(), T * keys_per_row, kDim, kDim, model::FakeQuantKind::kFp4Block32Pow2);
+    const float *q4 = ToGpu(qh), *keys4 = ToGpu(kh);
     const int32_t *goff = ToGpu(offset), *glen = ToGpu(len), *gpos = ToGpu(q_pos);
     float* out = PoisonedFloats(T * keys_per_row);
-    for (int variant = 0; variant < 2; ++variant) {
-      const float* qv = q + variant;  // variant 1: misaligned -> fp32 kernel
+    // 0, 1: mma on fp32 inputs (L2 prefetch on, off); 2: the fp32 kernel (q misaligned);
+    // 3, 4: mma on FP4 inputs (L2 prefetch on, off).
+    for (int variant = 0; variant < 5; ++variant) {
+      if (variant == 2 && keys_per_row > 1024) continue;  // the fp32 kernel: short rows only
+      const float* qv = variant >= 3 ? q4 : q + (variant == 2 ? 1 : 0);
+      const float* kv = variant >= 3 ? keys4 : keys;
+      kernels::IndexerMmaSetL2Prefetch(variant != 1 && variant != 4);
       const double us = DeviceMicrosPerCall([&] {
-        gpu_->IndexerScoresVarlen(qv, w, T, kHeads, kDim, keys, goff, glen, keys_per_row, gpos,
-                                  ratio, 0.088f, out);
+        gpu_->IndexerScoresVarlen(qv, w, T, kHeads, kDim, kv, goff, glen, keys_per_row, gpos, ratio,
+                                  0.088f, out);
       });
-      std::printf("IndexerScoresVarlen %s T=%lld heads=64 dim=128 keys/row=%lld: %.2f us/call\n",
-                  variant == 0 ? "mma " : "fp32", static_cast<long long>(T),
-                  static_cast<long long>(keys_per_row), us);
+      const char* name[] = {"mma fp32 inputs      ", "mma fp32 inputs no L2",
+                            "fp32 kernel          ", "mma fp4 inputs       ",
+                            "mma fp4 inputs no L2 "};
+      std::printf(
+          "IndexerScoresVarlen %s T=%lld heads=64 dim=128 keys/row=%lld: %.2f us/call (%.2f "
+          "TB/s)\n",
+          name[variant], static_cast<long long>(T), static_cast<long long>(keys_per_row), us,
+          T * keys_per_row * kDim * 4.0 / us * 1e-6);
       EXPECT_GT(us, 0.0);
     }
+    kernels::IndexerMmaSetL2Prefetch(true);
   }
 }
 

@@ -8,14 +8,23 @@
 // CudaIndexerTest.DISABLED_Bench, 64 x 128, 1024 keys per row): T = 1 8.4 us, T = 32 25.9 us,
 // T = 256 324 us; prefill T = 4096 over 1024 keys: 860 us (FP4 inputs), 1.0 ms (fp32).
 //
+// Session 9 (H200 run 67, FP8 mode): at long context the one-row kernel reached only
+// 0.27-0.4 TB/s, as each block loaded a key tile only after the previous tile's MMAs (the
+// DRAM pipe idle during the math). It now loads the next tile into registers (KeyPrefetch,
+// 32 KiB per block in flight at D = 128, two blocks per SM) before the current tile's MMAs,
+// splits exactly-bf16 values without SplitBf16x3's arithmetic (same bits), and takes
+// floor(2 * SMs / T) blocks per row (no partial second wave). The bits are those of the
+// session-6 kernel, kept as the tests' reference (IndexerScoresMmaReference).
+//
 // Structure. Grid (splits, T): block (x, t) serves row t and its key tiles x, x + splits, ..
 // of kTileKeys = 64 keys (splits only spreads the work over the SMs; no bit depends on it).
 //   1. q[t] (H x D fp32) is split once into bf16 hi / mid / lo terms in shared memory
 //      ([3][H][D + 8], rows 16-byte aligned and ldmatrix conflict-free), w[t] beside it;
 //      q_terms = 1 if every mid / lo term is zero, else 3 (block-uniform).
 //   2. per tile: tiles at or past the visible count are written -inf without reading keys;
-//      otherwise the tile's visible keys are split likewise into [3][64][D + 8] (keys past
-//      the visible count are zeros, never read), k_terms = 1 or 3;
+//      otherwise the tile's visible keys (prefetched into registers during the previous
+//      tile) are split likewise into [3][64][D + 8] (keys past the visible count are
+//      zeros, never read), k_terms = 1 or 3; the next tile's loads are then issued;
 //   3. S = q K^T with M = heads, N = keys, K = D: warp w owns the 32 keys (w / 4) * 32 ..
 //      (4 n-tiles) and the 16-head m-tiles w % 4, w % 4 + 4, ..; per k-step the products
 //      (q term, key term) = (lo, hi), (mid, mid), (hi, lo), (mid, hi), (hi, mid), (hi, hi)
@@ -94,15 +103,31 @@ struct Smem {
 // Splits 4 consecutive values of row `row` (channel c) into the three term arrays
 // (terms[term][row][c..c+3], row stride rs, term stride term_rows * rs). Returns true if a
 // mid or lo term is nonzero.
+template <bool kFast = true>
 __device__ __forceinline__ bool SplitStore(const float4 v, uint16_t* terms, int64_t term_rows,
                                            int64_t rs, int64_t row, int64_t c) {
+  uint16_t* at = terms + row * rs + c;
+  const uint32_t bx = __float_as_uint(v.x), by = __float_as_uint(v.y), bz = __float_as_uint(v.z),
+                 bw = __float_as_uint(v.w);
+  // Fast path, the same bits as SplitBf16x3: a value whose low 16 bits are zero and that is
+  // not a NaN (whose hi term SplitBf16x3 quiets) splits into hi = its top 16 bits, mid = lo
+  // = +0.
+  const bool low_zero = ((bx | by | bz | bw) & 0xFFFFu) == 0;
+  const bool nan = ((bx & 0x7FFFFFFFu) > 0x7F800000u) | ((by & 0x7FFFFFFFu) > 0x7F800000u) |
+                   ((bz & 0x7FFFFFFFu) > 0x7F800000u) | ((bw & 0x7FFFFFFFu) > 0x7F800000u);
+  if (kFast && low_zero && !nan) {
+    *reinterpret_cast<uint2*>(at) =
+        make_uint2(__byte_perm(bx, by, 0x7632), __byte_perm(bz, bw, 0x7632));
+    *reinterpret_cast<uint2*>(at + term_rows * rs) = make_uint2(0u, 0u);
+    *reinterpret_cast<uint2*>(at + 2 * term_rows * rs) = make_uint2(0u, 0u);
+    return false;
+  }
   const Bf16x3 p0 = SplitBf16x3(v.x), p1 = SplitBf16x3(v.y), p2 = SplitBf16x3(v.z),
                p3 = SplitBf16x3(v.w);
   const uint2 hi = make_uint2(p0.hi | (uint32_t{p1.hi} << 16), p2.hi | (uint32_t{p3.hi} << 16));
   const uint2 mid =
       make_uint2(p0.mid | (uint32_t{p1.mid} << 16), p2.mid | (uint32_t{p3.mid} << 16));
   const uint2 lo = make_uint2(p0.lo | (uint32_t{p1.lo} << 16), p2.lo | (uint32_t{p3.lo} << 16));
-  uint16_t* at = terms + row * rs + c;
   *reinterpret_cast<uint2*>(at) = hi;
   *reinterpret_cast<uint2*>(at + term_rows * rs) = mid;
   *reinterpret_cast<uint2*>(at + 2 * term_rows * rs) = lo;
@@ -112,6 +137,7 @@ __device__ __forceinline__ bool SplitStore(const float4 v, uint16_t* terms, int6
 // Splits rows [0, rows) of `src` (row r at src + r * dim, read only for r < valid_rows;
 // zeros beyond) into `terms`. Returns whether any thread saw a nonzero mid / lo term
 // (block-uniform; contains a barrier).
+template <bool kFast = true>
 __device__ bool StageTerms(const float* src, int64_t rows, int64_t valid_rows, int64_t dim,
                            uint16_t* terms) {
   // 32-bit index math: rows * quads <= kMaxHeads * kMaxDim / 4.
@@ -130,7 +156,7 @@ __device__ bool StageTerms(const float* src, int64_t rows, int64_t valid_rows, i
 #pragma unroll
     for (int i = 0; i < kLoadBatch; ++i) {
       const int e = base + i * kThreads, r = e / quads;
-      if (e < total) extra |= SplitStore(v[i], terms, rows, rs, r, (e - r * quads) * 4);
+      if (e < total) extra |= SplitStore<kFast>(v[i], terms, rows, rs, r, (e - r * quads) * 4);
     }
   }
   return __syncthreads_or(extra) != 0;
@@ -232,25 +258,134 @@ __device__ __forceinline__ int64_t VisibleKeys(const int32_t* key_len, int64_t n
   return by_pos < own ? by_pos : own;
 }
 
-__global__ void __launch_bounds__(kThreads, 2)
-    IndexerMmaKernel(const float* q, const float* w, int64_t heads, int64_t dim, const float* keys,
-                     const int32_t* key_offset, const int32_t* key_len, int64_t n_keys,
-                     const int32_t* q_pos, int64_t ratio, float scale, float* scores) {
+// Where row t's keys live. ContiguousRows: key j at keys + (key_offset[t] + j) * dim.
+// Row(j) is only called for j < the row's visible count.
+struct ContiguousRows {
+  // Row t's keys: Row(j) = key j.
+  struct Bound {
+    const float* keys;
+    int64_t dim;
+    __device__ const float* Row(int64_t j) const { return keys + j * dim; }
+  };
+
+  const float* keys;
+  const int32_t* key_offset;  // null: every row starts at keys
+  int64_t dim;
+
+  __device__ Bound ForRow(int64_t t) const {
+    const int64_t offset = key_offset != nullptr ? key_offset[t] : 0;
+    return {keys + offset * dim, dim};
+  }
+};
+
+// The first kLoadBatch * kThreads float4 of a key tile, loaded into registers one tile
+// ahead (issued before the current tile's MMAs, so that its loads are in flight while they
+// run). Thread x holds elements x + i * kThreads (i < kLoadBatch) of the tile's row-major
+// quads (quad e: key e / quads, channels 4 (e % quads) ..); zeros past the visible keys.
+// The rest of a tile (dim > 128 at 64 keys) is loaded when the tile is staged.
+struct KeyPrefetch {
+  float4 v[kLoadBatch];
+
+  template <class RowKeys>
+  __device__ __forceinline__ void Issue(const RowKeys& keys, int64_t g0, int64_t valid, int quads) {
+    const int total = kTileKeys * quads;
+#pragma unroll
+    for (int i = 0; i < kLoadBatch; ++i) {
+      const int e = threadIdx.x + i * kThreads, r = e / quads;
+      v[i] = e < total && r < valid
+                 ? __ldg(reinterpret_cast<const float4*>(keys.Row(g0 + r)) + (e - r * quads))
+                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+};
+
+// Asks the L2 to fetch the tile of keys g0 .. g0 + valid - 1 (a hint: one prefetch per
+// 128 bytes of each key row from dim >= 32; no bit depends on it). Issued two tiles ahead,
+// so that a block has that tile on its way besides the one in KeyPrefetch's registers.
+template <class RowKeys>
+__device__ __forceinline__ void PrefetchTileL2(const RowKeys& keys, int64_t g0, int64_t valid,
+                                               int quads) {
+  const int total = static_cast<int>(valid) * quads;
+  for (int e = threadIdx.x * 8; e < total; e += kThreads * 8) {
+    const int r = e / quads;
+    const float4* at = reinterpret_cast<const float4*>(keys.Row(g0 + r)) + (e - r * quads);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
+  }
+}
+
+// Splits the tile of keys g0 .. g0 + 63 (rows r < valid from `keys`, zeros beyond) into
+// s.k: the prefetched part from `pf`, the rest loaded here. The same shared-memory contents
+// as StageTerms over the contiguous tile. Returns whether any key has a nonzero mid / lo
+// term (block-uniform; contains a barrier).
+template <class RowKeys>
+__device__ bool StageRowKeyTile(const KeyPrefetch& pf, const RowKeys& keys, int64_t g0,
+                                int64_t valid, int64_t dim, uint16_t* terms) {
+  const int quads = static_cast<int>(dim / 4), total = kTileKeys * quads;
+  const int64_t rs = TermStride(dim);
+  bool extra = false;
+#pragma unroll
+  for (int i = 0; i < kLoadBatch; ++i) {
+    const int e = threadIdx.x + i * kThreads, r = e / quads;
+    if (e < total) extra |= SplitStore(pf.v[i], terms, kTileKeys, rs, r, (e - r * quads) * 4);
+  }
+  for (int e = threadIdx.x + kLoadBatch * kThreads; e < total; e += kThreads) {
+    const int r = e / quads;
+    const float4 v =
+        r < valid ? __ldg(reinterpret_cast<const float4*>(keys.Row(g0 + r)) + (e - r * quads))
+                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    extra |= SplitStore(v, terms, kTileKeys, rs, r, (e - r * quads) * 4);
+  }
+  return __syncthreads_or(extra) != 0;
+}
+
+// Everything the one-row kernel reads and writes besides the keys.
+struct RowArgs {
+  const float* q;
+  const float* w;
+  int64_t heads, dim;
+  const int32_t* key_len;
+  int64_t n_keys;
+  const int32_t* q_pos;
+  int64_t ratio;
+  float scale;
+  float* scores;
+  bool l2_prefetch = false;  // PrefetchTileL2 two tiles ahead
+};
+
+// Block (x, t): row t, key tiles x, x + gridDim.x, .. (the file comment's steps 1-4). The
+// next visible tile's keys are loaded into registers (KeyPrefetch) before the current
+// tile's MMAs; every shared-memory content and operation is as without the prefetch.
+// kReference (tests only; ContiguousRows): the session-6 kernel that the bits are pinned
+// to: each tile loaded and split (SplitBf16x3 on every value) after the previous one.
+template <class Keys, bool kReference = false>
+__global__ void __launch_bounds__(kThreads, 2) IndexerMmaKernel(RowArgs p, Keys all_keys) {
   pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const Smem s(smem_raw, heads, dim);
-  const int64_t t = blockIdx.y;
-  if (key_offset != nullptr) keys += static_cast<int64_t>(key_offset[t]) * dim;
-  const int64_t visible = VisibleKeys(key_len, n_keys, q_pos, ratio, t);
-  float* out = scores + t * n_keys;
+  const Smem s(smem_raw, p.heads, p.dim);
+  const int64_t t = blockIdx.y, heads = p.heads, dim = p.dim, n_keys = p.n_keys;
+  const int64_t visible = VisibleKeys(p.key_len, n_keys, p.q_pos, p.ratio, t);
+  const typename Keys::Bound keys = all_keys.ForRow(t);
+  float* out = p.scores + t * n_keys;
   const int64_t n_tiles = (n_keys + kTileKeys - 1) / kTileKeys;
+  const int quads = static_cast<int>(dim / 4);
+  const auto valid_of = [&](int64_t g0) {
+    return visible - g0 < kTileKeys ? visible - g0 : int64_t{kTileKeys};
+  };
 
-  // q staged only if some tile of this block is visible (uniform).
+  // q staged only if some tile of this block is visible (uniform); the first tile's keys
+  // are requested before q is staged.
   const bool any_visible = int64_t{blockIdx.x} * kTileKeys < visible;
   int q_terms = 1;
+  KeyPrefetch pf;
   if (any_visible) {
-    for (int64_t h = threadIdx.x; h < heads; h += kThreads) s.w[h] = w[t * heads + h];
-    q_terms = StageTerms(q + t * heads * dim, heads, heads, dim, s.q) ? kTerms : 1;
+    const int64_t g0 = int64_t{blockIdx.x} * kTileKeys;
+    if (!kReference) {
+      pf.Issue(keys, g0, valid_of(g0), quads);
+      const int64_t next = g0 + int64_t{gridDim.x} * kTileKeys;
+      if (p.l2_prefetch && next < visible) PrefetchTileL2(keys, next, valid_of(next), quads);
+    }
+    for (int64_t h = threadIdx.x; h < heads; h += kThreads) s.w[h] = p.w[t * heads + h];
+    q_terms = StageTerms<!kReference>(p.q + t * heads * dim, heads, heads, dim, s.q) ? kTerms : 1;
   }
   const int warp = threadIdx.x >> 5;
   const int n_base = (warp / kHeadGroups) * kKeysPerWarp;
@@ -262,19 +397,30 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (threadIdx.x < n_tile) out[g0 + threadIdx.x] = NegInf();
       continue;
     }
-    const int64_t valid = visible - g0 < kTileKeys ? visible - g0 : kTileKeys;
-    const int k_terms = StageTerms(keys + g0 * dim, kTileKeys, valid, dim, s.k) ? kTerms : 1;
-    for (int mt = warp % kHeadGroups; mt < m_tiles; mt += kHeadGroups) {
-      ScoreMTile(s, heads, dim, mt, n_base, q_terms, k_terms, scale);
+    // The staging's barrier also orders this tile's s.part writes (after it) after the
+    // previous tile's epilogue reads (before it), so the loop needs no closing barrier.
+    int k_terms;
+    if constexpr (kReference) {
+      k_terms = StageTerms<false>(keys.Row(g0), kTileKeys, valid_of(g0), dim, s.k) ? kTerms : 1;
+    } else {
+      k_terms = StageRowKeyTile(pf, keys, g0, valid_of(g0), dim, s.k) ? kTerms : 1;
+      const int64_t stride = int64_t{gridDim.x} * kTileKeys, next = g0 + stride;
+      if (next < visible) pf.Issue(keys, next, valid_of(next), quads);
+      if (p.l2_prefetch && next + stride < visible) {
+        PrefetchTileL2(keys, next + stride, valid_of(next + stride), quads);
+      }
     }
-    __syncthreads();
+    for (int mt = warp % kHeadGroups; mt < m_tiles; mt += kHeadGroups) {
+      ScoreMTile(s, heads, dim, mt, n_base, q_terms, k_terms, p.scale);
+    }
+    __syncthreads();  // s.part complete; s.k free for the next tile
     if (threadIdx.x < n_tile) {
       const int64_t g = g0 + threadIdx.x;
       float sum = 0.0f;
       for (int mt = 0; mt < m_tiles; ++mt) sum += s.part[mt * kTileKeys + threadIdx.x];
       out[g] = g < visible ? sum : NegInf();
     }
-    __syncthreads();  // s.k and s.part are rewritten by the next tile
+    if (kReference) __syncthreads();
   }
 }
 
@@ -506,11 +652,42 @@ __global__ void __launch_bounds__(kGroupThreads, 1)
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+bool g_l2_prefetch = true;  // IndexerMmaSetL2Prefetch
+
+// Blocks of the one-row kernel along a row: as many as fit two per SM over the T rows
+// (floor: a second, partial wave would double the time of long rows), at least 1 and at
+// most the row's tiles. No bit depends on it.
+int64_t RowSplits(int64_t T, int64_t n_tiles) {
+  const int64_t fit = 2 * attention::MultiprocessorCount() / T;
+  return fit < 1 ? 1 : fit < n_tiles ? fit : n_tiles;
+}
+
+int64_t IndexerMmaSharedBytesImpl(int64_t heads, int64_t dim) {
+  const int64_t rs = TermStride(dim);
+  return 2 * kTerms * rs * (heads + kTileKeys) + 4 * heads + 4 * (heads / 16) * kTileKeys;
+}
+
+// The one-row kernel over T rows (shape checked by the caller; n_keys >= 1).
+template <class Keys, bool kReference = false>
+cudaError_t LaunchRowKernel(const RowArgs& args, int64_t T, const Keys& keys, cudaStream_t stream) {
+  const int64_t smem = IndexerMmaSharedBytesImpl(args.heads, args.dim);
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(IndexerMmaKernel<Keys, kReference>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  const int64_t n_tiles = (args.n_keys + kTileKeys - 1) / kTileKeys;
+  const dim3 grid(static_cast<unsigned>(RowSplits(T, n_tiles)), static_cast<unsigned>(T));
+  pdl::Launch(IndexerMmaKernel<Keys, kReference>, grid, kThreads, static_cast<size_t>(smem), stream,
+              args, keys);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 int64_t IndexerMmaSharedBytes(int64_t heads, int64_t dim) {
-  const int64_t rs = TermStride(dim);
-  return 2 * kTerms * rs * (heads + kTileKeys) + 4 * heads + 4 * (heads / 16) * kTileKeys;
+  return IndexerMmaSharedBytesImpl(heads, dim);
 }
 
 bool IndexerMmaApplicable(const float* q, const float* keys, int64_t T, int64_t heads, int64_t dim,
@@ -540,19 +717,9 @@ cudaError_t IndexerScoresMmaGrouped(const float* q, const float* w, int64_t T, i
   const int64_t n_tiles = (n_keys + kTileKeys - 1) / kTileKeys;
   const int64_t sms = attention::MultiprocessorCount();
   if (group_rows == 1) {
-    const int64_t smem = IndexerMmaSharedBytes(heads, dim);
-    if (smem > 48 * 1024) {
-      const cudaError_t e = cudaFuncSetAttribute(
-          IndexerMmaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (e != cudaSuccess) return e;
-    }
-    // Enough blocks for two per SM; each then loops over its share of the row's tiles.
-    const int64_t want = (2 * sms + T - 1) / T;
-    const int64_t splits = want < n_tiles ? want : n_tiles;
-    const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(T));
-    pdl::Launch(IndexerMmaKernel, grid, kThreads, static_cast<size_t>(smem), stream, q, w, heads,
-                dim, keys, key_offset, key_len, n_keys, q_pos, ratio, scale, scores);
-    return cudaGetLastError();
+    RowArgs args{q, w, heads, dim, key_len, n_keys, q_pos, ratio, scale, scores};
+    args.l2_prefetch = g_l2_prefetch;
+    return LaunchRowKernel(args, T, ContiguousRows{keys, key_offset, dim}, stream);
   }
   const int64_t smem = GroupSharedBytes(heads, dim, group_rows);
   const cudaError_t e = cudaFuncSetAttribute(
@@ -568,6 +735,20 @@ cudaError_t IndexerScoresMmaGrouped(const float* q, const float* w, int64_t T, i
               T, group_rows, key_len, q_pos, ratio, args);
   return cudaGetLastError();
 }
+
+cudaError_t IndexerScoresMmaReference(const float* q, const float* w, int64_t T, int64_t heads,
+                                      int64_t dim, const float* keys, const int32_t* key_offset,
+                                      const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                                      int64_t ratio, float scale, float* scores,
+                                      cudaStream_t stream) {
+  if (n_keys <= 0 || T <= 0) return cudaSuccess;
+  if (!IndexerMmaApplicable(q, keys, T, heads, dim, ratio)) return cudaErrorInvalidValue;
+  const RowArgs args{q, w, heads, dim, key_len, n_keys, q_pos, ratio, scale, scores};
+  return LaunchRowKernel<ContiguousRows, true>(args, T, ContiguousRows{keys, key_offset, dim},
+                                               stream);
+}
+
+void IndexerMmaSetL2Prefetch(bool on) { g_l2_prefetch = on; }
 
 cudaError_t IndexerScoresMma(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                              const float* keys, const int32_t* key_offset, const int32_t* key_len,

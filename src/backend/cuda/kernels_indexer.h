@@ -69,6 +69,20 @@ cudaError_t IndexerScoresMma(const float* q, const float* w, int64_t T, int64_t 
                              int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
                              float* scores, cudaStream_t stream);
 
+// Tests only: the session-6 one-row kernel (each key tile loaded and split only after the
+// previous tile's MMAs, no shortcut in the bf16 split), which IndexerScoresMma and
+// IndexerScoresMmaPaged must match bit for bit. Same contract as IndexerScoresMmaGrouped
+// with group_rows = 1.
+cudaError_t IndexerScoresMmaReference(const float* q, const float* w, int64_t T, int64_t heads,
+                                      int64_t dim, const float* keys, const int32_t* key_offset,
+                                      const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                                      int64_t ratio, float scale, float* scores,
+                                      cudaStream_t stream);
+
+// Benchmarks only: whether the one-row kernel also asks the L2 for the key tile after the
+// prefetched one (on by default; no bit depends on it). Not thread-safe.
+void IndexerMmaSetL2Prefetch(bool on);
+
 // ---- Keys read in place from paged blocks (no gather into one buffer). ----
 
 // Row t's keys through its block table: key j (j < its visible count) is the `dim` floats
