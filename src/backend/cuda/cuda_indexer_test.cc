@@ -477,7 +477,7 @@ TEST_F(CudaIndexerGroupTest, DISABLED_BenchPrefillGroups) {
   }
 }
 
-// ---- The pipelined one-row kernel against the session-6 kernel. ----
+// ---- The pipelined one-row kernel against the session-6 kernel, and paged keys. ----
 
 class CudaIndexerPipelineTest : public CudaIndexerGroupTest {
  protected:
@@ -508,6 +508,94 @@ class CudaIndexerPipelineTest : public CudaIndexerGroupTest {
                   ToGpu(c.len), c.n_keys, ToGpu(c.q_pos), c.ratio, c.scale, out, gpu_->stream()),
               cudaSuccess);
     return FromGpu(out, c.T * c.n_keys);
+  }
+
+  // Row t's visible key count (the contract's min(key_len, n_keys, (q_pos + 1) / ratio)).
+  static int64_t Visible(const IdxCase& c, int64_t t) {
+    return std::min({static_cast<int64_t>(c.len[t]), c.n_keys,
+                     (static_cast<int64_t>(c.q_pos[t]) + 1) / c.ratio});
+  }
+
+  // Every row's keys copied into blocks of rows_per_block keys, placed in a shuffled order
+  // in one pool with a NaN row after each block; rows of one sequence share their blocks.
+  // Table entries past the blocks of a row's visible keys hold an unmapped address (a read
+  // would fault). key_len = the case's (or null).
+  kernels::PagedKeys BuildPaged(const IdxCase& c, int64_t rows_per_block, bool with_key_len) {
+    const int64_t dim = c.dim, slot_rows = rows_per_block + 1;
+    // Blocks of each sequence (consecutive rows of equal key offset and length; an empty
+    // sequence shares its offset with the next one), numbered in order of appearance.
+    std::vector<int64_t> first_block(c.T);
+    std::vector<bool> shares(c.T, false);  // row t uses row t - 1's blocks
+    int64_t n_blocks = 0, max_blocks = 1;
+    for (int64_t t = 0; t < c.T; ++t) {
+      shares[t] = t > 0 && c.offset[t] == c.offset[t - 1] && c.len[t] == c.len[t - 1];
+      if (shares[t]) {
+        first_block[t] = first_block[t - 1];
+        continue;
+      }
+      const int64_t blocks = (c.len[t] + rows_per_block - 1) / rows_per_block;
+      first_block[t] = n_blocks;
+      n_blocks += blocks;
+      max_blocks = std::max(max_blocks, blocks + 1);
+    }
+    std::vector<int64_t> slot(n_blocks);
+    for (int64_t b = 0; b < n_blocks; ++b) slot[b] = b;
+    std::shuffle(slot.begin(), slot.end(), rng_);
+    std::vector<float> pool(std::max<int64_t>(n_blocks, 1) * slot_rows * dim,
+                            std::numeric_limits<float>::quiet_NaN());
+    for (int64_t t = 0; t < c.T; ++t) {
+      if (shares[t]) continue;
+      for (int64_t j = 0; j < c.len[t]; ++j) {
+        const int64_t b = first_block[t] + j / rows_per_block;
+        std::copy_n(c.keys.begin() + (c.offset[t] + j) * dim, dim,
+                    pool.begin() + (slot[b] * slot_rows + j % rows_per_block) * dim);
+      }
+    }
+    const float* dev_pool = ToGpu(pool);
+    std::vector<int64_t> table(c.T * max_blocks, int64_t{0x10});  // unmapped
+    for (int64_t t = 0; t < c.T; ++t) {
+      const int64_t used = (Visible(c, t) + rows_per_block - 1) / rows_per_block;
+      for (int64_t i = 0; i < used; ++i) {
+        table[t * max_blocks + i] =
+            reinterpret_cast<int64_t>(dev_pool + slot[first_block[t] + i] * slot_rows * dim);
+      }
+    }
+    std::vector<uint8_t> table_bytes(table.size() * sizeof(int64_t));
+    std::memcpy(table_bytes.data(), table.data(), table_bytes.size());
+    kernels::PagedKeys keys;
+    keys.bases = reinterpret_cast<const int64_t*>(BytesToGpu(table_bytes));
+    keys.max_blocks = max_blocks;
+    keys.rows_per_block = rows_per_block;
+    keys.key_len = with_key_len ? ToGpu(c.len) : nullptr;
+    return keys;
+  }
+
+  // The scores through BuildPaged's block tables.
+  std::vector<float> Paged(const IdxCase& c, int64_t rows_per_block, bool with_key_len = true) {
+    const kernels::PagedKeys keys = BuildPaged(c, rows_per_block, with_key_len);
+    float* out = PoisonedFloats(c.T * c.n_keys);
+    EXPECT_EQ(
+        kernels::IndexerScoresMmaPaged(ToGpu(c.q), ToGpu(c.w), c.T, c.heads, c.dim, keys, c.n_keys,
+                                       ToGpu(c.q_pos), c.ratio, c.scale, out, gpu_->stream()),
+        cudaSuccess);
+    return FromGpu(out, c.T * c.n_keys);
+  }
+
+  // -inf exactly at the entries past each row's visible count, finite elsewhere (inputs
+  // without special values).
+  static void ExpectMasking(const IdxCase& c, const std::vector<float>& got) {
+    int64_t bad = 0;
+    for (int64_t t = 0; t < c.T; ++t) {
+      const int64_t visible = Visible(c, t);
+      for (int64_t g = 0; g < c.n_keys; ++g) {
+        const float v = got[t * c.n_keys + g];
+        const bool ok = g < visible ? std::isfinite(v) : (std::isinf(v) && v < 0);
+        if (!ok && bad++ < 5) {
+          ADD_FAILURE() << "row " << t << " key " << g << " visible " << visible << ": " << v;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
   }
 };
 
@@ -554,6 +642,130 @@ TEST_F(CudaIndexerPipelineTest, LongRowsBitwiseEqualToSession6Kernel) {
       kernels::IndexerMmaSetL2Prefetch(false);  // a hint only: the same bits without it
       EXPECT_TRUE(BitExact(Gpu(c), ref));
       kernels::IndexerMmaSetL2Prefetch(true);
+    }
+  }
+}
+
+TEST_F(CudaIndexerPipelineTest, PagedApplicabilityAndArguments) {
+  EXPECT_TRUE(kernels::IndexerMmaPagedApplicable(1, 64, 128, 4));
+  EXPECT_TRUE(kernels::IndexerMmaPagedApplicable(65535, 16, 16, 1));
+  EXPECT_FALSE(kernels::IndexerMmaPagedApplicable(0, 64, 128, 4));
+  EXPECT_FALSE(kernels::IndexerMmaPagedApplicable(65536, 64, 128, 4));
+  EXPECT_FALSE(kernels::IndexerMmaPagedApplicable(1, 64, 120, 4));
+  EXPECT_FALSE(kernels::IndexerMmaPagedApplicable(1, 72, 128, 4));
+  EXPECT_FALSE(kernels::IndexerMmaPagedApplicable(1, 128, 256, 4));
+  EXPECT_FALSE(kernels::IndexerMmaPagedApplicable(1, 64, 128, 0));
+  const float* p = reinterpret_cast<const float*>(uintptr_t{256});
+  const int32_t* pos = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  float* out = reinterpret_cast<float*>(uintptr_t{256});
+  kernels::PagedKeys keys;
+  keys.bases = reinterpret_cast<const int64_t*>(uintptr_t{256});
+  keys.max_blocks = 4;
+  keys.rows_per_block = 16;
+  const auto call = [&](const float* q, int64_t T, int64_t n_keys, const kernels::PagedKeys& k) {
+    return kernels::IndexerScoresMmaPaged(q, p, T, 64, 128, k, n_keys, pos, 4, 1.0f, out,
+                                          gpu_->stream());
+  };
+  EXPECT_EQ(call(p + 1, 1, 64, keys), cudaErrorInvalidValue);  // q not 16-byte aligned
+  kernels::PagedKeys bad = keys;
+  bad.bases = nullptr;
+  EXPECT_EQ(call(p, 1, 64, bad), cudaErrorInvalidValue);
+  bad = keys;
+  bad.rows_per_block = 0;
+  EXPECT_EQ(call(p, 1, 64, bad), cudaErrorInvalidValue);
+  bad = keys;
+  bad.max_blocks = 0;
+  EXPECT_EQ(call(p, 1, 64, bad), cudaErrorInvalidValue);
+  EXPECT_EQ(call(p, 1, 0, keys), cudaSuccess);  // empty work: nothing launched
+  EXPECT_EQ(call(p, 0, 64, keys), cudaSuccess);
+}
+
+// Paged keys give the bits of the contiguous call: key counts 0, 1, 63, 64, 65, 1000, 8192
+// (one sequence each, 1-2 rows with random positions), block sizes 1, 16, 64, 100, 256,
+// shuffled blocks, n_keys past every row's keys and below the longest (rows cut at n_keys).
+TEST_F(CudaIndexerPipelineTest, PagedBitwiseEqualToContiguous) {
+  const std::vector<IdxSeq> seqs = {{0, 1},  {1, 2},    {63, 1},  {64, 2},
+                                    {65, 1}, {1000, 2}, {8192, 2}};
+  for (int64_t extra : {3, -5000}) {
+    for (IdxInputs kind : {IdxInputs::kExactBf16, IdxInputs::kFp32}) {
+      IdxCase c = MakeGroupCase(seqs, kind, /*causal=*/false);
+      c.n_keys = 8192 + extra;
+      const std::vector<float> contiguous = Grouped(c, 1);
+      ExpectMasking(c, contiguous);
+      for (int64_t rpb : {1, 16, 64, 100, 256}) {
+        SCOPED_TRACE(::testing::Message() << "n_keys " << c.n_keys << " inputs "
+                                          << static_cast<int>(kind) << " rows_per_block " << rpb);
+        const std::vector<float> paged = Paged(c, rpb);
+        EXPECT_TRUE(BitExact(paged, contiguous));
+        ExpectMasking(c, paged);
+      }
+    }
+  }
+}
+
+// Paged calls of many rows (the one-row kernel at every T) against the backend's contiguous
+// choice (the row-group kernel from kIndexerGroupMinRows rows), causal prefill rows, mixed
+// term counts and special values; and key_len null (n_keys keys for every row).
+TEST_F(CudaIndexerPipelineTest, PagedManyRowsAndSpecialValues) {
+  for (const auto& seqs :
+       std::vector<std::vector<IdxSeq>>{{{1024, 600}}, {{1024, 121}, {0, 30}, {777, 149}}}) {
+    for (int64_t rpb : {64, 100}) {
+      IdxCase c = MakeGroupCase(seqs, IdxInputs::kMixed, /*causal=*/true);
+      AddSpecialValues(c);
+      SCOPED_TRACE(::testing::Message() << "T " << c.T << " rows_per_block " << rpb);
+      EXPECT_TRUE(BitExact(Paged(c, rpb), Gpu(c)));
+    }
+  }
+  IdxCase c = MakeGroupCase({{300, 4}}, IdxInputs::kFp32, /*causal=*/true);
+  c.n_keys = 300;
+  SCOPED_TRACE("key_len null");
+  const std::vector<float> paged = Paged(c, 16, /*with_key_len=*/false);
+  EXPECT_TRUE(BitExact(paged, Grouped(c, 1)));
+  ExpectMasking(c, paged);
+}
+
+// Device time per call at decode shapes (each row its own keys, all visible; FP4 keys):
+// contiguous keys, then paged keys in shuffled blocks of 64 and 256 keys (checked bitwise).
+TEST_F(CudaIndexerPipelineTest, DISABLED_BenchPaged) {
+  const int64_t ratio = 4;
+  for (auto [T, keys_per_row] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1024}, {32, 1024}, {256, 1024}, {32, 8192}, {256, 8192}}) {
+    IdxCase c = MakeCase({{keys_per_row, 1}}, kHeads, kDim, /*fp4=*/true, 0);
+    c.T = T;  // every row: the first row's q, w and keys (copied T times)
+    c.offset.resize(T);
+    c.len.assign(T, static_cast<int32_t>(keys_per_row));
+    c.q_pos.assign(T, static_cast<int32_t>(ratio * keys_per_row));
+    std::vector<float> q1 = c.q, w1 = c.w, k1 = c.keys;
+    c.q.clear();
+    c.w.clear();
+    c.keys.clear();
+    for (int64_t t = 0; t < T; ++t) {
+      c.offset[t] = static_cast<int32_t>(t * keys_per_row);
+      c.q.insert(c.q.end(), q1.begin(), q1.end());
+      c.w.insert(c.w.end(), w1.begin(), w1.end());
+      c.keys.insert(c.keys.end(), k1.begin(), k1.end());
+    }
+    const float *q = ToGpu(c.q), *w = ToGpu(c.w), *keys = ToGpu(c.keys);
+    const int32_t *off = ToGpu(c.offset), *len = ToGpu(c.len), *pos = ToGpu(c.q_pos);
+    float* out = PoisonedFloats(T * keys_per_row);
+    const double contiguous_us = DeviceMicrosPerCall([&] {
+      kernels::IndexerScoresMma(q, w, T, kHeads, kDim, keys, off, len, c.n_keys, pos, ratio,
+                                c.scale, out, gpu_->stream());
+    });
+    const std::vector<float> contiguous = FromGpu(out, T * keys_per_row);
+    std::printf("IndexerScoresMma T=%lld keys/row=%lld fp4 contiguous: %.2f us/call (%.2f TB/s)\n",
+                static_cast<long long>(T), static_cast<long long>(keys_per_row), contiguous_us,
+                T * keys_per_row * kDim * 4.0 / contiguous_us * 1e-6);
+    EXPECT_GT(contiguous_us, 0.0);
+    for (int64_t rpb : {64, 256}) {
+      const kernels::PagedKeys paged = BuildPaged(c, rpb, true);
+      float* paged_out = PoisonedFloats(T * keys_per_row);
+      const double us = DeviceMicrosPerCall([&] {
+        kernels::IndexerScoresMmaPaged(q, w, T, kHeads, kDim, paged, c.n_keys, pos, ratio, c.scale,
+                                       paged_out, gpu_->stream());
+      });
+      std::printf("  paged rows_per_block=%lld: %.2f us/call\n", static_cast<long long>(rpb), us);
+      EXPECT_TRUE(BitExact(FromGpu(paged_out, T * keys_per_row), contiguous));
     }
   }
 }

@@ -14,7 +14,8 @@
 // 32 KiB per block in flight at D = 128, two blocks per SM) before the current tile's MMAs,
 // splits exactly-bf16 values without SplitBf16x3's arithmetic (same bits), and takes
 // floor(2 * SMs / T) blocks per row (no partial second wave). The bits are those of the
-// session-6 kernel, kept as the tests' reference (IndexerScoresMmaReference).
+// session-6 kernel, kept as the tests' reference (IndexerScoresMmaReference). Keys may also
+// be read in place through per-row block tables (IndexerScoresMmaPaged, PagedRows).
 //
 // Structure. Grid (splits, T): block (x, t) serves row t and its key tiles x, x + splits, ..
 // of kTileKeys = 64 keys (splits only spreads the work over the SMs; no bit depends on it).
@@ -258,8 +259,9 @@ __device__ __forceinline__ int64_t VisibleKeys(const int32_t* key_len, int64_t n
   return by_pos < own ? by_pos : own;
 }
 
-// Where row t's keys live. ContiguousRows: key j at keys + (key_offset[t] + j) * dim.
-// Row(j) is only called for j < the row's visible count.
+// Where row t's keys live. ContiguousRows: key j at keys + (key_offset[t] + j) * dim;
+// PagedRows: through the row's block table (PagedKeys in kernels_indexer.h). Row(j) is only
+// called for j < the row's visible count (< 2^31), so table entries past it are never read.
 struct ContiguousRows {
   // Row t's keys: Row(j) = key j.
   struct Bound {
@@ -276,6 +278,27 @@ struct ContiguousRows {
     const int64_t offset = key_offset != nullptr ? key_offset[t] : 0;
     return {keys + offset * dim, dim};
   }
+};
+
+struct PagedRows {
+  // Row t's keys: its block table and the block size.
+  struct Bound {
+    const int64_t* table;     // [max_blocks] addresses of float rows
+    uint32_t rows_per_block;  // >= 1 (clamped to 2^31 on the host: j < 2^31)
+    int64_t dim;
+    __device__ const float* Row(int64_t j) const {
+      const uint32_t jj = static_cast<uint32_t>(j), block = jj / rows_per_block;
+      const int64_t base = __ldg(table + block);
+      return reinterpret_cast<const float*>(base) + int64_t{jj - block * rows_per_block} * dim;
+    }
+  };
+
+  const int64_t* bases;  // [T, max_blocks]
+  int64_t max_blocks;
+  uint32_t rows_per_block;
+  int64_t dim;
+
+  __device__ Bound ForRow(int64_t t) const { return {bases + t * max_blocks, rows_per_block, dim}; }
 };
 
 // The first kLoadBatch * kThreads float4 of a key tile, loaded into registers one tile
@@ -749,6 +772,29 @@ cudaError_t IndexerScoresMmaReference(const float* q, const float* w, int64_t T,
 }
 
 void IndexerMmaSetL2Prefetch(bool on) { g_l2_prefetch = on; }
+
+bool IndexerMmaPagedApplicable(int64_t T, int64_t heads, int64_t dim, int64_t ratio) {
+  const float* aligned = reinterpret_cast<const float*>(uintptr_t{256});
+  return IndexerMmaApplicable(aligned, aligned, T, heads, dim, ratio);
+}
+
+cudaError_t IndexerScoresMmaPaged(const float* q, const float* w, int64_t T, int64_t heads,
+                                  int64_t dim, const PagedKeys& keys, int64_t n_keys,
+                                  const int32_t* q_pos, int64_t ratio, float scale, float* scores,
+                                  cudaStream_t stream) {
+  if (n_keys <= 0 || T <= 0) return cudaSuccess;
+  if (!IndexerMmaPagedApplicable(T, heads, dim, ratio) || !Aligned16(q) || keys.bases == nullptr ||
+      keys.max_blocks < 1 || keys.rows_per_block < 1) {
+    return cudaErrorInvalidValue;
+  }
+  // Key indices stay below 2^31, so a larger block size reads as 2^31 (block 0 only).
+  const int64_t rpb =
+      keys.rows_per_block < (int64_t{1} << 31) ? keys.rows_per_block : (int64_t{1} << 31);
+  RowArgs args{q, w, heads, dim, keys.key_len, n_keys, q_pos, ratio, scale, scores};
+  args.l2_prefetch = g_l2_prefetch;
+  const PagedRows rows{keys.bases, keys.max_blocks, static_cast<uint32_t>(rpb), dim};
+  return LaunchRowKernel(args, T, rows, stream);
+}
 
 cudaError_t IndexerScoresMma(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                              const float* keys, const int32_t* key_offset, const int32_t* key_len,
