@@ -26,10 +26,10 @@
 //
 // Roofline (V4.1-Flash decode, 384 experts of 3 x [2304 x 5120] MXFP4 = 18.9 MB, top-6):
 // B = 1: 6 experts, 113 MB per layer; B = 32: ~150 experts, 2.85 GB per layer (25 us and
-// 630 us at 4.5 TB/s). ptxas (sm_90a): 127 / 128 registers at 8 / 16 tokens (kPF 4), no spills:
+// 630 us at 4.5 TB/s). ptxas (sm_90a): 128 registers at 8 and 16 tokens (kPF 4), no spills:
 // two blocks (16 warps) per SM, 64 KiB of weight loads in flight per SM. The K-part folding
-// (PartFolder) adds a part-end test per step (expected ~2 instructions of ~173) and per part
-// 4 kNT shared-memory read-add-writes per lane (8 parts per K).
+// (PartFolder) adds a part test per step (expected ~2 instructions of ~173) and per part 4 kNT
+// shared-memory read-add-writes per lane (7 folds per K).
 // SASS of the K loop (8 tokens): ~173 warp instructions per step of 1024 weight bytes on the
 // fast path (stream_mma.cuh header: 136 of them dequantise), ~182 at 16 tokens; at ~70%
 // issue on 132 SMs x 4 schedulers x 1.75 GHz that is ~3.8 TB/s, at 50% ~2.7 TB/s (the FP8
@@ -104,8 +104,17 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertStreamGemmKerne
   const int n_steps = static_cast<int>(K / sm::kStepK);
   float* totals = reinterpret_cast<float*>(smem + S::Stage::kSmemBytes) + warp * S::kTotalFloats;
   sm::PartFolder<kNT, kSplitParts> folder(totals + lane, n_steps);
+  // One token tile folds before the MMAs (ptxas keeps interleaving a step's MMA chain with the
+  // next step's dequantisation, no spills); wider ones after them (before: spills at 16 pairs).
   sm::StreamBlockRows<sm::StreamFormat::kMxFp4, kNT, kPF, kSlice, S::kThreads>(
-      w, n_steps, act_row, smem, acc, [&](int step) { folder.Fold(step, acc); });
+      w, n_steps, act_row, smem, acc,
+      [&](int step) {
+        if constexpr (kNT == 1) folder.FoldBefore(step, acc);
+      },
+      [&](int step) {
+        if constexpr (kNT > 1) folder.FoldAfter(step, acc);
+      });
+  folder.Finish(acc);
 
   // acc[nt][e]: row v0 + g (+ 8 for e >= 2), token 8 nt + 2 c (+ 1 for odd e).
   const int g = lane / 4, c = lane % 4;

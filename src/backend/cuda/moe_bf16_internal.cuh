@@ -71,9 +71,9 @@ struct StreamShape {
 // Every compiled shape: one kernel per shape and item width (8, 16, 32 pairs) that it fits.
 // ptxas (sm_90a) registers at widths 8 / 16 / 32, no spills in any instantiated kernel (with
 // the part folding):
-//   w8pf4s4 127/128/128, w2pf4s4 127/128/-, w8pf2b3 80/-/- (spills at 16 and 32 pairs),
-//   w4pf4s4 127/128/128, w4pf8s8 167/168/168, w16pf2s4 96/125/128, w8pf4s8 128/128/128,
-//   w2pf8s8 167/168/-; split (8 pairs only): k8w8pf4 128, k8w8pf2b3 80, k8w16pf4 128.
+//   w8pf4s4 128/128/128, w2pf4s4 128/128/-, w8pf2b3 80/-/- (spills at 16 and 32 pairs),
+//   w4pf4s4 128/128/128, w4pf8s8 168/168/168, w16pf2s4 125/125/128, w8pf4s8 128/128/128,
+//   w2pf8s8 168/168/-; split (8 pairs only): k8w8pf4 128, k8w8pf2b3 80, k8w16pf4 128.
 inline constexpr StreamShape kStreamShapes[] = {
     {"w8pf4s4", 8, 2, 4, 4, 4},    // 8 warps, 2 blocks per SM (the shape before the sweep)
     {"w2pf4s4", 2, 8, 4, 4, 2},    // 2 warps, 8 blocks per SM (small grids before the sweep)

@@ -232,12 +232,16 @@ __device__ __forceinline__ void MmaStep(const uint32_t (&a)[2][16], const char* 
 // next kPF steps are always in flight, across slices (the first kPF are issued before
 // on_slice(0)). Barriers in on_slice must match across the block: every warp calls this with
 // the same n_steps, or (n_steps <= kSliceSteps, one slice: the split kernel) every warp reaches
-// exactly one on_slice(0) or an equivalent barrier of its own. on_step_end(step) runs after
-// each step's MMAs (PartFolder::Fold). acc is not zeroed here.
-template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice, class OnStepEnd>
+// exactly one on_slice(0) or an equivalent barrier of its own. before_mma(step) runs before
+// each step's MMAs (after its dequantisation), after_mma(step) after them (PartFolder: a branch
+// before the MMAs keeps the previous step's MMA chain and this step's dequantisation in one basic
+// block, which ptxas interleaves; one after them does not, but holds fewer registers live). acc
+// is not zeroed here.
+template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice, class BeforeMma,
+          class AfterMma>
 __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
                                            OnSlice&& on_slice, float (&acc)[kNT][4],
-                                           OnStepEnd&& on_step_end) {
+                                           BeforeMma&& before_mma, AfterMma&& after_mma) {
   static_assert(kFormat == StreamFormat::kMxFp4, "only MXFP4 weights so far");
   static_assert(kPF >= 1 && kPF <= 8, "loads in flight");
   using Stage = ActStage<kNT, kSliceSteps>;
@@ -272,8 +276,9 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
     const int slice = step / kSliceSteps, in_slice = step % kSliceSteps;
     if (in_slice == 0) on_slice(slice);
     const char* b = lane_b + (slice % 2) * Stage::kSliceBytes + in_slice * Stage::kStepBytes;
+    before_mma(step);
     detail::MmaStep<kNT>(a, b, acc);
-    on_step_end(step);
+    after_mma(step);
   };
   // Whole groups of kPF steps without per-step exit tests (so that ptxas can overlap a step's
   // MMA chain with the next step's dequantisation), then the remaining steps.
@@ -299,22 +304,27 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
 template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice>
 __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
                                            OnSlice&& on_slice, float (&acc)[kNT][4]) {
-  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc, [](int) {});
+  StreamRows<kFormat, kNT, kPF, kSliceSteps>(
+      w, n_steps, slices, on_slice, acc, [](int) {}, [](int) {});
 }
 
 // The K split (moe_bf16_internal.cuh: kSplitParts parts of the n_steps steps, part p = steps
-// [p n / kParts, (p + 1) n / kParts)) for a warp that walks all of K: Fold(step, acc) after each
-// step adds acc to the lane's totals in shared memory and zeroes it at the last step of every
-// non-empty part, so that the totals end as 0 + part 0 + part 1 + ... (each part one MMA chain
-// from zero), the same fp32 operations as a split reduction over the non-empty parts in part
-// order. totals: this lane's 4 kNT floats at totals[(4 nt + e) * 32] (zeroed here; only this
-// lane touches them: no barrier). Holds a pointer and two ints in registers.
+// [p n / kParts, (p + 1) n / kParts); the last part is never empty) for a warp that walks all of
+// K: every part but the last is added to the lane's totals in shared memory (and acc zeroed)
+// either by FoldBefore(step, acc) before the MMAs of the first step of the next non-empty part
+// or by FoldAfter(step, acc) after the MMAs of its own last step (use one of them, every step);
+// Finish(acc) after the last step adds the last part. The totals end as 0 + part 0 + part 1 +
+// ... (each part one MMA chain from zero): the same fp32 operations as a split reduction over
+// the non-empty parts in part order. totals: this lane's 4 kNT floats at totals[(4 nt + e) * 32]
+// (zeroed here; only this lane touches them: no barrier). Holds a pointer and two ints in
+// registers.
 template <int kNT, int kParts>
 struct PartFolder {
   static_assert(kParts >= 1 && (kParts & (kParts - 1)) == 0, "a power of two");
+  static constexpr int kNever = 1 << 30;  // no step
   float* totals;
   int n_steps;
-  int end;  // one past the last step of the current (non-empty) part
+  int end;  // one past the last step of the current part; kNever for the last part
 
   __device__ PartFolder(float* lane_totals, int n) : totals(lane_totals), n_steps(n) {
 #pragma unroll
@@ -322,20 +332,19 @@ struct PartFolder {
     end = NextEnd(0);
   }
 
-  // The first part end (q + 1) n / kParts past `after` (ends do not decrease with q; empty
-  // parts share their predecessor's end), or n_steps when none.
+  // The first end (q + 1) n / kParts past `after` of a part q < kParts - 1 (ends do not
+  // decrease with q; an empty part shares its predecessor's end), or kNever.
   __device__ __forceinline__ int NextEnd(int after) const {
-    int next = n_steps;
+    int next = kNever;
 #pragma unroll
-    for (int q = kParts - 1; q >= 0; --q) {
+    for (int q = kParts - 2; q >= 0; --q) {
       const int e = (q + 1) * n_steps / kParts;
       if (e > after) next = e;
     }
     return next;
   }
 
-  __device__ __forceinline__ void Fold(int step, float (&acc)[kNT][4]) {
-    if (step + 1 != end) return;  // warp-uniform
+  __device__ __forceinline__ void Add(float (&acc)[kNT][4]) {
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
@@ -344,20 +353,35 @@ struct PartFolder {
         acc[nt][e] = 0.0f;
       }
     }
+  }
+
+  __device__ __forceinline__ void FoldBefore(int step, float (&acc)[kNT][4]) {
+    if (step != end) return;  // warp-uniform
+    Add(acc);
     end = NextEnd(end);
   }
+
+  __device__ __forceinline__ void FoldAfter(int step, float (&acc)[kNT][4]) {
+    if (step + 1 != end) return;  // warp-uniform
+    Add(acc);
+    end = NextEnd(end);
+  }
+
+  __device__ __forceinline__ void Finish(float (&acc)[kNT][4]) { Add(acc); }
 };
 
 // The whole block (kThreads threads, each warp its own 16 rows) streams n_steps K steps: the
 // thread's act_row (its ActStage::Token's permuted bf16 row at the first K value; null =
 // zeros) is staged slice by slice (cp.async, one __syncthreads per slice), and each warp
-// accumulates its rows into acc (on_step_end as in StreamRows). slices: ActStage::kSmemBytes
-// of shared memory, 16-byte aligned. Call with a __syncthreads() between two calls that reuse
-// `slices`.
-template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads, class OnStepEnd>
+// accumulates its rows into acc (before_mma, after_mma as in StreamRows). slices:
+// ActStage::kSmemBytes of shared memory, 16-byte aligned. Call with a __syncthreads() between two
+// calls that reuse `slices`.
+template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads, class BeforeMma,
+          class AfterMma>
 __device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
                                                 const uint16_t* act_row, char* slices,
-                                                float (&acc)[kNT][4], OnStepEnd&& on_step_end) {
+                                                float (&acc)[kNT][4], BeforeMma&& before_mma,
+                                                AfterMma&& after_mma) {
   using Stage = ActStage<kNT, kSliceSteps>;
   const int tid = static_cast<int>(threadIdx.x);
   const int n_slices = (n_steps + kSliceSteps - 1) / kSliceSteps;
@@ -371,7 +395,8 @@ __device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
       mma::CpAsyncCommit();
     }
   };
-  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc, on_step_end);
+  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc, before_mma,
+                                             after_mma);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels::stream_mma
