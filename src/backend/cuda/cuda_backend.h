@@ -186,6 +186,14 @@ class CudaBackend final : public model::Backend {
                            const float* keys, const int32_t* key_offset, const int32_t* key_len,
                            int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
                            float* scores) override;
+  // Paged keys on the tensor-core one-row kernel (kernels::IndexerScoresMmaPaged), below
+  // kernels::kIndexerGroupMinRows rows: larger calls (prefill) keep the gathered keys and the
+  // row-group kernel, which stages a key tile once for several rows (the same bits).
+  bool IndexerPagedApplicable(int64_t T, int64_t heads, int64_t dim, int64_t ratio) const override;
+  void IndexerScoresPaged(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
+                          const int64_t* key_bases, int64_t max_blocks, int64_t rows_per_block,
+                          const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
+                          int64_t ratio, float scale, float* scores) override;
   void CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos, int64_t ratio,
                      int64_t block, int64_t keep_blocks, uint8_t* mask) override;
   void ApplyMask(float* scores, const uint8_t* mask, int64_t T, int64_t n) override;

@@ -9,6 +9,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_attn_prefill.h"
+#include "backend/cuda/kernels_indexer.h"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
@@ -150,6 +151,30 @@ void CudaBackend::IndexerScoresVarlen(const float* q, const float* w, int64_t T,
                                      ratio, scale, scores, stream_),
         "IndexerScoresVarlen");
   Done("IndexerScoresVarlen");
+}
+
+bool CudaBackend::IndexerPagedApplicable(int64_t T, int64_t heads, int64_t dim,
+                                         int64_t ratio) const {
+  return T < kernels::kIndexerGroupMinRows &&
+         kernels::IndexerMmaPagedApplicable(T, heads, dim, ratio);
+}
+
+void CudaBackend::IndexerScoresPaged(const float* q, const float* w, int64_t T, int64_t heads,
+                                     int64_t dim, const int64_t* key_bases, int64_t max_blocks,
+                                     int64_t rows_per_block, const int32_t* key_len, int64_t n_keys,
+                                     const int32_t* q_pos, int64_t ratio, float scale,
+                                     float* scores) {
+  CHECK(IndexerPagedApplicable(T, heads, dim, ratio)) << "IndexerScoresPaged: not applicable";
+  if (T <= 0 || n_keys <= 0 || !Usable()) return;
+  kernels::PagedKeys keys;
+  keys.bases = key_bases;
+  keys.max_blocks = max_blocks;
+  keys.rows_per_block = rows_per_block;
+  keys.key_len = key_len;
+  Check(kernels::IndexerScoresMmaPaged(q, w, T, heads, dim, keys, n_keys, q_pos, ratio, scale,
+                                       scores, stream_),
+        "IndexerScoresPaged");
+  Done("IndexerScoresPaged");
 }
 
 void CudaBackend::CandidateMask(const float* scores, int64_t T, int64_t n, const int32_t* q_pos,
