@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -645,6 +646,33 @@ TEST_F(CudaIndexerPipelineTest, LongRowsBitwiseEqualToSession6Kernel) {
       kernels::IndexerMmaSetL2Prefetch(true);
     }
   }
+}
+
+// The paged kernel's key -> block division (host arithmetic, the same expression as on the
+// device): exact for block sizes 1 .. 2^31 and key indices 0 .. 2^31 - 1.
+TEST(IndexerU31DividerTest, ExactQuotients) {
+  std::mt19937_64 rng(7);
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 1100; ++d) divisors.push_back(d);
+  for (uint32_t d :
+       {4095u, 4096u, 4097u, 65535u, 65536u, 100000u, 1u << 30, (1u << 31) - 1, 1u << 31}) {
+    divisors.push_back(d);
+  }
+  for (int i = 0; i < 200; ++i) divisors.push_back(1 + static_cast<uint32_t>(rng() % (1u << 31)));
+  int64_t bad = 0;
+  for (uint32_t d : divisors) {
+    const kernels::U31Divider div = kernels::U31Divider::For(d);
+    std::vector<uint32_t> ns = {0, 1, d - 1, d, d + 1, 2 * d - 1, (1u << 31) - 1, (1u << 31) - 2};
+    for (uint32_t n = 0; n < 3000; ++n) ns.push_back(n);
+    for (int i = 0; i < 3000; ++i) ns.push_back(static_cast<uint32_t>(rng() % (1u << 31)));
+    for (uint32_t n : ns) {
+      if (n >= (1u << 31)) continue;
+      if (div.Divide(n) != n / d && bad++ < 5) {
+        ADD_FAILURE() << n << " / " << d << ": got " << div.Divide(n) << " expected " << n / d;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST_F(CudaIndexerPipelineTest, PagedApplicabilityAndArguments) {

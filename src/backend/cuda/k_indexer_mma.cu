@@ -285,9 +285,10 @@ struct PagedRows {
   struct Bound {
     const int64_t* table;     // [max_blocks] addresses of float rows
     uint32_t rows_per_block;  // >= 1 (clamped to 2^31 on the host: j < 2^31)
+    U31Divider by_block;      // division by rows_per_block
     int64_t dim;
     __device__ const float* Row(int64_t j) const {
-      const uint32_t jj = static_cast<uint32_t>(j), block = jj / rows_per_block;
+      const uint32_t jj = static_cast<uint32_t>(j), block = by_block.Divide(jj);
       const int64_t base = __ldg(table + block);
       return reinterpret_cast<const float*>(base) + int64_t{jj - block * rows_per_block} * dim;
     }
@@ -296,9 +297,12 @@ struct PagedRows {
   const int64_t* bases;  // [T, max_blocks]
   int64_t max_blocks;
   uint32_t rows_per_block;
+  U31Divider by_block;
   int64_t dim;
 
-  __device__ Bound ForRow(int64_t t) const { return {bases + t * max_blocks, rows_per_block, dim}; }
+  __device__ Bound ForRow(int64_t t) const {
+    return {bases + t * max_blocks, rows_per_block, by_block, dim};
+  }
 };
 
 // The first kLoadBatch * kThreads float4 of a key tile, loaded into registers one tile
@@ -792,7 +796,8 @@ cudaError_t IndexerScoresMmaPaged(const float* q, const float* w, int64_t T, int
       keys.rows_per_block < (int64_t{1} << 31) ? keys.rows_per_block : (int64_t{1} << 31);
   RowArgs args{q, w, heads, dim, keys.key_len, n_keys, q_pos, ratio, scale, scores};
   args.l2_prefetch = g_l2_prefetch;
-  const PagedRows rows{keys.bases, keys.max_blocks, static_cast<uint32_t>(rpb), dim};
+  const PagedRows rows{keys.bases, keys.max_blocks, static_cast<uint32_t>(rpb),
+                       U31Divider::For(static_cast<uint32_t>(rpb)), dim};
   return LaunchRowKernel(args, T, rows, stream);
 }
 

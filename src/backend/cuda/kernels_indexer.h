@@ -99,6 +99,27 @@ struct PagedKeys {
   const int32_t* key_len = nullptr;
 };
 
+// Division of n < 2^31 by a fixed d in [1, 2^31] as a multiply and a shift (the paged
+// kernel's key -> block step): n / d == (n * m) >> shift with l = ceil(log2 d),
+// shift = 31 + l, m = ceil(2^shift / d) < 2^32 (m d - 2^shift < d <= 2^l makes the
+// quotient exact for every n < 2^31).
+struct U31Divider {
+  uint32_t m = 0;
+  uint32_t shift = 0;
+
+  static U31Divider For(uint32_t d) {
+    uint32_t l = 0;
+    while ((uint64_t{1} << l) < d) ++l;
+    U31Divider r;
+    r.shift = 31 + l;
+    r.m = static_cast<uint32_t>(((uint64_t{1} << r.shift) + d - 1) / d);
+    return r;
+  }
+  __host__ __device__ uint32_t Divide(uint32_t n) const {
+    return static_cast<uint32_t>((uint64_t{n} * m) >> shift);
+  }
+};
+
 // True if IndexerScoresMmaPaged handles the shape: as IndexerMmaApplicable without the
 // pointer checks (q must still be 16-byte aligned: checked at the call).
 bool IndexerMmaPagedApplicable(int64_t T, int64_t heads, int64_t dim, int64_t ratio);
