@@ -71,7 +71,8 @@ class ShapeVariant : public ScopedEnv {
 
 // The two kernels (moe_bf16_internal.cuh): a chain shape (a warp walks all K parts of its rows)
 // and a split shape (a warp per K part; 8-pair items only, wider items fall back to the table).
-// Every shape gives the same bits.
+// Every shape gives the same bits (EveryShapeGivesDefaultBits also runs the split shapes of 2
+// and 4 parts a warp).
 constexpr const char* kChainShape = "w8pf4s4";
 constexpr const char* kSplitShape = "k8w8pf4";
 
@@ -447,11 +448,12 @@ TEST_F(CudaMoeStreamTest, ShapeChoiceByEnvironmentAndTable) {
     const moe_bf16::StreamShape& shape = moe_bf16::kStreamShapes[s];
     if (!moe_bf16::IsSplitShape(s)) continue;
     ++n_split;
-    EXPECT_EQ(shape.warps % moe_bf16::kSplitParts, 0) << shape.name;
+    EXPECT_EQ(moe_bf16::kSplitParts % shape.split_warps, 0) << shape.name;
+    EXPECT_EQ(shape.warps % shape.split_warps, 0) << shape.name;
     EXPECT_FALSE(moe_bf16::StreamShapeFits(shape, 2)) << shape.name;
     EXPECT_FALSE(moe_bf16::StreamShapeFits(shape, 4)) << shape.name;
   }
-  EXPECT_EQ(n_split, 3);
+  EXPECT_EQ(n_split, 5);
   EXPECT_TRUE(moe_bf16::IsSplitShape(moe_bf16::FindStreamShape(kSplitShape)));
   EXPECT_FALSE(moe_bf16::IsSplitShape(moe_bf16::FindStreamShape(kChainShape)));
 }

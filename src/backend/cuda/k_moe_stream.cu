@@ -149,48 +149,95 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
 
 // --- the split kernel (moe_bf16_internal.cuh: THE K SPLIT) ---------------------------------
 //
-// Block: kWarps = kSplitParts x kGroups warps; warp (r = warp / kSplitParts, p = warp %
-// kSplitParts) owns the 16 rows blockIdx.x * 16 kGroups + 16 r .. + 15 and K part p (steps
-// [p n / kSplitParts, (p + 1) n / kSplitParts), n = K / 128: at most 8 steps at K <= 8192). The
-// block stages each part's activations once (the item's pairs only: token columns past
-// item.count hold stale shared bytes, which reach only their own MMA columns, never stored), one
-// __syncthreads (after the warps' first weight loads are in flight), then every warp streams its
-// rows over its part with the chain core (stream_mma.cuh: StreamRows, one slice), writes its
-// fp32 partial tile to shared memory, and after a second barrier each output is the sum of the
-// kSplitParts partials in part order 0, 1, ... (first + second + ...; fixed, no atomics).
+// Block: kWarps = kSplitWarps x kGroups warps; warp (r = warp / kSplitWarps, w = warp %
+// kSplitWarps) owns the 16 rows blockIdx.x * 16 kGroups + 16 r .. + 15 and the kPPW =
+// kSplitParts / kSplitWarps consecutive K parts w kPPW .. (steps [p n / kSplitParts, (p + 1) n /
+// kSplitParts) for part p, n = K / 128: at most 8 steps a part at K <= 8192). The block stages
+// each warp range's activations once (the item's pairs only: token columns past item.count hold
+// stale shared bytes, which reach only their own MMA columns, never stored), one __syncthreads
+// (after the warps' first weight loads are in flight), then every warp streams its rows over its
+// parts with the chain core (stream_mma.cuh: StreamRows, one slice), storing each part's fp32 sum
+// (one MMA chain from zero) in the part's slot in shared memory (PartSlots), and after a second
+// barrier each output is 0 + slot 0 + slot 1 + ... in part order (fixed, no atomics).
 //
 // Shared memory: kSplitParts regions of ceil(n / kSplitParts) steps (ActStage layout at kNT =
-// 1: 2 KiB per step), then the partials [warp][e][lane] (kWarps x 512 bytes). V4.1 shape:
-// gate/up K 5120 (40 steps, 5 per part) 80 + 4 KiB, down K 2304 (18 steps, 2-3 per part)
-// 48 + 4 KiB per 8-warp block.
+// 1: 2 KiB per step; a warp's range of parts is contiguous), then the slots [row group][part][e]
+// [lane] (kGroups x 4 KiB). V4.1 shape: gate/up K 5120 (40 steps, 5 per part) 80 + 4 KiB, down
+// K 2304 (18 steps, 2-3 per part) 48 + 4 KiB per 16 rows.
 //
-// Expected at B = 1 (V4.1 shape, not measured): the same weight bytes and dequantisation work as
-// the chain kernel, but in 2016 (gate/up) / 2240 (down) blocks of 5 / 2-3 steps per warp instead
-// of 252 / 280 blocks of 40 / 18 steps (about 1 round trip to DRAM in flight per warp instead of
-// 10, and no partial wave: 7.6 waves of 2 blocks per SM); by the issue count (~15 us at full
-// issue for gate/up) ~20 us for gate/up and ~10 us for down at ~70% issue.
-template <int kWarps, int kMinBlocks, int kPF>
+// Expected at B = 1 (V4.1 shape, not measured; k8w8pf4): the same weight bytes and
+// dequantisation work as the chain kernel, but in 2016 (gate/up) / 2240 (down) blocks of 5 / 2-3
+// steps per warp instead of 252 / 280 blocks of 40 / 18 steps (about 1 round trip to DRAM in
+// flight per warp instead of 10, and no partial wave: 7.6 waves of 2 blocks per SM); by the
+// issue count (~15 us at full issue for gate/up) ~20 us for gate/up and ~10 us for down at ~70%
+// issue, if the per-block prologue (item, table, pairs: dependent loads) and the two barriers
+// overlap with the other resident block. k4w8pf4 / k2w8pf4 (2 / 4 parts a warp, 32 / 64 rows a
+// block) trade chain length for fewer blocks and activation re-reads.
+template <int kWarps, int kMinBlocks, int kPF, int kSplitWarps>
 struct SplitShape {
-  static_assert(kWarps % kSplitParts == 0, "whole groups of kSplitParts warps");
-  static constexpr int kThreads = 32 * kWarps, kGroups = kWarps / kSplitParts;
+  static_assert(kSplitParts % kSplitWarps == 0 && kWarps % kSplitWarps == 0, "whole row groups");
+  static constexpr int kThreads = 32 * kWarps, kGroups = kWarps / kSplitWarps;
+  static constexpr int kPPW = kSplitParts / kSplitWarps;  // parts a warp walks
   static constexpr int kBlockRows = 16 * kGroups;
-  static constexpr int kMaxPartSteps = 8;        // K <= 8192 (RoutedExpertsBf16Applicable)
-  using Stage = sm::ActStage<1, kMaxPartSteps>;  // one slice holds a whole part
+  static constexpr int kMaxPartSteps = 8;               // K <= 8192 (RoutedExpertsBf16Applicable)
+  using Stage = sm::ActStage<1, kPPW * kMaxPartSteps>;  // one slice holds a warp's parts
   static constexpr int kStepBytes = Stage::kStepBytes;
-  static constexpr int kPartialBytes = kWarps * 4 * 32 * 4;
-  static constexpr int kMaxSmemBytes = kSplitParts * kMaxPartSteps * kStepBytes + kPartialBytes;
+  static constexpr int kSlotBytes = kGroups * kSplitParts * 4 * 32 * 4;
+  static constexpr int kMaxSmemBytes = kSplitParts * kMaxPartSteps * kStepBytes + kSlotBytes;
 
   __host__ __device__ static int PartSteps(int n_steps) {
     return (n_steps + kSplitParts - 1) / kSplitParts;
   }
   static int SmemBytes(int n_steps) {
-    return kSplitParts * PartSteps(n_steps) * kStepBytes + kPartialBytes;
+    return kSplitParts * PartSteps(n_steps) * kStepBytes + kSlotBytes;
   }
+};
+
+__device__ __forceinline__ int PartBegin(int p, int n_steps) { return p * n_steps / kSplitParts; }
+
+// A warp's parts p0 .. p0 + kPPW - 1 (steps [first, last)): each non-empty part's sum is stored
+// in its slot (this lane's floats at slots[(4 p + e) * 32], p absolute), empty parts keep +0.
+// Store(step, acc) before the MMAs of every step (relative to first) stores and zeroes acc when
+// a new part starts there; Finish(acc) stores the last part.
+template <int kPPW>
+struct PartSlots {
+  float* slots;
+  int n_steps, first, cur, end;  // cur: the part being summed; end: its end (relative)
+
+  __device__ PartSlots(float* lane_slots, int n, int p0) : slots(lane_slots), n_steps(n) {
+    first = PartBegin(p0, n_steps);
+#pragma unroll
+    for (int i = 0; i < 4 * kPPW; ++i) slots[32 * (4 * p0 + i)] = 0.0f;
+    cur = p0;
+    while (cur < p0 + kPPW - 1 && PartBegin(cur + 1, n_steps) == PartBegin(cur, n_steps)) ++cur;
+    end = PartBegin(cur + 1, n_steps) - first;
+  }
+
+  __device__ __forceinline__ void Put(float (&acc)[1][4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      slots[32 * (4 * cur + e)] = acc[0][e];
+      acc[0][e] = 0.0f;
+    }
+  }
+
+  __device__ __forceinline__ void Store(int step, float (&acc)[1][4]) {
+    if constexpr (kPPW > 1) {
+      if (step != end) return;  // warp-uniform; steps remain, so a non-empty part follows
+      Put(acc);
+      do {
+        ++cur;
+      } while (PartBegin(cur + 1, n_steps) == PartBegin(cur, n_steps));
+      end = PartBegin(cur + 1, n_steps) - first;
+    }
+  }
+
+  __device__ __forceinline__ void Finish(float (&acc)[1][4]) { Put(acc); }
 };
 
 // Cp.async copies of the item's activations for K steps [first, last) into `part_act` (ActStage
 // layout, kNT 1): token n's 16-byte chunk (step s, j, c) at s * kStepBytes + j * 512 + (4 n + c)
-// * 16. The kGroups warps of a part share its copies (warp group r takes every kGroups-th).
+// * 16. The kGroups warps of a range share its copies (row group r takes every kGroups-th).
 template <int kGroups, int kStepBytes>
 __device__ __forceinline__ void StagePart(const GemmArgs& a, const GemmItem& item, int64_t K,
                                           int first, int last, int r, int lane, char* part_act) {
@@ -210,26 +257,26 @@ __device__ __forceinline__ void StagePart(const GemmArgs& a, const GemmItem& ite
   mma::CpAsyncCommit();
 }
 
-template <int kWarps, int kMinBlocks, int kPF>
+template <int kWarps, int kMinBlocks, int kPF, int kSplitWarps>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertSplitGemmKernel(GemmArgs a) {
   pdl::WaitThenAllowNext();
-  using S = SplitShape<kWarps, kMinBlocks, kPF>;
+  using S = SplitShape<kWarps, kMinBlocks, kPF, kSplitWarps>;
   extern __shared__ __align__(16) char smem[];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
   const GemmItem item = a.items[blockIdx.y];
   if (item.count <= 0) return;  // a direct item of an out-of-range id (k_moe_bf16.cu)
   const ExpertPointers& ep = a.table[item.expert];
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  const int r = warp / kSplitParts, part = warp % kSplitParts;
+  const int r = warp / kSplitWarps, p0 = (warp % kSplitWarps) * S::kPPW;
   const int64_t n_rows = a.up ? 2 * a.I : a.D, part_rows = a.up ? a.I : a.D;
   const int64_t K = a.up ? a.D : a.I;
   const int n_steps = static_cast<int>(K / sm::kStepK);
-  const int first = part * n_steps / kSplitParts, last = (part + 1) * n_steps / kSplitParts;
+  const int first = PartBegin(p0, n_steps), last = PartBegin(p0 + S::kPPW, n_steps);
   const int part_bytes = S::PartSteps(n_steps) * S::kStepBytes;
-  char* part_act = smem + part * part_bytes;
-  float* partials = reinterpret_cast<float*>(smem + kSplitParts * part_bytes);
+  char* range_act = smem + p0 * part_bytes;
+  float* slots = reinterpret_cast<float*>(smem + kSplitParts * part_bytes);  // [r][p][e][lane]
 
-  StagePart<S::kGroups, S::kStepBytes>(a, item, K, first, last, r, lane, part_act);
+  StagePart<S::kGroups, S::kStepBytes>(a, item, K, first, last, r, lane, range_act);
   // The warp's 16 rows lie in one part (part_rows % 16 == 0): W1 / W3 for up, W2 for down.
   const int64_t v0 = int64_t{blockIdx.x} * S::kBlockRows + 16 * r;
   const bool second = v0 >= part_rows;
@@ -237,32 +284,32 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertSplitGemmKernel
   const sm::WarpRows w = sm::MxFp4WarpRows(ep.data[m], ep.scale[m], K, second ? v0 - part_rows : v0,
                                            part_rows, int64_t{first} * sm::kStepK, lane);
   // Every thread passes exactly one barrier here: in StreamRows before its first MMAs (its
-  // weight loads already issued), or directly when its part is empty (n_steps < kSplitParts).
+  // weight loads already issued), or directly when its parts are empty (n_steps < kSplitParts).
   auto staged = [](int) {
     mma::CpAsyncWaitAll();
     __syncthreads();
   };
+  PartSlots<S::kPPW> part_slots(slots + r * kSplitParts * 128 + lane, n_steps, p0);
   float acc[1][4] = {};
   if (last > first) {
-    sm::StreamRows<sm::StreamFormat::kMxFp4, 1, kPF, S::kMaxPartSteps>(w, last - first, part_act,
-                                                                       staged, acc);
+    sm::StreamRows<sm::StreamFormat::kMxFp4, 1, kPF, S::kPPW * S::kMaxPartSteps>(
+        w, last - first, range_act, staged, acc, [&](int step) { part_slots.Store(step, acc); },
+        [](int) {});
+    part_slots.Finish(acc);
   } else {
     staged(0);
   }
-
-  // Partials [warp][e][lane]; output (r, e, lane) = sum over parts p of warp r * kSplitParts + p.
-#pragma unroll
-  for (int e = 0; e < 4; ++e) partials[(warp * 4 + e) * 32 + lane] = acc[0][e];
   __syncthreads();
+
+  // Output (r, e, lane) = 0 + slot 0 + slot 1 + ... of row group r: sm::PartFolder's fp32
+  // operations. An empty part's slot (+0) is an addition PartFolder skips: the same bits, as the
+  // sum starts at +0 and so is never -0.
   const int32_t* pairs = a.order + item.start;
   for (int i = tid; i < S::kGroups * 128; i += S::kThreads) {
     const int out_r = i / 128, e = (i / 32) % 4, out_lane = i % 32;
     const int tok = 2 * (out_lane % 4) + (e & 1);
     if (tok >= item.count) continue;
-    const float* src = partials + (out_r * kSplitParts * 4 + e) * 32 + out_lane;
-    // 0 + part 0 + part 1 + ... in part order: sm::PartFolder's fp32 operations. An empty part
-    // (n_steps < kSplitParts) adds +0, which PartFolder skips: the same bits, as the sum starts
-    // at +0 and so is never -0.
+    const float* src = slots + (out_r * kSplitParts * 4 + e) * 32 + out_lane;
     float sum = 0.0f;
 #pragma unroll
     for (int p = 0; p < kSplitParts; ++p) sum += src[p * 128];
@@ -272,10 +319,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertSplitGemmKernel
   }
 }
 
-template <int kWarps, int kMinBlocks, int kPF>
+template <int kWarps, int kMinBlocks, int kPF, int kSplitWarps>
 cudaError_t LaunchSplit(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
-  using S = SplitShape<kWarps, kMinBlocks, kPF>;
-  constexpr auto kernel = ExpertSplitGemmKernel<kWarps, kMinBlocks, kPF>;
+  using S = SplitShape<kWarps, kMinBlocks, kPF, kSplitWarps>;
+  constexpr auto kernel = ExpertSplitGemmKernel<kWarps, kMinBlocks, kPF, kSplitWarps>;
   const int64_t rows = a.up ? 2 * a.I : a.D, K = a.up ? a.D : a.I;
   if (K % sm::kStepK != 0 || K / sm::kStepK > kSplitParts * S::kMaxPartSteps) {
     return cudaErrorInvalidValue;
@@ -298,8 +345,8 @@ cudaError_t LaunchShape(int shape, const GemmArgs& a, int64_t max_items, cudaStr
     if (shape == kIndex) {
       if constexpr (!StreamShapeFits(s, kNT)) {
         return cudaErrorInvalidValue;
-      } else if constexpr (s.split) {
-        return LaunchSplit<s.warps, s.min_blocks, s.prefetch>(a, max_items, stream);
+      } else if constexpr (s.split_warps != 0) {
+        return LaunchSplit<s.warps, s.min_blocks, s.prefetch, s.split_warps>(a, max_items, stream);
       } else {
         return Launch<kNT, s.warps, s.min_blocks, s.prefetch, s.slice>(a, max_items, stream);
       }
