@@ -196,7 +196,7 @@ class CudaMoeStreamTest : public CudaFp8Test {
 
 // Decode shapes of 384 small experts, top-6: T 1, 3, 8, 32 and 100 (mean pairs per expert 1 or
 // 2: items of 8 pairs), both dequantisation branches (scale bytes 118..124 and 100..140). The
-// streaming result (default table: the split kernel up to T 8 here) is within the reference
+// streaming result (default table: split shapes for the small grids here) is within the reference
 // bound, close to the wgmma kernel's, not bitwise the same as either the wgmma kernel or the FP8
 // tile (so the streaming kernel ran), and it repeats bitwise; the chain and split kernels forced
 // give the same bits.
