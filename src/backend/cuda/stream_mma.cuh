@@ -399,4 +399,12 @@ __device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
                                              after_mma);
 }
 
+template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads>
+__device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
+                                                const uint16_t* act_row, char* slices,
+                                                float (&acc)[kNT][4]) {
+  StreamBlockRows<kFormat, kNT, kPF, kSliceSteps, kThreads>(
+      w, n_steps, act_row, slices, acc, [](int) {}, [](int) {});
+}
+
 }  // namespace deepinfer::backend::cuda::kernels::stream_mma
