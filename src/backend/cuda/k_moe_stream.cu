@@ -241,15 +241,17 @@ struct PartSlots {
 template <int kGroups, int kStepBytes>
 __device__ __forceinline__ void StagePart(const GemmArgs& a, const GemmItem& item, int64_t K,
                                           int first, int last, int r, int lane, char* part_act) {
-  const int32_t* pairs = a.order + item.start;
-  const int act_div = a.up ? static_cast<int>(a.k) : 1;
-  const int tokens = min(item.count, 8), chunks = (last - first) * 16;
-  const int32_t lane_pair = lane < tokens ? pairs[lane] : 0;  // one load for all tokens
+  const int tokens = min(item.count, 8);
+  const unsigned chunks = static_cast<unsigned>(last - first) * 16;
+  // Lane n < tokens: token n's activation row (one load and one division for all tokens).
+  const unsigned act_div = a.up ? static_cast<unsigned>(a.k) : 1u;
+  const unsigned lane_row =
+      lane < tokens ? static_cast<unsigned>(a.order[item.start + lane]) / act_div : 0u;
   for (int n = 0; n < tokens; ++n) {
-    const int32_t pair = __shfl_sync(0xFFFFFFFFu, lane_pair, n);
-    const uint16_t* row = a.act + int64_t{pair / act_div} * K + first * sm::kStepK;
-    for (int q = lane + 32 * r; q < chunks; q += 32 * kGroups) {
-      const int step = q / 16, j = (q / 4) % 4, c = q % 4;
+    const unsigned act_row = __shfl_sync(0xFFFFFFFFu, lane_row, n);
+    const uint16_t* row = a.act + int64_t{act_row} * K + first * sm::kStepK;
+    for (unsigned q = lane + 32 * r; q < chunks; q += 32 * kGroups) {
+      const unsigned step = q / 16, j = (q / 4) % 4, c = q % 4;
       mma::CpAsync16(part_act + step * kStepBytes + j * 512 + (4 * n + c) * 16,
                      row + step * sm::kStepK + 32 * c + 8 * j);
     }
@@ -276,15 +278,19 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertSplitGemmKernel
   char* range_act = smem + p0 * part_bytes;
   float* slots = reinterpret_cast<float*>(smem + kSplitParts * part_bytes);  // [r][p][e][lane]
 
-  StagePart<S::kGroups, S::kStepBytes>(a, item, K, first, last, r, lane, range_act);
-  // The warp's 16 rows lie in one part (part_rows % 16 == 0): W1 / W3 for up, W2 for down.
+  // The warp's 16 rows lie in one part (part_rows % 16 == 0): W1 / W3 for up, W2 for down. (Their
+  // pointers first: the table load then overlaps the staging's pair loads.)
   const int64_t v0 = int64_t{blockIdx.x} * S::kBlockRows + 16 * r;
   const bool second = v0 >= part_rows;
   const int m = a.up ? (second ? 2 : 0) : 1;
   const sm::WarpRows w = sm::MxFp4WarpRows(ep.data[m], ep.scale[m], K, second ? v0 - part_rows : v0,
                                            part_rows, int64_t{first} * sm::kStepK, lane);
+  auto stage = [&] {
+    StagePart<S::kGroups, S::kStepBytes>(a, item, K, first, last, r, lane, range_act);
+  };
   // Every thread passes exactly one barrier here: in StreamRows before its first MMAs (its
-  // weight loads already issued), or directly when its parts are empty (n_steps < kSplitParts).
+  // weight loads, then its activation copies issued), or directly when its parts are empty
+  // (n_steps < kSplitParts).
   auto staged = [](int) {
     mma::CpAsyncWaitAll();
     __syncthreads();
@@ -294,9 +300,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertSplitGemmKernel
   if (last > first) {
     sm::StreamRows<sm::StreamFormat::kMxFp4, 1, kPF, S::kPPW * S::kMaxPartSteps>(
         w, last - first, range_act, staged, acc, [&](int step) { part_slots.Store(step, acc); },
-        [](int) {});
+        [](int) {}, stage);
     part_slots.Finish(acc);
   } else {
+    stage();  // copies of the row group's other warps of this range (none: the range is empty)
     staged(0);
   }
   __syncthreads();

@@ -235,13 +235,15 @@ __device__ __forceinline__ void MmaStep(const uint32_t (&a)[2][16], const char* 
 // exactly one on_slice(0) or an equivalent barrier of its own. before_mma(step) runs before
 // each step's MMAs (after its dequantisation), after_mma(step) after them (PartFolder: a branch
 // before the MMAs keeps the previous step's MMA chain and this step's dequantisation in one basic
-// block, which ptxas interleaves; one after them does not, but holds fewer registers live). acc
-// is not zeroed here.
+// block, which ptxas interleaves; one after them does not, but holds fewer registers live).
+// on_issued() runs once, right after the first kPF weight loads are issued (the split kernel
+// issues its activation copies there, behind the weights). acc is not zeroed here.
 template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice, class BeforeMma,
-          class AfterMma>
+          class AfterMma, class OnIssued>
 __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
                                            OnSlice&& on_slice, float (&acc)[kNT][4],
-                                           BeforeMma&& before_mma, AfterMma&& after_mma) {
+                                           BeforeMma&& before_mma, AfterMma&& after_mma,
+                                           OnIssued&& on_issued) {
   static_assert(kFormat == StreamFormat::kMxFp4, "only MXFP4 weights so far");
   static_assert(kPF >= 1 && kPF <= 8, "loads in flight");
   using Stage = ActStage<kNT, kSliceSteps>;
@@ -262,6 +264,7 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
   for (int p = 0; p < kPF; ++p) {
     if (p < n_steps) load(p, p);
   }
+  on_issued();
   const char* lane_b = slices + (threadIdx.x % 32) * 16;
   // Step base + u from ring slot u (u a constant after unrolling).
   auto run_step = [&](int base, int u) {
@@ -305,7 +308,7 @@ template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice
 __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
                                            OnSlice&& on_slice, float (&acc)[kNT][4]) {
   StreamRows<kFormat, kNT, kPF, kSliceSteps>(
-      w, n_steps, slices, on_slice, acc, [](int) {}, [](int) {});
+      w, n_steps, slices, on_slice, acc, [](int) {}, [](int) {}, [] {});
 }
 
 // The K split (moe_bf16_internal.cuh: kSplitParts parts of the n_steps steps, part p = steps
@@ -396,7 +399,7 @@ __device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
     }
   };
   StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc, before_mma,
-                                             after_mma);
+                                             after_mma, [] {});
 }
 
 template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads>
