@@ -112,6 +112,9 @@ class CudaBackend final : public model::Backend {
   // kernels::LinearFp8: the same products, another fp32 summation order (default
   // kFp8Bf16GemmMinTokens; DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS=<t> at creation, 0 = never).
   static constexpr int64_t kFp8Bf16GemmMinTokens = 512;
+  // FP8-activation mode (outside batch-invariant mode): a one-row Linear over a BF16 weight
+  // of at least this many elements runs on cuBLAS (LinearBf16Split) instead of the GEMV.
+  static constexpr int64_t kFp8CublasRowMinElements = int64_t{1} << 26;
   void set_fp8_bf16_gemm_min_tokens(int64_t t) { fp8_bf16_gemm_min_tokens_ = t; }
   // FP8-activation mode, not batch-invariant: an FP8 block-32 Linear (and LinearGrouped) with
   // at most `t` token rows streams its weight through kernels::LinearStream (scales folded

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -107,6 +108,31 @@ TEST_F(CudaFp8Test, LinearBf16GemmMatchesCpu) {
                 Path::kBackendDefaultThreshold);
     CheckLinear(f, 600, 1024, 260, 0, 260, 0, false, Path::kBackendDefaultThreshold);
   }
+}
+
+// FP8 mode, one row over a head-sized BF16 weight (>= kFp8CublasRowMinElements): the backend
+// runs cuBLAS on bf16(x), so the result is within the fp32-accumulation bound of the CPU
+// Linear on bf16(x) (the GEMV on fp32 x would miss it by ~2^-9 relative); row offset, ldy
+// padding and accumulate honoured. Batch-invariant mode keeps the GEMV on fp32 x.
+TEST_F(CudaFp8Test, OneRowLargeBf16WeightRunsOnCublas) {
+  const int64_t K = 4096, row0 = 64, n_rows = CudaBackend::kFp8CublasRowMinElements / K;
+  const int64_t N = row0 + n_rows + 16, ldy = n_rows + 3;
+  HostWeight w;
+  const std::vector<uint16_t> bits = Bf16Bits(N * K);
+  w.data.resize(N * K * 2);
+  std::memcpy(w.data.data(), bits.data(), w.data.size());
+  w.ref = WeightRef{"bf16head", WeightFormat::kBF16, N, K, w.data.data(), nullptr};
+  w.device.cols = K;
+  const std::vector<float> x = Activations(1, K);
+  std::vector<float> xb(K);
+  for (int64_t k = 0; k < K; ++k) {  // round to nearest even (x is finite)
+    const uint32_t b = std::bit_cast<uint32_t>(x[k]);
+    xb[k] = std::bit_cast<float>((b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u);
+  }
+  const std::vector<float> y0 = Normal(ldy);
+  const std::vector<float> got =
+      RunBackendLinear(w, row0, n_rows, x, 1, y0, ldy, true, CudaBackend::kFp8Bf16GemmMinTokens);
+  ExpectLinearMatchesCpu(w, row0, n_rows, xb, 1, y0, ldy, true, got, "bf16 head T=1");
 }
 
 // The routing at the default threshold: one token below it the backend runs LinearFp8
