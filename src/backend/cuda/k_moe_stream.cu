@@ -303,8 +303,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ExpertSplitGemmKernel
         [](int) {}, stage);
     part_slots.Finish(acc);
   } else {
-    stage();  // copies of the row group's other warps of this range (none: the range is empty)
-    staged(0);
+    staged(0);  // an empty range: nothing to stage or stream
   }
   __syncthreads();
 
