@@ -154,16 +154,17 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
 // kSplitParts / kSplitWarps consecutive K parts w kPPW .. (steps [p n / kSplitParts, (p + 1) n /
 // kSplitParts) for part p, n = K / 128: at most 8 steps a part at K <= 8192). The block stages
 // each warp range's activations once (the item's pairs only: token columns past item.count hold
-// stale shared bytes, which reach only their own MMA columns, never stored), one __syncthreads
-// (after the warps' first weight loads are in flight), then every warp streams its rows over its
+// stale shared bytes, which reach only their own MMA columns, never stored; the copies issued
+// right after the warp's first kPF weight loads), one __syncthreads, then every warp streams its
+// rows over its
 // parts with the chain core (stream_mma.cuh: StreamRows, one slice), storing each part's fp32 sum
 // (one MMA chain from zero) in the part's slot in shared memory (PartSlots), and after a second
 // barrier each output is 0 + slot 0 + slot 1 + ... in part order (fixed, no atomics).
 //
 // Shared memory: kSplitParts regions of ceil(n / kSplitParts) steps (ActStage layout at kNT =
 // 1: 2 KiB per step; a warp's range of parts is contiguous), then the slots [row group][part][e]
-// [lane] (kGroups x 4 KiB). V4.1 shape: gate/up K 5120 (40 steps, 5 per part) 80 + 4 KiB, down
-// K 2304 (18 steps, 2-3 per part) 48 + 4 KiB per 16 rows.
+// [lane] (kGroups x 4 KiB). V4.1 shape: gate/up K 5120 (40 steps, 5 per part) 80 KiB, down
+// K 2304 (18 steps, 2-3 per part) 48 KiB, + 4 KiB of slots per 16 rows.
 //
 // Expected at B = 1 (V4.1 shape, not measured; k8w8pf4): the same weight bytes and
 // dequantisation work as the chain kernel, but in 2016 (gate/up) / 2240 (down) blocks of 5 / 2-3
