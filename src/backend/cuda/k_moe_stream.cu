@@ -156,10 +156,10 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
 // each warp range's activations once (the item's pairs only: token columns past item.count hold
 // stale shared bytes, which reach only their own MMA columns, never stored; the copies issued
 // right after the warp's first kPF weight loads), one __syncthreads, then every warp streams its
-// rows over its
-// parts with the chain core (stream_mma.cuh: StreamRows, one slice), storing each part's fp32 sum
-// (one MMA chain from zero) in the part's slot in shared memory (PartSlots), and after a second
-// barrier each output is 0 + slot 0 + slot 1 + ... in part order (fixed, no atomics).
+// rows over its parts with the chain core (stream_mma.cuh: StreamRows, one slice), storing each
+// part's fp32 sum (one MMA chain from zero) in the part's slot in shared memory (PartSlots), and
+// after a second barrier each output is 0 + slot 0 + slot 1 + ... in part order (fixed, no
+// atomics).
 //
 // Shared memory: kSplitParts regions of ceil(n / kSplitParts) steps (ActStage layout at kNT =
 // 1: 2 KiB per step; a warp's range of parts is contiguous), then the slots [row group][part][e]
