@@ -73,7 +73,7 @@ struct StreamShape {
 // the part folding):
 //   w8pf4s4 128/128/128, w2pf4s4 128/128/-, w8pf2b3 80/-/- (spills at 16 and 32 pairs),
 //   w4pf4s4 128/128/128, w4pf8s8 168/168/168, w16pf2s4 125/125/128, w8pf4s8 128/128/128,
-//   w2pf8s8 168/168/-; split (8 pairs only): k8w8pf4 127, k8w8pf2b3 80, k8w16pf4 127,
+//   w2pf8s8 168/168/-; split (8 pairs only): k8w8pf4 128, k8w8pf2b3 80, k8w16pf4 128,
 //   k4w8pf4 128, k2w8pf4 128.
 inline constexpr StreamShape kStreamShapes[] = {
     {"w8pf4s4", 8, 2, 4, 4, 4},    // 8 warps, 2 blocks per SM (the shape before the sweep)
