@@ -19,12 +19,11 @@
 // Two GEMM kernels, picked by the mean pairs per expert (ceil(T k / n_experts)): up to
 // ExpertsStreamMaxMeanPairs() (12; decode) the weight-streaming kernel of k_moe_stream.cu
 // (stream_mma.cuh: weights straight from global memory into mma.sync registers, items of 8,
-// 16 or 32 pairs; every output the sum of 8 K-part MMA chains in part order, whatever the
-// shape: moe_bf16_internal.cuh), above it the wgmma tile kernel below (items of 64 / 96 / 128:
-// one fp32 sum over K). Different summation orders, so a token's bits change when T crosses the
-// threshold; within one kernel they do not depend on the other tokens. With at most kDirectMaxPairs
-// pairs (B <= 2 at k = 6) the quantisation kernel writes one item per pair and the two grouping
-// launches are skipped.
+// 16 or 32 pairs), above it the wgmma tile kernel below (items of 64 / 96 / 128). Both give one
+// fp32 sum over K per output (different summation orders, so a token's bits change when T crosses
+// the threshold; within one kernel they do not depend on the other tokens). With at most
+// kDirectMaxPairs pairs (B <= 2 at k = 6) the quantisation kernel writes one item per pair
+// and the two grouping launches are skipped.
 //
 // Launches: every kernel of the path (quantisation, SwiGLU, both GEMM kernels) is launched as a
 // programmatic dependent (pdl.cuh) and calls pdl::WaitThenAllowNext() first.

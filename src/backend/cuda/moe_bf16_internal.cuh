@@ -42,39 +42,23 @@ cudaError_t LaunchStreamGemm(int bn, const GemmArgs& a, int64_t max_items, cudaS
 
 // --- shapes of the streaming kernel (tuning; numerics-neutral) ------------------------------
 
-// THE K SPLIT (the numerics of every shape): the n = K / 128 steps of a weight fall into
-// kSplitParts contiguous parts, part p = steps [p n / kSplitParts, (p + 1) n / kSplitParts) (a
-// function of K only; parts are empty when n < kSplitParts), and every output is
-// 0 + S_0 + S_1 + ... + S_7 in fp32, part order, where S_p is one MMA chain from zero over part
-// p's steps in step order (empty parts skipped or added as +0: the same bits). A chain shape has
-// one warp walk all the parts of its 16 rows in turn (stream_mma.cuh: PartFolder adds each
-// part's sum to per-lane totals in shared memory); a split shape spreads the parts of 16 rows
-// over split_warps warps (each walks kSplitParts / split_warps consecutive parts, storing each
-// part's sum) and adds the parts' sums in part order through shared memory. So every shape gives
-// the same bits, and a pair's output depends only on the weight and its own activations (not on T,
-// the other pairs, the item width or the shape the table picks).
-inline constexpr int kSplitParts = 8;
-
 // A compiled shape of the streaming kernel. It changes only the launch and the pipelining, never
-// the numbers (above).
+// the numbers: every output is the same MMA chain over K steps 0, 1, ... whatever the shape
+// (each warp owns whole rows and walks all of K), so all shapes give the same bits.
 struct StreamShape {
   const char* name;
-  int warps;       // per block (chain: 16 weight rows each; split: split_warps per 16 rows)
+  int warps;       // per block (16 weight rows each)
   int min_blocks;  // __launch_bounds__ blocks per SM: registers <= 65536 / (32 warps min_blocks)
   int prefetch;    // weight steps (1 KiB per warp) in flight per warp
-  int slice;       // chain: K steps per staged activation slice (one __syncthreads per slice);
-                   // split: 0 (a block stages its whole K once)
+  int slice;       // K steps per staged activation slice (one __syncthreads per slice)
   int max_nt;      // widest item served: 8 max_nt pairs (wider: ptxas spills at this budget)
-  int split_warps = 0;  // warps sharing 16 rows (8, 4 or 2; 0: chain, one warp walks all parts)
 };
 
 // Every compiled shape: one kernel per shape and item width (8, 16, 32 pairs) that it fits.
-// ptxas (sm_90a) registers at widths 8 / 16 / 32, no spills in any instantiated kernel (with
-// the part folding):
-//   w8pf4s4 128/128/128, w2pf4s4 128/128/-, w8pf2b3 80/-/- (spills at 16 and 32 pairs),
-//   w4pf4s4 128/128/128, w4pf8s8 168/168/168, w16pf2s4 125/125/128, w8pf4s8 128/128/128,
-//   w2pf8s8 168/168/-; split (8 pairs only): k8w8pf4 128, k8w8pf2b3 80, k8w16pf4 128,
-//   k4w8pf4 128, k2w8pf4 128.
+// ptxas (sm_90a) registers at widths 8 / 16 / 32, no spills in any instantiated kernel:
+//   w8pf4s4 127/127/128, w2pf4s4 127/127/-, w8pf2b3 80/-/- (spills at 16 and 32 pairs),
+//   w4pf4s4 127/127/128, w4pf8s8 167/167/167, w16pf2s4 96/96/127, w8pf4s8 128/128/127,
+//   w2pf8s8 167/167/-.
 inline constexpr StreamShape kStreamShapes[] = {
     {"w8pf4s4", 8, 2, 4, 4, 4},    // 8 warps, 2 blocks per SM (the shape before the sweep)
     {"w2pf4s4", 2, 8, 4, 4, 2},    // 2 warps, 8 blocks per SM (small grids before the sweep)
@@ -84,12 +68,6 @@ inline constexpr StreamShape kStreamShapes[] = {
     {"w16pf2s4", 16, 1, 2, 4, 4},  // 16 warps, 1 block per SM
     {"w8pf4s8", 8, 2, 4, 8, 4},    // 8 warps, 2 blocks per SM, slices of 8 steps
     {"w2pf8s8", 2, 6, 8, 8, 2},    // 2 warps, 6 blocks per SM (<= 168 registers), 8 KiB in flight
-    // Split shapes (8-pair items): 16 rows per split_warps warps.
-    {"k8w8pf4", 8, 2, 4, 0, 1, 8},    // 16 rows, 1 part per warp, 2 blocks per SM
-    {"k8w8pf2b3", 8, 3, 2, 0, 1, 8},  // 16 rows, 1 part per warp, 3 blocks per SM (<= 80 regs)
-    {"k8w16pf4", 16, 1, 4, 0, 1, 8},  // 32 rows, 1 part per warp, 1 block per SM
-    {"k4w8pf4", 8, 2, 4, 0, 1, 4},    // 32 rows, 2 parts per warp, 2 blocks per SM
-    {"k2w8pf4", 8, 2, 4, 0, 1, 2},    // 64 rows, 4 parts per warp, 2 blocks per SM
 };
 inline constexpr int kNumStreamShapes = sizeof(kStreamShapes) / sizeof(kStreamShapes[0]);
 
@@ -102,16 +80,9 @@ constexpr int FindStreamShape(std::string_view name) {
 }
 
 // Whether a shape serves items of 8 nt pairs: nt <= max_nt, a staging thread copies one token
-// row (32 warps % (32 nt) == 0) and the double-buffered slices and the per-lane part totals fit
-// in shared memory (227 KiB); split shapes: 8-pair items and whole groups of split_warps warps,
-// split_warps dividing kSplitParts (their staged K, <= 128 KiB at K 8192, fits).
+// row (32 warps % (32 nt) == 0) and the double-buffered slices fit in shared memory (227 KiB).
 constexpr bool StreamShapeFits(const StreamShape& s, int nt) {
-  if (s.split_warps != 0) {
-    return nt <= s.max_nt && nt == 1 && s.split_warps > 0 && kSplitParts % s.split_warps == 0 &&
-           s.warps % s.split_warps == 0;
-  }
-  return nt <= s.max_nt && s.warps % nt == 0 &&
-         2 * s.slice * 128 * 2 * 8 * nt + s.warps * 512 * nt <= 227 * 1024;
+  return nt <= s.max_nt && s.warps % nt == 0 && 2 * s.slice * 128 * 2 * 8 * nt <= 227 * 1024;
 }
 
 // THE DEFAULT TABLE (DEEPINFER_EXPERTS_STREAM_VARIANT unset; edit it after a sweep): the first
@@ -125,23 +96,10 @@ struct StreamTier {
 // Sweep on the H200 (run 54, one layer's RoutedExperts at the real shape, us): T = 1: w8pf4s4
 // 56.9, w16pf2s4 56.2, w8pf4s8 56.6, w2pf4s4 (the former small-grid row) 90.8; T = 8: w8pf4s4
 // 296.9, w8pf2b3 292.1; T = 32: w8pf4s4 950.2, w8pf4s8 942.9; T = 256: w8pf4s4 2608-2832 (run
-// to run), w8pf4s8 2696: w8pf4s4 everywhere (within 2% of the best at every T).
-// Split rows (not measured yet): grids of <= kSplitMaxGrid 128-row blocks take k8w8pf4. At the
-// V4.1 shape the up / down grids are 252 / 280 at B = 1, 468 / 520 at B = 2, 972 / 1080 at
-// B = 4 and 1224 / 1360 at B = 5, so B <= 4 streams split (no bit changes: see THE K SPLIT).
-// Why there: the chain kernel is latency-bound at B = 1 (~10 serial DRAM round trips per warp in
-// one partial wave, 2 TB/s) and reaches 3.1 TB/s at B = 8; the split kernel re-reads an item's
-// activations from L2 once per 16 rows instead of per 128 (~count / 4 of the weight bytes), so
-// B = 8 keeps the measured chain shape until a sweep (DISABLED_SweepVariants, T 1 to 256) shows
-// the split one faster there.
-inline constexpr int64_t kSplitMaxGrid = 1100;
+// to run), w8pf4s8 2696. One row: w8pf4s4 everywhere (within 2% of the best at every T).
 inline constexpr StreamTier kDefaultStreamTiers[] = {
-    {kSplitMaxGrid, FindStreamShape("k8w8pf4")},
     {int64_t{1} << 62, FindStreamShape("w8pf4s4")},
 };
-
-// Whether kStreamShapes[shape] runs the split kernel.
-constexpr bool IsSplitShape(int shape) { return kStreamShapes[shape].split_warps != 0; }
 
 // The environment variable that selects one shape by name for every launch (read on every
 // call; unset, empty or unknown: the default table; a shape that does not fit an item width

@@ -3,22 +3,18 @@
 // bytes straight from global memory into registers (no shared memory, no barriers for the
 // weights), dequantising them exactly to bf16 with the block scale folded in, and feeding
 // mma.sync m16n8k16 (bf16, fp32 accumulate) against activations that the block stages in
-// shared memory. Users: k_moe_stream.cu (routed experts, FP8 mode: the chain kernel, each warp
-// over all of K in double-buffered slices, and the split kernel, each warp over one contiguous
-// K part staged whole, i.e. StreamRows over a single slice, its parts' sums added afterwards);
-// k_moe_bf16.cu (the dequantisation helpers). Include from .cu files only.
+// shared memory. Users: k_moe_stream.cu (routed experts, FP8 mode), k_linear_stream.cu (dense
+// Linear). Include from .cu files only.
 //
 // Numerics (the contract of RoutedExpertsBf16, k_moe_bf16.cu). Activations are bf16 values
 // that are exact FP8-mode numbers (kFp8Block32Pow2) stored with each 8-value group permuted as
 // 0 4 1 5 2 6 3 7. MXFP4 weights are dequantised exactly: nibble s|e1 e0|m becomes the bf16
 // bits s<<15 | (e1 e0 m)<<6 (the e2m1 value times 2^-126; 0.5 lands on the subnormal
 // 2^-127), then one bf16x2 multiply by 2^(S - 1) (S the ue8m0 scale byte); when S > 127 by
-// 2^126 and then by 2^(S - 127), giving value * 2^(S - 127) exactly (S <= 253). StreamRows
-// gives one fp32 MMA chain over its steps; k_moe_stream.cu splits K into 8 parts (one chain
-// each, from zero) and adds them in part order (PartFolder for a warp walking all the parts;
-// only the fp32 rounding order differs from other kernels). A column (token) of an MMA never
-// mixes with the other columns, so a token's result does not depend on which tokens share its
-// weight rows (bitwise).
+// 2^126 and then by 2^(S - 127), giving value * 2^(S - 127) exactly (S <= 253). Each
+// output is ONE fp32 sum over its K products (MMA chain; only the fp32 rounding order differs
+// from other kernels). A column (token) of an MMA never mixes with the other columns, so a
+// token's result does not depend on which tokens share its weight rows (bitwise).
 //
 // Register mapping (one K step = 128 values). Lane (g = lane / 4, c = lane % 4) loads the 16
 // bytes (32 e2m1 values = exactly one scale block) of rows g and g + 8 at K offset
@@ -229,21 +225,11 @@ __device__ __forceinline__ void MmaStep(const uint32_t (&a)[2][16], const char* 
 // on_slice(i) runs (in every warp of the block, so it may hold __syncthreads) before the MMAs
 // of the first step of slice i (steps i * kSliceSteps ..): it must make slice i's staged
 // activations visible in buffer i % 2 (ActStage layout at `slices`). The weight loads of the
-// next kPF steps are always in flight, across slices (the first kPF are issued before
-// on_slice(0)). Barriers in on_slice must match across the block: every warp calls this with
-// the same n_steps, or (n_steps <= kSliceSteps, one slice: the split kernel) every warp reaches
-// exactly one on_slice(0) or an equivalent barrier of its own. before_mma(step) runs before
-// each step's MMAs (after its dequantisation), after_mma(step) after them (PartFolder: a branch
-// before the MMAs keeps the previous step's MMA chain and this step's dequantisation in one basic
-// block, which ptxas interleaves; one after them does not, but holds fewer registers live).
-// on_issued() runs once, right after the first kPF weight loads are issued (the split kernel
-// issues its activation copies there, behind the weights). acc is not zeroed here.
-template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice, class BeforeMma,
-          class AfterMma, class OnIssued>
+// next kPF steps are always in flight, across slices. Every warp of the block must call this
+// with the same n_steps. acc is not zeroed here.
+template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice>
 __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
-                                           OnSlice&& on_slice, float (&acc)[kNT][4],
-                                           BeforeMma&& before_mma, AfterMma&& after_mma,
-                                           OnIssued&& on_issued) {
+                                           OnSlice&& on_slice, float (&acc)[kNT][4]) {
   static_assert(kFormat == StreamFormat::kMxFp4, "only MXFP4 weights so far");
   static_assert(kPF >= 1 && kPF <= 8, "loads in flight");
   using Stage = ActStage<kNT, kSliceSteps>;
@@ -264,7 +250,6 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
   for (int p = 0; p < kPF; ++p) {
     if (p < n_steps) load(p, p);
   }
-  on_issued();
   const char* lane_b = slices + (threadIdx.x % 32) * 16;
   // Step base + u from ring slot u (u a constant after unrolling).
   auto run_step = [&](int base, int u) {
@@ -279,9 +264,7 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
     const int slice = step / kSliceSteps, in_slice = step % kSliceSteps;
     if (in_slice == 0) on_slice(slice);
     const char* b = lane_b + (slice % 2) * Stage::kSliceBytes + in_slice * Stage::kStepBytes;
-    before_mma(step);
     detail::MmaStep<kNT>(a, b, acc);
-    after_mma(step);
   };
   // Whole groups of kPF steps without per-step exit tests (so that ptxas can overlap a step's
   // MMA chain with the next step's dequantisation), then the remaining steps.
@@ -304,87 +287,15 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
   }
 }
 
-template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, class OnSlice>
-__device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const char* slices,
-                                           OnSlice&& on_slice, float (&acc)[kNT][4]) {
-  StreamRows<kFormat, kNT, kPF, kSliceSteps>(
-      w, n_steps, slices, on_slice, acc, [](int) {}, [](int) {}, [] {});
-}
-
-// The K split (moe_bf16_internal.cuh: kSplitParts parts of the n_steps steps, part p = steps
-// [p n / kParts, (p + 1) n / kParts); the last part is never empty) for a warp that walks all of
-// K: every part but the last is added to the lane's totals in shared memory (and acc zeroed)
-// either by FoldBefore(step, acc) before the MMAs of the first step of the next non-empty part
-// or by FoldAfter(step, acc) after the MMAs of its own last step (use one of them, every step);
-// Finish(acc) after the last step adds the last part. The totals end as 0 + part 0 + part 1 +
-// ... (each part one MMA chain from zero): the same fp32 operations as a split reduction over
-// the non-empty parts in part order. totals: this lane's 4 kNT floats at totals[(4 nt + e) * 32]
-// (zeroed here; only this lane touches them: no barrier). Holds a pointer and two ints in
-// registers.
-template <int kNT, int kParts>
-struct PartFolder {
-  static_assert(kParts >= 1 && (kParts & (kParts - 1)) == 0, "a power of two");
-  static constexpr int kNever = 1 << 30;  // no step
-  float* totals;
-  int n_steps;
-  int end;  // one past the last step of the current part; kNever for the last part
-
-  __device__ PartFolder(float* lane_totals, int n) : totals(lane_totals), n_steps(n) {
-#pragma unroll
-    for (int i = 0; i < 4 * kNT; ++i) totals[32 * i] = 0.0f;
-    end = NextEnd(0);
-  }
-
-  // The first end (q + 1) n / kParts past `after` of a part q < kParts - 1 (ends do not
-  // decrease with q; an empty part shares its predecessor's end), or kNever.
-  __device__ __forceinline__ int NextEnd(int after) const {
-    int next = kNever;
-#pragma unroll
-    for (int q = kParts - 2; q >= 0; --q) {
-      const int e = (q + 1) * n_steps / kParts;
-      if (e > after) next = e;
-    }
-    return next;
-  }
-
-  __device__ __forceinline__ void Add(float (&acc)[kNT][4]) {
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        totals[32 * (4 * nt + e)] += acc[nt][e];
-        acc[nt][e] = 0.0f;
-      }
-    }
-  }
-
-  __device__ __forceinline__ void FoldBefore(int step, float (&acc)[kNT][4]) {
-    if (step != end) return;  // warp-uniform
-    Add(acc);
-    end = NextEnd(end);
-  }
-
-  __device__ __forceinline__ void FoldAfter(int step, float (&acc)[kNT][4]) {
-    if (step + 1 != end) return;  // warp-uniform
-    Add(acc);
-    end = NextEnd(end);
-  }
-
-  __device__ __forceinline__ void Finish(float (&acc)[kNT][4]) { Add(acc); }
-};
-
 // The whole block (kThreads threads, each warp its own 16 rows) streams n_steps K steps: the
 // thread's act_row (its ActStage::Token's permuted bf16 row at the first K value; null =
 // zeros) is staged slice by slice (cp.async, one __syncthreads per slice), and each warp
-// accumulates its rows into acc (before_mma, after_mma as in StreamRows). slices:
-// ActStage::kSmemBytes of shared memory, 16-byte aligned. Call with a __syncthreads() between two
-// calls that reuse `slices`.
-template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads, class BeforeMma,
-          class AfterMma>
+// accumulates its rows into acc. slices: ActStage::kSmemBytes of shared memory, 16-byte
+// aligned. Call with a __syncthreads() between two calls that reuse `slices`.
+template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads>
 __device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
                                                 const uint16_t* act_row, char* slices,
-                                                float (&acc)[kNT][4], BeforeMma&& before_mma,
-                                                AfterMma&& after_mma) {
+                                                float (&acc)[kNT][4]) {
   using Stage = ActStage<kNT, kSliceSteps>;
   const int tid = static_cast<int>(threadIdx.x);
   const int n_slices = (n_steps + kSliceSteps - 1) / kSliceSteps;
@@ -398,16 +309,7 @@ __device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
       mma::CpAsyncCommit();
     }
   };
-  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc, before_mma,
-                                             after_mma, [] {});
-}
-
-template <StreamFormat kFormat, int kNT, int kPF, int kSliceSteps, int kThreads>
-__device__ __forceinline__ void StreamBlockRows(const WarpRows& w, int n_steps,
-                                                const uint16_t* act_row, char* slices,
-                                                float (&acc)[kNT][4]) {
-  StreamBlockRows<kFormat, kNT, kPF, kSliceSteps, kThreads>(
-      w, n_steps, act_row, slices, acc, [](int) {}, [](int) {});
+  StreamRows<kFormat, kNT, kPF, kSliceSteps>(w, n_steps, slices, on_slice, acc);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels::stream_mma
