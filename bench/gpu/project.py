@@ -179,7 +179,12 @@ def projection(model, ceilings):
                 best = (total, s)
         if best:
             total, s = best
-            lines.append(f"| {name}, best batch with ITL <= 50 ms | {total} | {fmt(s / 1e3, 2)} "
+            # interp holds the measured per-layer times constant past the largest batch with
+            # a breakdown: a projection beyond it is optimistic, so say so.
+            beyond = fn is step_us and total / EP > max(b for b, _ in dense)
+            flag = f" (past the largest breakdown batch {max(b for b, _ in dense)}: optimistic)"
+            lines.append(f"| {name}, best batch with ITL <= 50 ms{flag if beyond else ''} "
+                         f"| {total} | {fmt(s / 1e3, 2)} "
                          f"| {fmt(1e6 / s)} | {fmt(total * 1e6 / s / EP)} |")
         else:
             lines.append(f"| {name}, best batch with ITL <= 50 ms | none fits | | | |")
