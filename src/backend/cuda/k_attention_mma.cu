@@ -15,8 +15,9 @@
 //   4-8 ms (the fp32 CUDA-core kernel: 268 ms). Decode T = 32: 128 blocks (2 splits each) x
 //   40 chunks of 16 entries, ~20-40 us (fp32 kernel ~300 us). MEASURED (H200): T = 4096 x
 //   640 candidates, one bf16 term (FP8 mode) 13.3 ms a call (the prefill path now takes
-//   k_attention_prefill.cu: 5.2 ms); 4-layer decode step B=32 4k: 0.45 ms for 4 calls
-//   (~110 us each), B=1: ~39 us each.
+//   k_attention_prefill.cu: 5.2 ms); decode (ncu, one call at 4k: 128 window rows + 512
+//   selected entries per token): T = 1 30 us, T = 8 61 us, T = 32 97 us (run 65; 47 / 97 /
+//   130 us before the chunk loops lost their 64-bit index divisions).
 //
 // Structure. A block (8 warps, 256 threads) serves one token and 16 heads (the M side of
 // every MMA); grid (tokens, heads / 16, splits). q of the 16 heads is split once into
@@ -385,8 +386,9 @@ __device__ void EndLane(const model::SparseAttentionArgs& a, int64_t head_base,
 }
 
 // s.q = the bf16 term(s) of q for the block's heads: one warp per head row; each lane loads
-// all of its values of the row before converting any, so a row costs one round of load
-// latency (a loop of dependent load-convert-store steps cost ~15 us at T = 1).
+// all of its values of the row before converting any (one round of load latency per row;
+// H200 run 66: no measurable change against the former loop, which the compiler had
+// already pipelined).
 template <int kTerms>
 __device__ void StageQ(const model::SparseAttentionArgs& a, int64_t t, int64_t head_base,
                        const Smem<kTerms>& s) {
