@@ -95,6 +95,10 @@ class CudaBackend final : public model::Backend {
   // SparseAttention on tensor cores (kernels::SparseAttentionMma) where it applies (default
   // on; DEEPINFER_CUDA_ATTN_MMA=0 turns it off at creation).
   void set_attention_mma(bool on) { attention_mma_ = on; }
+  // Decode indexer calls read the index keys in place (IndexerScoresPaged) where the paged
+  // kernel applies (default on; DEEPINFER_CUDA_PAGED_INDEXER=0 turns it off at creation, and
+  // the model then gathers the keys first: the same scores, bitwise).
+  void set_paged_indexer(bool on) { paged_indexer_ = on; }
   // SparseAttention with at least `t` tokens uses kernels::SparseAttentionPrefill in the
   // FP8-activation mode outside batch-invariant mode, with set_attention_mma on, where it
   // applies (default kAttentionPrefillMinTokens; 0 = never; DEEPINFER_ATTN_PREFILL_MIN_TOKENS=<n>
@@ -361,6 +365,7 @@ class CudaBackend final : public model::Backend {
   int64_t mma_max_tokens_ = 0;            // set in Init(); LinearMma above the GEMV up to this
   bool fp8_activations_ = false;          // set in Init(); the FP8-activation fast mode
   int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
+  bool paged_indexer_ = true;
   int64_t linear_stream_max_tokens_ = 0;  // set in Init(); FP8 mode's LinearStream (0 = never)
   int64_t experts_bf16_min_tokens_ = 0;   // set in Init(); RoutedExpertsBf16 (0 = never)
   bool batch_invariant_ = false;          // set in Init(); set_batch_invariant

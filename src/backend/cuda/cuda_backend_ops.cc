@@ -155,7 +155,7 @@ void CudaBackend::IndexerScoresVarlen(const float* q, const float* w, int64_t T,
 
 bool CudaBackend::IndexerPagedApplicable(int64_t T, int64_t heads, int64_t dim,
                                          int64_t ratio) const {
-  return T < kernels::kIndexerGroupMinRows &&
+  return paged_indexer_ && T < kernels::kIndexerGroupMinRows &&
          kernels::IndexerMmaPagedApplicable(T, heads, dim, ratio);
 }
 
