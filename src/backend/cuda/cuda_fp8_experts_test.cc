@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -40,6 +41,21 @@ class CudaFp8ExpertsTest : public CudaFp8Test {
       ex.table.push_back(w);
     }
     return ex;
+  }
+
+  // Runs all T tokens, then for each n in `tails` the last n of them alone: each such run
+  // must give bitwise the full run's last n rows (a token's row depends on no other token).
+  void ExpectTailsMatchFullRun(const Experts& ex, const std::vector<float>& x, int64_t T,
+                               const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                               int64_t k, std::initializer_list<int64_t> tails) {
+    const std::vector<float> all = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+    for (int64_t n : tails) {
+      const std::vector<float> xs(x.end() - n * ex.D, x.end());
+      const std::vector<int32_t> is(ids.end() - n * k, ids.end());
+      const std::vector<float> ws(weights.end() - n * k, weights.end());
+      const std::vector<float> got = RunGpu(ex, xs, n, is, ws, k, 7.0f);
+      EXPECT_TRUE(BitExact(got, std::vector<float>(all.end() - n * ex.D, all.end()))) << n;
+    }
   }
 
   // Per token and slot: xq = FakeQuant(x), h = SwiGlu(W1 xq, W3 xq) * weight,
@@ -96,14 +112,7 @@ TEST_F(CudaFp8ExpertsTest, BatchInvariantBitwise) {
   const std::vector<float> x = Normal(T * ex.D, 4.0f);
   const std::vector<int32_t> ids = Route(T, k, 16);
   const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
-  const std::vector<float> all = RunGpu(ex, x, T, ids, weights, k, 7.0f);
-  for (int64_t n : {1, 8, 64}) {
-    const std::vector<float> xs(x.end() - n * ex.D, x.end());
-    const std::vector<int32_t> is(ids.end() - n * k, ids.end());
-    const std::vector<float> ws(weights.end() - n * k, weights.end());
-    const std::vector<float> got = RunGpu(ex, xs, n, is, ws, k, 7.0f);
-    EXPECT_TRUE(BitExact(got, std::vector<float>(all.end() - n * ex.D, all.end()))) << n;
-  }
+  ExpectTailsMatchFullRun(ex, x, T, ids, weights, k, {1, 8, 64});
   gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
 }
 
@@ -162,14 +171,7 @@ TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
   const std::vector<int32_t> ids = Route(T, k, 16);
   const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
   gpu_->set_experts_bf16_min_tokens(1);
-  const std::vector<float> all = RunGpu(ex, x, T, ids, weights, k, 7.0f);
-  for (int64_t n : {8, 100, 200}) {
-    const std::vector<float> xs(x.end() - n * ex.D, x.end());
-    const std::vector<int32_t> is(ids.end() - n * k, ids.end());
-    const std::vector<float> ws(weights.end() - n * k, weights.end());
-    const std::vector<float> got = RunGpu(ex, xs, n, is, ws, k, 7.0f);
-    EXPECT_TRUE(BitExact(got, std::vector<float>(all.end() - n * ex.D, all.end()))) << n;
-  }
+  ExpectTailsMatchFullRun(ex, x, T, ids, weights, k, {8, 100, 200});
   gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
   unsetenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS");
 }
