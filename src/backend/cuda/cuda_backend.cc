@@ -449,15 +449,14 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
     return Done("Linear", w.name);
   }
   // FP8-activation mode, one row of a large BF16 weight (the head): cuBLAS streams it faster
-  // than the GEMV (H200 run 67: head 301 us at 4.4 TB/s against 354 us), x rounded to bf16 as
-  // at every other T of this mode. Small weights keep the GEMV (no cuBLAS launch gap).
-  if (fp8_activations_ && !batch_invariant_ && T == 1 && dw->format == model::WeightFormat::kBF16 &&
-      n_rows * K >= kFp8CublasRowMinElements) {
-    LinearBf16Split(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate, /*terms=*/1);
-    return Done("Linear", w.name);
-  }
+  // than the GEMV (H200 run 67: head 301 us at 4.4 TB/s against 354 us), so such a row skips
+  // the GEMV and takes the bf16 GEMM below, x rounded to bf16 as at every other T of this
+  // mode. Small weights keep the GEMV (no cuBLAS launch gap).
+  const bool fp8_row_on_cublas = fp8_activations_ && !batch_invariant_ && T == 1 &&
+                                 dw->format == model::WeightFormat::kBF16 &&
+                                 n_rows * K >= kFp8CublasRowMinElements;
   // One row: the GEMV (fastest there). More rows, up to 64: the tensor-core skinny GEMM.
-  if (T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
+  if (!fp8_row_on_cublas && T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
     Check(kernels::LinearGemv(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
           "Linear gemv");
     return Done("Linear", w.name);
