@@ -336,7 +336,29 @@ __global__ void MarkKeptBlocksKernel(const int32_t* kept, int64_t T, int64_t kee
 
 __device__ float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// One block per token: s = sqrt(softplus(logit)), k rounds of block arg-max over s + bias.
+// --- MoE router -----------------------------------------------------------------------
+// Every router kernel computes s = sqrt(softplus(logit)) with the same device code, selects
+// by the key RouteKey(s + bias, expert) -- one 64-bit compare per step: larger biased score
+// first, equal scores by lower expert id, -0.0 == +0.0, NaN below -inf (NaNs by id) -- and
+// sums the picked s in pick order. Hence identical ids and bitwise identical weights whichever
+// kernel runs (batch invariance across the dispatch's T thresholds).
+
+// The selection key of expert `id` with biased score v; every key is > 0 (its low word is
+// ~id >= 2^31), so 0 pads and marks taken slots.
+__device__ __forceinline__ uint64_t RouteKey(float v, int32_t id) {
+  return PackPair(isnan(v) ? 0u : OrderedKey(v), id);
+}
+
+__device__ __forceinline__ uint64_t MaxKey(uint64_t a, uint64_t b) { return a < b ? b : a; }
+
+// The weight of pick `slot` of k, given the sum of the k picked s in pick order.
+__device__ __forceinline__ float RouteWeight(float s, float sum, int64_t k, bool renormalise,
+                                             float scale) {
+  return (renormalise && k > 1) ? s / (sum + 1e-20f) * scale : s * scale;
+}
+
+// One block per token: k rounds of block arg-max of the keys over s + bias (shared memory).
+// Any n_experts <= kMaxRouteExperts and k <= 64.
 __global__ void __launch_bounds__(kRouteThreads)
     RouteKernel(const float* logits, const float* bias, int64_t n_experts, int64_t k,
                 bool renormalise, float scale, int32_t* experts, float* weights) {
@@ -344,8 +366,7 @@ __global__ void __launch_bounds__(kRouteThreads)
   extern __shared__ float smem[];
   float* s = smem;                   // [n_experts]
   float* biased = smem + n_experts;  // [n_experts] s + bias (selection only)
-  __shared__ float best_v[kRouteThreads / 32];
-  __shared__ int32_t best_i[kRouteThreads / 32];
+  __shared__ uint64_t best_key[kRouteThreads / 32];
   __shared__ int32_t picked[64];
   const int64_t t = blockIdx.x;
   for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) {
@@ -355,32 +376,21 @@ __global__ void __launch_bounds__(kRouteThreads)
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int64_t round = 0; round < k; ++round) {
-    float v = NegInf();
-    int32_t id = -1;
+    uint64_t best = 0;
     for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) {
       bool taken = false;
       for (int64_t r = 0; r < round; ++r) taken |= picked[r] == e;
-      if (taken) continue;
-      if (id < 0 || biased[e] > v) v = biased[e], id = static_cast<int32_t>(e);
+      if (!taken) best = MaxKey(best, RouteKey(biased[e], static_cast<int32_t>(e)));
     }
-    // Warp then block arg-max: larger value, then lower id; id -1 loses.
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, offset);
-      const int32_t oi = __shfl_xor_sync(0xffffffffu, id, offset);
-      if (oi >= 0 && (id < 0 || ov > v || (ov == v && oi < id))) v = ov, id = oi;
+      best = MaxKey(best, __shfl_xor_sync(kFullWarp, best, offset));
     }
-    if (lane == 0) best_v[warp] = v, best_i[warp] = id;
+    if (lane == 0) best_key[warp] = best;
     __syncthreads();
     if (threadIdx.x == 0) {
-      float bv = best_v[0];
-      int32_t bi = best_i[0];
-      for (int w = 1; w < kRouteThreads / 32; ++w) {
-        if (best_i[w] >= 0 && (bi < 0 || best_v[w] > bv || (best_v[w] == bv && best_i[w] < bi))) {
-          bv = best_v[w], bi = best_i[w];
-        }
-      }
-      picked[round] = bi;
+      for (int w = 1; w < kRouteThreads / 32; ++w) best = MaxKey(best, best_key[w]);
+      picked[round] = PairId(best);  // k <= n_experts: a real key
     }
     __syncthreads();
   }
@@ -388,9 +398,8 @@ __global__ void __launch_bounds__(kRouteThreads)
   float sum = 0.0f;
   for (int64_t i = 0; i < k; ++i) sum += s[picked[i]];
   for (int64_t i = 0; i < k; ++i) {
-    const float w = s[picked[i]];
     experts[t * k + i] = picked[i];
-    weights[t * k + i] = (renormalise && k > 1) ? w / (sum + 1e-20f) * scale : w * scale;
+    weights[t * k + i] = RouteWeight(s[picked[i]], sum, k, renormalise, scale);
   }
 }
 
@@ -399,16 +408,11 @@ constexpr int kRouteWarpPerLane = 16;
 constexpr int kRouteWarpThreads = 128;  // 4 tokens per block
 constexpr int kRouteWarpMaxK = 32;
 
-// The arg-max rule of RouteKernel: larger value, then lower id; id -1 loses.
-__device__ __forceinline__ bool RouteBetter(float ov, int32_t oi, float v, int32_t id) {
-  return oi >= 0 && (id < 0 || ov > v || (ov == v && oi < id));
-}
-
 // RouteKernel for n_experts <= 32 * kRouteWarpPerLane and k <= kRouteWarpMaxK, one warp per
-// token with no block barriers: lane l holds experts l, l + 32, .. (s and s + bias in
-// registers, loaded together); each round is a register scan + a 5-step shuffle arg-max with
-// the same rule as RouteKernel, and the winner's lane marks it taken. The same s values, the
-// same selection and the same in-order weight sum as RouteKernel (bitwise).
+// token with no block barriers (the many-token path): lane l holds experts l, l + 32, ..
+// (s and the key in registers); each round is a register max over the lane's keys + a 5-step
+// shuffle max, after which every lane holds the same winner; its owner lane marks it taken
+// and records the pick.
 __global__ void __launch_bounds__(kRouteWarpThreads)
     RouteWarpKernel(const float* logits, const float* bias, int64_t T, int64_t n_experts, int64_t k,
                     bool renormalise, float scale, int32_t* experts, float* weights) {
@@ -418,38 +422,33 @@ __global__ void __launch_bounds__(kRouteWarpThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (kRouteWarpThreads / 32) + warp;
   if (t >= T) return;  // whole warps leave
-  float s[kRouteWarpPerLane], biased[kRouteWarpPerLane];
-  float raw[kRouteWarpPerLane];
+  float s[kRouteWarpPerLane], b[kRouteWarpPerLane], raw[kRouteWarpPerLane];
+  uint64_t keys[kRouteWarpPerLane];
 #pragma unroll
   for (int q = 0; q < kRouteWarpPerLane; ++q) {
     const int64_t e = lane + 32 * q;
     raw[q] = e < n_experts ? __ldg(logits + t * n_experts + e) : 0.0f;
-    biased[q] = e < n_experts && bias ? __ldg(bias + e) : 0.0f;
+    b[q] = e < n_experts && bias ? __ldg(bias + e) : 0.0f;
   }
 #pragma unroll
   for (int q = 0; q < kRouteWarpPerLane; ++q) {
+    const int32_t e = lane + 32 * q;
     s[q] = sqrtf(Softplus(raw[q]));
-    biased[q] = s[q] + biased[q];
+    keys[q] = e < n_experts ? RouteKey(s[q] + b[q], e) : 0;
   }
   unsigned taken = 0;  // bit q: expert lane + 32 q already picked
   for (int64_t round = 0; round < k; ++round) {
-    float v = NegInf();
-    int32_t id = -1;
+    uint64_t best = 0;
 #pragma unroll
     for (int q = 0; q < kRouteWarpPerLane; ++q) {
-      const int32_t e = lane + 32 * q;
-      if (e < n_experts && !(taken >> q & 1u) && (id < 0 || biased[q] > v)) v = biased[q], id = e;
+      best = MaxKey(best, (taken >> q & 1u) ? uint64_t{0} : keys[q]);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
-      const float ov = __shfl_xor_sync(kFullWarp, v, offset);
-      const int32_t oi = __shfl_xor_sync(kFullWarp, id, offset);
-      if (RouteBetter(ov, oi, v, id)) v = ov, id = oi;
+      best = MaxKey(best, __shfl_xor_sync(kFullWarp, best, offset));
     }
-    // Lane 0's winner (every lane's, unless NaNs make the order inconsistent); its owner
-    // records it, so exactly one lane writes each round.
-    id = __shfl_sync(kFullWarp, id, 0);
-    if (id >= 0 && (id & 31) == lane) {
+    const int32_t id = PairId(best);  // k <= n_experts: a real key
+    if ((id & 31) == lane) {
       const int q = id >> 5;
       float sv = 0.0f;
 #pragma unroll
@@ -462,9 +461,80 @@ __global__ void __launch_bounds__(kRouteWarpThreads)
   if (lane >= k) return;
   float sum = 0.0f;
   for (int64_t i = 0; i < k; ++i) sum += picked_s[warp][i];
-  const float w = picked_s[warp][lane];
   experts[t * k + lane] = picked_id[warp][lane];
-  weights[t * k + lane] = (renormalise && k > 1) ? w / (sum + 1e-20f) * scale : w * scale;
+  weights[t * k + lane] = RouteWeight(picked_s[warp][lane], sum, k, renormalise, scale);
+}
+
+// RouteSplitKernel limits: one thread per expert (at most 16 warps), k <= kRouteSplitMaxK,
+// and T <= kRouteSplitMaxT (beyond, the one-warp-per-token kernel does less work per token).
+constexpr int kRouteSplitMaxExperts = 512;
+constexpr int kRouteSplitMaxK = 8;
+constexpr int64_t kRouteSplitMaxT = 256;
+
+// Sorts the 32 keys of a warp descending (lane 0 gets the largest): the bitonic network of
+// BitonicSortDescendingInRegisters for 32 elements, 15 shuffle compare-exchange stages.
+__device__ __forceinline__ uint64_t WarpSortDescending(uint64_t v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1) {
+    const bool descending = (lane & size) == 0;
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const uint64_t o = __shfl_xor_sync(kFullWarp, v, stride);
+      const bool keep_max = ((lane & stride) == 0) == descending;
+      v = keep_max ? MaxKey(v, o) : (v < o ? v : o);
+    }
+  }
+  return v;
+}
+
+// The low-latency router (few tokens): one block per token, thread e owns expert e (blockDim
+// = n_experts rounded up to warps). Softplus runs once per thread; each warp sorts its 32 keys
+// (so lane j holds the warp's j-th largest) and publishes its kRouteSplitMaxK largest. The
+// global rank of a head key c is the number of published keys greater than c: if c is among
+// the k largest, every larger key is within the k largest of its own warp, so published, and
+// the count is exact; otherwise either every larger key is published (count >= k) or one is
+// not, and then its warp publishes kRouteSplitMaxK >= k keys above it (count >= k again).
+// Keys are distinct, so the k heads of rank < k fill the k pick slots, one each.
+__global__ void __launch_bounds__(kRouteSplitMaxExperts)
+    RouteSplitKernel(const float* logits, const float* bias, int64_t n_experts, int64_t k,
+                     bool renormalise, float scale, int32_t* experts, float* weights) {
+  pdl::WaitThenAllowNext();
+  constexpr int kMaxWarps = kRouteSplitMaxExperts / 32;
+  __shared__ __align__(16) uint64_t heads[kMaxWarps][kRouteSplitMaxK];  // per warp, descending
+  __shared__ float picked_s[kRouteSplitMaxK];
+  __shared__ int32_t picked_id[kRouteSplitMaxK];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = static_cast<int>(blockDim.x >> 5);
+  const int64_t t = blockIdx.x;
+  const int32_t e = static_cast<int32_t>(threadIdx.x);
+  float s = 0.0f;
+  uint64_t key = 0;  // pad: below every real key
+  if (e < n_experts) {
+    const float x = __ldg(logits + t * n_experts + e);
+    const float b = bias ? __ldg(bias + e) : 0.0f;
+    s = sqrtf(Softplus(x));
+    key = RouteKey(s + b, e);
+  }
+  key = WarpSortDescending(key);
+  // The s of the expert whose key this lane now holds (its owner is a lane of this warp).
+  const float key_s = __shfl_sync(kFullWarp, s, PairId(key) & 31);
+  if (lane < kRouteSplitMaxK) heads[warp][lane] = key;
+  __syncthreads();
+  if (lane < k) {
+    int rank = 0;
+    for (int w = 0; w < n_warps; ++w) {
+#pragma unroll
+      for (int j = 0; j < kRouteSplitMaxK; ++j) rank += heads[w][j] > key ? 1 : 0;
+    }
+    if (rank < k) picked_s[rank] = key_s, picked_id[rank] = PairId(key);
+  }
+  __syncthreads();
+  if (threadIdx.x >= k) return;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k; ++i) sum += picked_s[i];
+  experts[t * k + threadIdx.x] = picked_id[threadIdx.x];
+  weights[t * k + threadIdx.x] = RouteWeight(picked_s[threadIdx.x], sum, k, renormalise, scale);
 }
 
 }  // namespace
@@ -506,6 +576,12 @@ cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
                               float* weights, cudaStream_t stream) {
   if (T <= 0 || k <= 0) return cudaSuccess;
   if (n_experts > kMaxRouteExperts || k > 64 || k > n_experts) return cudaErrorInvalidValue;
+  if (T <= kRouteSplitMaxT && n_experts <= kRouteSplitMaxExperts && k <= kRouteSplitMaxK) {
+    const unsigned threads = static_cast<unsigned>((n_experts + 31) / 32 * 32);
+    pdl::Launch(RouteSplitKernel, static_cast<unsigned>(T), threads, 0, stream, logits, bias,
+                n_experts, k, renormalise, scale, experts, weights);
+    return cudaGetLastError();
+  }
   if (n_experts <= 32 * kRouteWarpPerLane && k <= kRouteWarpMaxK) {
     const int per_block = kRouteWarpThreads / 32;
     pdl::Launch(RouteWarpKernel, static_cast<unsigned>((T + per_block - 1) / per_block),
