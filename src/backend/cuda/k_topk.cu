@@ -470,6 +470,8 @@ __global__ void __launch_bounds__(kRouteWarpThreads)
 constexpr int kRouteSplitMaxExperts = 512;
 constexpr int kRouteSplitMaxK = 8;
 constexpr int64_t kRouteSplitMaxT = 256;
+static_assert(kRouteSplitMaxK * 4 == 32, "RouteSplitKernel ranks each head on 4 lanes");
+static_assert(kRouteSplitMaxK % 2 == 0, "RouteSplitKernel counts heads in pairs");
 
 // Sorts the 32 keys of a warp descending (lane 0 gets the largest): the bitonic network of
 // BitonicSortDescendingInRegisters for 32 elements, 15 shuffle compare-exchange stages.
@@ -490,12 +492,13 @@ __device__ __forceinline__ uint64_t WarpSortDescending(uint64_t v) {
 
 // The low-latency router (few tokens): one block per token, thread e owns expert e (blockDim
 // = n_experts rounded up to warps). Softplus runs once per thread; each warp sorts its 32 keys
-// (so lane j holds the warp's j-th largest) and publishes its kRouteSplitMaxK largest. The
-// global rank of a head key c is the number of published keys greater than c: if c is among
-// the k largest, every larger key is within the k largest of its own warp, so published, and
-// the count is exact; otherwise either every larger key is published (count >= k) or one is
-// not, and then its warp publishes kRouteSplitMaxK >= k keys above it (count >= k again).
-// Keys are distinct, so the k heads of rank < k fill the k pick slots, one each.
+// (so lane j holds the warp's j-th largest) and publishes its kRouteSplitMaxK largest, the
+// heads; each warp ranks its first k heads (4 lanes per head). The global rank of a head c is the
+// number of published keys greater than c: if c is among the k largest, every larger key is within
+// the k largest of its own warp, so published, and the count is exact; otherwise either every
+// larger key is published (count >= k) or one is not, and then its warp publishes kRouteSplitMaxK
+// >= k keys above it (count >= k again). Keys are distinct, so the k heads of rank < k fill the k
+// pick slots, one each.
 __global__ void __launch_bounds__(kRouteSplitMaxExperts)
     RouteSplitKernel(const float* logits, const float* bias, int64_t n_experts, int64_t k,
                      bool renormalise, float scale, int32_t* experts, float* weights) {
@@ -520,15 +523,24 @@ __global__ void __launch_bounds__(kRouteSplitMaxExperts)
   // The s of the expert whose key this lane now holds (its owner is a lane of this warp).
   const float key_s = __shfl_sync(kFullWarp, s, PairId(key) & 31);
   if (lane < kRouteSplitMaxK) heads[warp][lane] = key;
+  // Lane l ranks head l / 4 of its warp against the heads of warps l % 4, l % 4 + 4, ..;
+  // the 4 partial counts are summed by two shuffles.
+  const int head = lane >> 2, part = lane & 3;
+  const uint64_t cand = __shfl_sync(kFullWarp, key, head);
+  const float cand_s = __shfl_sync(kFullWarp, key_s, head);
   __syncthreads();
-  if (lane < k) {
-    int rank = 0;
-    for (int w = 0; w < n_warps; ++w) {
+  int rank_even = 0, rank_odd = 0;  // two chains of adds instead of one
+  for (int w = part; w < n_warps; w += 4) {
 #pragma unroll
-      for (int j = 0; j < kRouteSplitMaxK; ++j) rank += heads[w][j] > key ? 1 : 0;
+    for (int j = 0; j < kRouteSplitMaxK; j += 2) {
+      rank_even += heads[w][j] > cand ? 1 : 0;
+      rank_odd += heads[w][j + 1] > cand ? 1 : 0;
     }
-    if (rank < k) picked_s[rank] = key_s, picked_id[rank] = PairId(key);
   }
+  int rank = rank_even + rank_odd;
+  rank += __shfl_xor_sync(kFullWarp, rank, 1);
+  rank += __shfl_xor_sync(kFullWarp, rank, 2);
+  if (part == 0 && head < k && rank < k) picked_s[rank] = cand_s, picked_id[rank] = PairId(cand);
   __syncthreads();
   if (threadIdx.x >= k) return;
   float sum = 0.0f;
