@@ -205,6 +205,38 @@ TEST_F(CudaTopKTest, DecodeShapes) {
   }
 }
 
+// The three kernel variants -- keys cached in 4 registers (n <= 4096), in 16 (n <= 16384
+// and T <= 128), or re-read from global memory in batches of 8 (otherwise) -- on both sides
+// of each limit, with k = 512 and k = 1, every row kind.
+TEST_F(CudaTopKTest, KernelVariantLimits) {
+  struct Case {
+    int64_t T, n;
+  };
+  for (const Case& c : {Case{2, 4096}, Case{2, 4097}, Case{3, 16384}, Case{3, 16385},
+                        Case{128, 5000}, Case{129, 5000}, Case{2, 20000}}) {
+    for (int64_t k : {1, 512}) {
+      for (RowKind kind : kAllKinds) CheckTopK(kind, c.T, c.n, k);
+    }
+  }
+}
+
+// A row's output does not depend on T (the variant chosen): 160 rows of 9000 tie-heavy
+// scores (global-memory variant) and their first 1, 8 and 128 rows (16-register variant).
+TEST_F(CudaTopKTest, SameIdsAtEveryT) {
+  const int64_t T = 160, n = 9000, k = 512;
+  const float* scores = ToGpu(Rows(RowKind::kTied, T, n));
+  int32_t* all = PoisonedInts(T * k);
+  gpu_->TopK(scores, T, n, k, all);
+  const std::vector<int32_t> batch = FromGpu(all, T * k);
+  for (int64_t rows : {1, 8, 128}) {
+    SCOPED_TRACE(::testing::Message() << "first " << rows << " rows alone, seed " << seed_);
+    int32_t* idx = PoisonedInts(rows * k);
+    gpu_->TopK(scores, rows, n, k, idx);
+    EXPECT_TRUE(SameIds(FromGpu(idx, rows * k),
+                        std::vector<int32_t>(batch.begin(), batch.begin() + rows * k), k));
+  }
+}
+
 // The largest supported selection (kMaxTopK) and k far beyond n.
 TEST_F(CudaTopKTest, LargestSelectionAndShortRows) {
   for (RowKind kind : kAllKinds) {
@@ -285,18 +317,20 @@ TEST_F(CudaTopKTest, CandidateMaskSmallShapes) {
   }
 }
 
-// Device time per TopK call at decode shapes (n = 16384 indexer scores, k = 512) and per
-// CandidateMask call at V4.1 shapes (block 8, keep 2048), T = 1 and 32.
+// Device time per TopK call at decode shapes (k = 512 of the indexer's 2K..32K scores per
+// row, T = 1, 8, 32) and per CandidateMask call at V4.1 shapes (block 8, keep 2048).
 TEST_F(CudaTopKTest, DISABLED_BenchDecodeSelection) {
-  const int64_t n = 16384, k = 512, block = 8, keep = 2048, ratio = 4;
-  for (int64_t T : {1, 32}) {
-    const float* scores = ToGpu(Normal(T * n));
-    int32_t* idx = PoisonedInts(T * k);
-    const double topk_us = DeviceMicrosPerCall([&] { gpu_->TopK(scores, T, n, k, idx); });
-    std::printf("TopK T=%lld n=%lld k=%lld: %.2f us/call\n", static_cast<long long>(T),
-                static_cast<long long>(n), static_cast<long long>(k), topk_us);
-    EXPECT_GT(topk_us, 0.0);
-
+  const int64_t k = 512, block = 8, keep = 2048, ratio = 4;
+  for (int64_t T : {1, 8, 32}) {
+    for (int64_t n : {2048, 4096, 16384, 32768}) {
+      const float* scores = ToGpu(Normal(T * n));
+      int32_t* idx = PoisonedInts(T * k);
+      const double topk_us = DeviceMicrosPerCall([&] { gpu_->TopK(scores, T, n, k, idx); });
+      std::printf("TopK T=%lld n=%lld k=%lld: %.2f us/call\n", static_cast<long long>(T),
+                  static_cast<long long>(n), static_cast<long long>(k), topk_us);
+      EXPECT_GT(topk_us, 0.0);
+    }
+    if (T == 8) continue;  // CandidateMask as before: T = 1 and 32
     for (int64_t entries : {int64_t{16384}, int64_t{32768}}) {
       std::vector<int32_t> q_pos(T);
       for (int64_t t = 0; t < T; ++t) q_pos[t] = static_cast<int32_t>(ratio * entries - T + t);

@@ -43,23 +43,29 @@ __device__ __forceinline__ int32_t PairId(uint64_t p) {
 
 // Shared state of one TopKKernel block.
 struct TopKShared {
+  // The radix passes' histograms alternate: passes 0 and 2 count in hist, pass 1 in hist_next.
   uint32_t hist[kRadixBins];
-  uint64_t sel[kMaxTopK];  // the selected pairs (unordered, then sorted in place)
+  union {
+    uint64_t sel[kMaxTopK];  // after the passes: the selected pairs (unordered, then sorted)
+    uint32_t hist_next[kRadixBins];  // during the passes
+  };
   int warp_scratch[kTopKWarps];
   int found_bin, found_above, found_count;
   int taken;  // pairs written to sel so far
 };
 
-// One radix pass's bin choice. Bins are walked from the top: thread t owns bins
+// One radix pass's bin choice over `hist`. Bins are walked from the top: thread t owns bins
 // kRadixBins-1-t*kBinsPerThread downwards. Finds the bin where the running count from the
 // top first reaches `remaining` (1 <= remaining <= sum of hist); every thread gets the bin,
-// the count strictly above it and its own count. Ends with a barrier.
-__device__ void FindRadixBin(TopKShared& sh, int remaining, int* bin, int* above, int* count) {
+// the count strictly above it and its own count. Two barriers: after the per-warp totals
+// (every warp then scans all 32 itself) and after the bin is found.
+__device__ void FindRadixBin(TopKShared& sh, const uint32_t* hist, int remaining, int* bin,
+                             int* above, int* count) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int top = kRadixBins - 1 - static_cast<int>(threadIdx.x) * kBinsPerThread;
   int local = 0;
 #pragma unroll
-  for (int j = 0; j < kBinsPerThread; ++j) local += static_cast<int>(sh.hist[top - j]);
+  for (int j = 0; j < kBinsPerThread; ++j) local += static_cast<int>(hist[top - j]);
   int inclusive = local;
 #pragma unroll
   for (int offset = 1; offset < 32; offset <<= 1) {
@@ -68,22 +74,19 @@ __device__ void FindRadixBin(TopKShared& sh, int remaining, int* bin, int* above
   }
   if (lane == 31) sh.warp_scratch[warp] = inclusive;
   __syncthreads();
-  if (warp == 0) {
-    const int total = sh.warp_scratch[lane];  // kTopKWarps == 32
-    int scan = total;
+  const int total = sh.warp_scratch[lane];  // kTopKWarps == 32
+  int scan = total;
 #pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const int v = __shfl_up_sync(kFullWarp, scan, offset);
-      if (lane >= offset) scan += v;
-    }
-    sh.warp_scratch[lane] = scan - total;  // exclusive over warps
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int v = __shfl_up_sync(kFullWarp, scan, offset);
+    if (lane >= offset) scan += v;
   }
-  __syncthreads();
-  int run = sh.warp_scratch[warp] + inclusive - local;  // count above this thread's bins
+  const int warps_above = __shfl_sync(kFullWarp, scan - total, warp);  // exclusive over warps
+  int run = warps_above + inclusive - local;  // count above this thread's bins
   if (run < remaining && run + local >= remaining) {
 #pragma unroll
     for (int j = 0; j < kBinsPerThread; ++j) {
-      const int h = static_cast<int>(sh.hist[top - j]);
+      const int h = static_cast<int>(hist[top - j]);
       if (run + h >= remaining) {
         sh.found_bin = top - j, sh.found_above = run, sh.found_count = h;
         break;
@@ -160,9 +163,12 @@ __device__ uint64_t BitonicSortDescendingInRegisters(TopKShared& sh, int p) {
   return v;
 }
 
+// Keys per lane loaded together by ForSegment<0>.
+constexpr int kTopKLoadBatch = 8;
+
 // Keys of one warp segment [seg_begin, seg_end): f(i, valid, key) for i = seg_begin + lane,
-// + 32, .. (warp-uniform trip count). kCached > 0: the keys come from this thread's registers
-// `cached` (loaded once per row); 0: from global memory.
+// + 32, .. in this order (warp-uniform trip count). kCached > 0: the keys come from this
+// thread's registers `cached` (loaded once per row); 0: from global memory.
 template <int kCached, typename F>
 __device__ __forceinline__ void ForSegment(const float* s, int64_t seg_begin, int64_t seg_end,
                                            const uint32_t* cached, F&& f) {
@@ -175,16 +181,35 @@ __device__ __forceinline__ void ForSegment(const float* s, int64_t seg_begin, in
       f(base + lane, base + lane < seg_end, cached[q]);
     }
   } else {
+    // Loads kTopKLoadBatch keys per lane at once, then calls f on them in index order: one
+    // global-memory latency per batch instead of one per key (f's warp votes and shared
+    // atomics otherwise keep the next load from issuing early).
     (void)cached;
-    for (int64_t base = seg_begin; base < seg_end; base += 32) {
-      const int64_t i = base + lane;
-      f(i, i < seg_end, i < seg_end ? OrderedKey(__ldg(s + i)) : 0u);
+    for (int64_t batch = seg_begin; batch < seg_end; batch += 32 * kTopKLoadBatch) {
+      uint32_t keys[kTopKLoadBatch];
+#pragma unroll
+      for (int q = 0; q < kTopKLoadBatch; ++q) {
+        const int64_t i = batch + 32 * q + lane;
+        keys[q] = i < seg_end ? OrderedKey(__ldg(s + i)) : 0u;
+      }
+#pragma unroll
+      for (int q = 0; q < kTopKLoadBatch; ++q) {
+        const int64_t base = batch + 32 * q;
+        if (base >= seg_end) break;
+        f(base + lane, base + lane < seg_end, keys[q]);
+      }
     }
   }
 }
 
-// Keys per thread of a register-held TopK row: n <= kTopKThreads * kTopKCachedKeys.
+// Keys per thread of a register-held TopK row: n <= kTopKThreads * kTopKCachedKeys, or
+// kTopKCachedKeysLarge for the longer rows (the indexer's decode rows up to 16K entries).
 constexpr int kTopKCachedKeys = 4;
+constexpr int kTopKCachedKeysLarge = 16;
+// Rows up to which TopK takes kTopKCachedKeysLarge: its 64 registers per thread fit one block
+// per SM (the others' 32 fit two), which costs throughput only once rows outnumber SMs. The
+// variants differ only in where a key is read from, so their outputs are identical.
+constexpr int64_t kTopKFewRows = 128;
 
 // One block of kTopKThreads per row. Writes the ids of the k_eff = min(k, n) largest
 // entries in order to idx[row, 0..k_eff), -1 for -inf values and for slots k_eff..k.
@@ -223,24 +248,32 @@ __global__ void __launch_bounds__(kTopKThreads)
   uint32_t prefix = 0, mask = 0;
   int remaining = k_eff;
   int64_t eq_count = n;
+  if (remaining < eq_count) {
+    for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.hist[b] = 0;
+    __syncthreads();
+  }
 #pragma unroll 1
   for (int pass = 0; pass < 3 && remaining < eq_count; ++pass) {
     const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
     const uint32_t digit_mask = pass == 2 ? 0x3FFu : 0x7FFu;
-    for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.hist[b] = 0;
-    __syncthreads();
+    uint32_t* hist = (pass & 1) ? sh.hist_next : sh.hist;
+    // Zero the next pass's histogram while this one counts: its last reads (the previous
+    // pass's FindRadixBin) are behind that call's barriers, and the barrier after this count
+    // orders the zeros before the next pass's atomics.
+    uint32_t* next_hist = (pass & 1) ? sh.hist : sh.hist_next;
+    for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) next_hist[b] = 0;
     // Lanes with the same digit add once (ties are common).
     ForSegment<kCached>(s, seg_begin, seg_end, cached, [&](int64_t, bool valid, uint32_t key) {
       const bool counted = valid && (key & mask) == prefix;
       const uint32_t digit = counted ? (key >> shift) & digit_mask : kNoDigit;
       const unsigned peers = __match_any_sync(kFullWarp, digit);
       if (counted && lane == __ffs(peers) - 1) {
-        atomicAdd(&sh.hist[digit], static_cast<uint32_t>(__popc(peers)));
+        atomicAdd(&hist[digit], static_cast<uint32_t>(__popc(peers)));
       }
     });
     __syncthreads();
     int bin, above, count;
-    FindRadixBin(sh, remaining, &bin, &above, &count);
+    FindRadixBin(sh, hist, remaining, &bin, &above, &count);
     prefix |= static_cast<uint32_t>(bin) << shift;
     mask |= digit_mask << shift;
     remaining -= above;
@@ -557,6 +590,9 @@ cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* 
   if ((k < n ? k : n) > kMaxTopK) return cudaErrorInvalidValue;
   if (n <= int64_t{kTopKThreads} * kTopKCachedKeys) {
     pdl::Launch(TopKKernel<kTopKCachedKeys>, static_cast<unsigned>(T), kTopKThreads, 0, stream,
+                scores, n, k, idx);
+  } else if (T <= kTopKFewRows && n <= int64_t{kTopKThreads} * kTopKCachedKeysLarge) {
+    pdl::Launch(TopKKernel<kTopKCachedKeysLarge>, static_cast<unsigned>(T), kTopKThreads, 0, stream,
                 scores, n, k, idx);
   } else {
     pdl::Launch(TopKKernel<0>, static_cast<unsigned>(T), kTopKThreads, 0, stream, scores, n, k,
