@@ -127,33 +127,48 @@ __device__ void BitonicSortDescending(TopKShared& sh, int p) {
   }
 }
 
+// Slot of element e in the padded sort scratch: one pad slot per 32 elements, so that the
+// transposed accesses of BitonicSortDescendingInRegisters (elements 32 apart on the lanes of
+// a half-warp) hit distinct banks.
+__device__ __forceinline__ int SortScratchSlot(int e) { return e + (e >> 5); }
+static_assert(2 * kTopKThreads + kTopKThreads / 32 <= kMaxTopK,
+              "the sort scratch lies in sh.sel beyond the first kTopKThreads pairs");
+
 // Sorts the p (a power of two <= blockDim.x) pairs sh.sel[0, p) descending and returns
 // pair threadIdx.x of the sorted order (0 for threads >= p). Thread i holds element i in a
-// register: the compare-exchange stages of stride < 32 run on warp shuffles, only those of
-// stride >= 32 go through shared memory (one barrier each), so a 512-element sort takes 14
-// barriers instead of 45. The network is BitonicSortDescending's. Every thread must call.
+// register and the compare-exchange stages of stride < 32 run on warp shuffles. For the
+// stages of stride >= 32 of a merge size >= 64 the elements are transposed through shared
+// memory (p = 32 << h: element (x << 5) | y goes to thread (y << h) | x), which turns those
+// strides into shuffles across lanes 1 << (log2(stride) - 5) apart, and transposed back:
+// two barriers per merge size (a 512-element sort: 9 barriers, 14 before; 1024: 11, was 21).
+// The network is BitonicSortDescending's. sh.sel[0, p) is only read; the scratch is
+// sh.sel[kTopKThreads, ..), each of its slots written and read by one thread between two
+// barriers. Every thread must call.
 __device__ uint64_t BitonicSortDescendingInRegisters(TopKShared& sh, int p) {
   const int i = threadIdx.x;
   __syncthreads();
   uint64_t v = i < p ? sh.sel[i] : 0;
+  uint64_t* scratch = sh.sel + kTopKThreads;
+  int h = 0;
+  while ((32 << h) < p) ++h;
+  const int transposed = ((i & ((1 << h) - 1)) << 5) | (i >> h);  // element held when transposed
   for (int size = 2; size <= p; size <<= 1) {
-    const bool descending = (i & size) == 0;
-    if (size >= 64) {  // strides size/2 .. 32 through shared memory
-      if (i < p) sh.sel[i] = v;
+    if (size >= 64) {  // strides size/2 .. 32 in the transposed layout
+      if (i < p) scratch[SortScratchSlot(i)] = v;
       __syncthreads();
+      if (i < p) v = scratch[SortScratchSlot(transposed)];
+      const bool descending = (transposed & size) == 0;
       for (int stride = size >> 1; stride >= 32; stride >>= 1) {
-        if (i < (p >> 1)) {
-          const int lo = 2 * i - (i & (stride - 1));
-          const int hi = lo + stride;
-          const bool lo_descending = (lo & size) == 0;
-          const uint64_t a = sh.sel[lo], b = sh.sel[hi];
-          if ((a < b) == lo_descending && a != b) sh.sel[lo] = b, sh.sel[hi] = a;
-        }
-        __syncthreads();
+        const uint64_t o = __shfl_xor_sync(kFullWarp, v, stride >> 5);
+        const bool keep_max = ((transposed & stride) == 0) == descending;
+        v = keep_max ? (v > o ? v : o) : (v < o ? v : o);
       }
-      if (i < p) v = sh.sel[i];  // only element i is touched until the next barrier
+      if (i < p) scratch[SortScratchSlot(transposed)] = v;
+      __syncthreads();
+      if (i < p) v = scratch[SortScratchSlot(i)];
     }
     // Strides 16 .. 1: the lower index of a pair keeps the larger value iff descending.
+    const bool descending = (i & size) == 0;
     for (int stride = (size >> 1) < 16 ? (size >> 1) : 16; stride > 0; stride >>= 1) {
       const uint64_t o = __shfl_xor_sync(kFullWarp, v, stride);
       const bool keep_max = ((i & stride) == 0) == descending;
