@@ -473,8 +473,12 @@ void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
   const float* inv_freq = ratio > 0 ? compress_inv_freq_.data() : main_inv_freq_.data();
   const float eps = static_cast<float>(t.rms_norm_eps);
 
+  // The two projections of u (q's low rank and this step's window KV) in one call.
   DeviceFloats q_r0(backend_, R * t.q_lora_rank), q_r(backend_, R * t.q_lora_rank);
-  backend_->Linear(u, R, D, w.wq_a, 0, t.q_lora_rank, q_r0.data(), t.q_lora_rank);
+  DeviceFloats kv0(backend_, R * d), kv(backend_, R * d);
+  const LinearOut u_outs[] = {{&w.wq_a, 0, t.q_lora_rank, q_r0.data(), t.q_lora_rank, false},
+                              {&w.wkv, 0, d, kv0.data(), d, false}};
+  backend_->LinearMany(u, R, D, u_outs, 2);
   backend_->RmsNorm(q_r0.data(), R, t.q_lora_rank, t.q_lora_rank, w.q_norm.data(), eps, q_r.data(),
                     t.q_lora_rank);
   DeviceFloats q(backend_, R * H * d);
@@ -482,8 +486,6 @@ void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
   backend_->Rope(q.data(), R, H * d, H, d, d - rd, rd / 2, b.pos.data(), inv_freq, false);
 
   // This step's window KV of every row: kv_norm, RoPE, FP8 fake-quant.
-  DeviceFloats kv0(backend_, R * d), kv(backend_, R * d);
-  backend_->Linear(u, R, D, w.wkv, 0, d, kv0.data(), d);
   backend_->RmsNorm(kv0.data(), R, d, d, w.kv_norm.data(), eps, kv.data(), d);
   backend_->Rope(kv.data(), R, d, 1, d, d - rd, rd / 2, b.pos.data(), inv_freq, false);
   if (d % 32 == 0) backend_->FakeQuant(kv.data(), R, d, d, FakeQuantKind::kFp8Block32Pow2);

@@ -20,6 +20,15 @@ std::string_view WeightFormatName(WeightFormat format) {
   return "unknown";
 }
 
+void Backend::LinearMany(const float* x, int64_t T, int64_t ldx, const LinearOut* outs, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const LinearOut& o = outs[i];
+    CHECK(o.w != nullptr && o.w->cols == outs[0].w->cols)
+        << "LinearMany: output " << i << " has no weight or another K";
+    Linear(x, T, ldx, *o.w, o.row0, o.n_rows, o.y, o.ldy, o.accumulate);
+  }
+}
+
 void Backend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,
                             const WeightRef& w, int64_t groups, float* y, int64_t ldy) {
   CHECK(groups > 0 && w.rows % groups == 0)

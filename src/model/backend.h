@@ -77,6 +77,16 @@ struct DeviceCopy {
   int64_t bytes = 0;
 };
 
+// One output of Backend::LinearMany: y[t, i] (+)= sum_k x[t, k] * w[row0 + i, k], i < n_rows.
+struct LinearOut {
+  const WeightRef* w = nullptr;
+  int64_t row0 = 0;
+  int64_t n_rows = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool accumulate = false;
+};
+
 // QAT fake-quantisation points of the reference (goldens README "What the reference
 // computes" 1-3). Each rounds values in place to what the packed format can hold.
 enum class FakeQuantKind {
@@ -167,6 +177,10 @@ class Backend {
   // If accumulate, adds into y instead of overwriting.
   virtual void Linear(const float* x, int64_t T, int64_t ldx, const WeightRef& w, int64_t row0,
                       int64_t n_rows, float* y, int64_t ldy, bool accumulate = false) = 0;
+  // Several Linears of the same x (same K): outs[i] as Linear(x, T, ldx, *outs[i].w, ..),
+  // each with bitwise the result of its own call. No out's y may overlap x or another y.
+  // The default calls Linear for each; a backend may share x's preparation and the launch.
+  virtual void LinearMany(const float* x, int64_t T, int64_t ldx, const LinearOut* outs, int64_t n);
   // Grouped (block-diagonal) product: W's rows form `groups` equal groups of R = w.rows /
   // groups; y[t, g*R + i] = sum_k x[t, g*x_group_stride + k] * W[g*R + i, k]. Equals one
   // Linear per group (the default); a backend may run it as one launch.

@@ -261,8 +261,9 @@ void Model::EngramLayer(int layer, BatchContext& b) {
   engram_table_->Gather(idx, ids.data(), T * cols, rows.data());
   const int64_t K = cols * t.engram_head_dim;
   DeviceFloats key(backend_, T * hc * D), value(backend_, T * D);
-  backend_->Linear(rows.data(), T, K, w.wkv, 0, hc * D, key.data(), hc * D);
-  backend_->Linear(rows.data(), T, K, w.wkv, hc * D, D, value.data(), D);
+  const LinearOut key_value[] = {{&w.wkv, 0, hc * D, key.data(), hc * D, false},
+                                 {&w.wkv, hc * D, D, value.data(), D, false}};
+  backend_->LinearMany(rows.data(), T, K, key_value, 2);
   backend_->EngramGate(b.x.data(), key.data(), value.data(), w.q_weight.data(), w.k_weight.data(),
                        T, hc, D, static_cast<float>(t.rms_norm_eps));
   Emit("layers." + std::to_string(layer) + ".engram_out", b.x.data(), T, hc * D);

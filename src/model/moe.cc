@@ -69,8 +69,9 @@ void MoeLayer::Ffn(const ExpertWeights& e, const float* x, int64_t n, const floa
                    float* out, bool accumulate) {
   const int64_t I = e.w1.rows, D = e.w1.cols;
   DeviceFloats gate(backend_, n * I), up(backend_, n * I), h(backend_, n * I);
-  backend_->Linear(x, n, D, e.w1, 0, I, gate.data(), I, false);
-  backend_->Linear(x, n, D, e.w3, 0, I, up.data(), I, false);
+  const LinearOut gate_up[] = {{&e.w1, 0, I, gate.data(), I, false},
+                               {&e.w3, 0, I, up.data(), I, false}};
+  backend_->LinearMany(x, n, D, gate_up, 2);
   backend_->SwiGlu(gate.data(), up.data(), n, I, opt_.swiglu_limit, row_scale, h.data());
   backend_->Linear(h.data(), n, I, e.w2, 0, D, out, D, accumulate);
 }

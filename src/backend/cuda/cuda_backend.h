@@ -161,6 +161,11 @@ class CudaBackend final : public model::Backend {
 
   void Linear(const float* x, int64_t T, int64_t ldx, const model::WeightRef& w, int64_t row0,
               int64_t n_rows, float* y, int64_t ldy, bool accumulate) override;
+  // FP8-activation mode at streaming token counts, FP8 block-32 weights of one K: one
+  // quantisation of x and one kernels::LinearStreamMany launch for up to
+  // kernels::kMaxStreamTargets outputs (bitwise each output's own Linear). Else Linear each.
+  void LinearMany(const float* x, int64_t T, int64_t ldx, const model::LinearOut* outs,
+                  int64_t n) override;
   // One GEMV launch for all groups when the GEMV applies, else one Linear per group.
   void LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,
                      const model::WeightRef& w, int64_t groups, float* y, int64_t ldy) override;

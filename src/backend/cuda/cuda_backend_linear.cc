@@ -4,6 +4,7 @@
 // LinearGrouped's dispatch (FP8, the grouped GEMV, the grouped tensor-core GEMM, else one
 // Linear per group).
 #include <algorithm>
+#include <string>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
@@ -118,6 +119,40 @@ void CudaBackend::LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx,
       return;
     }
   }
+}
+
+void CudaBackend::LinearMany(const float* x, int64_t T, int64_t ldx, const model::LinearOut* outs,
+                             int64_t n) {
+  const bool candidate = fp8_activations_ && T > 0 && Fp8UsesStream(T) && n >= 2 &&
+                         n <= kernels::kMaxStreamTargets && !failed_ &&
+                         Check(cudaSetDevice(device_), "cudaSetDevice");
+  if (!candidate) return Backend::LinearMany(x, T, ldx, outs, n);
+  kernels::DeviceWeight weights[kernels::kMaxStreamTargets];
+  kernels::LinearStreamTarget targets[kernels::kMaxStreamTargets];
+  for (int64_t i = 0; i < n; ++i) {
+    const model::LinearOut& o = outs[i];
+    CHECK(o.w != nullptr && o.w->valid()) << "LinearMany: output " << i << " has no weight";
+    CHECK(o.row0 >= 0 && o.row0 + o.n_rows <= o.w->rows)
+        << o.w->name << ": rows " << o.row0 << "+" << o.n_rows;
+    base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(*o.w);
+    if (!dw.ok()) return Fail(dw.status());
+    weights[i] = *dw;
+    targets[i] = {&weights[i], o.row0, o.n_rows, o.y, o.ldy, o.accumulate};
+  }
+  if (!kernels::LinearStreamManyApplicable(targets, static_cast<int>(n), T)) {
+    return Backend::LinearMany(x, T, ldx, outs, n);
+  }
+  if (!Usable()) return;
+  void* scratch =
+      TempBytes(static_cast<size_t>(kernels::LinearStreamScratchBytes(T, outs[0].w->cols)));
+  if (scratch == nullptr) return;
+  Check(kernels::LinearStreamMany(targets, static_cast<int>(n), x, T, ldx, scratch, stream_),
+        "LinearMany stream");
+  std::string names;
+  if (timing_on_) {
+    for (int64_t i = 0; i < n; ++i) names += (i > 0 ? "+" : "") + outs[i].w->name;
+  }
+  return Done("Linear", names);
 }
 
 void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,

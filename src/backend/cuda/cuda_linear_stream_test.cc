@@ -2,12 +2,14 @@
 // LinearStreamGrouped) against the CPU reference run on fake-quantised activations, with the
 // FP8 tests' per-element bound; its independence of T and of the other tokens (bitwise);
 // both scale branches (ue8m0 bytes above and below 134); and the backend's dispatch (<= 16
-// tokens outside batch-invariant mode, LinearFp8 otherwise).
+// tokens outside batch-invariant mode, LinearFp8 otherwise); several weights in one launch
+// (LinearStreamMany, Backend::LinearMany) bitwise equal to their own calls.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -188,6 +190,113 @@ TEST_F(CudaLinearStreamTest, BackendDispatch) {
     EXPECT_TRUE(BitExact(backend(x, T), fp8));
     gpu_->set_batch_invariant(false);
   }
+}
+
+// Several weights over the same x in one launch (kernels::LinearStreamMany): every output is
+// bitwise its own LinearStream call, across splits (weights of 64 .. 2048 rows), two row
+// ranges of one weight, row offsets, padded y and accumulation, both token tiles.
+TEST_F(CudaLinearStreamTest, ManyEqualsSeparateCallsBitwise) {
+  const int64_t K = 1280;
+  const HostWeight a = MakeFp8Weight(256, K, 112, 124);
+  const HostWeight b = MakeFp8Weight(64, K, 126, 142);
+  const HostWeight c = MakeFp8Weight(2048, K, 112, 124);
+  struct Out {
+    const HostWeight* w;
+    int64_t row0, n_rows, ldy;
+    bool accumulate;
+  };
+  const Out outs[] = {{&a, 0, 128, 128, false},
+                      {&a, 128, 128, 131, true},
+                      {&b, 16, 48, 48, false},
+                      {&c, 0, 2048, 2048, false}};
+  for (int64_t T : {1, 8, 9, 16}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> x = Activations(T, K);
+    const float* dx = ToGpu(x);
+    std::vector<std::vector<float>> y0;
+    std::vector<float*> dy;
+    std::vector<kernels::LinearStreamTarget> targets;
+    for (const Out& o : outs) {
+      y0.push_back(Normal(T * o.ldy));
+      dy.push_back(ToGpu(y0.back()));
+      targets.push_back({&o.w->device, o.row0, o.n_rows, dy.back(), o.ldy, o.accumulate});
+    }
+    ASSERT_TRUE(kernels::LinearStreamManyApplicable(targets.data(), 4, T));
+    uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, K));
+    ASSERT_EQ(kernels::LinearStreamMany(targets.data(), 4, dx, T, K, scratch, gpu_->stream()),
+              cudaSuccess);
+    for (size_t i = 0; i < std::size(outs); ++i) {
+      const Out& o = outs[i];
+      const std::vector<float> alone =
+          RunStream(*o.w, o.row0, o.n_rows, x, T, y0[i], o.ldy, o.accumulate);
+      EXPECT_TRUE(BitExact(FromGpu(dy[i], T * o.ldy), alone)) << "output " << i;
+    }
+  }
+}
+
+TEST_F(CudaLinearStreamTest, ManyApplicability) {
+  const HostWeight a = MakeFp8Weight(128, 256, 112, 124);
+  const HostWeight other_k = MakeFp8Weight(128, 512, 112, 124);
+  float* y = PoisonedFloats(16 * 128);
+  const kernels::LinearStreamTarget ok{&a.device, 0, 128, y, 128, false};
+  kernels::LinearStreamTarget five[5] = {ok, ok, ok, ok, ok};
+  EXPECT_TRUE(kernels::LinearStreamManyApplicable(five, 4, 16));
+  EXPECT_FALSE(kernels::LinearStreamManyApplicable(five, 5, 1));   // more than 4 outputs
+  EXPECT_FALSE(kernels::LinearStreamManyApplicable(five, 0, 1));   // none
+  EXPECT_FALSE(kernels::LinearStreamManyApplicable(five, 2, 17));  // too many tokens
+  const kernels::LinearStreamTarget mixed_k[2] = {ok, {&other_k.device, 0, 128, y, 128, false}};
+  EXPECT_FALSE(kernels::LinearStreamManyApplicable(mixed_k, 2, 1));
+  const kernels::LinearStreamTarget bad_rows[2] = {ok, {&a.device, 8, 64, y, 64, false}};
+  EXPECT_FALSE(kernels::LinearStreamManyApplicable(bad_rows, 2, 1));
+  const kernels::LinearStreamTarget no_y[2] = {ok, {&a.device, 0, 128, nullptr, 128, false}};
+  EXPECT_FALSE(kernels::LinearStreamManyApplicable(no_y, 2, 1));
+  EXPECT_EQ(kernels::LinearStreamMany(mixed_k, 2, nullptr, 1, 256, nullptr, gpu_->stream()),
+            cudaErrorInvalidValue);
+}
+
+// Through the backend: LinearMany gives bitwise each output's own Linear in every mode and
+// token count (one stream launch in FP8 mode at <= 16 tokens; Linear by Linear otherwise,
+// also when a weight cannot stream).
+TEST_F(CudaLinearStreamTest, BackendLinearManyEqualsLinearEach) {
+  const int64_t K = 1024;
+  const HostWeight a = MakeFp8Weight(256, K, 112, 124);
+  const HostWeight b = MakeFp8Weight(96, K, 120, 140);
+  const HostWeight fp4 = MakeWeight(WeightFormat::kMxFp4, 64, K);
+  gpu_->set_fp8_bf16_gemm_min_tokens(CudaBackend::kFp8Bf16GemmMinTokens);
+  gpu_->set_linear_stream_max_tokens(kernels::kStreamMaxTokens);
+  for (bool fp8 : {true, false}) {
+    gpu_->set_fp8_activations(fp8);
+    for (bool with_fp4 : {false, true}) {
+      for (int64_t T : {1, 16, 17}) {
+        SCOPED_TRACE(::testing::Message() << "fp8 " << fp8 << " fp4 " << with_fp4 << " T=" << T);
+        const std::vector<float> x = Activations(T, K);
+        const float* dx = ToGpu(x);
+        const HostWeight& third = with_fp4 ? fp4 : b;
+        const int64_t rows[3] = {256, 96, third.device.rows};
+        const model::WeightRef* refs[3] = {&a.ref, &b.ref, &third.ref};
+        std::vector<float> y0[3];
+        float* many[3];
+        float* each[3];
+        model::LinearOut outs[3];
+        for (int i = 0; i < 3; ++i) {
+          y0[i] = Normal(T * rows[i]);
+          many[i] = ToGpu(y0[i]);
+          each[i] = ToGpu(y0[i]);
+          outs[i] = {refs[i], 0, rows[i], many[i], rows[i], /*accumulate=*/i == 1};
+        }
+        gpu_->LinearMany(dx, T, K, outs, 3);
+        for (int i = 0; i < 3; ++i) {
+          gpu_->Linear(dx, T, K, *refs[i], 0, rows[i], each[i], rows[i], i == 1);
+        }
+        ASSERT_TRUE(gpu_->Synchronize().ok());
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_TRUE(BitExact(FromGpu(many[i], T * rows[i]), FromGpu(each[i], T * rows[i])))
+              << "output " << i;
+        }
+      }
+    }
+  }
+  gpu_->set_fp8_activations(false);
 }
 
 // Device time of the V4.1-Flash decode Linears (run with --gtest_also_run_disabled_tests):

@@ -212,11 +212,25 @@ __device__ __forceinline__ void AccumulateRows(const StreamArgs& a, int64_t r, i
   }
 }
 
+// Up to kMaxStreamTargets weights (row ranges) over the same activations in one launch:
+// blocks [block_end[i - 1], block_end[i]) compute target i exactly as a launch of its own
+// would (same split, same warps' row groups), so the bits do not depend on the grouping.
+struct StreamMany {
+  StreamArgs a[kMaxStreamTargets];
+  int64_t block_end[kMaxStreamTargets];
+  int n;
+};
+
 template <int NT>
-__global__ void __launch_bounds__(kThreads, 2) LinearStreamKernel(StreamArgs a) {
+__global__ void __launch_bounds__(kThreads, 2)
+    LinearStreamKernel(const __grid_constant__ StreamMany m) {
   __shared__ float partial[kWarps][NT * 4][32];
+  int target = 0;
+  while (target + 1 < m.n && int64_t{blockIdx.x} >= m.block_end[target]) ++target;
+  const StreamArgs& a = m.a[target];
+  const int64_t block = int64_t{blockIdx.x} - (target == 0 ? 0 : m.block_end[target - 1]);
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  const int64_t rg = int64_t{blockIdx.x} * (kWarps / a.split) + warp / a.split;
+  const int64_t rg = block * (kWarps / a.split) + warp / a.split;
   const int part = warp % a.split;
   const int64_t steps = a.K / kStepK;
   const bool active = rg * kWarpRows < a.n_rows;
@@ -257,20 +271,55 @@ __global__ void __launch_bounds__(kThreads, 2) LinearStreamKernel(StreamArgs a) 
   }
 }
 
-cudaError_t Launch(StreamArgs a, const float* x, int64_t x_cols, int64_t ldx, void* scratch,
-                   cudaStream_t stream) {
-  const int nts = TokenTiles(a.T);
+// Quantises x once into scratch, then runs every target in one LinearStreamKernel launch.
+// targets[i].split and .xf are set here; all targets share T and the activations' K.
+cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_cols, int64_t ldx,
+                       void* scratch, cudaStream_t stream) {
+  const int T = targets[0].T;
+  const int nts = TokenTiles(T);
   auto* xf = static_cast<uint16_t*>(scratch);
   const cudaError_t e =
       pdl::Launch(QuantizeStreamKernel, fp8::WarpPerBlockGrid(int64_t{nts} * 8 * (x_cols / 32)),
-                  kThreads, 0, stream, x, a.T, x_cols, ldx, nts, xf);
+                  kThreads, 0, stream, x, int64_t{T}, x_cols, ldx, nts, xf);
   if (e != cudaSuccess) return e;
-  a.xf = static_cast<const uint4*>(scratch);
-  a.split = LinearStreamSplit(a.n_rows, a.K);
-  const int64_t row_groups = a.n_rows / kWarpRows, per_block = kWarps / a.split;
-  const dim3 grid(static_cast<unsigned>((row_groups + per_block - 1) / per_block));
-  return nts == 1 ? pdl::Launch(LinearStreamKernel<1>, grid, kThreads, 0, stream, a)
-                  : pdl::Launch(LinearStreamKernel<2>, grid, kThreads, 0, stream, a);
+  StreamMany m{};
+  m.n = n;
+  int64_t blocks = 0;
+  for (int i = 0; i < n; ++i) {
+    StreamArgs& a = targets[i];
+    a.xf = static_cast<const uint4*>(scratch);
+    a.split = LinearStreamSplit(a.n_rows, a.K);
+    const int64_t row_groups = a.n_rows / kWarpRows, per_block = kWarps / a.split;
+    blocks += (row_groups + per_block - 1) / per_block;
+    m.a[i] = a;
+    m.block_end[i] = blocks;
+  }
+  const dim3 grid(static_cast<unsigned>(blocks));
+  return nts == 1 ? pdl::Launch(LinearStreamKernel<1>, grid, kThreads, 0, stream, m)
+                  : pdl::Launch(LinearStreamKernel<2>, grid, kThreads, 0, stream, m);
+}
+
+cudaError_t Launch(StreamArgs a, const float* x, int64_t x_cols, int64_t ldx, void* scratch,
+                   cudaStream_t stream) {
+  return LaunchMany(&a, 1, x, x_cols, ldx, scratch, stream);
+}
+
+// The arguments of rows [row0, row0 + n_rows) of w (ungrouped), y (+)= into y.
+StreamArgs RowsArgs(const DeviceWeight& w, int64_t row0, int64_t n_rows, int64_t T, float* y,
+                    int64_t ldy, bool accumulate) {
+  StreamArgs a{};
+  a.w = static_cast<const uint8_t*>(w.data);
+  a.scale = w.scale;
+  a.K = w.cols;
+  a.row0 = row0;
+  a.n_rows = n_rows;
+  a.group_rows = w.rows;
+  a.group_steps = 0;
+  a.T = static_cast<int>(T);
+  a.y = y;
+  a.ldy = ldy;
+  a.accumulate = accumulate;
+  return a;
 }
 
 bool WeightOk(const DeviceWeight& w) {
@@ -310,19 +359,30 @@ cudaError_t LinearStream(const DeviceWeight& w, int64_t row0, int64_t n_rows, co
                          int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                          void* scratch, cudaStream_t stream) {
   if (!LinearStreamApplicable(w, row0, n_rows, T)) return cudaErrorInvalidValue;
-  StreamArgs a{};
-  a.w = static_cast<const uint8_t*>(w.data);
-  a.scale = w.scale;
-  a.K = w.cols;
-  a.row0 = row0;
-  a.n_rows = n_rows;
-  a.group_rows = w.rows;
-  a.group_steps = 0;
-  a.T = static_cast<int>(T);
-  a.y = y;
-  a.ldy = ldy;
-  a.accumulate = accumulate;
-  return Launch(a, x, w.cols, ldx, scratch, stream);
+  return Launch(RowsArgs(w, row0, n_rows, T, y, ldy, accumulate), x, w.cols, ldx, scratch, stream);
+}
+
+bool LinearStreamManyApplicable(const LinearStreamTarget* targets, int n, int64_t T) {
+  if (n < 1 || n > kMaxStreamTargets) return false;
+  for (int i = 0; i < n; ++i) {
+    const LinearStreamTarget& t = targets[i];
+    if (t.w == nullptr || t.y == nullptr || t.w->cols != targets[0].w->cols ||
+        !LinearStreamApplicable(*t.w, t.row0, t.n_rows, T)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+cudaError_t LinearStreamMany(const LinearStreamTarget* targets, int n, const float* x, int64_t T,
+                             int64_t ldx, void* scratch, cudaStream_t stream) {
+  if (!LinearStreamManyApplicable(targets, n, T)) return cudaErrorInvalidValue;
+  StreamArgs args[kMaxStreamTargets];
+  for (int i = 0; i < n; ++i) {
+    const LinearStreamTarget& t = targets[i];
+    args[i] = RowsArgs(*t.w, t.row0, t.n_rows, T, t.y, t.ldy, t.accumulate);
+  }
+  return LaunchMany(args, n, x, targets[0].w->cols, ldx, scratch, stream);
 }
 
 bool LinearStreamGroupedApplicable(const DeviceWeight& w, int64_t groups, int64_t T) {
@@ -334,18 +394,9 @@ cudaError_t LinearStreamGrouped(const DeviceWeight& w, int64_t groups, const flo
                                 int64_t ldx, float* y, int64_t ldy, void* scratch,
                                 cudaStream_t stream) {
   if (!LinearStreamGroupedApplicable(w, groups, T)) return cudaErrorInvalidValue;
-  StreamArgs a{};
-  a.w = static_cast<const uint8_t*>(w.data);
-  a.scale = w.scale;
-  a.K = w.cols;
-  a.row0 = 0;
-  a.n_rows = w.rows;
+  StreamArgs a = RowsArgs(w, 0, w.rows, T, y, ldy, /*accumulate=*/false);
   a.group_rows = w.rows / groups;
   a.group_steps = w.cols / kStepK;
-  a.T = static_cast<int>(T);
-  a.y = y;
-  a.ldy = ldy;
-  a.accumulate = false;
   return Launch(a, x, groups * w.cols, ldx, scratch, stream);
 }
 

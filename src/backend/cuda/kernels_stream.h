@@ -38,6 +38,24 @@ cudaError_t LinearStream(const DeviceWeight& w, int64_t row0, int64_t n_rows, co
                          int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                          void* scratch, cudaStream_t stream);
 
+// Weights (row ranges) that read the same activations, in one launch (one quantisation of
+// x, one grid): target i computes y_i[t, r] (+)= sum_k FakeQuant(x)[t, k] * W_i[row0_i + r, k]
+// with bitwise the result of its own LinearStream call. All weights have the same cols (K).
+inline constexpr int kMaxStreamTargets = 4;
+struct LinearStreamTarget {
+  const DeviceWeight* w = nullptr;
+  int64_t row0 = 0;
+  int64_t n_rows = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool accumulate = false;
+};
+// True if 1 <= n <= kMaxStreamTargets, every target is LinearStreamApplicable for T and all
+// share w->cols. scratch of LinearStreamMany: LinearStreamScratchBytes(T, K).
+bool LinearStreamManyApplicable(const LinearStreamTarget* targets, int n, int64_t T);
+cudaError_t LinearStreamMany(const LinearStreamTarget* targets, int n, const float* x, int64_t T,
+                             int64_t ldx, void* scratch, cudaStream_t stream);
+
 // Block-diagonal weight (model::Backend::LinearGrouped with contiguous groups): y[t, g*R + i]
 // = sum_k FakeQuant(x)[t, g*K + k] * W[g*R + i, k], R = w.rows / groups, K = w.cols, y
 // overwritten. Applicable as LinearStream for all rows, with R a multiple of 16. scratch:
