@@ -130,6 +130,8 @@ base::Status CudaBackend::Init() {
   fused_experts_ = fused == nullptr || std::strcmp(fused, "0") != 0;
   const char* paged = std::getenv("DEEPINFER_CUDA_PAGED_INDEXER");
   paged_indexer_ = paged == nullptr || std::strcmp(paged, "0") != 0;
+  const char* many = std::getenv("DEEPINFER_CUDA_LINEAR_MANY");
+  linear_many_ = many == nullptr || std::strcmp(many, "0") != 0;
   const char* fp8 = std::getenv("DEEPINFER_CUDA_FP8_ACT");
   fp8_activations_ = fp8 != nullptr && std::strcmp(fp8, "0") != 0;
   fp8_bf16_gemm_min_tokens_ =

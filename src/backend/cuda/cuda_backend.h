@@ -99,6 +99,9 @@ class CudaBackend final : public model::Backend {
   // kernel applies (default on; DEEPINFER_CUDA_PAGED_INDEXER=0 turns it off at creation, and
   // the model then gathers the keys first: the same scores, bitwise).
   void set_paged_indexer(bool on) { paged_indexer_ = on; }
+  // LinearMany shares one stream launch where it can (default on; DEEPINFER_CUDA_LINEAR_MANY=0
+  // turns it off at creation: one Linear per output, the same bits).
+  void set_linear_many(bool on) { linear_many_ = on; }
   // SparseAttention with at least `t` tokens uses kernels::SparseAttentionPrefill in the
   // FP8-activation mode outside batch-invariant mode, with set_attention_mma on, where it
   // applies (default kAttentionPrefillMinTokens; 0 = never; DEEPINFER_ATTN_PREFILL_MIN_TOKENS=<n>
@@ -371,6 +374,7 @@ class CudaBackend final : public model::Backend {
   bool fp8_activations_ = false;          // set in Init(); the FP8-activation fast mode
   int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
   bool paged_indexer_ = true;
+  bool linear_many_ = true;
   int64_t linear_stream_max_tokens_ = 0;  // set in Init(); FP8 mode's LinearStream (0 = never)
   int64_t experts_bf16_min_tokens_ = 0;   // set in Init(); RoutedExpertsBf16 (0 = never)
   bool batch_invariant_ = false;          // set in Init(); set_batch_invariant

@@ -123,7 +123,7 @@ void CudaBackend::LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx,
 
 void CudaBackend::LinearMany(const float* x, int64_t T, int64_t ldx, const model::LinearOut* outs,
                              int64_t n) {
-  const bool candidate = fp8_activations_ && T > 0 && Fp8UsesStream(T) && n >= 2 &&
+  const bool candidate = linear_many_ && fp8_activations_ && T > 0 && Fp8UsesStream(T) && n >= 2 &&
                          n <= kernels::kMaxStreamTargets && !failed_ &&
                          Check(cudaSetDevice(device_), "cudaSetDevice");
   if (!candidate) return Backend::LinearMany(x, T, ldx, outs, n);

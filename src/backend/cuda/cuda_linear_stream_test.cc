@@ -284,6 +284,7 @@ TEST_F(CudaLinearStreamTest, BackendLinearManyEqualsLinearEach) {
           each[i] = ToGpu(y0[i]);
           outs[i] = {refs[i], 0, rows[i], many[i], rows[i], /*accumulate=*/i == 1};
         }
+        gpu_->set_linear_many(true);
         gpu_->LinearMany(dx, T, K, outs, 3);
         for (int i = 0; i < 3; ++i) {
           gpu_->Linear(dx, T, K, *refs[i], 0, rows[i], each[i], rows[i], i == 1);
