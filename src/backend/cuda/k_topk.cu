@@ -4,7 +4,8 @@
 //
 // Order contract (as the CPU reference's partial_sort): larger value first, equal values by
 // lower index; -0.0 and +0.0 are equal; slots whose value is -inf, and slots beyond
-// min(k, n), hold -1.
+// min(k, n), hold -1. The router orders the same way (its NaN scores rank below -inf, see
+// RouteKey).
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
@@ -399,7 +400,7 @@ __device__ __forceinline__ uint64_t RouteKey(float v, int32_t id) {
 
 __device__ __forceinline__ uint64_t MaxKey(uint64_t a, uint64_t b) { return a < b ? b : a; }
 
-// The weight of pick `slot` of k, given the sum of the k picked s in pick order.
+// The weight of a pick with value s, given the sum of the k picked s in pick order.
 __device__ __forceinline__ float RouteWeight(float s, float sum, int64_t k, bool renormalise,
                                              float scale) {
   return (renormalise && k > 1) ? s / (sum + 1e-20f) * scale : s * scale;
