@@ -264,10 +264,11 @@ __global__ void __launch_bounds__(kTopKThreads)
   uint32_t prefix = 0, mask = 0;
   int remaining = k_eff;
   int64_t eq_count = n;
+  if (threadIdx.x == 0) sh.taken = 0;  // the compaction's counter, visible after this barrier
   if (remaining < eq_count) {
     for (int b = threadIdx.x; b < kRadixBins; b += blockDim.x) sh.hist[b] = 0;
-    __syncthreads();
   }
+  __syncthreads();
 #pragma unroll 1
   for (int pass = 0; pass < 3 && remaining < eq_count; ++pass) {
     const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
@@ -297,9 +298,8 @@ __global__ void __launch_bounds__(kTopKThreads)
   }
   const bool take_all_equal = remaining == eq_count;
 
-  // 2. Compaction.
-  if (threadIdx.x == 0) sh.taken = 0;
-  __syncthreads();
+  // 2. Compaction. sh.sel shares storage with sh.hist_next, whose last reads (FindRadixBin)
+  // and zeroing (the pass's count phase) precede that call's final barrier.
   int warp_equal = 0;
   ForSegment<kCached>(s, seg_begin, seg_end, cached, [&](int64_t i, bool valid, uint32_t key) {
     const uint32_t masked = key & mask;
