@@ -193,7 +193,8 @@ TEST_F(CudaMoeTest, RouteSqrtSoftplusNaNRanksLast) {
 }
 
 // Device time per router call at the V4.1-Flash shape (384 experts, top-6, bias,
-// renormalised) for T = 1, 8, 32 (split kernel) and 300 (warp kernel).
+// renormalised) for T = 1, 8, 32 (split kernel) and 300 (warp kernel). With
+// DEEPINFER_CUDA_ROUTE_SPLIT=0 every T takes the warp kernel (A/B in one binary).
 TEST_F(CudaMoeTest, DISABLED_BenchRouter) {
   const int64_t experts = 384, k = 6;
   const float* bias = ToGpu(Uniform(experts, -0.3f, 0.3f));

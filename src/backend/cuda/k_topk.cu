@@ -6,6 +6,9 @@
 // lower index; -0.0 and +0.0 are equal; slots whose value is -inf, and slots beyond
 // min(k, n), hold -1. The router orders the same way (its NaN scores rank below -inf, see
 // RouteKey).
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
@@ -598,6 +601,17 @@ __global__ void __launch_bounds__(kRouteSplitMaxExperts)
   weights[t * k + threadIdx.x] = RouteWeight(picked_s[threadIdx.x], sum, k, renormalise, scale);
 }
 
+// Whether RouteSqrtSoftplus may take RouteSplitKernel: DEEPINFER_CUDA_ROUTE_SPLIT=0 in the
+// environment (read once) keeps the one-warp-per-token kernel at every T, for A/B timing.
+// Both give identical outputs.
+bool RouteSplitEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("DEEPINFER_CUDA_ROUTE_SPLIT");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return enabled;
+}
+
 }  // namespace
 
 cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx,
@@ -640,7 +654,8 @@ cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
                               float* weights, cudaStream_t stream) {
   if (T <= 0 || k <= 0) return cudaSuccess;
   if (n_experts > kMaxRouteExperts || k > 64 || k > n_experts) return cudaErrorInvalidValue;
-  if (T <= kRouteSplitMaxT && n_experts <= kRouteSplitMaxExperts && k <= kRouteSplitMaxK) {
+  if (T <= kRouteSplitMaxT && n_experts <= kRouteSplitMaxExperts && k <= kRouteSplitMaxK &&
+      RouteSplitEnabled()) {
     const unsigned threads = static_cast<unsigned>((n_experts + 31) / 32 * 32);
     pdl::Launch(RouteSplitKernel, static_cast<unsigned>(T), threads, 0, stream, logits, bias,
                 n_experts, k, renormalise, scale, experts, weights);
