@@ -562,14 +562,83 @@ TEST_F(CudaHcMixTest, BitsDoNotDependOnT) {
   }
 }
 
-// Device time per HcMix call at the V4.1 shape (hc 4, D 5120) for T = 1, 32, 4096. Run on
-// the GPU machine: cuda_backend_test --gtest_also_run_disabled_tests
-// --gtest_filter='CudaHcMixTest.DISABLED_Bench'. Expected: a few us at T = 1 and 32 (two
-// launches), ~0.15-0.2 ms at T = 4096 (the former split kernel: ~17 us and ~1 ms).
+// Calls of up to 32 tokens take the fused path (the finish folded into the slice kernel, per
+// token group a counter that the group's last block resets), larger ones the two-kernel path.
+// Both give the same bits, and the counters are back at 0 after every call: calls of
+// T = 32, 1, 7, 32, 33, 2, 4 and 32 (1 to 4 warps per block, 1 to 8 token groups) enqueued
+// back to back (no host sync between them, some from token 40) each equal the rows of one
+// 100-token call.
+TEST_F(CudaHcMixTest, FusedPathSameBitsOverRepeatedCalls) {
+  const int64_t hc = 4, D = SmallOnly() ? 40 : 5120, width = hc * D, max_T = 100;
+  MakeSite(max_T, hc, D);
+  const MixOut all = Gpu(gx_, max_T);
+  struct Call {
+    int64_t t0, T;
+  };
+  const std::vector<Call> calls = {{0, 32}, {0, 1},  {40, 7}, {0, 32},
+                                   {0, 33}, {40, 2}, {40, 4}, {40, 32}};
+  std::vector<float*> outs;
+  for (const Call& c : calls) {
+    float *pre = PoisonedFloats(c.T * hc), *post = PoisonedFloats(c.T * hc),
+          *comb = PoisonedFloats(c.T * hc * hc);
+    gpu_->HcMix(gx_ + c.t0 * width, c.T, hc, D, gw_, 1e-20f, 1e-6f, 20, pre, post, comb);
+    outs.insert(outs.end(), {pre, post, comb});
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Call& c = calls[i];
+    SCOPED_TRACE(::testing::Message()
+                 << "call " << i << ": tokens [" << c.t0 << ", " << c.t0 + c.T << ")");
+    const MixOut got{FromGpu(outs[3 * i], c.T * hc), FromGpu(outs[3 * i + 1], c.T * hc),
+                     FromGpu(outs[3 * i + 2], c.T * hc * hc)};
+    EXPECT_TRUE(MixBitExact(got, all.Rows(c.t0, c.T, hc)));
+  }
+}
+
+// Two streams running fused calls at the same time (the kernel launcher called directly on
+// streams of its own, 40 calls each, interleaved) do not share counters: every result equals
+// the backend's.
+TEST_F(CudaHcMixTest, FusedPathOnTwoStreamsAtOnce) {
+  const int64_t hc = 4, D = SmallOnly() ? 40 : 5120, width = hc * D, max_T = 64;
+  MakeSite(max_T, hc, D);
+  const MixOut all = Gpu(gx_, max_T);
+  cudaStream_t streams[2] = {nullptr, nullptr};
+  ASSERT_EQ(cudaStreamCreateWithFlags(&streams[0], cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&streams[1], cudaStreamNonBlocking), cudaSuccess);
+  const int64_t t0[2] = {0, 32}, T[2] = {32, 9};
+  float *pre[2], *post[2], *comb[2], *scratch[2];
+  for (int k = 0; k < 2; ++k) {
+    pre[k] = PoisonedFloats(T[k] * hc), post[k] = PoisonedFloats(T[k] * hc);
+    comb[k] = PoisonedFloats(T[k] * hc * hc);
+    scratch[k] = PoisonedFloats(T[k] * kernels::HcMixSplits(T[k], hc, D) * 25);
+  }
+  ASSERT_TRUE(gpu_->Synchronize().ok());  // the poison fills ran on the backend's stream
+  for (int i = 0; i < 40; ++i) {
+    for (int k = 0; k < 2; ++k) {
+      ASSERT_EQ(kernels::HcMixSplit(gx_ + t0[k] * width, T[k], hc, D, gw_, 1e-20f, 1e-6f, 20,
+                                    pre[k], post[k], comb[k], scratch[k], streams[k]),
+                cudaSuccess);
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_EQ(cudaStreamSynchronize(streams[k]), cudaSuccess);
+    ASSERT_EQ(cudaStreamDestroy(streams[k]), cudaSuccess);
+  }
+  for (int k = 0; k < 2; ++k) {
+    SCOPED_TRACE(::testing::Message() << "stream " << k);
+    const MixOut got{FromGpu(pre[k], T[k] * hc), FromGpu(post[k], T[k] * hc),
+                     FromGpu(comb[k], T[k] * hc * hc)};
+    EXPECT_TRUE(MixBitExact(got, all.Rows(t0[k], T[k], hc)));
+  }
+}
+
+// Device time per HcMix call at the V4.1 shape (hc 4, D 5120), T = 1 .. 32 (the fused path:
+// one kernel), 33 and 64 (slice + finish kernels) and 4096. Run on the GPU machine:
+// cuda_backend_test --gtest_also_run_disabled_tests --gtest_filter='CudaHcMixTest.DISABLED_Bench'.
+// Session 9 before this change (ncu, one step): slice 4.3 us + finish 10.0 us at T = 1.
 TEST_F(CudaHcMixTest, DISABLED_Bench) {
   const int64_t hc = 4, D = 5120;
   MakeSite(4096, hc, D);
-  for (int64_t T : {1, 32, 4096}) {
+  for (int64_t T : {1, 2, 4, 8, 16, 32, 33, 64, 4096}) {
     float *pre = PoisonedFloats(T * hc), *post = PoisonedFloats(T * hc),
           *comb = PoisonedFloats(T * hc * hc);
     const double us = DeviceMicrosPerCall(

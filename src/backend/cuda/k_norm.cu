@@ -3,7 +3,10 @@
 // rows, so they are written for latency: where the shapes allow, a row is held in registers
 // (float4 loads, all issued before the one reduction) instead of being walked twice.
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
@@ -98,36 +101,45 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 
 __device__ float Sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-// pre, post and the Sinkhorn-normalised comb of token t from its mix logits z
-// [(2+H)*H] (rms-normalised), computed by one warp: lane l < H*H holds comb element
-// (j, k) = (l / H, l % H). Every row / column sum is taken in the CPU reference's order
-// (k = 0, 1, .., H-1 resp. j = 0, 1, ..) from values gathered with shuffles, and each lane
-// performs the reference's operations on its element, so the result is bitwise the same as
-// the sequential reference loop, in ~1/10 of its dependent-latency chain (one thread took
+// pre, post and the Sinkhorn-normalised comb of token t from its mix logits, computed by one
+// warp: lane l < n_mix holds logit z_l (rms-normalised) in `z`, and lane l < H*H computes comb
+// element (j, k) = (l / H, l % H). Every row / column sum is taken in the CPU reference's
+// order (k = 0, 1, .., H-1 resp. j = 0, 1, ..) from values gathered with shuffles, and each
+// lane performs the reference's operations on its element, so the result is bitwise the same
+// as the sequential reference loop, in ~1/10 of its dependent-latency chain (one thread took
 // tens of µs per call). All 32 lanes must call it (shuffles).
+//
+// Sums start from the first element instead of 0.0f + first (one dependent FADD less per
+// half-step, 41 of them): the same bits. 0 + v == v except for v = -0 (and NaN payloads, but
+// every value here is an arithmetic result, so a NaN is already the canonical one); the start
+// can only change the sign of a zero sum, i.e. of a row / column of zeros, and such a sum is
+// only used as the divisor sum + eps, which is then eps (the same) or, with eps = 0, divides
+// zeros by a zero (NaN either way). The softmax sum adds expf values, never -0.
 template <int H>
-__device__ void WarpWriteMix(const float* z, int64_t t, const float* scale, const float* base,
+__device__ void WarpWriteMix(float z, int64_t t, const float* scale, const float* base,
                              float hc_eps, int sinkhorn_iters, float* pre, float* post,
                              float* comb) {
   const int lane = threadIdx.x & 31;
   const int j = lane / H, k = lane % H;
   const bool mine = lane < H * H;
+  const float z_post = __shfl_sync(0xffffffffu, z, (H + lane) & 31);
+  const float z_comb = __shfl_sync(0xffffffffu, z, (2 * H + lane) & 31);
   if (lane < H) {
-    pre[t * H + lane] = Sigmoid(z[lane] * scale[0] + base[lane]) + hc_eps;
-    post[t * H + lane] = 2.0f * Sigmoid(z[H + lane] * scale[1] + base[H + lane]);
+    pre[t * H + lane] = Sigmoid(z * scale[0] + base[lane]) + hc_eps;
+    post[t * H + lane] = 2.0f * Sigmoid(z_post * scale[1] + base[H + lane]);
   }
-  float c = mine ? z[2 * H + lane] * scale[2] + base[2 * H + lane] : 0.0f;
+  float c = mine ? z_comb * scale[2] + base[2 * H + lane] : 0.0f;
   // Sum (in index order) of the H elements of this lane's row, resp. column.
   auto row_sum = [&](float v) {
-    float sum = 0.0f;
+    float sum = __shfl_sync(0xffffffffu, v, j * H);
 #pragma unroll
-    for (int q = 0; q < H; ++q) sum += __shfl_sync(0xffffffffu, v, j * H + q);
+    for (int q = 1; q < H; ++q) sum += __shfl_sync(0xffffffffu, v, j * H + q);
     return sum;
   };
   auto col_sum = [&](float v) {
-    float sum = 0.0f;
+    float sum = __shfl_sync(0xffffffffu, v, k);
 #pragma unroll
-    for (int q = 0; q < H; ++q) sum += __shfl_sync(0xffffffffu, v, q * H + k);
+    for (int q = 1; q < H; ++q) sum += __shfl_sync(0xffffffffu, v, q * H + k);
     return sum;
   };
   // Softmax over k per row j, + eps.
@@ -144,11 +156,10 @@ __device__ void WarpWriteMix(const float* z, int64_t t, const float* scale, cons
   if (mine) comb[t * H * H + lane] = c;
 }
 
-// The mix of token t by one warp (every lane of it must call); 1 <= hc <= kMaxHc (checked by
-// the launchers).
-__device__ void WriteMix(const float* z, int64_t t, int64_t hc, const float* scale,
-                         const float* base, float hc_eps, int sinkhorn_iters, float* pre,
-                         float* post, float* comb) {
+// The mix of token t by one warp (every lane of it must call; lane l holds logit l in z);
+// 1 <= hc <= kMaxHc (checked by the launchers).
+__device__ void WriteMix(float z, int64_t t, int64_t hc, const float* scale, const float* base,
+                         float hc_eps, int sinkhorn_iters, float* pre, float* post, float* comb) {
   static_assert(kMaxHc == 4, "WriteMix dispatches hc = 1..4");
   switch (hc) {
     case 1:
@@ -171,7 +182,8 @@ __device__ void WriteMix(const float* z, int64_t t, int64_t hc, const float* sca
 // fma(x3, f3, fma(x2, f2, fma(x1, f1, x0 * f0))), then one butterfly reduce-scatter over the
 // warp (MixReduceScatter) leaves the slice's sum of value MixSlot(l) in lane l, which writes
 //   partial[t, s, j] (layout [T][splits][25]; j = 24 is the sum of squares).
-// The rms normalisation is a per-token scalar, applied in the finish kernel.
+// The rms normalisation is a per-token scalar, applied in the finish (FinishToken): a
+// separate kernel, or at T <= 32 the last block of each token group (see HcMixSliceKernel).
 //
 // Batch invariance by construction: a token's partials use the same fn values, the same
 // operations and the same tree whatever T, its group, its neighbours, the token count per
@@ -186,7 +198,7 @@ __device__ void WriteMix(const float* z, int64_t t, int64_t hc, const float* sca
 // 168 registers, 12 warps per SM. Expected on an H200: issue bound at large T, 4096 x 160 x
 // 215 instructions / (132 SMs x 4 per clock) -> ~0.14 ms per 4096 tokens (the former kernel:
 // ~1 ms); x (335 MB, ~0.08 ms of HBM) and fn's L2 re-reads (256 MB) overlap it. At T = 1 the
-// 160 warps issue all 2 MB of fn loads at once: a few us, mostly the two launches.
+// 160 warps issue all 2 MB of fn loads at once: a few us, mostly launch and latency.
 constexpr int kMixSliceCols = 128;  // columns per warp slice: 4 per lane
 constexpr int kMixChunk = 4;        // tokens whose x loads a warp issues together
 constexpr int kMixValues = kMaxMix + 1;
@@ -252,78 +264,153 @@ __device__ __forceinline__ int MixSlot(int lane) {
   return i3 < 7 && i2 < 13 && i1 < kMixValues ? i1 : -1;
 }
 
-// Grid (splits, token groups), one warp per block. See the comment above kMixSliceCols.
-template <bool kVec>
-__global__ void __launch_bounds__(32)
+// v + 0, with the add made to depend on `all` (the OR of the bits of a round's loaded
+// values): bitwise v for every v. When the select picks +0, v & all == 0x7fffffff means v is
+// a NaN (the canonical one, as every arithmetic result here), which + 0 keeps; otherwise it
+// adds -0, the exact identity. Its purpose is scheduling only: the first add of a round then
+// needs every load of the round, so ptxas issues all of them before it. Without it ptxas
+// interleaves the loads with the adds (seen in the SASS: ~57 loads ahead of the first add,
+// the rest issued one by one as the adds retire, i.e. a second L2 round trip per round).
+__device__ __forceinline__ float AfterAll(float v, uint32_t all) {
+  return v + ((__float_as_uint(v) & all) == 0x7fffffffu ? 0.0f : -0.0f);
+}
+
+// Sum, in slice order, of value `lane` (0..24) of token t's partials ([splits][25] floats at
+// partial + t * splits * 25); lanes 25..31 get 0. The chain is the sequential loop
+// v = ((0 + p_0) + p_1) + .. of the former finish kernel (the same bits: AfterAll is exact),
+// but all loads of a round of kRound slices are issued before its first add, into registers:
+// one L2 round trip per round instead of one per few slices through shared memory. Per load
+// instruction lanes 0..24 read 100 contiguous bytes. __ldcg: the partials may have been
+// written by other blocks of the same grid (the fused path) and the scratch is reused by
+// every call, so L1 must not serve them.
+constexpr int kFinishRound = 160;  // the separate finish kernel: one round at 4 x 5120
+constexpr int kFusedRound = 80;    // the fused kernel (<= 168 registers): two rounds
+
+template <int kRound>
+__device__ __forceinline__ float SumPartials(const float* partial, int64_t t, int64_t splits,
+                                             int lane) {
+  const bool mine = lane < kMixValues;
+  const float* src = partial + t * splits * kMixValues + (mine ? lane : 0);
+  float v = 0.0f;
+  for (int64_t s0 = 0; s0 < splits; s0 += kRound) {
+    const int count = static_cast<int>(splits - s0 < kRound ? splits - s0 : kRound);
+    const float* round = src + s0 * kMixValues;
+    float p[kRound];
+#pragma unroll
+    for (int q = 0; q < kRound; ++q) {
+      p[q] = mine && q < count ? __ldcg(round + q * kMixValues) : 0.0f;
+    }
+    uint32_t ors[8] = {};  // 8 independent OR chains (short latency)
+#pragma unroll
+    for (int q = 0; q < kRound; ++q) ors[q % 8] |= __float_as_uint(p[q]);
+    v = AfterAll(v, ors[0] | ors[1] | ors[2] | ors[3] | ors[4] | ors[5] | ors[6] | ors[7]);
+#pragma unroll
+    for (int q = 0; q < kRound; ++q) {
+      if (q < count) v += p[q];
+    }
+  }
+  return v;
+}
+
+// The finish of token t by one warp (all 32 lanes call): its 25 slice sums, the rms
+// normalisation of the logits (same operations as the former finish kernel), then the mix.
+struct MixFinishArgs {
+  int64_t splits, hc, width;
+  const float* scale;
+  const float* base;
+  float norm_eps, hc_eps;
+  int sinkhorn_iters;
+  float *pre, *post, *comb;
+};
+
+template <int kRound>
+__device__ void FinishToken(const float* partial, int64_t t, const MixFinishArgs& a) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  float z = SumPartials<kRound>(partial, t, a.splits, lane);
+  const float sum_squares = __shfl_sync(0xffffffffu, z, kMaxMix);
+  const float inv = 1.0f / sqrtf(sum_squares / static_cast<float>(a.width) + a.norm_eps);
+  if (lane < static_cast<int>((2 + a.hc) * a.hc)) z *= inv;
+  WriteMix(z, t, a.hc, a.scale, a.base, a.hc_eps, a.sinkhorn_iters, a.pre, a.post, a.comb);
+}
+
+// The slice kernel: blocks of W = blockDim.x / 32 warps (1 unless fused), warp w of block
+// (bx, g) takes slice s = bx * W + w (none when s >= splits) for the tokens of group g
+// (tokens_per_warp consecutive tokens). See the comment above kMixSliceCols.
+//
+// kFused (W == tokens_per_warp <= 4, the launcher's small-T path): the finish is folded in
+// by the "last block done" pattern. Every block, after writing its partials, fences and
+// bumps counters[g]; the block that brings it to gridDim.x (all slices of group g written)
+// resets it to 0 (for the next call on the stream, or a graph replay) and finishes the group,
+// warp w token t0 + w, in parallel. The arithmetic is FinishToken's either way, so the bits
+// equal the separate finish kernel's.
+constexpr int kFusedMaxWarps = 4;  // warps per block of the fused kernel (<= 168 registers)
+
+template <bool kVec, bool kFused>
+__global__ void __launch_bounds__(kFused ? 32 * kFusedMaxWarps : 32, kFused ? 3 : 12)
     HcMixSliceKernel(const float* x, int64_t T, int64_t width, int n_mix, const float* fn,
-                     int64_t tokens_per_warp, float* partial) {
+                     int64_t tokens_per_warp, float* partial, MixFinishArgs finish,
+                     unsigned* counters) {
   pdl::WaitThenAllowNext();
-  const int lane = static_cast<int>(threadIdx.x);
-  const int64_t s = blockIdx.x, splits = gridDim.x;
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int64_t warps = blockDim.x >> 5, splits = finish.splits;
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * warps + warp;
   const int64_t c = s * kMixSliceCols + 4 * lane;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * tokens_per_warp;
   const int64_t t_end = t0 + tokens_per_warp < T ? t0 + tokens_per_warp : T;
-  float4 f[kMaxMix];
+  if (s < splits) {  // uniform over the warp
+    float4 f[kMaxMix];
 #pragma unroll
-  for (int j = 0; j < kMaxMix; ++j) {
-    f[j] = j < n_mix ? LoadQuad<kVec>(fn + j * width, c, width) : Zero4();
+    for (int j = 0; j < kMaxMix; ++j) {
+      f[j] = j < n_mix ? LoadQuad<kVec>(fn + j * width, c, width) : Zero4();
+    }
+    const int slot = MixSlot(lane);
+    for (int64_t t = t0; t < t_end; t += kMixChunk) {
+      float4 xv[kMixChunk];  // all loads of the chunk in flight together
+#pragma unroll
+      for (int g = 0; g < kMixChunk; ++g) {
+        xv[g] = t + g < t_end ? LoadQuad<kVec>(x + (t + g) * width, c, width) : Zero4();
+      }
+#pragma unroll
+      for (int g = 0; g < kMixChunk; ++g) {
+        if (t + g >= t_end) break;  // uniform over the warp
+        float v[kMixValues];
+#pragma unroll
+        for (int j = 0; j < kMaxMix; ++j) v[j] = Dot4(xv[g], f[j]);
+        v[kMaxMix] = Dot4(xv[g], xv[g]);
+        MixReduceScatter(v, lane);
+        if (slot >= 0) partial[((t + g) * splits + s) * kMixValues + slot] = v[0];
+      }
+    }
   }
-  const int slot = MixSlot(lane);
-  for (int64_t t = t0; t < t_end; t += kMixChunk) {
-    float4 xv[kMixChunk];  // all loads of the chunk in flight together
-#pragma unroll
-    for (int g = 0; g < kMixChunk; ++g) {
-      xv[g] = t + g < t_end ? LoadQuad<kVec>(x + (t + g) * width, c, width) : Zero4();
+  if constexpr (kFused) {
+    // The ordering of cooperative groups' grid barrier: the block's writes, a barrier, then
+    // thread 0's fence (cumulative: it covers what the barrier ordered before it) and count;
+    // on the other side thread 0's fence after seeing the count, then a barrier.
+    __shared__ bool last_block;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      const unsigned arrived = atomicAdd(counters + blockIdx.y, 1u) + 1u;
+      last_block = arrived == gridDim.x;
+      if (last_block) {
+        counters[blockIdx.y] = 0u;  // every block of the group has counted
+        __threadfence();
+      }
     }
-#pragma unroll
-    for (int g = 0; g < kMixChunk; ++g) {
-      if (t + g >= t_end) break;  // uniform over the warp
-      float v[kMixValues];
-#pragma unroll
-      for (int j = 0; j < kMaxMix; ++j) v[j] = Dot4(xv[g], f[j]);
-      v[kMaxMix] = Dot4(xv[g], xv[g]);
-      MixReduceScatter(v, lane);
-      if (slot >= 0) partial[((t + g) * splits + s) * kMixValues + slot] = v[0];
-    }
+    __syncthreads();
+    if (!last_block) return;
+    if (t0 + warp < t_end) FinishToken<kFusedRound>(partial, t0 + warp, finish);
   }
 }
 
-constexpr int kFinishThreads = 128;
-constexpr int kFinishSlices = 160;  // slices staged in shared memory per round (160 at 4 x 5120)
+// The separate finish (large T): one warp per token, kFinishWarps tokens per block.
+constexpr int kFinishWarps = 4;
 
-// One block of kFinishThreads per token: the token's partials (contiguous, [splits][25]) are
-// staged in shared memory by coalesced loads of all threads (a few per thread, in flight
-// together), thread j <= 24 sums logit j over the slices in order (deterministic, the same
-// bits as a sequential loop), then warp 0 writes pre / post / comb.
-__global__ void __launch_bounds__(kFinishThreads)
-    HcMixFinishKernel(const float* partial, int64_t splits, int64_t hc, int64_t width,
-                      const float* scale, const float* base, float norm_eps, float hc_eps,
-                      int sinkhorn_iters, float* pre, float* post, float* comb) {
+__global__ void __launch_bounds__(32 * kFinishWarps, 1)
+    HcMixFinishKernel(const float* partial, int64_t T, MixFinishArgs finish) {
   pdl::WaitThenAllowNext();
-  __shared__ float stage[kFinishSlices * (kMaxMix + 1)];
-  __shared__ float z[kMaxMix + 1];
-  const int64_t t = blockIdx.x;
-  const int n_mix = static_cast<int>((2 + hc) * hc);
-  const int j = threadIdx.x;
-  float v = 0.0f;
-  for (int64_t s0 = 0; s0 < splits; s0 += kFinishSlices) {
-    const int count = static_cast<int>(splits - s0 < kFinishSlices ? splits - s0 : kFinishSlices);
-    const float* src = partial + (t * splits + s0) * (kMaxMix + 1);
-#pragma unroll 4
-    for (int e = threadIdx.x; e < count * (kMaxMix + 1); e += kFinishThreads) stage[e] = src[e];
-    __syncthreads();
-    if (j <= kMaxMix) {
-      for (int q = 0; q < count; ++q) v += stage[q * (kMaxMix + 1) + j];
-    }
-    __syncthreads();
-  }
-  if (j <= kMaxMix) z[j] = v;
-  __syncthreads();
-  if (threadIdx.x >= 32) return;  // warp 0 writes the mix
-  const float inv = 1.0f / sqrtf(z[kMaxMix] / static_cast<float>(width) + norm_eps);
-  if (threadIdx.x < n_mix) z[threadIdx.x] *= inv;
-  __syncwarp();
-  WriteMix(z, t, hc, scale, base, hc_eps, sinkhorn_iters, pre, post, comb);
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kFinishWarps + (threadIdx.x >> 5);
+  if (t < T) FinishToken<kFinishRound>(partial, t, finish);  // uniform over the warp
 }
 
 // One block per (token, stream).
@@ -443,6 +530,69 @@ void LaunchByVec(int vec, Kernel&& launch) {
   }
 }
 
+// The fused path's arrival counters: kFusedMaxGroups zeroed unsigned ints per (device,
+// stream), created at the first fused call on the stream (cudaMalloc + an async memset on the
+// stream), never freed (32 bytes per stream, kept for the process). Every fused call leaves
+// them at 0, so calls in one stream reuse them; streams get their own because calls on two
+// streams may run at the same time. nullptr (the caller takes the two-kernel path) when they
+// cannot be created: allocation failure, or the stream is being captured into a graph
+// (capture of a stream whose counters exist is fine: the replays keep them at 0 too).
+constexpr int64_t kFusedMaxGroups = 8;  // fused path for T <= 32
+constexpr int64_t kFusedMaxT = kFusedMaxWarps * kFusedMaxGroups;
+
+unsigned* FusedCounters(cudaStream_t stream) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return nullptr;
+  static std::mutex mu;
+  static auto* counters = new std::map<std::pair<int, cudaStream_t>, unsigned*>();
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(device, stream);
+  if (auto it = counters->find(key); it != counters->end()) return it->second;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    return nullptr;
+  }
+  void* p = nullptr;
+  const size_t bytes = kFusedMaxGroups * sizeof(unsigned);
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky; leave no error for the caller's check
+    return nullptr;
+  }
+  if (cudaMemsetAsync(p, 0, bytes, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaFree(p);
+    return nullptr;
+  }
+  return (*counters)[key] = static_cast<unsigned*>(p);
+}
+
+template <bool kVec>
+void LaunchHcMix(const float* x, int64_t T, int n_mix, const float* fn, float* scratch,
+                 const MixFinishArgs& finish, cudaStream_t stream) {
+  const auto splits = finish.splits, width = finish.width;
+  unsigned* counters = T <= kFusedMaxT ? FusedCounters(stream) : nullptr;
+  if (counters != nullptr) {
+    // W = min(T, 4) warps per block, a group of W tokens: the same fn traffic as the
+    // two-kernel path (2 MB per 4 tokens) and at T < 4 all slices spread over 160 / W SMs.
+    const int64_t warps = T < kFusedMaxWarps ? T : kFusedMaxWarps;
+    const dim3 grid(static_cast<unsigned>((splits + warps - 1) / warps),
+                    static_cast<unsigned>((T + warps - 1) / warps));
+    pdl::Launch(HcMixSliceKernel<kVec, true>, grid, static_cast<unsigned>(32 * warps), 0, stream, x,
+                T, width, n_mix, fn, warps, scratch, finish, counters);
+    return;
+  }
+  // Tokens per warp: only how many tokens share one fn load (no bit depends on it). Small
+  // T: more warps for latency; large T: fn (2 MB) read from L2 once per 32 tokens.
+  const int64_t tokens_per_warp = T <= 256 ? kMixChunk : (T <= 512 ? 4 : 8) * kMixChunk;
+  const dim3 grid(static_cast<unsigned>(splits),
+                  static_cast<unsigned>((T + tokens_per_warp - 1) / tokens_per_warp));
+  pdl::Launch(HcMixSliceKernel<kVec, false>, grid, 32, 0, stream, x, T, width, n_mix, fn,
+              tokens_per_warp, scratch, finish, static_cast<unsigned*>(nullptr));
+  pdl::Launch(HcMixFinishKernel, static_cast<unsigned>((T + kFinishWarps - 1) / kFinishWarps),
+              32 * kFinishWarps, 0, stream, static_cast<const float*>(scratch), T, finish);
+}
+
 }  // namespace
 
 cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
@@ -485,22 +635,14 @@ cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
   if (hc > kMaxHc || hc <= 0 || T > 65535) return cudaErrorInvalidValue;
   const int64_t splits = HcMixSplits(T, hc, D), width = hc * D;
   const int n_mix = static_cast<int>((2 + hc) * hc);
-  // Tokens per warp: only how many tokens share one fn load (no bit depends on it). Small
-  // T: more warps for latency; large T: fn (2 MB) read from L2 once per 32 tokens.
-  const int64_t tokens_per_warp = T <= 256 ? kMixChunk : (T <= 512 ? 4 : 8) * kMixChunk;
-  const dim3 grid(static_cast<unsigned>(splits),
-                  static_cast<unsigned>((T + tokens_per_warp - 1) / tokens_per_warp));
-  // The load width (float4 or scalar) does not change any bit either.
+  const MixFinishArgs finish{splits,         hc,  width, w.scale, w.base, norm_eps, hc_eps,
+                             sinkhorn_iters, pre, post,  comb};
+  // The load width (float4 or scalar) does not change any bit, nor does the path.
   if (width % 4 == 0 && Aligned16(x) && Aligned16(w.fn)) {
-    pdl::Launch(HcMixSliceKernel<true>, grid, 32, 0, stream, x, T, width, n_mix, w.fn,
-                tokens_per_warp, scratch);
+    LaunchHcMix<true>(x, T, n_mix, w.fn, scratch, finish, stream);
   } else {
-    pdl::Launch(HcMixSliceKernel<false>, grid, 32, 0, stream, x, T, width, n_mix, w.fn,
-                tokens_per_warp, scratch);
+    LaunchHcMix<false>(x, T, n_mix, w.fn, scratch, finish, stream);
   }
-  pdl::Launch(HcMixFinishKernel, static_cast<unsigned>(T), kFinishThreads, 0, stream, scratch,
-              splits, hc, width, w.scale, w.base, norm_eps, hc_eps, sinkhorn_iters, pre, post,
-              comb);
   return cudaGetLastError();
 }
 
