@@ -205,13 +205,23 @@ constexpr int kMixValues = kMaxMix + 1;
 
 // 4 consecutive values row[c .. c + 3] (zeros past `width`; read-only data). kVec: one
 // float4 load (needs width % 4 == 0, a 16-byte aligned row, c % 4 == 0); else 4 scalar
-// loads. Same values.
-template <bool kVec>
+// loads. Same values. kPinned: the float4 load is a plain ld.global in an asm volatile, which
+// ptxas keeps ahead of a following PDL wait (SASS: LDG.E.128 x 24, then the wait); an
+// ld.global.nc there (__ldg, or the same asm with .nc) was moved after the wait.
+template <bool kVec, bool kPinned = false>
 __device__ __forceinline__ float4 LoadQuad(const float* row, int64_t c, int64_t width) {
   if constexpr (kVec) {
     if (c >= width) return Zero4();
     const float4* p = reinterpret_cast<const float4*>(row + c);
-    return __ldg(p);
+    if constexpr (kPinned) {
+      float4 v;
+      asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                   : "l"(p));
+      return v;
+    } else {
+      return __ldg(p);
+    }
   } else {
     return make_float4(c < width ? row[c] : 0.0f, c + 1 < width ? row[c + 1] : 0.0f,
                        c + 2 < width ? row[c + 2] : 0.0f, c + 3 < width ? row[c + 3] : 0.0f);
@@ -350,19 +360,21 @@ __global__ void __launch_bounds__(kFused ? 32 * kFusedMaxWarps : 32, kFused ? 3 
     HcMixSliceKernel(const float* x, int64_t T, int64_t width, int n_mix, const float* fn,
                      int64_t tokens_per_warp, float* partial, MixFinishArgs finish,
                      unsigned* counters) {
-  pdl::WaitThenAllowNext();
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   const int64_t warps = blockDim.x >> 5, splits = finish.splits;
   const int64_t s = static_cast<int64_t>(blockIdx.x) * warps + warp;
   const int64_t c = s * kMixSliceCols + 4 * lane;
+  // fn is a weight (no kernel writes it): its loads are issued before the PDL wait (the
+  // exception pdl.cuh allows), so under PDL their HBM latency overlaps the previous kernel.
+  float4 f[kMaxMix];
+#pragma unroll
+  for (int j = 0; j < kMaxMix; ++j) {
+    f[j] = s < splits && j < n_mix ? LoadQuad<kVec, true>(fn + j * width, c, width) : Zero4();
+  }
+  pdl::WaitThenAllowNext();
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * tokens_per_warp;
   const int64_t t_end = t0 + tokens_per_warp < T ? t0 + tokens_per_warp : T;
   if (s < splits) {  // uniform over the warp
-    float4 f[kMaxMix];
-#pragma unroll
-    for (int j = 0; j < kMaxMix; ++j) {
-      f[j] = j < n_mix ? LoadQuad<kVec>(fn + j * width, c, width) : Zero4();
-    }
     const int slot = MixSlot(lane);
     for (int64_t t = t0; t < t_end; t += kMixChunk) {
       float4 xv[kMixChunk];  // all loads of the chunk in flight together
