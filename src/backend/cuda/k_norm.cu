@@ -288,34 +288,34 @@ __device__ __forceinline__ float AfterAll(float v, uint32_t all) {
 // Sum, in slice order, of value `lane` (0..24) of token t's partials ([splits][25] floats at
 // partial + t * splits * 25); lanes 25..31 get 0. The chain is the sequential loop
 // v = ((0 + p_0) + p_1) + .. of the former finish kernel (the same bits: AfterAll is exact),
-// but all loads of a round of kRound slices are issued before its first add, into registers:
-// one L2 round trip per round instead of one per few slices through shared memory. Per load
-// instruction lanes 0..24 read 100 contiguous bytes. __ldcg: the partials may have been
-// written by other blocks of the same grid (the fused path) and the scratch is reused by
-// every call, so L1 must not serve them.
-constexpr int kFinishRound = 160;  // the separate finish kernel: one round at 4 x 5120
-constexpr int kFusedRound = 80;    // the fused kernel (<= 168 registers): two rounds
+// but all loads of a round of kFinishRound slices are issued before its first add, into
+// registers: one L2 round trip per round (one at 4 x 5120) instead of one per few slices
+// through shared memory. Per load instruction lanes 0..24 read 100 contiguous bytes. __ldcg:
+// the partials may have been written by other blocks of the same grid (the fused path) and
+// the scratch is reused by every call, so L1 must not serve them. 160 values in registers
+// fit the fused kernel's 168 too (SASS: all 160 loads ahead of the adds; 2 spill stores and
+// reloads per thread, between the loads and the adds, none in the add chain).
+constexpr int kFinishRound = 160;
 
-template <int kRound>
 __device__ __forceinline__ float SumPartials(const float* partial, int64_t t, int64_t splits,
                                              int lane) {
   const bool mine = lane < kMixValues;
   const float* src = partial + t * splits * kMixValues + (mine ? lane : 0);
   float v = 0.0f;
-  for (int64_t s0 = 0; s0 < splits; s0 += kRound) {
-    const int count = static_cast<int>(splits - s0 < kRound ? splits - s0 : kRound);
+  for (int64_t s0 = 0; s0 < splits; s0 += kFinishRound) {
+    const int count = static_cast<int>(splits - s0 < kFinishRound ? splits - s0 : kFinishRound);
     const float* round = src + s0 * kMixValues;
-    float p[kRound];
+    float p[kFinishRound];
 #pragma unroll
-    for (int q = 0; q < kRound; ++q) {
+    for (int q = 0; q < kFinishRound; ++q) {
       p[q] = mine && q < count ? __ldcg(round + q * kMixValues) : 0.0f;
     }
     uint32_t ors[8] = {};  // 8 independent OR chains (short latency)
 #pragma unroll
-    for (int q = 0; q < kRound; ++q) ors[q % 8] |= __float_as_uint(p[q]);
+    for (int q = 0; q < kFinishRound; ++q) ors[q % 8] |= __float_as_uint(p[q]);
     v = AfterAll(v, ors[0] | ors[1] | ors[2] | ors[3] | ors[4] | ors[5] | ors[6] | ors[7]);
 #pragma unroll
-    for (int q = 0; q < kRound; ++q) {
+    for (int q = 0; q < kFinishRound; ++q) {
       if (q < count) v += p[q];
     }
   }
@@ -333,10 +333,9 @@ struct MixFinishArgs {
   float *pre, *post, *comb;
 };
 
-template <int kRound>
 __device__ void FinishToken(const float* partial, int64_t t, const MixFinishArgs& a) {
   const int lane = static_cast<int>(threadIdx.x & 31);
-  float z = SumPartials<kRound>(partial, t, a.splits, lane);
+  float z = SumPartials(partial, t, a.splits, lane);
   const float sum_squares = __shfl_sync(0xffffffffu, z, kMaxMix);
   const float inv = 1.0f / sqrtf(sum_squares / static_cast<float>(a.width) + a.norm_eps);
   if (lane < static_cast<int>((2 + a.hc) * a.hc)) z *= inv;
@@ -411,7 +410,7 @@ __global__ void __launch_bounds__(kFused ? 32 * kFusedMaxWarps : 32, kFused ? 3 
     }
     __syncthreads();
     if (!last_block) return;
-    if (t0 + warp < t_end) FinishToken<kFusedRound>(partial, t0 + warp, finish);
+    if (t0 + warp < t_end) FinishToken(partial, t0 + warp, finish);
   }
 }
 
@@ -422,7 +421,7 @@ __global__ void __launch_bounds__(32 * kFinishWarps, 1)
     HcMixFinishKernel(const float* partial, int64_t T, MixFinishArgs finish) {
   pdl::WaitThenAllowNext();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kFinishWarps + (threadIdx.x >> 5);
-  if (t < T) FinishToken<kFinishRound>(partial, t, finish);  // uniform over the warp
+  if (t < T) FinishToken(partial, t, finish);  // uniform over the warp
 }
 
 // One block per (token, stream).
