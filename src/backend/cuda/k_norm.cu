@@ -584,8 +584,9 @@ void LaunchHcMix(const float* x, int64_t T, int n_mix, const float* fn, float* s
   const auto splits = finish.splits, width = finish.width;
   unsigned* counters = T <= kFusedMaxT ? FusedCounters(stream) : nullptr;
   if (counters != nullptr) {
-    // W = min(T, 4) warps per block, a group of W tokens: the same fn traffic as the
-    // two-kernel path (2 MB per 4 tokens) and at T < 4 all slices spread over 160 / W SMs.
+    // W = min(T, 4) warps per block and tokens per group: the same fn traffic as the
+    // two-kernel path (2 MB per group of <= 4 tokens); at T < 4 the 160 slices take 160 / W
+    // blocks (T = 1: one warp per block, as in the two-kernel path).
     const int64_t warps = T < kFusedMaxWarps ? T : kFusedMaxWarps;
     const dim3 grid(static_cast<unsigned>((splits + warps - 1) / warps),
                     static_cast<unsigned>((T + warps - 1) / warps));
