@@ -164,9 +164,10 @@ class CudaBackend final : public model::Backend {
 
   void Linear(const float* x, int64_t T, int64_t ldx, const model::WeightRef& w, int64_t row0,
               int64_t n_rows, float* y, int64_t ldy, bool accumulate) override;
-  // FP8-activation mode at streaming token counts, FP8 block-32 weights of one K: one
-  // quantisation of x and one kernels::LinearStreamMany launch for up to
-  // kernels::kMaxStreamTargets outputs (bitwise each output's own Linear). Else Linear each.
+  // FP8-activation mode, up to kernels::kMaxStreamTargets outputs of one K, each bitwise its
+  // own Linear: at streaming token counts one quantisation of x and one
+  // kernels::LinearStreamMany launch; where every output would take LinearFp8, one
+  // quantisation and LinearFp8 per output. Else Linear each.
   void LinearMany(const float* x, int64_t T, int64_t ldx, const model::LinearOut* outs,
                   int64_t n) override;
   // One GEMV launch for all groups when the GEMV applies, else one Linear per group.

@@ -123,12 +123,13 @@ void CudaBackend::LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx,
 
 void CudaBackend::LinearMany(const float* x, int64_t T, int64_t ldx, const model::LinearOut* outs,
                              int64_t n) {
-  const bool candidate = linear_many_ && fp8_activations_ && T > 0 && Fp8UsesStream(T) && n >= 2 &&
-                         n <= kernels::kMaxStreamTargets && !failed_ &&
+  const bool candidate = linear_many_ && fp8_activations_ && T > 0 && !Fp8UsesBf16Gemm(T) &&
+                         n >= 2 && n <= kernels::kMaxStreamTargets && !failed_ &&
                          Check(cudaSetDevice(device_), "cudaSetDevice");
   if (!candidate) return Backend::LinearMany(x, T, ldx, outs, n);
   kernels::DeviceWeight weights[kernels::kMaxStreamTargets];
   kernels::LinearStreamTarget targets[kernels::kMaxStreamTargets];
+  bool all_tiles = true;  // every output would take LinearFp8 on its own
   for (int64_t i = 0; i < n; ++i) {
     const model::LinearOut& o = outs[i];
     CHECK(o.w != nullptr && o.w->valid()) << "LinearMany: output " << i << " has no weight";
@@ -138,16 +139,36 @@ void CudaBackend::LinearMany(const float* x, int64_t T, int64_t ldx, const model
     if (!dw.ok()) return Fail(dw.status());
     weights[i] = *dw;
     targets[i] = {&weights[i], o.row0, o.n_rows, o.y, o.ldy, o.accumulate};
+    all_tiles =
+        all_tiles && o.w->cols == outs[0].w->cols && kernels::Fp8LinearApplicable(weights[i]) &&
+        !(Fp8UsesStream(T) && kernels::LinearStreamApplicable(weights[i], o.row0, o.n_rows, T));
   }
-  if (!kernels::LinearStreamManyApplicable(targets, static_cast<int>(n), T)) {
-    return Backend::LinearMany(x, T, ldx, outs, n);
-  }
+  const int count = static_cast<int>(n);
+  const bool stream = Fp8UsesStream(T) && kernels::LinearStreamManyApplicable(targets, count, T);
+  if (!stream && !all_tiles) return Backend::LinearMany(x, T, ldx, outs, n);
   if (!Usable()) return;
-  void* scratch =
-      TempBytes(static_cast<size_t>(kernels::LinearStreamScratchBytes(T, outs[0].w->cols)));
-  if (scratch == nullptr) return;
-  Check(kernels::LinearStreamMany(targets, static_cast<int>(n), x, T, ldx, scratch, stream_),
-        "LinearMany stream");
+  const int64_t K = outs[0].w->cols;
+  if (stream) {
+    void* scratch = TempBytes(static_cast<size_t>(kernels::LinearStreamScratchBytes(T, K)));
+    if (scratch == nullptr) return;
+    Check(kernels::LinearStreamMany(targets, count, x, T, ldx, scratch, stream_),
+          "LinearMany stream");
+  } else {  // one quantisation of x, then LinearFp8 per output (each output's own kernel)
+    int64_t extra = 0;
+    for (int i = 0; i < count; ++i) {
+      extra = std::max(extra, kernels::Fp8LinearScratchBytes(targets[i].n_rows, K, T));
+    }
+    const Fp8Input in = QuantizeFp8(x, T, K, ldx, extra, "LinearMany fp8 quantise");
+    if (in.q == nullptr) return;
+    for (int i = 0; i < count; ++i) {
+      const kernels::LinearStreamTarget& t = targets[i];
+      if (!Check(kernels::LinearFp8(*t.w, t.row0, t.n_rows, in.q, in.scale, T, t.y, t.ldy,
+                                    t.accumulate, in.extra, stream_),
+                 "LinearMany fp8")) {
+        break;
+      }
+    }
+  }
   std::string names;
   if (timing_on_) {
     for (int64_t i = 0; i < n; ++i) names += (i > 0 ? "+" : "") + outs[i].w->name;

@@ -255,8 +255,9 @@ TEST_F(CudaLinearStreamTest, ManyApplicability) {
 }
 
 // Through the backend: LinearMany gives bitwise each output's own Linear in every mode and
-// token count (one stream launch in FP8 mode at <= 16 tokens; Linear by Linear otherwise,
-// also when a weight cannot stream).
+// token count (FP8 mode: one stream launch at <= 16 tokens, one shared quantisation where
+// every output takes LinearFp8 -- more tokens, batch-invariant mode, an MXFP4 output at 17;
+// Linear by Linear otherwise, e.g. a stream-capable pair with an MXFP4 output at 1 token).
 TEST_F(CudaLinearStreamTest, BackendLinearManyEqualsLinearEach) {
   const int64_t K = 1024;
   const HostWeight a = MakeFp8Weight(256, K, 112, 124);
@@ -264,11 +265,14 @@ TEST_F(CudaLinearStreamTest, BackendLinearManyEqualsLinearEach) {
   const HostWeight fp4 = MakeWeight(WeightFormat::kMxFp4, 64, K);
   gpu_->set_fp8_bf16_gemm_min_tokens(CudaBackend::kFp8Bf16GemmMinTokens);
   gpu_->set_linear_stream_max_tokens(kernels::kStreamMaxTokens);
-  for (bool fp8 : {true, false}) {
+  for (int mode = 0; mode < 3; ++mode) {  // FP8, FP8 batch-invariant, exact
+    const bool fp8 = mode < 2, invariant = mode == 1;
     gpu_->set_fp8_activations(fp8);
+    gpu_->set_batch_invariant(invariant);
     for (bool with_fp4 : {false, true}) {
-      for (int64_t T : {1, 16, 17}) {
-        SCOPED_TRACE(::testing::Message() << "fp8 " << fp8 << " fp4 " << with_fp4 << " T=" << T);
+      for (int64_t T : {1, 16, 17, 40}) {
+        SCOPED_TRACE(::testing::Message() << "fp8 " << fp8 << " invariant " << invariant << " fp4 "
+                                          << with_fp4 << " T=" << T);
         const std::vector<float> x = Activations(T, K);
         const float* dx = ToGpu(x);
         const HostWeight& third = with_fp4 ? fp4 : b;
@@ -297,6 +301,7 @@ TEST_F(CudaLinearStreamTest, BackendLinearManyEqualsLinearEach) {
       }
     }
   }
+  gpu_->set_batch_invariant(false);
   gpu_->set_fp8_activations(false);
 }
 
