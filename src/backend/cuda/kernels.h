@@ -91,8 +91,9 @@ cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const 
 // The mHC pre-mix (model::Backend::HcMix), each token's 2 MB fn projection split into
 // HcMixSplits(T, hc, D) = ceil(hc * D / 128) slices of 128 columns (a split that does not
 // depend on T; one warp per slice and group of tokens, butterfly reduce-scatter), partial sums
-// then a finish kernel per token. scratch: T * HcMixSplits(T, hc, D) * 25 floats of device
-// memory.
+// then the finish per token: for T <= 32 in the same kernel (the last block of each token
+// group; a stream's first call allocates its 32 bytes of counters), else a finish kernel.
+// The same bits either way. scratch: T * HcMixSplits(T, hc, D) * 25 floats of device memory.
 int64_t HcMixSplits(int64_t T, int64_t hc, int64_t D);
 cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
                        const model::HcSiteWeights& w, float norm_eps, float hc_eps,
