@@ -20,13 +20,14 @@ size_t DigitRun(std::string_view s) {
   return n;
 }
 
-// Replaces every "<prefix><digits>." in `name` by `replacement` (empty: removes it).
+// Replaces every "<prefix><digits>." in `name` by `replacement` (empty: removes it), where
+// the prefix starts the name, a component (after '.') or a joined name (after '+').
 std::string CollapseIndexed(std::string_view name, std::string_view prefix,
                             std::string_view replacement) {
   std::string out;
   size_t i = 0;
   while (i < name.size()) {
-    const bool at_boundary = i == 0 || name[i - 1] == '.';
+    const bool at_boundary = i == 0 || name[i - 1] == '.' || name[i - 1] == '+';
     if (at_boundary && name.substr(i, prefix.size()) == prefix) {
       const size_t digits = DigitRun(name.substr(i + prefix.size()));
       const size_t end = i + prefix.size() + digits;

@@ -15,6 +15,9 @@ TEST(CudaOpTimingLabel, StripsLayerAndCollapsesExpert) {
   EXPECT_EQ(OpTimingLabel("Linear", "layers.3.ffn.experts.177.w1.weight"),
             "Linear[ffn.experts.*.w1.weight]");
   EXPECT_EQ(OpTimingLabel("GatherRows", "embed.weight"), "GatherRows[embed.weight]");
+  // LinearMany's joined names (CudaBackend::LinearMany).
+  EXPECT_EQ(OpTimingLabel("Linear", "layers.2.attn.wq_a.weight+layers.2.attn.wkv.weight"),
+            "Linear[attn.wq_a.weight+attn.wkv.weight]");
   EXPECT_EQ(OpTimingLabel("Linear", "mtp.layers.0.ffn.shared_experts.w2.weight"),
             "Linear[mtp.ffn.shared_experts.w2.weight]");
   EXPECT_EQ(OpTimingLabel("Linear", "xlayers.1.w"), "Linear[xlayers.1.w]");  // not a prefix
