@@ -101,8 +101,15 @@ base::Status CudaBackend::Init() {
   }
   e = cudaMalloc(reinterpret_cast<void**>(&error_word_), sizeof(int));
   if (e == cudaSuccess) e = cudaMemsetAsync(error_word_, 0, sizeof(int), stream_);
+  if (e == cudaSuccess) {
+    e = cudaMalloc(reinterpret_cast<void**>(&hc_mix_counters_),
+                   kernels::kHcMixCounters * sizeof(unsigned));
+  }
+  if (e == cudaSuccess) {
+    e = cudaMemsetAsync(hc_mix_counters_, 0, kernels::kHcMixCounters * sizeof(unsigned), stream_);
+  }
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
-  if (e != cudaSuccess) return fail("error word", e);
+  if (e != cudaSuccess) return fail("error word / HcMix counters", e);
   // Staging for small uploads; without it (allocation failed) uploads take the pageable path.
   if (cudaHostAlloc(reinterpret_cast<void**>(&pinned_), kPinnedBytes, cudaHostAllocDefault) ==
       cudaSuccess) {
@@ -157,6 +164,7 @@ CudaBackend::~CudaBackend() {
   FreeTimingEvents();
   if (linear_scratch_) arena_.Release(linear_scratch_).IgnoreError();
   if (error_word_) cudaFree(error_word_);
+  if (hc_mix_counters_) cudaFree(hc_mix_counters_);
   if (pinned_) cudaFreeHost(pinned_);
   if (cublas_lt_) cublasLtDestroy(cublas_lt_);
   if (cublas_) cublasDestroy(cublas_);

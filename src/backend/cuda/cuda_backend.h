@@ -366,6 +366,7 @@ class CudaBackend final : public model::Backend {
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;  // reserved for the FP8 GEMM path
   int* error_word_ = nullptr;             // device int, DeviceErrorBit flags
+  unsigned* hc_mix_counters_ = nullptr;   // kernels::kHcMixCounters, zero between HcMix calls
   bool sync_each_op_ = false;
   int64_t gemv_max_tokens_ = 0;           // set in Init()
   bool fused_experts_ = true;             // set in Init()

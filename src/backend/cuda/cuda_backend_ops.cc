@@ -60,17 +60,18 @@ void CudaBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
   }
   // Each token's 2 MB projection split into 128-column slices, one warp per slice and group
   // of tokens (fn held in registers for the group, a butterfly reduce-scatter per token),
-  // then a finish kernel per token; calls of up to 1024 tokens (the partials' scratch).
+  // then the finish per token (up to 32 tokens in the same kernel, through the backend's
+  // counters); calls of up to 1024 tokens (the partials' scratch).
   // The split depends only on (hc, D), so HcMix is batch-invariant in every mode.
   const int64_t slice = std::min<int64_t>(T, 1024);
   auto* scratch = static_cast<float*>(TempBytes(
       static_cast<size_t>(slice * kernels::HcMixSplits(slice, hc, D) * 25) * sizeof(float)));
   for (int64_t t = 0; scratch != nullptr && t < T; t += slice) {
     const int64_t n = std::min(slice, T - t);
-    if (!Check(
-            kernels::HcMixSplit(x + t * hc * D, n, hc, D, w, norm_eps, hc_eps, sinkhorn_iters,
-                                pre + t * hc, post + t * hc, comb + t * hc * hc, scratch, stream_),
-            "HcMix")) {
+    if (!Check(kernels::HcMixSplit(x + t * hc * D, n, hc, D, w, norm_eps, hc_eps, sinkhorn_iters,
+                                   pre + t * hc, post + t * hc, comb + t * hc * hc, scratch,
+                                   hc_mix_counters_, stream_),
+               "HcMix")) {
       break;
     }
   }

@@ -595,8 +595,8 @@ TEST_F(CudaHcMixTest, FusedPathSameBitsOverRepeatedCalls) {
 }
 
 // Two streams running fused calls at the same time (the kernel launcher called directly on
-// streams of its own, 40 calls each, interleaved) do not share counters: every result equals
-// the backend's.
+// streams of its own, each with its own counters, 40 calls each, interleaved): every result
+// equals the backend's, so each call leaves its counters zeroed for the next.
 TEST_F(CudaHcMixTest, FusedPathOnTwoStreamsAtOnce) {
   const int64_t hc = 4, D = SmallOnly() ? 40 : 5120, width = hc * D, max_T = 64;
   MakeSite(max_T, hc, D);
@@ -611,17 +611,25 @@ TEST_F(CudaHcMixTest, FusedPathOnTwoStreamsAtOnce) {
     comb[k] = PoisonedFloats(T[k] * hc * hc);
     scratch[k] = PoisonedFloats(T[k] * kernels::HcMixSplits(T[k], hc, D) * 25);
   }
+  unsigned* counters[2] = {nullptr, nullptr};  // one zeroed set per stream
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&counters[k]),
+                         kernels::kHcMixCounters * sizeof(unsigned)),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemset(counters[k], 0, kernels::kHcMixCounters * sizeof(unsigned)), cudaSuccess);
+  }
   ASSERT_TRUE(gpu_->Synchronize().ok());  // the poison fills ran on the backend's stream
   for (int i = 0; i < 40; ++i) {
     for (int k = 0; k < 2; ++k) {
       ASSERT_EQ(kernels::HcMixSplit(gx_ + t0[k] * width, T[k], hc, D, gw_, 1e-20f, 1e-6f, 20,
-                                    pre[k], post[k], comb[k], scratch[k], streams[k]),
+                                    pre[k], post[k], comb[k], scratch[k], counters[k], streams[k]),
                 cudaSuccess);
     }
   }
   for (int k = 0; k < 2; ++k) {
     ASSERT_EQ(cudaStreamSynchronize(streams[k]), cudaSuccess);
     ASSERT_EQ(cudaStreamDestroy(streams[k]), cudaSuccess);
+    ASSERT_EQ(cudaFree(counters[k]), cudaSuccess);
   }
   for (int k = 0; k < 2; ++k) {
     SCOPED_TRACE(::testing::Message() << "stream " << k);

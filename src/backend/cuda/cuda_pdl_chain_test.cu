@@ -161,6 +161,7 @@ class DecodeChain final : public ChainBase {
   kn::ExpertPointers* expert_table_ = nullptr;
   // Activations and scratch.
   float *x_ = nullptr, *pre_ = nullptr, *post_ = nullptr, *comb_ = nullptr, *mix_ = nullptr;
+  unsigned* mix_counters_ = nullptr;  // zeroed (Bytes); the fused HcMix leaves them zeroed
   float *h_ = nullptr, *hn_ = nullptr, *q_ = nullptr, *scores_ = nullptr, *block_scores_ = nullptr;
   float *gathered_ = nullptr, *o_ = nullptr, *a_ = nullptr, *f_ = nullptr, *logits_ = nullptr;
   float *route_w_ = nullptr, *y_ = nullptr, *g_ = nullptr, *u_ = nullptr, *s_ = nullptr;
@@ -255,6 +256,7 @@ cudaError_t DecodeChain::Init(uint64_t seed) {
   post_ = Scratch(T * kHc);
   comb_ = Scratch(T * kHc * kHc);
   mix_ = Scratch(T * kn::HcMixSplits(T, kHc, kD) * 25);
+  mix_counters_ = static_cast<unsigned*>(Bytes(kn::kHcMixCounters * sizeof(unsigned)));
   h_ = Scratch(T * kD);
   hn_ = Scratch(T * kD);
   q_ = Scratch(T * kQ);
@@ -421,7 +423,8 @@ void DecodeChain::Experts(int layer) {
 void DecodeChain::Layer(int layer) {
   const int64_t T = T_;
   const model::HcSiteWeights site{hc_fn_, hc_scale_, hc_base_};
-  Note(kn::HcMixSplit(x_, T, kHc, kD, site, 1e-6f, 1e-6f, 20, pre_, post_, comb_, mix_, stream_));
+  Note(kn::HcMixSplit(x_, T, kHc, kD, site, 1e-6f, 1e-6f, 20, pre_, post_, comb_, mix_,
+                      mix_counters_, stream_));
   Note(kn::HcCollapse(x_, pre_, T, kHc, kD, h_, stream_));
   Note(kn::RmsNorm(h_, T, kD, kD, norm_w_, 1e-6f, hn_, kD, stream_));
   Linear(wq_, 0, kQ, hn_, q_, kQ, layer);

@@ -3,8 +3,6 @@
 // rows, so they are written for latency: where the shapes allow, a row is held in registers
 // (float4 loads, all issued before the one reduction) instead of being walked twice.
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <type_traits>
 #include <utility>
 
@@ -541,49 +539,14 @@ void LaunchByVec(int vec, Kernel&& launch) {
   }
 }
 
-// The fused path's arrival counters: kFusedMaxGroups zeroed unsigned ints per (device,
-// stream), created at the first fused call on the stream (cudaMalloc + an async memset on the
-// stream), never freed (32 bytes per stream, kept for the process). Every fused call leaves
-// them at 0, so calls in one stream reuse them; streams get their own because calls on two
-// streams may run at the same time. nullptr (the caller takes the two-kernel path) when they
-// cannot be created: allocation failure, or the stream is being captured into a graph
-// (capture of a stream whose counters exist is fine: the replays keep them at 0 too).
-constexpr int64_t kFusedMaxGroups = 8;  // fused path for T <= 32
-constexpr int64_t kFusedMaxT = kFusedMaxWarps * kFusedMaxGroups;
-
-unsigned* FusedCounters(cudaStream_t stream) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return nullptr;
-  static std::mutex mu;
-  static auto* counters = new std::map<std::pair<int, cudaStream_t>, unsigned*>();
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(device, stream);
-  if (auto it = counters->find(key); it != counters->end()) return it->second;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    return nullptr;
-  }
-  void* p = nullptr;
-  const size_t bytes = kFusedMaxGroups * sizeof(unsigned);
-  if (cudaMalloc(&p, bytes) != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky; leave no error for the caller's check
-    return nullptr;
-  }
-  if (cudaMemsetAsync(p, 0, bytes, stream) != cudaSuccess) {
-    (void)cudaGetLastError();
-    cudaFree(p);
-    return nullptr;
-  }
-  return (*counters)[key] = static_cast<unsigned*>(p);
-}
+// The fused path runs for T <= kFusedMaxT (kHcMixCounters token groups of kFusedMaxWarps).
+constexpr int64_t kFusedMaxT = kFusedMaxWarps * kHcMixCounters;
 
 template <bool kVec>
 void LaunchHcMix(const float* x, int64_t T, int n_mix, const float* fn, float* scratch,
-                 const MixFinishArgs& finish, cudaStream_t stream) {
+                 const MixFinishArgs& finish, unsigned* counters, cudaStream_t stream) {
   const auto splits = finish.splits, width = finish.width;
-  unsigned* counters = T <= kFusedMaxT ? FusedCounters(stream) : nullptr;
-  if (counters != nullptr) {
+  if (counters != nullptr && T <= kFusedMaxT) {
     // W = min(T, 4) warps per block and tokens per group: the same fn traffic as the
     // two-kernel path (2 MB per group of <= 4 tokens); at T < 4 the 160 slices take 160 / W
     // blocks (T = 1: one warp per block, as in the two-kernel path).
@@ -642,7 +605,7 @@ int64_t HcMixSplits(int64_t T, int64_t hc, int64_t D) {
 cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
                        const model::HcSiteWeights& w, float norm_eps, float hc_eps,
                        int sinkhorn_iters, float* pre, float* post, float* comb, float* scratch,
-                       cudaStream_t stream) {
+                       unsigned* counters, cudaStream_t stream) {
   if (T <= 0) return cudaSuccess;
   if (hc > kMaxHc || hc <= 0 || T > 65535) return cudaErrorInvalidValue;
   const int64_t splits = HcMixSplits(T, hc, D), width = hc * D;
@@ -651,9 +614,9 @@ cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
                              sinkhorn_iters, pre, post,  comb};
   // The load width (float4 or scalar) does not change any bit, nor does the path.
   if (width % 4 == 0 && Aligned16(x) && Aligned16(w.fn)) {
-    LaunchHcMix<true>(x, T, n_mix, w.fn, scratch, finish, stream);
+    LaunchHcMix<true>(x, T, n_mix, w.fn, scratch, finish, counters, stream);
   } else {
-    LaunchHcMix<false>(x, T, n_mix, w.fn, scratch, finish, stream);
+    LaunchHcMix<false>(x, T, n_mix, w.fn, scratch, finish, counters, stream);
   }
   return cudaGetLastError();
 }

@@ -91,14 +91,17 @@ cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const 
 // The mHC pre-mix (model::Backend::HcMix), each token's 2 MB fn projection split into
 // HcMixSplits(T, hc, D) = ceil(hc * D / 128) slices of 128 columns (a split that does not
 // depend on T; one warp per slice and group of tokens, butterfly reduce-scatter), partial sums
-// then the finish per token: for T <= 32 in the same kernel (the last block of each token
-// group; a stream's first call allocates its 32 bytes of counters), else a finish kernel.
-// The same bits either way. scratch: T * HcMixSplits(T, hc, D) * 25 floats of device memory.
+// then the finish per token: for T <= 32 with `counters` in the same kernel (the last block
+// of each token group finishes it), else a finish kernel. The same bits either way.
+// scratch: T * HcMixSplits(T, hc, D) * 25 floats of device memory. counters: null (two
+// kernels), or kHcMixCounters zeroed device unsigned ints that every call leaves zeroed, used
+// by one stream's calls only (calls running at the same time need their own).
+inline constexpr int64_t kHcMixCounters = 8;
 int64_t HcMixSplits(int64_t T, int64_t hc, int64_t D);
 cudaError_t HcMixSplit(const float* x, int64_t T, int64_t hc, int64_t D,
                        const model::HcSiteWeights& w, float norm_eps, float hc_eps,
                        int sinkhorn_iters, float* pre, float* post, float* comb, float* scratch,
-                       cudaStream_t stream);
+                       unsigned* counters, cudaStream_t stream);
 cudaError_t EngramGate(float* x, const float* key, const float* value, const float* q_weight,
                        const float* k_weight, int64_t T, int64_t hc, int64_t D, float eps,
                        cudaStream_t stream);
