@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -36,13 +37,25 @@ base::Status Upload(const void* host, size_t bytes, const std::string& what, voi
   return base::Status::Ok();
 }
 
-// FNV-1a over the first and last 256 bytes of a host buffer.
+// Mixes the bytes [begin, end) of b into h, 8 at a time (FNV-1a steps over 64-bit words,
+// the last partial word zero-padded). Get runs this on every Linear of a host-uploaded
+// weight: a word per step keeps it at ~70 dependent multiplies for 512 bytes (byte steps
+// took ~1 us per weight on the decode hot path).
+uint64_t MixWords(const uint8_t* b, size_t begin, size_t end, uint64_t h) {
+  for (size_t i = begin; i < end; i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, b + i, end - i < 8 ? end - i : 8);
+    h = (h ^ word) * 1099511628211ull;
+  }
+  return h;
+}
+
+// A hash of the first and last 256 bytes of a host buffer (all of it when shorter).
 uint64_t Fingerprint(const void* p, size_t bytes, uint64_t h) {
   const auto* b = static_cast<const uint8_t*>(p);
   const size_t head = bytes < 256 ? bytes : 256;
-  for (size_t i = 0; i < head; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  for (size_t i = bytes - head; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
+  h = MixWords(b, 0, head, h);
+  return MixWords(b, bytes - head, bytes, h);
 }
 
 }  // namespace
