@@ -29,6 +29,12 @@ void Backend::LinearMany(const float* x, int64_t T, int64_t ldx, const LinearOut
   }
 }
 
+void Backend::HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                             const float* weight, float eps, float* u0, float* y) {
+  HcCollapse(x, pre, T, hc, D, u0);
+  RmsNorm(u0, T, D, D, weight, eps, y, D);
+}
+
 void Backend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t x_group_stride,
                             const WeightRef& w, int64_t groups, float* y, int64_t ldy) {
   CHECK(groups > 0 && w.rows % groups == 0)

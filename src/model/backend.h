@@ -214,6 +214,10 @@ class Backend {
   // y[t] = sum_k pre[t, k] * x[t, k, :].
   virtual void HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
                           float* y) = 0;
+  // HcCollapse into u0 [T, D], then y = RmsNorm(u0) (rows of D, weight may be null): the
+  // same bits as the two calls (the default makes them; a backend may fuse them).
+  virtual void HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                              const float* weight, float eps, float* u0, float* y);
   // x[t, k] <- post[t, k] * y[t] + sum_j comb[t, j, k] * x[t, j]  (in place).
   virtual void HcExpand(const float* y, const float* post, const float* comb, int64_t T, int64_t hc,
                         int64_t D, float* x) = 0;

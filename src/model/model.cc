@@ -386,26 +386,26 @@ void Model::ForwardAll(const ForwardBatch& batch, ForwardOutput* out) {
     if (lw.engram) EngramLayer(l, b);
     backend_->HcMix(b.x.data(), T, hc, D, lw.hc_attn.view(), eps, hc_eps, t.hc_sinkhorn_iters,
                     a_pre.data(), a_post.data(), a_comb.data());
-    backend_->HcCollapse(b.x.data(), carry_pre.data(), T, hc, D, u0.data());
+    backend_->HcCollapseNorm(b.x.data(), carry_pre.data(), T, hc, D, lw.attn_norm.data(), eps,
+                             u0.data(), u.data());
     Emit(name + "attn_in", u0.data(), T, D);
-    backend_->RmsNorm(u0.data(), T, D, D, lw.attn_norm.data(), eps, u.data(), D);
     Attention(l, b, u.data(), y.data());
     Emit(name + "attn_out", y.data(), T, D);
     backend_->HcExpand(y.data(), a_post.data(), a_comb.data(), T, hc, D, b.x.data());
     // carry_pre receives this layer's FFN-site pre (used by the next collapse after this).
     backend_->HcMix(b.x.data(), T, hc, D, lw.hc_ffn.view(), eps, hc_eps, t.hc_sinkhorn_iters,
                     carry_pre.data(), f_post.data(), f_comb.data());
-    backend_->HcCollapse(b.x.data(), a_pre.data(), T, hc, D, u0.data());
+    backend_->HcCollapseNorm(b.x.data(), a_pre.data(), T, hc, D, lw.ffn_norm.data(), eps, u0.data(),
+                             u.data());
     Emit(name + "ffn_in", u0.data(), T, D);
-    backend_->RmsNorm(u0.data(), T, D, D, lw.ffn_norm.data(), eps, u.data(), D);
     moe_->Forward(lw.ffn, u.data(), T, D, y.data());
     Emit(name + "ffn_out", y.data(), T, D);
     backend_->HcExpand(y.data(), f_post.data(), f_comb.data(), T, hc, D, b.x.data());
     Emit(name + "streams_out", b.x.data(), T, hc * D);
     HostPhase("layer");
   }
-  backend_->HcCollapse(b.x.data(), carry_pre.data(), T, hc, D, u0.data());
-  backend_->RmsNorm(u0.data(), T, D, D, weights_->norm.data(), eps, u.data(), D);
+  backend_->HcCollapseNorm(b.x.data(), carry_pre.data(), T, hc, D, weights_->norm.data(), eps,
+                           u0.data(), u.data());
   Emit("final_norm_out", u.data(), T, D);
   Logits(batch, b, u.data(), out);
 

@@ -189,6 +189,9 @@ class CudaBackend final : public model::Backend {
              float* comb) override;
   void HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
                   float* y) override;
+  // One kernel (kernels::HcCollapseNorm): the bits of HcCollapse then RmsNorm.
+  void HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                      const float* weight, float eps, float* u0, float* y) override;
   void HcExpand(const float* y, const float* post, const float* comb, int64_t T, int64_t hc,
                 int64_t D, float* x) override;
 

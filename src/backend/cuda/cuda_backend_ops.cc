@@ -78,6 +78,13 @@ void CudaBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
   Done("HcMix");
 }
 
+void CudaBackend::HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                                 const float* weight, float eps, float* u0, float* y) {
+  if (!Usable()) return;
+  Check(kernels::HcCollapseNorm(x, pre, T, hc, D, weight, eps, u0, y, stream_), "HcCollapseNorm");
+  Done("HcCollapseNorm");
+}
+
 void CudaBackend::HcCollapse(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
                              float* y) {
   if (T <= 0 || !Usable()) return;

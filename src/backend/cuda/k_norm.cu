@@ -97,6 +97,61 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
+// HcCollapse then RmsNormRowKernel in one pass: row t's values are collapsed from its hc
+// streams (x [T, hc, D]) as HcCollapseKernel does (acc = 0, acc += pre[t, k] * x[t, k, d] in
+// k order), written to u0, and normalised with RmsNormRowKernel's shape and reduction, so u0
+// and y are bitwise the two kernels' outputs. Same launch shape as RmsNormRowKernel over the
+// T rows of n = D values.
+template <int kVec>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    HcCollapseNormRowKernel(const float* x, const float* pre, int64_t rows, int64_t hc, int64_t n,
+                            const float* weight, float eps, float* u0, float* y,
+                            int group_threads) {
+  pdl::WaitThenAllowNext();
+  __shared__ float scratch[32];
+  const int g = static_cast<int>(threadIdx.x) % group_threads;
+  const int64_t row =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / group_threads) + threadIdx.x / group_threads;
+  const bool live = row < rows;
+  const int64_t n4 = n >> 2;
+  const float* pr = pre + (live ? row : 0) * hc;
+  const float4* xr = reinterpret_cast<const float4*>(x + (live ? row : 0) * hc * n);
+  const float4* wr = reinterpret_cast<const float4*>(weight);
+  float4 v[kVec], w[kVec];
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int64_t i = g + q * group_threads;
+    const bool in = live && i < n4;
+    v[q] = Zero4();
+    for (int64_t k = 0; in && k < hc; ++k) {
+      const float p = pr[k];
+      const float4 s = xr[k * n4 + i];
+      v[q].x += p * s.x;
+      v[q].y += p * s.y;
+      v[q].z += p * s.z;
+      v[q].w += p * s.w;
+    }
+    w[q] = in && wr ? __ldg(wr + i) : Zero4();
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) sum += SumSquares(v[q]);
+  sum = GroupSum(sum, group_threads, scratch);
+  if (!live) return;
+  const float inv = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
+  float4* ur = reinterpret_cast<float4*>(u0 + row * n);
+  float4* yr = reinterpret_cast<float4*>(y + row * n);
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int64_t i = g + q * group_threads;
+    if (i >= n4) break;
+    ur[i] = v[q];
+    float4 o = make_float4(v[q].x * inv, v[q].y * inv, v[q].z * inv, v[q].w * inv);
+    if (wr) o = make_float4(w[q].x * o.x, w[q].y * o.y, w[q].z * o.z, w[q].w * o.w);
+    yr[i] = o;
+  }
+}
+
 __device__ float Sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
 // pre, post and the Sinkhorn-normalised comb of token t from its mix logits, computed by one
@@ -590,6 +645,30 @@ cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const 
   LaunchByVec(shape.vec, [&](auto vec) {
     pdl::Launch(RmsNormRowKernel<decltype(vec)::value>, blocks, threads, 0, stream, x, rows, n, ldx,
                 weight, eps, y, ldy, shape.threads);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                           const float* weight, float eps, float* u0, float* y,
+                           cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return cudaSuccess;
+  const bool vectorised = D % 4 == 0 && Aligned16(x) && Aligned16(u0) && Aligned16(y) &&
+                          (weight == nullptr || Aligned16(weight)) &&
+                          D / 4 <= int64_t{kMaxVec} * kMaxRowThreads;
+  if (!vectorised) {  // the two kernels
+    const cudaError_t e = HcCollapse(x, pre, T, hc, D, u0, stream);
+    return e != cudaSuccess ? e : RmsNorm(u0, T, D, D, weight, eps, y, D, stream);
+  }
+  // RmsNorm's launch shape for rows of D (so the same reduction, hence the same bits).
+  const RowShape shape = RowShapeFor(D / 4);
+  int64_t rows_per_block = shape.threads < kThreads ? kThreads / shape.threads : 1;
+  if (rows_per_block > T) rows_per_block = T;
+  const auto blocks = static_cast<unsigned>((T + rows_per_block - 1) / rows_per_block);
+  const auto threads = static_cast<unsigned>(rows_per_block * shape.threads);
+  LaunchByVec(shape.vec, [&](auto vec) {
+    pdl::Launch(HcCollapseNormRowKernel<decltype(vec)::value>, blocks, threads, 0, stream, x, pre,
+                T, hc, D, weight, eps, u0, y, shape.threads);
   });
   return cudaGetLastError();
 }

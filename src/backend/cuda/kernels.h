@@ -88,6 +88,11 @@ cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head
 // --- row reductions (k_norm.cu) -------------------------------------------------------
 cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
                     float eps, float* y, int64_t ldy, cudaStream_t stream);
+// HcCollapse (x [T, hc, D] -> u0 [T, D]) then RmsNorm(u0) -> y [T, D] (weight may be null), in
+// one launch where RmsNorm would hold the rows in registers; the two kernels' bits either way.
+cudaError_t HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
+                           const float* weight, float eps, float* u0, float* y,
+                           cudaStream_t stream);
 // The mHC pre-mix (model::Backend::HcMix), each token's 2 MB fn projection split into
 // HcMixSplits(T, hc, D) = ceil(hc * D / 128) slices of 128 columns (a split that does not
 // depend on T; one warp per slice and group of tokens, butterfly reduce-scatter), partial sums
