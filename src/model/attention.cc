@@ -12,6 +12,20 @@
 namespace deepinfer::model {
 namespace {
 
+// RoPE (forward) on the last rd channels of each of x's rows * heads heads of head_dim values,
+// then the FakeQuant `kind` of every head where the kind's block divides head_dim: one
+// backend call (Backend::RopeFakeQuant), else the RoPE alone.
+void RopeAndFakeQuant(Backend* backend, float* x, int64_t rows, int64_t heads, int64_t head_dim,
+                      int64_t rd, const int32_t* pos, const float* inv_freq, FakeQuantKind kind) {
+  const int64_t block = kind == FakeQuantKind::kFp4Block16E4m3 ? 16 : 32;
+  if (head_dim % block == 0) {
+    backend->RopeFakeQuant(x, rows, heads, head_dim, head_dim - rd, rd / 2, pos, inv_freq, kind);
+  } else {
+    backend->Rope(x, rows, heads * head_dim, heads, head_dim, head_dim - rd, rd / 2, pos, inv_freq,
+                  false);
+  }
+}
+
 int GroupIndex(const io::ModelConfig& cfg, int kv_source) {
   const auto& ids = cfg.text().kv_source_layer_ids;
   const auto it = std::find(ids.begin(), ids.end(), kv_source);
@@ -107,11 +121,8 @@ void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
 
   DeviceFloats entries(backend_, total_new * d);
   backend_->CopyDevice(entries.data(), latent.data(), total_new * d * sizeof(float));
-  backend_->Rope(entries.data(), total_new, d, 1, d, d - rd, rd / 2, pos.data(),
-                 compress_inv_freq_.data(), false);
-  if (d % 16 == 0) {
-    backend_->FakeQuant(entries.data(), total_new, d, d, FakeQuantKind::kFp4Block16E4m3);
-  }
+  RopeAndFakeQuant(backend_, entries.data(), total_new, 1, d, rd, pos.data(),
+                   compress_inv_freq_.data(), FakeQuantKind::kFp4Block16E4m3);
   DeviceFloats keys;
   const int64_t ihd = t.index_head_dim;
   if (w.idx_wk.valid()) {
@@ -119,11 +130,8 @@ void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
     keys = DeviceFloats(backend_, total_new * ihd);
     backend_->Linear(latent.data(), total_new, d, w.idx_wk, 0, ihd, k0.data(), ihd);
     backend_->RmsNorm(k0.data(), total_new, ihd, ihd, w.idx_k_norm.data(), eps, keys.data(), ihd);
-    backend_->Rope(keys.data(), total_new, ihd, 1, ihd, ihd - rd, rd / 2, pos.data(),
-                   compress_inv_freq_.data(), false);
-    if (ihd % 32 == 0) {
-      backend_->FakeQuant(keys.data(), total_new, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
-    }
+    RopeAndFakeQuant(backend_, keys.data(), total_new, 1, ihd, rd, pos.data(),
+                     compress_inv_freq_.data(), FakeQuantKind::kFp4Block32Pow2);
   }
   std::vector<DeviceCopy> writes;
   for (size_t i = 0; i < b.chunks.size(); ++i) {
@@ -331,11 +339,8 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
 
   DeviceFloats qi(backend_, R * nh * ihd), hw(backend_, R * nh);
   backend_->Linear(q_r, R, t.q_lora_rank, w.idx_wq_b, 0, nh * ihd, qi.data(), nh * ihd);
-  backend_->Rope(qi.data(), R, nh * ihd, nh, ihd, ihd - rd, rd / 2, b.pos.data(),
-                 compress_inv_freq_.data(), false);
-  if (ihd % 32 == 0) {
-    backend_->FakeQuant(qi.data(), R * nh, ihd, ihd, FakeQuantKind::kFp4Block32Pow2);
-  }
+  RopeAndFakeQuant(backend_, qi.data(), R, nh, ihd, rd, b.pos.data(), compress_inv_freq_.data(),
+                   FakeQuantKind::kFp4Block32Pow2);
   backend_->Linear(u, R, D, w.idx_weights_proj, 0, nh, hw.data(), nh);
   backend_->Scale(hw.data(), R * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
 
@@ -487,8 +492,8 @@ void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
 
   // This step's window KV of every row: kv_norm, RoPE, FP8 fake-quant.
   backend_->RmsNorm(kv0.data(), R, d, d, w.kv_norm.data(), eps, kv.data(), d);
-  backend_->Rope(kv.data(), R, d, 1, d, d - rd, rd / 2, b.pos.data(), inv_freq, false);
-  if (d % 32 == 0) backend_->FakeQuant(kv.data(), R, d, d, FakeQuantKind::kFp8Block32Pow2);
+  RopeAndFakeQuant(backend_, kv.data(), R, 1, d, rd, b.pos.data(), inv_freq,
+                   FakeQuantKind::kFp8Block32Pow2);
   Emit("layers." + std::to_string(layer) + ".window_kv", kv.data(), R, d);
 
   if (ratio > 0) {

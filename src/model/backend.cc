@@ -29,6 +29,13 @@ void Backend::LinearMany(const float* x, int64_t T, int64_t ldx, const LinearOut
   }
 }
 
+void Backend::RopeFakeQuant(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t offset,
+                            int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+                            FakeQuantKind kind) {
+  Rope(x, rows, heads * head_dim, heads, head_dim, offset, n_pairs, pos, inv_freq, false);
+  FakeQuant(x, rows * heads, head_dim, head_dim, kind);
+}
+
 void Backend::HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
                              const float* weight, float eps, float* u0, float* y) {
   HcCollapse(x, pre, T, hc, D, u0);

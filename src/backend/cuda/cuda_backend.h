@@ -183,6 +183,10 @@ class CudaBackend final : public model::Backend {
   void Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_stride, int64_t offset,
             int64_t n_pairs, const int32_t* pos, const float* inv_freq, bool inverse) override;
   void FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, model::FakeQuantKind kind) override;
+  // One kernel (kernels::RopeFakeQuant) where fusable: the bits of Rope then FakeQuant.
+  void RopeFakeQuant(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t offset,
+                     int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+                     model::FakeQuantKind kind) override;
 
   void HcMix(const float* x, int64_t T, int64_t hc, int64_t D, const model::HcSiteWeights& w,
              float norm_eps, float hc_eps, int sinkhorn_iters, float* pre, float* post,

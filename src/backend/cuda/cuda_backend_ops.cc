@@ -78,6 +78,19 @@ void CudaBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
   Done("HcMix");
 }
 
+void CudaBackend::RopeFakeQuant(float* x, int64_t rows, int64_t heads, int64_t head_dim,
+                                int64_t offset, int64_t n_pairs, const int32_t* pos,
+                                const float* inv_freq, model::FakeQuantKind kind) {
+  if (!kernels::RopeFakeQuantFusable(head_dim, offset, n_pairs)) {
+    return Backend::RopeFakeQuant(x, rows, heads, head_dim, offset, n_pairs, pos, inv_freq, kind);
+  }
+  if (rows * heads <= 0 || !Usable()) return;
+  Check(kernels::RopeFakeQuant(x, rows, heads, head_dim, offset, n_pairs, pos, inv_freq, kind,
+                               stream_),
+        "RopeFakeQuant");
+  Done("RopeFakeQuant");
+}
+
 void CudaBackend::HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t hc, int64_t D,
                                  const float* weight, float eps, float* u0, float* y) {
   if (!Usable()) return;

@@ -12,6 +12,15 @@ namespace deepinfer::backend::cuda {
 // -inf as a float (no <limits> in device code; the bits of -infinity).
 __device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
 
+// One RoPE rotation of the pair (xe, xo) by the angle with cosine c and sine s, with the
+// roundings spelled out (RopeKernel and the fused RopeFakeQuant share it, so their bits agree):
+// ye = fma(xe, c, -(xo * s)), yo = fma(xe, s, xo * c).
+__device__ __forceinline__ void RotatePair(float xe, float xo, float c, float s, float* ye,
+                                           float* yo) {
+  *ye = __fmaf_rn(xe, c, -__fmul_rn(xo, s));
+  *yo = __fmaf_rn(xe, s, __fmul_rn(xo, c));
+}
+
 // std::min / std::clamp semantics (also for NaN, which they pass through).
 __device__ __forceinline__ float MinF(float a, float b) { return b < a ? b : a; }
 __device__ __forceinline__ float MaxF(float a, float b) { return a < b ? b : a; }

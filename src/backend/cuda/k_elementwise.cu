@@ -158,9 +158,7 @@ __global__ void RopeKernel(float* x, Index rows, Index ld, Index heads, Index he
     const float c = cosf(angle);
     const float s = inverse ? -sinf(angle) : sinf(angle);
     float* v = x + r * ld + h * head_stride + offset + 2 * pair;
-    const float xe = v[0], xo = v[1];
-    v[0] = xe * c - xo * s;
-    v[1] = xe * s + xo * c;
+    RotatePair(v[0], v[1], c, s, &v[0], &v[1]);
   }
 }
 

@@ -19,6 +19,25 @@ using model::WeightFormat;
 
 constexpr int kThreads = 256;
 
+// The fake-quantised value of v in a block whose largest magnitude is amax (the CPU
+// emulation's steps for each FakeQuantKind).
+__device__ __forceinline__ float FakeQuantValue(float v, float amax, int kind) {
+  if (kind == static_cast<int>(FakeQuantKind::kFp8Block32Pow2)) {
+    const float inv448 = 1.0f / 448.0f;
+    const float scale = Pow2Ceil(MaxF(amax, 1e-4f) * inv448);
+    return RoundToE4m3(ClampF(v / scale, -448.0f, 448.0f)) * scale;
+  }
+  if (kind == static_cast<int>(FakeQuantKind::kFp4Block16E4m3)) {
+    const float floor_amax = 6.0f * 0.001953125f;  // 6 * 2^-9
+    const float scale = RoundToE4m3(MaxF(amax, floor_amax) / 6.0f);
+    return RoundToE2m1(ClampF(v / scale, -6.0f, 6.0f)) * scale;
+  }
+  const float inv6 = 1.0f / 6.0f;
+  const float floor_amax = 6.0f * ldexpf(1.0f, -126);
+  const float scale = Pow2Ceil(MaxF(amax, floor_amax) * inv6);
+  return RoundToE2m1(ClampF(v / scale, -6.0f, 6.0f)) * scale;
+}
+
 // Lanes per quantisation block: one value per lane, kBlock (16 or 32) consecutive lanes per
 // block, so a warp loads 32 consecutive values (coalesced) and the block's amax is a
 // shuffle tree over kBlock lanes (max is order-independent: bit-exact with the CPU's loop).
@@ -43,22 +62,49 @@ __global__ void FakeQuantKernel(float* x, int64_t rows, int64_t n, int64_t ld, i
     for (int offset = kBlock / 2; offset > 0; offset >>= 1) {
       amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
     }
-    float out;
-    if (kind == static_cast<int>(FakeQuantKind::kFp8Block32Pow2)) {
-      const float inv448 = 1.0f / 448.0f;
-      const float scale = Pow2Ceil(MaxF(amax, 1e-4f) * inv448);
-      out = RoundToE4m3(ClampF(v / scale, -448.0f, 448.0f)) * scale;
-    } else if (kind == static_cast<int>(FakeQuantKind::kFp4Block16E4m3)) {
-      const float floor_amax = 6.0f * 0.001953125f;  // 6 * 2^-9
-      const float scale = RoundToE4m3(MaxF(amax, floor_amax) / 6.0f);
-      out = RoundToE2m1(ClampF(v / scale, -6.0f, 6.0f)) * scale;
-    } else {
-      const float inv6 = 1.0f / 6.0f;
-      const float floor_amax = 6.0f * ldexpf(1.0f, -126);
-      const float scale = Pow2Ceil(MaxF(amax, floor_amax) * inv6);
-      out = RoundToE2m1(ClampF(v / scale, -6.0f, 6.0f)) * scale;
-    }
+    const float out = FakeQuantValue(v, amax, kind);
     if (live) *p = out;
+  }
+}
+
+// RopeKernel (forward) then FakeQuantKernel<kBlock> on x [rows, heads, head_dim] (head_dim %
+// 32 == 0, offset even, the rotated pairs inside the head): one warp per 32 values of a head;
+// a lane rotates its value with its pair partner's (lane ^ 1, read before any write) by the
+// shared RotatePair, then the block's amax and FakeQuantValue as FakeQuantKernel. The bits of
+// the two kernels.
+template <int kBlock>
+__global__ void RopeFakeQuantKernel(float* x, int64_t rows, int64_t heads, int64_t head_dim,
+                                    int64_t offset, int64_t n_pairs, const int32_t* pos,
+                                    const float* inv_freq, int kind) {
+  pdl::WaitThenAllowNext();
+  const int lane = threadIdx.x & 31;
+  const int64_t chunks_per_head = head_dim / 32, total = rows * heads * chunks_per_head;
+  const int64_t warps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  for (int64_t chunk = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5; chunk < total;
+       chunk += warps) {  // warp-uniform trip count
+    const int64_t rh = chunk / chunks_per_head, col = (chunk % chunks_per_head) * 32 + lane;
+    float* p = x + rh * head_dim + col;
+    float v = *p;
+    const float partner = __shfl_xor_sync(0xffffffffu, v, 1);
+    const int64_t rel = col - offset;
+    if (rel >= 0 && rel < 2 * n_pairs) {
+      const int64_t pair = rel / 2;
+      const float angle = static_cast<float>(pos[rh / heads]) * inv_freq[pair];
+      const float c = cosf(angle), s = sinf(angle);
+      float ye, yo;
+      if (rel % 2 == 0) {
+        RotatePair(v, partner, c, s, &ye, &yo);
+        v = ye;
+      } else {
+        RotatePair(partner, v, c, s, &ye, &yo);
+        v = yo;
+      }
+    }
+    float amax = MaxF(0.0f, fabsf(v));
+#pragma unroll
+    for (int o = kBlock / 2; o > 0; o >>= 1)
+      amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    *p = FakeQuantValue(v, amax, kind);
   }
 }
 
@@ -167,6 +213,28 @@ cudaError_t FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKi
   } else {
     pdl::Launch(FakeQuantKernel<32>, grid, kThreads, 0, stream, x, rows, n, ld,
                 static_cast<int>(kind));
+  }
+  return cudaGetLastError();
+}
+
+bool RopeFakeQuantFusable(int64_t head_dim, int64_t offset, int64_t n_pairs) {
+  return head_dim > 0 && head_dim % 32 == 0 && offset >= 0 && offset % 2 == 0 && n_pairs >= 0 &&
+         offset + 2 * n_pairs <= head_dim;
+}
+
+cudaError_t RopeFakeQuant(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t offset,
+                          int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+                          FakeQuantKind kind, cudaStream_t stream) {
+  if (!RopeFakeQuantFusable(head_dim, offset, n_pairs)) return cudaErrorInvalidValue;
+  const int64_t total = rows * heads * head_dim;  // one lane per value
+  if (total <= 0) return cudaSuccess;
+  const unsigned grid = GridFor(total, kThreads);
+  if (kind == FakeQuantKind::kFp4Block16E4m3) {
+    pdl::Launch(RopeFakeQuantKernel<16>, grid, kThreads, 0, stream, x, rows, heads, head_dim,
+                offset, n_pairs, pos, inv_freq, static_cast<int>(kind));
+  } else {
+    pdl::Launch(RopeFakeQuantKernel<32>, grid, kThreads, 0, stream, x, rows, heads, head_dim,
+                offset, n_pairs, pos, inv_freq, static_cast<int>(kind));
   }
   return cudaGetLastError();
 }

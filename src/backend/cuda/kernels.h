@@ -114,6 +114,14 @@ cudaError_t EngramGate(float* x, const float* key, const float* value, const flo
 // --- quantisation (k_quant.cu) --------------------------------------------------------
 cudaError_t FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, model::FakeQuantKind kind,
                       cudaStream_t stream);
+// Rope (forward) on x [rows, heads, head_dim] (rows' positions pos, pairs from `offset`) then
+// FakeQuant of its rows * heads rows of head_dim values, in one launch with the bits of the
+// two kernels. Fusable: head_dim % 32 == 0, offset even, the pairs inside the head (else
+// cudaErrorInvalidValue).
+bool RopeFakeQuantFusable(int64_t head_dim, int64_t offset, int64_t n_pairs);
+cudaError_t RopeFakeQuant(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t offset,
+                          int64_t n_pairs, const int32_t* pos, const float* inv_freq,
+                          model::FakeQuantKind kind, cudaStream_t stream);
 // out [n, w.cols] = rows row0 .. row0+n-1 of w, dequantised to fp32.
 cudaError_t DequantRows(const DeviceWeight& w, int64_t row0, int64_t n, float* out,
                         cudaStream_t stream);
