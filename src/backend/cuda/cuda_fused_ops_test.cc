@@ -17,9 +17,9 @@
 namespace deepinfer::backend::cuda::testing {
 namespace {
 
-class CudaHcCollapseNormTest : public CudaVsCpuTest {};
+class CudaFusedOpsTest : public CudaVsCpuTest {};
 
-TEST_F(CudaHcCollapseNormTest, EqualsCollapseThenRmsNormBitwise) {
+TEST_F(CudaFusedOpsTest, EqualsCollapseThenRmsNormBitwise) {
   struct Shape {
     int64_t T, hc, D;
   };
@@ -52,7 +52,7 @@ TEST_F(CudaHcCollapseNormTest, EqualsCollapseThenRmsNormBitwise) {
   }
 }
 
-TEST_F(CudaHcCollapseNormTest, RopeFakeQuantEqualsRopeThenFakeQuantBitwise) {
+TEST_F(CudaFusedOpsTest, RopeFakeQuantEqualsRopeThenFakeQuantBitwise) {
   using model::FakeQuantKind;
   struct Case {
     int64_t rows, heads, head_dim, rd;
