@@ -206,8 +206,9 @@ class Backend {
   // In-place fake quantisation of `rows` rows of n values (n a multiple of the block).
   virtual void FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKind kind) = 0;
   // Rope (forward) of x [rows, heads, head_dim] (contiguous: ld = heads * head_dim, pairs from
-  // `offset`), then FakeQuant of its rows * heads rows of head_dim values (head_dim a multiple
-  // of the kind's block): the two calls by default; a backend may fuse them (same bits).
+  // `offset`, inv_freq in host memory as for Rope), then FakeQuant of its rows * heads rows of
+  // head_dim values (head_dim a multiple of the kind's block): the two calls by default; a backend
+  // may fuse them (same bits).
   virtual void RopeFakeQuant(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                              int64_t offset, int64_t n_pairs, const int32_t* pos,
                              const float* inv_freq, FakeQuantKind kind);

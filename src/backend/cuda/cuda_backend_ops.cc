@@ -84,10 +84,13 @@ void CudaBackend::RopeFakeQuant(float* x, int64_t rows, int64_t heads, int64_t h
   if (!kernels::RopeFakeQuantFusable(head_dim, offset, n_pairs)) {
     return Backend::RopeFakeQuant(x, rows, heads, head_dim, offset, n_pairs, pos, inv_freq, kind);
   }
-  if (rows * heads <= 0 || !Usable()) return;
-  Check(kernels::RopeFakeQuant(x, rows, heads, head_dim, offset, n_pairs, pos, inv_freq, kind,
-                               stream_),
+  if (rows * heads <= 0 || n_pairs <= 0 || !Usable()) return;
+  const float* freq = DeviceConstant(inv_freq, n_pairs);  // inv_freq is host memory
+  if (freq) {
+    Check(
+        kernels::RopeFakeQuant(x, rows, heads, head_dim, offset, n_pairs, pos, freq, kind, stream_),
         "RopeFakeQuant");
+  }
   Done("RopeFakeQuant");
 }
 

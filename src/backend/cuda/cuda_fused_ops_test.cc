@@ -76,12 +76,12 @@ TEST_F(CudaFusedOpsTest, RopeFakeQuantEqualsRopeThenFakeQuantBitwise) {
       inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rd));
     }
     const int32_t* gpos = ToGpu(pos);
-    const float* gfreq = ToGpu(inv_freq);
+    const float* freq = inv_freq.data();  // host memory, as the backend's Rope takes it
     float* fused = ToGpu(x);
     float* separate = ToGpu(x);
-    gpu_->RopeFakeQuant(fused, c.rows, c.heads, c.head_dim, offset, pairs, gpos, gfreq, c.kind);
+    gpu_->RopeFakeQuant(fused, c.rows, c.heads, c.head_dim, offset, pairs, gpos, freq, c.kind);
     gpu_->Rope(separate, c.rows, c.heads * c.head_dim, c.heads, c.head_dim, offset, pairs, gpos,
-               gfreq, false);
+               freq, false);
     std::vector<float> roped = FromGpu(separate, n);
     gpu_->FakeQuant(separate, c.rows * c.heads, c.head_dim, c.head_dim, c.kind);
     const std::vector<float> got = FromGpu(fused, n);

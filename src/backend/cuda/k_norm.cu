@@ -36,8 +36,11 @@ __global__ void RmsNormKernel(const float* x, int64_t n, int64_t ldx, const floa
 }
 
 __device__ __forceinline__ float4 Zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+// x*x + y*y + z*z + w*w with the roundings spelled out (the contraction the compiler chose
+// for RmsNormRowKernel), so that kernels computing a row's values differently (the fused
+// HcCollapseNorm) still give RmsNorm's bits.
 __device__ __forceinline__ float SumSquares(float4 v) {
-  return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  return __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
 }
 
 // Sum over the `group_threads` threads (a multiple of 32) of this thread's row group; the
