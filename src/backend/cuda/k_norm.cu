@@ -120,21 +120,31 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   const float* pr = pre + (live ? row : 0) * hc;
   const float4* xr = reinterpret_cast<const float4*>(x + (live ? row : 0) * hc * n);
   const float4* wr = reinterpret_cast<const float4*>(weight);
-  float4 v[kVec], w[kVec];
+  // All loads first (the streams' float4s of every q, unrolled over kMaxHc with hc <= kMaxHc
+  // checked by the launcher), then the collapse in k order.
+  float4 v[kVec], w[kVec], s[kVec][kMaxHc];
+  float p[kMaxHc];
+#pragma unroll
+  for (int k = 0; k < kMaxHc; ++k) p[k] = live && k < hc ? pr[k] : 0.0f;
 #pragma unroll
   for (int q = 0; q < kVec; ++q) {
     const int64_t i = g + q * group_threads;
     const bool in = live && i < n4;
-    v[q] = Zero4();
-    for (int64_t k = 0; in && k < hc; ++k) {
-      const float p = pr[k];
-      const float4 s = xr[k * n4 + i];
-      v[q].x += p * s.x;
-      v[q].y += p * s.y;
-      v[q].z += p * s.z;
-      v[q].w += p * s.w;
-    }
+#pragma unroll
+    for (int k = 0; k < kMaxHc; ++k) s[q][k] = in && k < hc ? xr[k * n4 + i] : Zero4();
     w[q] = in && wr ? __ldg(wr + i) : Zero4();
+  }
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    v[q] = Zero4();
+#pragma unroll
+    for (int k = 0; k < kMaxHc; ++k) {
+      if (k >= hc) break;
+      v[q].x += p[k] * s[q][k].x;
+      v[q].y += p[k] * s[q][k].y;
+      v[q].z += p[k] * s[q][k].z;
+      v[q].w += p[k] * s[q][k].w;
+    }
   }
   float sum = 0.0f;
 #pragma unroll
@@ -656,8 +666,8 @@ cudaError_t HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t 
                            const float* weight, float eps, float* u0, float* y,
                            cudaStream_t stream) {
   if (T <= 0 || D <= 0) return cudaSuccess;
-  const bool vectorised = D % 4 == 0 && Aligned16(x) && Aligned16(u0) && Aligned16(y) &&
-                          (weight == nullptr || Aligned16(weight)) &&
+  const bool vectorised = hc >= 1 && hc <= kMaxHc && D % 4 == 0 && Aligned16(x) && Aligned16(u0) &&
+                          Aligned16(y) && (weight == nullptr || Aligned16(weight)) &&
                           D / 4 <= int64_t{kMaxVec} * kMaxRowThreads;
   if (!vectorised) {  // the two kernels
     const cudaError_t e = HcCollapse(x, pre, T, hc, D, u0, stream);
