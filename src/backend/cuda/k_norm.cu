@@ -62,49 +62,73 @@ __device__ __forceinline__ float GroupSum(float v, int group_threads, float* scr
 // g, g + group_threads, .. of the row. All loads (x and weight) are issued before the one
 // reduction. The summation order depends only on (n, kVec, group_threads), which the launcher
 // derives from n alone: a row's bits do not depend on the number of rows.
+
+// A thread's place in a register-held row: its index g in the row's group and the row (live:
+// the row exists; the launcher pads the last block with groups past the end).
+struct RowSlot {
+  int g;
+  int64_t row;
+  bool live;
+};
+__device__ __forceinline__ RowSlot RowSlotOf(int64_t rows, int group_threads) {
+  const int64_t row =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / group_threads) + threadIdx.x / group_threads;
+  return {static_cast<int>(threadIdx.x) % group_threads, row, row < rows};
+}
+
+// The RMSNorm of a register-held row: v (and the weight's w where has_weight) as loaded by
+// the thread, the sum of squares over the group, then yr[i] = (w *) v * rsqrt(mean + eps) and,
+// with ur, ur[i] = v. Every thread of the block must call (the group reduction); only live
+// rows store.
+template <int kVec>
+__device__ __forceinline__ void NormRow(const float4 (&v)[kVec], const float4 (&w)[kVec],
+                                        bool has_weight, const RowSlot& slot, int group_threads,
+                                        int64_t n, float eps, float4* yr, float4* ur,
+                                        float* scratch) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) sum += SumSquares(v[q]);
+  sum = GroupSum(sum, group_threads, scratch);
+  if (!slot.live) return;
+  const float inv = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int64_t i = slot.g + q * group_threads;
+    if (i >= (n >> 2)) break;
+    if (ur != nullptr) ur[i] = v[q];
+    float4 o = make_float4(v[q].x * inv, v[q].y * inv, v[q].z * inv, v[q].w * inv);
+    if (has_weight) o = make_float4(w[q].x * o.x, w[q].y * o.y, w[q].z * o.z, w[q].w * o.w);
+    yr[i] = o;
+  }
+}
+
 template <int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     RmsNormRowKernel(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
                      float eps, float* y, int64_t ldy, int group_threads) {
   pdl::WaitThenAllowNext();
   __shared__ float scratch[32];
-  const int g = static_cast<int>(threadIdx.x) % group_threads;
-  const int64_t row =
-      static_cast<int64_t>(blockIdx.x) * (blockDim.x / group_threads) + threadIdx.x / group_threads;
-  const bool live = row < rows;
-  const int64_t n4 = n >> 2;
-  const float4* xr = reinterpret_cast<const float4*>(x + (live ? row : 0) * ldx);
+  const RowSlot slot = RowSlotOf(rows, group_threads);
+  const int64_t n4 = n >> 2, row = slot.live ? slot.row : 0;
+  const float4* xr = reinterpret_cast<const float4*>(x + row * ldx);
   const float4* wr = reinterpret_cast<const float4*>(weight);
   float4 v[kVec], w[kVec];
 #pragma unroll
   for (int q = 0; q < kVec; ++q) {
-    const int64_t i = g + q * group_threads;
-    const bool in = live && i < n4;
+    const int64_t i = slot.g + q * group_threads;
+    const bool in = slot.live && i < n4;
     v[q] = in ? xr[i] : Zero4();  // plain load: y may alias x (in place)
     w[q] = in && wr ? __ldg(wr + i) : Zero4();
   }
-  float sum = 0.0f;
-#pragma unroll
-  for (int q = 0; q < kVec; ++q) sum += SumSquares(v[q]);
-  sum = GroupSum(sum, group_threads, scratch);
-  if (!live) return;
-  const float inv = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
-  float4* yr = reinterpret_cast<float4*>(y + row * ldy);
-#pragma unroll
-  for (int q = 0; q < kVec; ++q) {
-    const int64_t i = g + q * group_threads;
-    if (i >= n4) break;
-    float4 o = make_float4(v[q].x * inv, v[q].y * inv, v[q].z * inv, v[q].w * inv);
-    if (wr) o = make_float4(w[q].x * o.x, w[q].y * o.y, w[q].z * o.z, w[q].w * o.w);
-    yr[i] = o;
-  }
+  NormRow<kVec>(v, w, wr != nullptr, slot, group_threads, n, eps,
+                reinterpret_cast<float4*>(y + row * ldy), nullptr, scratch);
 }
 
 // HcCollapse then RmsNormRowKernel in one pass: row t's values are collapsed from its hc
 // streams (x [T, hc, D]) as HcCollapseKernel does (acc = 0, acc += pre[t, k] * x[t, k, d] in
-// k order), written to u0, and normalised with RmsNormRowKernel's shape and reduction, so u0
-// and y are bitwise the two kernels' outputs. Same launch shape as RmsNormRowKernel over the
-// T rows of n = D values.
+// k order), written to u0, and normalised by NormRow as in RmsNormRowKernel, so u0 and y are
+// bitwise the two kernels' outputs. Same launch shape as RmsNormRowKernel over the T rows of
+// n = D values.
 template <int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     HcCollapseNormRowKernel(const float* x, const float* pre, int64_t rows, int64_t hc, int64_t n,
@@ -112,24 +136,21 @@ __global__ void __launch_bounds__(kMaxRowThreads)
                             int group_threads) {
   pdl::WaitThenAllowNext();
   __shared__ float scratch[32];
-  const int g = static_cast<int>(threadIdx.x) % group_threads;
-  const int64_t row =
-      static_cast<int64_t>(blockIdx.x) * (blockDim.x / group_threads) + threadIdx.x / group_threads;
-  const bool live = row < rows;
-  const int64_t n4 = n >> 2;
-  const float* pr = pre + (live ? row : 0) * hc;
-  const float4* xr = reinterpret_cast<const float4*>(x + (live ? row : 0) * hc * n);
+  const RowSlot slot = RowSlotOf(rows, group_threads);
+  const int64_t n4 = n >> 2, row = slot.live ? slot.row : 0;
+  const float* pr = pre + row * hc;
+  const float4* xr = reinterpret_cast<const float4*>(x + row * hc * n);
   const float4* wr = reinterpret_cast<const float4*>(weight);
   // All loads first (the streams' float4s of every q, unrolled over kMaxHc with hc <= kMaxHc
   // checked by the launcher), then the collapse in k order.
   float4 v[kVec], w[kVec], s[kVec][kMaxHc];
   float p[kMaxHc];
 #pragma unroll
-  for (int k = 0; k < kMaxHc; ++k) p[k] = live && k < hc ? pr[k] : 0.0f;
+  for (int k = 0; k < kMaxHc; ++k) p[k] = slot.live && k < hc ? pr[k] : 0.0f;
 #pragma unroll
   for (int q = 0; q < kVec; ++q) {
-    const int64_t i = g + q * group_threads;
-    const bool in = live && i < n4;
+    const int64_t i = slot.g + q * group_threads;
+    const bool in = slot.live && i < n4;
 #pragma unroll
     for (int k = 0; k < kMaxHc; ++k) s[q][k] = in && k < hc ? xr[k * n4 + i] : Zero4();
     w[q] = in && wr ? __ldg(wr + i) : Zero4();
@@ -146,23 +167,9 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       v[q].w += p[k] * s[q][k].w;
     }
   }
-  float sum = 0.0f;
-#pragma unroll
-  for (int q = 0; q < kVec; ++q) sum += SumSquares(v[q]);
-  sum = GroupSum(sum, group_threads, scratch);
-  if (!live) return;
-  const float inv = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
-  float4* ur = reinterpret_cast<float4*>(u0 + row * n);
-  float4* yr = reinterpret_cast<float4*>(y + row * n);
-#pragma unroll
-  for (int q = 0; q < kVec; ++q) {
-    const int64_t i = g + q * group_threads;
-    if (i >= n4) break;
-    ur[i] = v[q];
-    float4 o = make_float4(v[q].x * inv, v[q].y * inv, v[q].z * inv, v[q].w * inv);
-    if (wr) o = make_float4(w[q].x * o.x, w[q].y * o.y, w[q].z * o.z, w[q].w * o.w);
-    yr[i] = o;
-  }
+  NormRow<kVec>(v, w, wr != nullptr, slot, group_threads, n, eps,
+                reinterpret_cast<float4*>(y + row * n), reinterpret_cast<float4*>(u0 + row * n),
+                scratch);
 }
 
 __device__ float Sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
