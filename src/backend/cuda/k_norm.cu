@@ -602,6 +602,20 @@ RowShape RowShapeFor(int64_t n4) {
   return {vec, static_cast<int>(threads)};
 }
 
+// The launch of a register-held row kernel over `rows` rows of n values: the row shape, and
+// short rows several to a block (groups of shape.threads threads).
+struct RowLaunch {
+  RowShape shape;
+  unsigned blocks, threads;
+};
+RowLaunch RowLaunchFor(int64_t rows, int64_t n) {
+  const RowShape shape = RowShapeFor(n / 4);
+  int64_t rows_per_block = shape.threads < kThreads ? kThreads / shape.threads : 1;
+  if (rows_per_block > rows) rows_per_block = rows;
+  return {shape, static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block),
+          static_cast<unsigned>(rows_per_block * shape.threads)};
+}
+
 template <typename Kernel>
 void LaunchByVec(int vec, Kernel&& launch) {
   switch (vec) {
@@ -656,15 +670,10 @@ cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const 
                 eps, y, ldy);
     return cudaGetLastError();
   }
-  // Short rows: several rows (groups of shape.threads threads) per block.
-  const RowShape shape = RowShapeFor(n / 4);
-  int64_t rows_per_block = shape.threads < kThreads ? kThreads / shape.threads : 1;
-  if (rows_per_block > rows) rows_per_block = rows;
-  const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-  const auto threads = static_cast<unsigned>(rows_per_block * shape.threads);
-  LaunchByVec(shape.vec, [&](auto vec) {
-    pdl::Launch(RmsNormRowKernel<decltype(vec)::value>, blocks, threads, 0, stream, x, rows, n, ldx,
-                weight, eps, y, ldy, shape.threads);
+  const RowLaunch l = RowLaunchFor(rows, n);
+  LaunchByVec(l.shape.vec, [&](auto vec) {
+    pdl::Launch(RmsNormRowKernel<decltype(vec)::value>, l.blocks, l.threads, 0, stream, x, rows, n,
+                ldx, weight, eps, y, ldy, l.shape.threads);
   });
   return cudaGetLastError();
 }
@@ -681,14 +690,10 @@ cudaError_t HcCollapseNorm(const float* x, const float* pre, int64_t T, int64_t 
     return e != cudaSuccess ? e : RmsNorm(u0, T, D, D, weight, eps, y, D, stream);
   }
   // RmsNorm's launch shape for rows of D (so the same reduction, hence the same bits).
-  const RowShape shape = RowShapeFor(D / 4);
-  int64_t rows_per_block = shape.threads < kThreads ? kThreads / shape.threads : 1;
-  if (rows_per_block > T) rows_per_block = T;
-  const auto blocks = static_cast<unsigned>((T + rows_per_block - 1) / rows_per_block);
-  const auto threads = static_cast<unsigned>(rows_per_block * shape.threads);
-  LaunchByVec(shape.vec, [&](auto vec) {
-    pdl::Launch(HcCollapseNormRowKernel<decltype(vec)::value>, blocks, threads, 0, stream, x, pre,
-                T, hc, D, weight, eps, u0, y, shape.threads);
+  const RowLaunch l = RowLaunchFor(T, D);
+  LaunchByVec(l.shape.vec, [&](auto vec) {
+    pdl::Launch(HcCollapseNormRowKernel<decltype(vec)::value>, l.blocks, l.threads, 0, stream, x,
+                pre, T, hc, D, weight, eps, u0, y, l.shape.threads);
   });
   return cudaGetLastError();
 }
