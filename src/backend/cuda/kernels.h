@@ -85,7 +85,7 @@ cudaError_t Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head
                  int64_t offset, int64_t n_pairs, const int32_t* pos, const float* inv_freq,
                  bool inverse, cudaStream_t stream);
 
-// --- row reductions (k_norm.cu) -------------------------------------------------------
+// --- row reductions (k_norm.cu; the mHC mix: k_hcmix.cu) --------------------------
 cudaError_t RmsNorm(const float* x, int64_t rows, int64_t n, int64_t ldx, const float* weight,
                     float eps, float* y, int64_t ldy, cudaStream_t stream);
 // HcCollapse (x [T, hc, D] -> u0 [T, D]) then RmsNorm(u0) -> y [T, D] (weight may be null), in
