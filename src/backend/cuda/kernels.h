@@ -214,7 +214,7 @@ int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim);
 cudaError_t ArgmaxRows(const float* x, int64_t rows, int64_t n, int64_t ld, int32_t* out,
                        cudaStream_t stream);
 
-// --- selection (k_topk.cu) ------------------------------------------------------------
+// --- selection (k_topk.cu; the router: k_route.cu) ------------------------------------
 cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx,
                  cudaStream_t stream);
 // block_scores [T, ceil(n/block)]: max per block, newest visible block forced to +inf.
