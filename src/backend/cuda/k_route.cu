@@ -15,12 +15,6 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
-using select::kFullWarp;
-using select::OrderedKey;
-using select::PackPair;
-using select::PairId;
-using select::PairKey;
-
 constexpr int kRouteThreads = 256;
 
 __device__ float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }

@@ -17,12 +17,6 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
-using select::kFullWarp;
-using select::OrderedKey;
-using select::PackPair;
-using select::PairId;
-using select::PairKey;
-
 constexpr int kTopKThreads = 1024;
 constexpr int kTopKWarps = kTopKThreads / 32;
 constexpr int kRadixBins = 2048;  // 11-bit digits: passes over bits 31..21, 20..10, 9..0

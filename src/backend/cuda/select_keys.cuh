@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace deepinfer::backend::cuda::kernels::select {
+namespace deepinfer::backend::cuda::kernels {
 
 inline constexpr unsigned kFullWarp = 0xffffffffu;
 
@@ -26,4 +26,4 @@ __device__ __forceinline__ int32_t PairId(uint64_t p) {
   return static_cast<int32_t>(~static_cast<uint32_t>(p));
 }
 
-}  // namespace deepinfer::backend::cuda::kernels::select
+}  // namespace deepinfer::backend::cuda::kernels
