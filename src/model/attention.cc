@@ -17,7 +17,7 @@ namespace {
 // backend call (Backend::RopeFakeQuant), else the RoPE alone.
 void RopeAndFakeQuant(Backend* backend, float* x, int64_t rows, int64_t heads, int64_t head_dim,
                       int64_t rd, const int32_t* pos, const float* inv_freq, FakeQuantKind kind) {
-  const int64_t block = kind == FakeQuantKind::kFp4Block16E4m3 ? 16 : 32;
+  const int64_t block = FakeQuantBlock(kind);
   if (head_dim % block == 0) {
     backend->RopeFakeQuant(x, rows, heads, head_dim, head_dim - rd, rd / 2, pos, inv_freq, kind);
   } else {

@@ -95,6 +95,11 @@ enum class FakeQuantKind {
   kFp4Block32Pow2,  // indexer q/k: e2m1, blocks of 32, scale 2^ceil(log2(max(amax,6*2^-126)/6))
 };
 
+// Values per quantisation block of a FakeQuantKind (a row's length must be a multiple).
+inline constexpr int FakeQuantBlock(FakeQuantKind kind) {
+  return kind == FakeQuantKind::kFp4Block16E4m3 ? 16 : 32;
+}
+
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // mHC (manifold-constrained hyper-connections) parameters of one site.

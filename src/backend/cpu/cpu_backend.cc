@@ -184,7 +184,7 @@ void CpuBackend::Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t
 }
 
 void CpuBackend::FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKind kind) {
-  const int block = kind == FakeQuantKind::kFp4Block16E4m3 ? 16 : 32;
+  const int block = model::FakeQuantBlock(kind);
   CHECK_EQ(n % block, 0) << "fake-quant length " << n << " not a multiple of " << block;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < n; b += block) {

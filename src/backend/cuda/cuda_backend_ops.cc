@@ -43,7 +43,7 @@ void CudaBackend::Rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_
 
 void CudaBackend::FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld,
                             model::FakeQuantKind kind) {
-  const int block = kind == model::FakeQuantKind::kFp4Block16E4m3 ? 16 : 32;
+  const int block = model::FakeQuantBlock(kind);
   CHECK_EQ(n % block, 0) << "fake-quant length " << n << " not a multiple of " << block;
   if (rows <= 0 || !Usable()) return;
   Check(kernels::FakeQuant(x, rows, n, ld, kind, stream_), "FakeQuant");

@@ -203,7 +203,7 @@ __global__ void GatherWeightRowsKernel(DeviceWeight w, const int64_t* ids, int64
 
 cudaError_t FakeQuant(float* x, int64_t rows, int64_t n, int64_t ld, FakeQuantKind kind,
                       cudaStream_t stream) {
-  const int block = kind == FakeQuantKind::kFp4Block16E4m3 ? 16 : 32;
+  const int block = model::FakeQuantBlock(kind);
   const int64_t total = rows * (n / block);
   if (total <= 0) return cudaSuccess;
   const unsigned grid = GridFor(total * block, kThreads);  // one lane per value
