@@ -1,6 +1,7 @@
 // Model: attention with window KV, the compressor and the lightning indexer
 // (model.md §2.3-§2.5, goldens README "What the reference computes").
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -34,6 +35,17 @@ int GroupIndex(const io::ModelConfig& cfg, int kv_source) {
 }
 
 }  // namespace
+
+int64_t LaunchBucket(int64_t n) {
+  if (n <= 0) return 0;
+  int64_t step = 512;
+  while (step * 16 <= n) step *= 2;  // once doubled, step * 8 <= n
+  return (n + step - 1) / step * step;
+}
+
+int64_t PagedBlockSlots(int64_t blocks) {
+  return static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(blocks, 1))));
+}
 
 void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
   const io::TextConfig& t = config_.text();
@@ -170,14 +182,21 @@ void Model::GatherBatchIndexKeys(BatchContext& b, int gi) {
     }
     total += n;
   }
-  b.index_keys[gi] = DeviceFloats(backend_, std::max<int64_t>(total, 1) * ihd);
+  // Launch shape: the buffer's rows are bucketed, and each chunk's copies (one per block) are
+  // padded with empty ones to PagedBlockSlots of its blocks.
+  b.index_keys[gi] = DeviceFloats(backend_, LaunchBucket(std::max<int64_t>(total, 1)) * ihd);
   int64_t at = 0;
   for (const ChunkContext& c : b.chunks) {
     const KvGroupState& group = c.state->groups[gi];
-    if (!group.has_keys || group.n_entries() == 0) continue;
-    AppendGatherGroupRows(c.state->blocks, group, GroupRows::kIndexKeys, ihd, group.n_entries(),
-                          b.index_keys[gi].data() + at * ihd, &copies);
-    at += group.n_entries();
+    const int64_t n = group.has_keys ? group.n_entries() : 0;
+    if (n == 0) continue;
+    float* dst = b.index_keys[gi].data() + at * ihd;
+    AppendGatherGroupRows(c.state->blocks, group, GroupRows::kIndexKeys, ihd, n, dst, &copies);
+    const int64_t blocks = GroupBlocksFor(group, n);
+    for (int64_t i = blocks; i < PagedBlockSlots(blocks); ++i) {
+      copies.push_back({dst + n * ihd, copies.back().src, 0});
+    }
+    at += n;
   }
   backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
   b.index_key_ranges[gi] = DeviceInts(backend_, 2 * b.rows);
@@ -235,11 +254,13 @@ int64_t PagedRowCount(const KvGroupState& g, GroupRows which) {
 void Model::UploadPagedAddressing(const BatchContext& b, int gi, GroupRows which, int64_t k,
                                   PagedAddressing& out) {
   const int64_t R = b.rows;
-  int64_t max_blocks = 1;
+  int64_t most_blocks = 1;
   for (const ChunkContext& c : b.chunks) {
     const KvGroupState& g = c.state->groups[gi];
-    max_blocks = std::max(max_blocks, GroupBlocksFor(g, PagedRowCount(g, which)));
+    most_blocks = std::max(most_blocks, GroupBlocksFor(g, PagedRowCount(g, which)));
   }
+  // Bucketed (launch shape): the table's row stride changes only at powers of two.
+  const int64_t max_blocks = PagedBlockSlots(most_blocks);
   // One host image of the device layout: bases (2 int32 words each), count, ranges.
   const int64_t range_words = k > 0 ? 2 * R : 0;
   std::vector<int32_t> host(2 * R * max_blocks + R + range_words, 0);
@@ -345,41 +366,45 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
   backend_->Scale(hw.data(), R * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
 
   // Scores of every row against its own sequence's keys (one varlen call), padded to the
-  // largest group: entries past a sequence's own are never visible to it, so they score -inf,
-  // the candidate mask never keeps them and the top-k turns them into -1, exactly as a
-  // per-sequence call would. The mask and the top-k then run once for the whole batch.
+  // largest group and then to its launch bucket (`width` columns): entries past a sequence's
+  // own are never visible to it, so they score -inf, the candidate mask never keeps them and
+  // the top-k turns them into -1, exactly as a per-sequence call would. (The mask's extra
+  // blocks are all -inf: they rank after every real block, and a kept -inf block marks
+  // nothing; the top-k's k stays min(index_topk, most).) The mask and the top-k then run
+  // once for the whole batch.
   // Where the backend can, it reads each row's keys in place from its blocks; otherwise the
   // keys are gathered into one buffer first. The same scores either way.
   const int64_t ratio = b.chunks.front().state->groups[gi].ratio;
-  DeviceFloats scores(backend_, R * most);
+  const int64_t width = LaunchBucket(most);
+  DeviceFloats scores(backend_, R * width);
   const float index_scale = 1.0f / std::sqrt(static_cast<float>(ihd));
   if (backend_->IndexerPagedApplicable(R, nh, ihd, ratio)) {
     EnsureIndexKeyAddressing(b, gi);
     const PagedAddressing& keys = b.key_addressing[gi];
     backend_->IndexerScoresPaged(qi.data(), hw.data(), R, nh, ihd, keys.bases(), keys.blocks,
-                                 keys.rows_per_block, keys.count(R), most, b.pos.data(), ratio,
+                                 keys.rows_per_block, keys.count(R), width, b.pos.data(), ratio,
                                  index_scale, scores.data());
   } else {
     GatherBatchIndexKeys(b, gi);
     const int32_t* ranges = b.index_key_ranges[gi].data();
     backend_->IndexerScoresVarlen(qi.data(), hw.data(), R, nh, ihd, b.index_keys[gi].data(), ranges,
-                                  ranges + R, most, b.pos.data(), ratio, index_scale,
+                                  ranges + R, width, b.pos.data(), ratio, index_scale,
                                   scores.data());
   }
   const int cand = t.candidate_source_layer_id;
   if (cand >= 0 && layer == cand) {
-    b.candidate_mask = DeviceInts(backend_, (R * most + 3) / 4);
+    b.candidate_mask = DeviceInts(backend_, (R * width + 3) / 4);
     b.mask_entries = most;
     b.mask_group = gi;
-    backend_->CandidateMask(scores.data(), R, most, b.pos.data(), ratio, t.candidate_block_size,
+    backend_->CandidateMask(scores.data(), R, width, b.pos.data(), ratio, t.candidate_block_size,
                             t.candidate_topk_blocks,
                             reinterpret_cast<uint8_t*>(b.candidate_mask.data()));
   } else if (cand >= 0 && layer > cand && b.mask_group == gi && b.mask_entries == most) {
     backend_->ApplyMask(scores.data(), reinterpret_cast<const uint8_t*>(b.candidate_mask.data()), R,
-                        most);
+                        width);
   }
   // k >= every sequence's min(index_topk, entries): its own top-k, then -1 padding.
-  backend_->TopK(scores.data(), R, most, k, b.selection.data());
+  backend_->TopK(scores.data(), R, width, k, b.selection.data());
 }
 
 void Model::BatchAttention(int layer, BatchContext& b, const float* q, const float* kv_new,
@@ -401,12 +426,12 @@ void Model::BatchAttention(int layer, BatchContext& b, const float* q, const flo
     const int64_t oldest = length - n_cached, first_slot = oldest % W;
     const int64_t run1 = std::min(n_cached, W - first_slot);
     float* dst = window_kv.data() + b.window_at[i] * d;
+    // Always both runs (the second 0 bytes when the ring does not wrap), so that the list's
+    // length does not change from step to step (launch shape).
     copies.push_back(
         {dst, ring.kv.data() + first_slot * d, static_cast<int64_t>(run1 * row_bytes)});
-    if (n_cached > run1) {
-      copies.push_back(
-          {dst + run1 * d, ring.kv.data(), static_cast<int64_t>((n_cached - run1) * row_bytes)});
-    }
+    copies.push_back(
+        {dst + run1 * d, ring.kv.data(), static_cast<int64_t>((n_cached - run1) * row_bytes)});
     copies.push_back(
         {dst + n_cached * d, kv_new + c.row0 * d, static_cast<int64_t>(c.T * row_bytes)});
     for (int64_t j = 0; j < n_cached; ++j) DCHECK_EQ(ring.pos[(oldest + j) % W], oldest + j);

@@ -15,6 +15,22 @@
 
 namespace deepinfer::model {
 
+// Launch-shape buckets. A GPU backend replays a captured decode step only when the step
+// issues the same calls with the same integer arguments and buffer sizes as an earlier one
+// (only uploaded contents may differ), so the sizes that grow with the context are rounded
+// up to buckets: in steady decode (same batch, T = 1 each) two steps differ only where a
+// bucket boundary or the ratio-2 compressor's parity lies between them.
+//
+// LaunchBucket(n): n rounded up to a multiple of max(512, 2^j), 2^j the largest power of two
+// with 2^j * 8 <= n, i.e. at most 511 extra below n = 8192 and less than n / 8 above (eight
+// buckets per doubling). Used for the indexer's score-row width (padded columns score -inf:
+// they are never kept by the candidate mask nor picked by the top-k) and for the rows of the
+// gathered index-key buffer. 0 stays 0.
+int64_t LaunchBucket(int64_t n);
+// Per-row block slots of a paged addressing table for up to `blocks` blocks: the next power
+// of two (>= 1). Kernels read only the slots below ceil(count / rows_per_block).
+int64_t PagedBlockSlots(int64_t blocks);
+
 struct Model::ChunkContext {
   SequenceState* state = nullptr;
   int64_t T = 0;                  // tokens of this chunk
@@ -49,7 +65,9 @@ struct Model::BatchContext {
   int64_t n_select = 0;
   int selection_group = -1;
   int selection_serial = 0;  // incremented at each new selection
-  // Candidate-block mask published by the candidate source: [rows, mask_entries] bytes.
+  // Candidate-block mask published by the candidate source: [rows, LaunchBucket(mask_entries)]
+  // bytes, mask_entries the largest of the chunks' key counts (a later index layer of the
+  // group applies it only for the same count).
   DeviceInts candidate_mask;  // byte storage
   int64_t mask_entries = -1;
   int mask_group = -1;
