@@ -396,6 +396,8 @@ TEST_P(DecodeShapeTest, SteadyDecodeStepsRepeatWithPeriodTwo) {
     EXPECT_GT(bucket_changes, 0);  // the case does cross block-slot boundaries
   }
   EXPECT_GE(compared, c.steps / 2);
+  RecordProperty("compared_steps", compared);
+  RecordProperty("bucket_changes", bucket_changes);
   // The compressor's parity shows: consecutive steps differ, so the log is not blind.
   EXPECT_GT(odd_differs, 0);
 }
