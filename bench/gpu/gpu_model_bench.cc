@@ -6,9 +6,9 @@
 // sequence per step; the step time is the wall time of Model::Forward, which includes the
 // device synchronisation and copying every sequence's greedy token (taken on the device) to
 // the host, or with --logits its whole logits row. Each figure is the
-// median of --steps steps after one warm-up step. Bytes and FLOPs come from roofline.h;
-// achieved GB/s and TFLOP/s are those over the measured time, and "of ceiling" divides by the
-// figures of gpu_ceilings (--ceilings JSON) when given.
+// median of --steps steps after 1 + --warmup-steps untimed steps. Bytes and FLOPs come from
+// roofline.h; achieved GB/s and TFLOP/s are those over the measured time, and "of ceiling" divides
+// by the figures of gpu_ceilings (--ceilings JSON) when given.
 #include <cuda_profiler_api.h>
 
 #include <CLI/CLI.hpp>
@@ -44,6 +44,10 @@ struct Options {
   std::vector<int64_t> prefills = {4096, 16384};
   std::vector<std::string> breakdowns = {"1:4096", "32:4096"};
   int steps = 5;
+  // Untimed decode steps before the timed ones (beyond the first): with CUDA graphs on, a
+  // step's graph is captured the second time its work is seen, and steady decode repeats
+  // with period 2, so the first ~4 steps include captures.
+  int warmup_steps = 4;
   int block_tokens = 256;
   double state_budget_gib = 90;
   std::string ceilings_json;
@@ -140,15 +144,25 @@ class Bench {
     }
     r["setup_s"] = Seconds(t0, Clock::now());
     std::vector<double> times, issue_times;
-    for (int step = 0; step <= opt_.steps; ++step) {
+    backend::cuda::CudaBackend* cuda = AsCuda(backend_);
+    backend::cuda::StreamTape::Stats graphs_before;
+    const int untimed = 1 + opt_.warmup_steps;
+    for (int step = 0; step < untimed + opt_.steps; ++step) {
+      if (step == untimed && cuda != nullptr) graphs_before = cuda->graph_stats();
       const auto a = Clock::now();
       double issue_s = 0;
       const base::Status st = Step(seqs, &issue_s);
       if (!st.ok()) return Failed(r, st);
-      if (step > 0) {
+      if (step >= untimed) {
         times.push_back(Seconds(a, Clock::now()));
         issue_times.push_back(issue_s);
       }
+    }
+    if (cuda != nullptr) {  // how the timed steps were issued
+      const backend::cuda::StreamTape::Stats& g = cuda->graph_stats();
+      r["graph_launches"] = g.graph_launches - graphs_before.graph_launches;
+      r["graph_captures"] = g.graph_captures - graphs_before.graph_captures;
+      r["op_by_op_flushes"] = g.eager_flushes - graphs_before.eager_flushes;
     }
     const double step_s = Median(times);
     r["host_issue_ms"] = Median(issue_times) * 1e3;
@@ -163,6 +177,12 @@ class Bench {
         batch / step_s, cost.bytes() / step_s / 1e9,
         ceil_.hbm_GBps > 0 ? 100 * cost.bytes() / step_s / 1e9 / ceil_.hbm_GBps : 0.0,
         cost.flops() / step_s / 1e12, r["host_issue_ms"].get<double>());
+    if (r.contains("graph_launches")) {
+      std::printf("  timed steps: %lld graph launches (%lld captures), %lld op-by-op flushes\n",
+                  static_cast<long long>(r["graph_launches"].get<int64_t>()),
+                  static_cast<long long>(r["graph_captures"].get<int64_t>()),
+                  static_cast<long long>(r["op_by_op_flushes"].get<int64_t>()));
+    }
     if (opt_.profile_step && AsCuda(backend_) != nullptr) {
       cudaProfilerStart();
       const base::Status st = Step(seqs);
@@ -273,8 +293,8 @@ class Bench {
   // fp32 state of `batch` sequences of `context` tokens, twice (blocks + the per-step gather).
   double StateGiB(int64_t batch, int64_t context) const {
     auto floats = model_.StateBlockFloats(opt_.block_tokens);
-    const double blocks =
-        std::ceil(static_cast<double>(context + opt_.steps + 2) / opt_.block_tokens);
+    const double blocks = std::ceil(
+        static_cast<double>(context + opt_.warmup_steps + opt_.steps + 2) / opt_.block_tokens);
     const double per_seq = 2 * blocks * (floats.ok() ? *floats : 0) * 4;
     return batch * per_seq / double(1 << 30);
   }
@@ -385,6 +405,8 @@ int main(int argc, char** argv) {
   app.add_option("--breakdown", opt.breakdowns, "batch:context pairs with a per-op breakdown")
       ->delimiter(',');
   app.add_option("--steps", opt.steps, "timed decode steps per point (median)");
+  app.add_option("--warmup-steps", opt.warmup_steps,
+                 "untimed decode steps per point after the first (CUDA graph captures)");
   app.add_option("--block-tokens", opt.block_tokens, "state block size of the sequences");
   app.add_option("--state-budget-gib", opt.state_budget_gib, "skip grid points needing more");
   app.add_option("--ceilings", opt.ceilings_json, "gpu_ceilings JSON");

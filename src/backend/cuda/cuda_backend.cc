@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -28,6 +29,10 @@ std::string CudaErrorText(cudaError_t e) {
 constexpr int64_t kBf16GemmMinTokens = 64;
 constexpr size_t kPinnedBytes = size_t{16} << 20;     // staging buffer of UploadAsync
 constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the pageable path
+// Kernels per recorded segment (set_graph_segment_kernels): a B=1 decode step (~180 kernels)
+// becomes ~6 graph launches, the first issued after ~1/6 of the step's host time.
+constexpr int64_t kGraphSegmentKernels = 32;
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 int64_t TileRows(int64_t cols) {
   const int64_t max_floats = int64_t{32} << 20;
@@ -96,6 +101,14 @@ base::Status CudaBackend::Init() {
       cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST) != CUBLAS_STATUS_SUCCESS) {
     return base::InternalError("CUDA init: cuBLAS handle setup failed");
   }
+  // A fixed cuBLAS workspace (cuBLAS's Hopper default size): a GEMM captured into a CUDA
+  // graph must not allocate one.
+  e = cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes);
+  if (e != cudaSuccess) return fail("cuBLAS workspace", e);
+  if (cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) !=
+      CUBLAS_STATUS_SUCCESS) {
+    return base::InternalError("CUDA init: cublasSetWorkspace failed");
+  }
   if (cublasLtCreate(&cublas_lt_) != CUBLAS_STATUS_SUCCESS) {
     return base::InternalError("CUDA init: cublasLtCreate failed");
   }
@@ -108,6 +121,9 @@ base::Status CudaBackend::Init() {
   if (e == cudaSuccess) {
     e = cudaMemsetAsync(hc_mix_counters_, 0, kernels::kHcMixCounters * sizeof(unsigned), stream_);
   }
+  if (e == cudaSuccess) {
+    e = cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(int), cudaHostAllocDefault);
+  }
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
   if (e != cudaSuccess) return fail("error word / HcMix counters", e);
   // Staging for small uploads; without it (allocation failed) uploads take the pageable path.
@@ -118,6 +134,14 @@ base::Status CudaBackend::Init() {
     cudaGetLastError();
     pinned_ = nullptr;
   }
+  tape_ = std::make_unique<StreamTape>(stream_);
+  const char* graphs = std::getenv("DEEPINFER_CUDA_GRAPHS");
+  graphs_ = graphs == nullptr || std::strcmp(graphs, "0") != 0;
+  graph_segment_kernels_ = TokensFromEnv("DEEPINFER_CUDA_GRAPH_SEGMENT", kGraphSegmentKernels);
+  const char* graph_debug = std::getenv("DEEPINFER_CUDA_GRAPH_DEBUG");
+  tape_->set_debug(graph_debug != nullptr && std::strcmp(graph_debug, "0") != 0);
+  arena_.set_before_trim([this] { FlushTape(); });
+  weights_.set_before_free([this] { FlushTape(); });
   const char* sync = std::getenv("DEEPINFER_CUDA_SYNC");
   sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
   const char* gemv = std::getenv("DEEPINFER_CUDA_GEMV");
@@ -158,16 +182,23 @@ base::Status CudaBackend::Init() {
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
+  FlushTape();
+  // This thread's launches must not reach the tape after it is gone (launch_sink.h).
+  if (tape_ != nullptr && kernels::launch::CurrentSink() == tape_.get()) {
+    kernels::launch::SetCurrentSink(nullptr);
+  }
   if (stream_) cudaStreamSynchronize(stream_);
   ReleaseTemps();
   FreeExpertTables();
   FreeTimingEvents();
   if (linear_scratch_) arena_.Release(linear_scratch_).IgnoreError();
   if (error_word_) cudaFree(error_word_);
+  if (error_host_) cudaFreeHost(error_host_);
   if (hc_mix_counters_) cudaFree(hc_mix_counters_);
   if (pinned_) cudaFreeHost(pinned_);
   if (cublas_lt_) cublasLtDestroy(cublas_lt_);
   if (cublas_) cublasDestroy(cublas_);
+  if (cublas_workspace_) cudaFree(cublas_workspace_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -204,6 +235,7 @@ bool CudaBackend::CheckBlas(cublasStatus_t s, const char* what) {
 bool CudaBackend::Usable() {
   if (failed_) return false;
   if (!Check(cudaSetDevice(device_), "cudaSetDevice")) return false;
+  kernels::launch::SetCurrentSink(Recording() ? tape_.get() : nullptr);
   if (timing_on_) TimingStart();
   return true;
 }
@@ -211,19 +243,75 @@ bool CudaBackend::Usable() {
 void CudaBackend::Done(const char* what, std::string_view weight_name) {
   if (timing_on_) TimingEnd(what, weight_name);
   ReleaseTemps();
+  if (graph_segment_kernels_ > 0 && Recording() &&
+      tape_->recorded_kernels() >= graph_segment_kernels_) {
+    FlushTape();
+  }
   if (sync_each_op_ && !failed_) {
     Check(cudaStreamSynchronize(stream_), what);
   }
 }
 
+void CudaBackend::FlushTape() {
+  if (tape_ == nullptr || tape_->empty()) return;
+  Check(tape_->Flush(), "issuing recorded stream work (CUDA graph or launches)");
+}
+
+cudaStream_t CudaBackend::stream() {
+  FlushTape();
+  kernels::launch::SetCurrentSink(nullptr);
+  return stream_;
+}
+
+void CudaBackend::set_graphs(bool on) {
+  FlushTape();
+  graphs_ = on;
+  if (!on) kernels::launch::SetCurrentSink(nullptr);
+}
+
+bool CudaBackend::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            const char* what) {
+  if (Recording() && kind != cudaMemcpyDeviceToHost) {
+    tape_->RecordCopy(dst, src, bytes, kind);
+    return true;
+  }
+  FlushTape();
+  return Check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), what);
+}
+
+bool CudaBackend::Blas(const char* what, const uint64_t* key, size_t key_bytes,
+                       std::function<cublasStatus_t()> gemm) {
+  if (!Recording()) {
+    FlushTape();
+    return CheckBlas(gemm(), what);
+  }
+  tape_->RecordCall(key, key_bytes, [this, what, gemm = std::move(gemm)] {
+    CheckBlas(gemm(), what);  // a failure is recorded here, not reported twice by the flush
+    return cudaSuccess;
+  });
+  return true;
+}
+
+bool CudaBackend::MemsetAsync(void* dst, int value, size_t bytes, const char* what) {
+  if (Recording()) {
+    tape_->RecordMemset(dst, value, bytes);
+    return true;
+  }
+  FlushTape();
+  return Check(cudaMemsetAsync(dst, value, bytes, stream_), what);
+}
+
 base::Status CudaBackend::Synchronize() {
   if (!failed_) cudaSetDevice(device_);
+  FlushTape();
+  // The error word comes back with the same stream synchronisation (one per call).
+  const bool read_word = !failed_ && Check(cudaMemcpyAsync(error_host_, error_word_, sizeof(int),
+                                                           cudaMemcpyDeviceToHost, stream_),
+                                           "read error word");
   if (stream_ && Check(cudaStreamSynchronize(stream_), "stream synchronize")) ReclaimPinned();
-  if (!failed_ && error_word_) {
-    int word = 0;
-    if (Check(cudaMemcpyAsync(&word, error_word_, sizeof(int), cudaMemcpyDeviceToHost, stream_),
-              "read error word") &&
-        Check(cudaStreamSynchronize(stream_), "read error word") && word != 0) {
+  if (read_word && !failed_) {
+    const int word = *error_host_;
+    if (word != 0) {
       Check(cudaMemsetAsync(error_word_, 0, sizeof(int), stream_), "clear error word");
       if (word & kernels::kErrSelectionOutOfRange) {
         Fail(base::InvalidArgumentError(
@@ -288,9 +376,8 @@ float* CudaBackend::LinearScratch(int64_t floats) {
 float* CudaBackend::AllocFloats(int64_t n) {
   float* p = AllocUninitialized(n);
   if (p != nullptr) {
-    Check(cudaMemsetAsync(p, 0, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float),
-                          stream_),
-          "AllocFloats zero");
+    MemsetAsync(p, 0, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float),
+                "AllocFloats zero");
   }
   return p;
 }
@@ -345,16 +432,18 @@ bool CudaBackend::UploadAsync(void* dst, const void* src, size_t bytes, const ch
   if (pinned_ != nullptr && bytes <= kMaxPinnedUpload) {
     const size_t at = (pinned_used_ + 15) / 16 * 16;
     if (at + bytes > pinned_capacity_) {  // full: wait for the readers of what is staged
+      FlushTape();
       if (!Check(cudaStreamSynchronize(stream_), what)) return false;
       ReclaimPinned();
       return UploadAsync(dst, src, bytes, what);
     }
     std::memcpy(pinned_ + at, src, bytes);
     pinned_used_ = at + bytes;
-    return Check(cudaMemcpyAsync(dst, pinned_ + at, bytes, cudaMemcpyHostToDevice, stream_), what);
+    return CopyAsync(dst, pinned_ + at, bytes, cudaMemcpyHostToDevice, what);
   }
   // Pageable path: the driver stages the bytes before cudaMemcpyAsync returns. A pinned
   // source would be read later by the DMA engine, so then wait for it.
+  FlushTape();
   if (!Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), what)) return false;
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, src) != cudaSuccess) {
@@ -382,11 +471,9 @@ void CudaBackend::FreeHostFloats(float* p) {
 
 void CudaBackend::CopyToHost(void* dst, const void* src, int64_t bytes) {
   if (bytes <= 0) return;
-  bool ok =
-      Usable() &&
-      Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_),
-            "CopyToHost") &&
-      Synchronize().ok();
+  bool ok = Usable() &&
+            CopyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, "CopyToHost") &&
+            Synchronize().ok();
   if (!ok) std::memset(dst, 0xFF, static_cast<size_t>(bytes));  // NaN, never plausible
 }
 
@@ -396,16 +483,12 @@ void CudaBackend::CopyDevice(void* dst, const void* src, int64_t bytes) {
   const char* s = static_cast<const char*>(src);
   const bool overlap = d < s + bytes && s < d + bytes;
   if (!overlap) {
-    Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_),
-          "CopyDevice");
+    CopyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, "CopyDevice");
   } else {  // memmove semantics through a temporary
     void* tmp = TempBytes(static_cast<size_t>(bytes));
-    if (tmp && Check(cudaMemcpyAsync(tmp, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
-                                     stream_),
-                     "CopyDevice")) {
-      Check(
-          cudaMemcpyAsync(dst, tmp, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_),
-          "CopyDevice");
+    if (tmp &&
+        CopyAsync(tmp, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, "CopyDevice")) {
+      CopyAsync(dst, tmp, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, "CopyDevice");
     }
   }
   Done("CopyDevice");
@@ -442,6 +525,7 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   // Column-major view: y^T [n, T] (ld ldy) = W_rows [K, n]^T (ld K) * x^T [K, T] (ld ldx).
   auto gemm = [&](const float* w_rows, int64_t n, float* y_cols) {
+    FlushTape();  // cuBLAS enqueues on stream_ itself
     return CheckBlas(
         cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(T),
                     static_cast<int>(K), &alpha, w_rows, static_cast<int>(K), x,
@@ -556,13 +640,27 @@ void CudaBackend::LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_
     }
     // Column-major: y^T [n, T] (+)= W_tile [K, n]^T part^T [K, T], for each part in order.
     for (int part = 0; part < terms; ++part) {
-      const float* beta = part > 0 || accumulate ? &one : &zero;
-      if (!CheckBlas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
-                                  static_cast<int>(T), static_cast<int>(K), &one, w_tile,
-                                  CUDA_R_16BF, static_cast<int>(K), parts[part], CUDA_R_16BF,
-                                  static_cast<int>(K), beta, y + r, CUDA_R_32F,
-                                  static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     "Linear bf16 gemm")) {
+      const float beta = part > 0 || accumulate ? one : zero;
+      const int m = static_cast<int>(n), cols = static_cast<int>(T), k = static_cast<int>(K);
+      const int ld_y = static_cast<int>(ldy);
+      const uint16_t* a = w_tile;
+      const uint16_t* b = parts[part];
+      float* c = y + r;
+      cublasHandle_t handle = cublas_;
+      // Decode runs this for the head and the router: recorded for CUDA graphs (see Blas).
+      const uint64_t key[] = {uint64_t(m),
+                              uint64_t(cols),
+                              uint64_t(k),
+                              uint64_t(ld_y),
+                              reinterpret_cast<uint64_t>(a),
+                              reinterpret_cast<uint64_t>(b),
+                              reinterpret_cast<uint64_t>(c),
+                              std::bit_cast<uint32_t>(beta)};
+      if (!Blas("Linear bf16 gemm", key, sizeof(key), [=] {
+            return cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &one, a, CUDA_R_16BF,
+                                k, b, CUDA_R_16BF, k, &beta, c, CUDA_R_32F, ld_y,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          })) {
         return;
       }
     }

@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "backend/cuda/device_arena.h"
+#include "backend/cuda/stream_tape.h"
 #include "backend/cuda/weight_cache.h"
 #include "base/status.h"
 #include "base/statusor.h"
@@ -69,7 +71,9 @@ class CudaBackend final : public model::Backend {
   void ForgetWeights();
 
   int device() const { return device_; }
-  cudaStream_t stream() const { return stream_; }
+  // The backend's stream, for work the caller enqueues itself: first issues what the graph
+  // tape holds (see set_graphs) and stops recording this thread's launches until the next op.
+  cudaStream_t stream();
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t arena_bytes_live() const { return arena_.bytes_live(); }
   // Linear calls with at most this many token rows use the fused dequant GEMV kernel
@@ -80,6 +84,20 @@ class CudaBackend final : public model::Backend {
   // CUDA event (from a pool) at its start and end on the stream. TakeOpTimings waits for
   // the stream, returns the summed time per label (descending total time) and clears.
   void SetOpTiming(bool on);
+  // CUDA graphs (default on; DEEPINFER_CUDA_GRAPHS=0 turns them off at creation): the ops'
+  // stream work is recorded on a StreamTape and issued at the next synchronisation point
+  // (Synchronize, CopyToHost, cuBLAS, stream()); a tape seen before is replayed as one
+  // launch of its captured graph (stream_tape.h). Off while op timing or
+  // DEEPINFER_CUDA_SYNC is on. Results are the same bits either way.
+  void set_graphs(bool on);
+  bool graphs() const { return graphs_; }
+  const StreamTape::Stats& graph_stats() const { return tape_->stats(); }
+  // Tapes with at least this many kernels may become graphs (default 8).
+  void set_min_graph_kernels(int64_t n) { tape_->set_min_graph_kernels(n); }
+  // The tape is also issued after the op that brings it to `n` kernels (0 = only at the
+  // synchronisation points; default kGraphSegmentKernels, DEEPINFER_CUDA_GRAPH_SEGMENT): the
+  // device starts on the first segment of a step while the host records the next.
+  void set_graph_segment_kernels(int64_t n) { graph_segment_kernels_ = n; }
   std::vector<OpTiming> TakeOpTimings();
 
   // Whether CanFuseRoutedExperts may say yes (default on; DEEPINFER_CUDA_FUSED_MOE=0 turns
@@ -254,6 +272,21 @@ class CudaBackend final : public model::Backend {
   bool Usable();
   // Records `status` as the sticky error if it is the first one (and logs it).
   void Fail(const base::Status& status);
+  // Whether ops record their stream work on tape_ instead of enqueuing it.
+  bool Recording() const { return graphs_ && !timing_on_ && !sync_each_op_; }
+  // Issues what tape_ holds (the next stream work is issued directly or recorded after it).
+  void FlushTape();
+  // cudaMemcpyAsync / cudaMemsetAsync on stream_, or recorded on tape_ while Recording().
+  // A host-to-device copy must read the pinned staging buffer (UploadAsync); device-to-host
+  // copies are never recorded (flush first). Return false after a failure (recorded).
+  bool CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what);
+  bool MemsetAsync(void* dst, int value, size_t bytes, const char* what);
+  // A cuBLAS call on stream_ (`gemm`, which must own copies of everything it reads, scalars
+  // included): made now, or recorded on tape_ while Recording() with `key` (key_bytes: every
+  // value the call depends on; equal keys must mean equal work). Returns false after a
+  // failure (recorded; a recorded call's failure is recorded when the tape is issued).
+  bool Blas(const char* what, const uint64_t* key, size_t key_bytes,
+            std::function<cublasStatus_t()> gemm);
   // Records a failed CUDA / cuBLAS call; returns true on success.
   bool Check(cudaError_t e, const char* what);
   bool CheckBlas(cublasStatus_t s, const char* what);
@@ -372,7 +405,9 @@ class CudaBackend final : public model::Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;  // reserved for the FP8 GEMM path
+  void* cublas_workspace_ = nullptr;      // cublasSetWorkspace, kCublasWorkspaceBytes
   int* error_word_ = nullptr;             // device int, DeviceErrorBit flags
+  int* error_host_ = nullptr;             // page-locked int: where Synchronize reads it to
   unsigned* hc_mix_counters_ = nullptr;   // kernels::kHcMixCounters, zero between HcMix calls
   bool sync_each_op_ = false;
   int64_t gemv_max_tokens_ = 0;           // set in Init()
@@ -391,6 +426,9 @@ class CudaBackend final : public model::Backend {
   // Set in Init(); SparseAttentionPrefill from this many tokens (FP8 mode; 0 = never).
   int64_t attention_prefill_min_tokens_ = kAttentionPrefillMinTokens;
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
+  bool graphs_ = true;                 // set in Init(); set_graphs
+  int64_t graph_segment_kernels_ = 0;  // set in Init(); set_graph_segment_kernels
+  std::unique_ptr<StreamTape> tape_;   // created in Init(), on stream_
   DeviceArena arena_;
   WeightCache weights_;
   std::vector<void*> temps_;

@@ -10,15 +10,22 @@ namespace deepinfer::backend::cuda {
 
 void CudaBackend::CopyDeviceMany(const model::DeviceCopy* copies, int64_t n_copies) {
   if (n_copies <= 0 || !Usable()) return;
-  if (n_copies == 1) return CopyDevice(copies[0].dst, copies[0].src, copies[0].bytes);
+  // One copy: a plain device copy, unless the tape records (its addresses, e.g. a window
+  // ring's slot, change every step; the kernel reads them from its uploaded descriptor).
+  if (n_copies == 1 && !Recording()) {
+    return CopyDevice(copies[0].dst, copies[0].src, copies[0].bytes);
+  }
   std::vector<kernels::CopyDesc> descs;
   descs.reserve(static_cast<size_t>(n_copies));
-  int64_t max_bytes = 0;
+  // Every copy keeps its descriptor (empty ones with 0 bytes) and the launch width depends on
+  // the largest copy rounded up to a power of two, so that a list of the same length and
+  // similar sizes launches the same way every step (what lets a CUDA graph replay it).
+  int64_t max_bytes = 1;
   for (int64_t i = 0; i < n_copies; ++i) {
     const model::DeviceCopy& c = copies[i];
-    if (c.bytes <= 0 || c.dst == c.src) continue;
-    descs.push_back({c.dst, c.src, c.bytes});
-    max_bytes = std::max(max_bytes, c.bytes);
+    const int64_t bytes = c.bytes <= 0 || c.dst == c.src ? 0 : c.bytes;
+    descs.push_back({c.dst, c.src, bytes});
+    while (max_bytes < bytes) max_bytes *= 2;
   }
   for (size_t begin = 0; begin < descs.size(); begin += 65535) {
     const size_t n = std::min<size_t>(65535, descs.size() - begin);

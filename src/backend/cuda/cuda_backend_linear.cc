@@ -109,6 +109,7 @@ void CudaBackend::LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx,
     }
     // Column-major, per group g: y_g^T [R, T] (ld ldy) = W_g [K, R]^T xq_g^T [K, T] (ld
     // groups * K); batch strides R * K (weight), K (x), R (y).
+    FlushTape();  // cuBLAS enqueues on stream_ itself
     if (!CheckBlas(cublasGemmStridedBatchedEx(
                        cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(R), static_cast<int>(T),
                        static_cast<int>(K), &one, w_tile, CUDA_R_16BF, static_cast<int>(K), R * K,

@@ -94,6 +94,7 @@ void CudaBackend::ForgetWeights() {
 void CudaBackend::FreeExpertTables() {
   if (expert_tables_.empty()) return;
   cudaSetDevice(device_);
+  FlushTape();
   if (stream_) cudaStreamSynchronize(stream_);  // no kernel still reads a table
   for (auto& [key, table] : expert_tables_) cudaFree(table.device);
   expert_tables_.clear();
@@ -155,6 +156,7 @@ const CudaBackend::ExpertTable* CudaBackend::ExpertTableFor(const model::RoutedE
       return &t;
     }
     // Another table now lives at this address: rebuild.
+    FlushTape();
     if (!Check(cudaStreamSynchronize(stream_), "RoutedExperts table refresh")) return nullptr;
     cudaFree(it->second.device);
     expert_tables_.erase(it);

@@ -208,7 +208,7 @@ void CudaBackend::CandidateMask(const float* scores, int64_t T, int64_t n, const
   if (std::min(keep_blocks, n_blocks) > kernels::kMaxTopK) {
     return Fail(Unsupported("CandidateMask", "keep_blocks " + std::to_string(keep_blocks)));
   }
-  Check(cudaMemsetAsync(mask, 0, static_cast<size_t>(T * n), stream_), "CandidateMask zero");
+  MemsetAsync(mask, 0, static_cast<size_t>(T * n), "CandidateMask zero");
   if (keep_blocks > 0) {
     auto* block_scores = static_cast<float*>(TempBytes(T * n_blocks * sizeof(float)));
     auto* kept = static_cast<int32_t*>(TempBytes(T * keep_blocks * sizeof(int32_t)));

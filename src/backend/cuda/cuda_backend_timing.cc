@@ -52,6 +52,7 @@ std::string OpTimingLabel(std::string_view op, std::string_view weight_name) {
 }
 
 void CudaBackend::SetOpTiming(bool on) {
+  FlushTape();  // work recorded before belongs to no timed op
   timing_on_ = on;
   timing_pending_ = -1;
 }

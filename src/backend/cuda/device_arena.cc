@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <functional>
 #include <string>
 
 namespace deepinfer::backend::cuda {
@@ -63,7 +65,13 @@ base::Status DeviceArena::Release(void* p) {
   const size_t size = it->second;
   live_.erase(it);
   bytes_live_ -= size;
-  cached_[size].push_back(p);
+  // Kept sorted by descending address, so Allocate hands out the lowest cached address of
+  // the class: the addresses a sequence of Allocate / Release calls gets depend only on the
+  // cached set it starts from, not on the order earlier blocks were released in. A decode
+  // step then sees the same addresses every step, which is what lets a CUDA graph of it be
+  // replayed (stream_tape.h).
+  std::vector<void*>& blocks = cached_[size];
+  blocks.insert(std::upper_bound(blocks.begin(), blocks.end(), p, std::greater<void*>()), p);
   bytes_cached_ += size;
   return base::Status::Ok();
 }
@@ -74,6 +82,7 @@ base::Status DeviceArena::Trim() {
 }
 
 base::Status DeviceArena::TrimLocked() {
+  if (bytes_cached_ > 0 && before_trim_) before_trim_();
   base::Status status;
   for (auto& [size, blocks] : cached_) {
     for (void* p : blocks) {

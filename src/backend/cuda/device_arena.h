@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -32,6 +33,9 @@ class DeviceArena {
   base::Status Release(void* p);
   // Frees every cached (not live) block back to the driver.
   base::Status Trim();
+  // Called (with the arena's lock held) before a trim frees cached blocks: the owner issues
+  // any work it has recorded but not yet enqueued that may still use them (StreamTape).
+  void set_before_trim(std::function<void()> f) { before_trim_ = std::move(f); }
 
   size_t bytes_live() const;
   size_t bytes_cached() const;
@@ -43,10 +47,12 @@ class DeviceArena {
   base::Status TrimLocked();
 
   mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> live_;                 // block -> class size
-  std::unordered_map<size_t, std::vector<void*>> cached_;  // class size -> free blocks
+  std::unordered_map<void*, size_t> live_;  // block -> class size
+  // class size -> free blocks, by descending address (the lowest is reused first)
+  std::unordered_map<size_t, std::vector<void*>> cached_;
   size_t bytes_live_ = 0;
   size_t bytes_cached_ = 0;
+  std::function<void()> before_trim_;
 };
 
 }  // namespace deepinfer::backend::cuda

@@ -29,6 +29,9 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
@@ -522,8 +525,7 @@ cudaError_t LaunchSparseAttention(const model::SparseAttentionArgs& args, int* e
   const auto kernel = SparseAttentionKernel<kVec>;
   const int64_t smem = AttnSharedBytes(args.head_dim);
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
+    const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   const int64_t groups = (args.heads + kAttnGroup - 1) / kAttnGroup;
@@ -569,8 +571,7 @@ cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64
   const int64_t smem = IndexerScoresSharedBytes(heads, dim);
   if (smem > kMaxSharedBytes || T > 65535 || ratio <= 0) return cudaErrorInvalidValue;
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        IndexerScoresKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e = launch::RaiseMaxDynamicSmem(IndexerScoresKernel, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned>((n_keys + kIdxKeysPerBlock - 1) / kIdxKeysPerBlock),
@@ -579,5 +580,29 @@ cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64
               heads, dim, keys, key_offset, key_len, n_keys, q_pos, ratio, scale, scores);
   return cudaGetLastError();
 }
+
+namespace attention {
+
+bool ClusterSchedulable(const void* kernel, const cudaLaunchConfig_t& config) {
+  unsigned cluster = 1;
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    if (config.attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      const auto& c = config.attrs[i].val.clusterDim;
+      cluster = c.x * c.y * c.z;
+    }
+  }
+  using Key = std::tuple<const void*, unsigned, unsigned, size_t>;
+  static std::mutex mu;
+  static std::map<Key, bool> known;
+  const Key key{kernel, cluster, config.blockDim.x, config.dynamicSmemBytes};
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int clusters = 0;
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  if (e != cudaSuccess) cudaGetLastError();
+  return known[key] = e == cudaSuccess && clusters > 0;
+}
+
+}  // namespace attention
 
 }  // namespace deepinfer::backend::cuda::kernels

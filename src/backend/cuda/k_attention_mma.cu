@@ -539,8 +539,7 @@ cudaError_t LaunchMma(const model::SparseAttentionArgs& args, int* error_word,
                       cudaStream_t stream) {
   const auto kernel = SparseAttentionMmaKernel<kTerms>;
   const int64_t smem = SharedBytes(args.head_dim, kTerms);
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem));
+  cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
   const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));

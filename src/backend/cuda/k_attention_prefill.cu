@@ -390,8 +390,7 @@ cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* 
   if (args.tokens == 0) return cudaSuccess;
   const int64_t smem = SharedBytes(args.head_dim);
   const cudaError_t e =
-      cudaFuncSetAttribute(SparseAttentionPrefillKernel,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      launch::RaiseMaxDynamicSmem(SparseAttentionPrefillKernel, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(args.tokens),
                   static_cast<unsigned>(args.heads / kAttnPrefillHeadsPerBlock));

@@ -254,8 +254,7 @@ cudaError_t LaunchGroupKernel(const float* q, const float* w, int64_t T, int64_t
   const int64_t n_tiles = (n_keys + kTileKeys - 1) / kTileKeys;
   const int64_t sms = attention::MultiprocessorCount();
   const int64_t smem = GroupSharedBytes(heads, dim, group_rows);
-  const cudaError_t e = cudaFuncSetAttribute(
-      IndexerMmaGroupKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const cudaError_t e = launch::RaiseMaxDynamicSmem(IndexerMmaGroupKernel, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   // One block per SM (shared memory); enough groups x splits to fill the SMs.
   const int64_t groups = (T + group_rows - 1) / group_rows;

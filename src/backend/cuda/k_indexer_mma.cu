@@ -273,8 +273,7 @@ cudaError_t LaunchRowKernel(const RowArgs& args, int64_t T, const Keys& keys, cu
   const int64_t smem = IndexerMmaSharedBytesImpl(args.heads, args.dim);
   if (smem > 48 * 1024) {
     const cudaError_t e =
-        cudaFuncSetAttribute(IndexerMmaKernel<Keys, kReference>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        launch::RaiseMaxDynamicSmem(IndexerMmaKernel<Keys, kReference>, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   const int64_t n_tiles = (args.n_keys + kTileKeys - 1) / kTileKeys;

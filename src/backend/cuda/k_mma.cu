@@ -452,7 +452,7 @@ cudaError_t Launch(const MmaParams& p, int64_t blocks, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
   config.numAttrs = pdl::AppendAttribute(attr, 1);
-  return cudaLaunchKernelEx(&config, kernel, p);
+  return launch::LaunchKernel(config, kernel, p);
 }
 
 template <WeightFormat kFormat>

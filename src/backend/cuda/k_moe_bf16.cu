@@ -431,8 +431,7 @@ template <int kBN>
 cudaError_t LaunchGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   const int64_t K = a.up ? a.D : a.I;
   const int smem = Shape<kBN>::kSmemBytes + static_cast<int>(kBM * (K / 32));
-  const cudaError_t attr = cudaFuncSetAttribute(ExpertGemmBf16Kernel<kBN>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const cudaError_t attr = launch::RaiseMaxDynamicSmem(ExpertGemmBf16Kernel<kBN>, smem);
   if (attr != cudaSuccess) return attr;
   const int64_t rows = a.up ? 2 * a.I : a.D;
   const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));

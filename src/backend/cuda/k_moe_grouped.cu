@@ -405,8 +405,7 @@ cudaError_t LaunchTile(TileArgs a, int64_t max_groups, cudaStream_t stream) {
   const int64_t smem = TileSharedBytes(kFormat, kTok, a.K);
   auto* kernel = ExpertTileKernel<kFormat, kGateUp, kRows, kTok>;
   if (smem + 1024 > kDefaultSharedLimit) {  // (+ the static pass_pairs, with margin)
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
+    const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(max_groups));

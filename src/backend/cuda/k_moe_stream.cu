@@ -114,8 +114,7 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
                   static_cast<unsigned>(max_items));
   constexpr int kSmem = S::Stage::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, kSmem);
     if (e != cudaSuccess) return e;
   }
   return pdl::Launch(kernel, grid, S::kThreads, kSmem, stream, a);

@@ -266,8 +266,7 @@ cudaError_t RouteSqrtSoftplus(const float* logits, const float* bias, int64_t T,
   }
   const size_t smem = 2 * static_cast<size_t>(n_experts) * sizeof(float);
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        RouteKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e = launch::RaiseMaxDynamicSmem(RouteKernel, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   pdl::Launch(RouteKernel, static_cast<unsigned>(T), kRouteThreads, smem, stream, logits, bias,

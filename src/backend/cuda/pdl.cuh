@@ -32,6 +32,8 @@
 
 #include <utility>
 
+#include "backend/cuda/launch_sink.h"
+
 namespace deepinfer::backend::cuda::kernels::pdl {
 
 // Blocks until the predecessor grid in the stream has completed and its writes are visible
@@ -73,7 +75,8 @@ inline unsigned AppendAttribute(cudaLaunchAttribute* attrs, unsigned n) {
   return n + 1;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute (when enabled).
+// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute (when enabled), through
+// launch::LaunchKernel (recorded when a StreamTape records the stream).
 // Returns the launch status (what cudaGetLastError gives after <<<>>>).
 template <typename... Params, typename... Args>
 cudaError_t Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
@@ -86,7 +89,7 @@ cudaError_t Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   config.stream = stream;
   config.attrs = attrs;
   config.numAttrs = AppendAttribute(attrs, 0);
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return launch::LaunchKernel(config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels::pdl

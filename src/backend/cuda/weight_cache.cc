@@ -96,7 +96,10 @@ size_t WeightCache::KeyHash::operator()(const Key& k) const {
 WeightCache::~WeightCache() { Clear(); }
 
 void WeightCache::FreeEntry(Entry& entry) {
-  if (entry.owned_data || entry.owned_scale) cudaDeviceSynchronize();  // no kernel still reads it
+  if (entry.owned_data || entry.owned_scale) {
+    if (before_free_) before_free_();
+    cudaDeviceSynchronize();  // no kernel still reads it
+  }
   if (entry.owned_data) cudaFree(entry.owned_data);
   if (entry.owned_scale) cudaFree(entry.owned_scale);
   bytes_ -= entry.owned_bytes;

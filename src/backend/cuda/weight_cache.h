@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 
@@ -38,6 +39,9 @@ class WeightCache {
   base::StatusOr<kernels::DeviceWeight> Get(const model::WeightRef& w);
   // Frees every uploaded weight (synchronises the device).
   void Clear();
+  // Called before a device copy of a weight is freed: the owner issues any work it has
+  // recorded but not yet enqueued that may still read it (StreamTape).
+  void set_before_free(std::function<void()> f) { before_free_ = std::move(f); }
   size_t bytes() const;
 
  private:
@@ -61,6 +65,7 @@ class WeightCache {
   void FreeEntry(Entry& entry);
 
   mutable std::mutex mu_;
+  std::function<void()> before_free_;
   std::unordered_map<Key, Entry, KeyHash> entries_;
   size_t bytes_ = 0;
 };

@@ -1,0 +1,106 @@
+// End to end: decode steps of a random V4.1 checkpoint replayed from captured CUDA graphs
+// (CudaBackend::set_graphs) must give the logits of the same steps issued op by op, bitwise,
+// and steady-state decode steps must really be replays (the launch shapes of a step repeat:
+// see the model's decode-shape contract).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_test_util.h"
+#include "io/model_config.h"
+#include "model/demo_model.h"
+#include "model/engram_hash.h"
+#include "model/model.h"
+
+namespace deepinfer::backend::cuda::testing {
+namespace {
+
+using CudaModelGraphTest = CudaVsCpuTest;
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(i == 0 ? 0 : (i * 7919 + salt * 104729) % 120000 + 10);
+  return ids;
+}
+
+// Logits of two sequences prefilled one after the other (45 and 70 tokens: past the demo's
+// 32-token window and 16-entry top-k), then `steps` decode steps of both in one batch.
+std::vector<float> PrefillThenDecode(model::Model& m, int steps) {
+  model::SequenceState a = m.NewSequence(), b = m.NewSequence();
+  const std::vector<int32_t> pa = Prompt(45, 1), pb = Prompt(70, 2);
+  std::vector<float> logits;
+  for (auto [state, prompt] : {std::pair{&a, &pa}, std::pair{&b, &pb}}) {
+    model::ForwardBatch prefill;
+    prefill.chunks.push_back({state, std::span(*prompt), 0, false});
+    auto out = m.Forward(prefill);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) return logits;
+  }
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<int32_t> ta = {100 + 13 * s}, tb = {5000 + 31 * s};
+    model::ForwardBatch step;
+    step.chunks.push_back({&a, std::span(ta), a.length, false});
+    step.chunks.push_back({&b, std::span(tb), b.length, false});
+    auto out = m.Forward(step);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) break;
+    logits.insert(logits.end(), out->logits.begin(), out->logits.end());
+  }
+  return logits;
+}
+
+TEST_F(CudaModelGraphTest, DecodeFromGraphsEqualsOpByOpBitwise) {
+  const auto dir = std::filesystem::temp_directory_path() / "deepinfer_cuda_model_graph";
+  std::filesystem::remove_all(dir);
+  model::DemoModelOptions options;
+  options.seed = 12;
+  options.size.index_n_heads = 16;  // the tensor-core (paged) indexer applies
+  options.size.index_head_dim = 32;
+  ASSERT_TRUE(model::WriteDemoModel(dir, options).ok());
+  auto config = io::LoadModelConfig(dir / "config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto engram =
+      model::DeriveEngramHashConstants(config->text_config, (dir / "tokenizer.json").string());
+  ASSERT_TRUE(engram.ok()) << engram.status();
+  auto m = model::Model::Load(dir, gpu_.get(), *engram);
+  ASSERT_TRUE(m.ok()) << m.status();
+
+  const int steps = 30;
+  const int64_t vocab = (*m)->config().text().vocab_size;
+  for (const bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "FP8 activations" : "exact");
+    gpu_->set_fp8_activations(fp8);
+    gpu_->set_graphs(true);
+    const StreamTape::Stats before = gpu_->graph_stats();
+    const std::vector<float> graphed = PrefillThenDecode(**m, steps);
+    const StreamTape::Stats after = gpu_->graph_stats();
+    gpu_->set_graphs(false);
+    const std::vector<float> eager = PrefillThenDecode(**m, steps);
+    gpu_->set_graphs(true);
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+
+    ASSERT_EQ(graphed.size(), static_cast<size_t>(2 * steps * vocab));
+    ASSERT_EQ(graphed.size(), eager.size());
+    EXPECT_EQ(std::memcmp(graphed.data(), eager.data(), graphed.size() * sizeof(float)), 0);
+    for (float v : graphed) ASSERT_TRUE(std::isfinite(v));
+    const int64_t launches = after.graph_launches - before.graph_launches;
+    const int64_t captures = after.graph_captures - before.graph_captures;
+    std::printf("decode graphs (%s): %lld launches (%lld captures), %lld op-by-op flushes\n",
+                fp8 ? "fp8" : "exact", static_cast<long long>(launches),
+                static_cast<long long>(captures),
+                static_cast<long long>(after.eager_flushes - before.eager_flushes));
+    // Steady state repeats with period 2 (the ratio-2 compressors pool every other step).
+    EXPECT_GE(launches, steps / 2);
+    EXPECT_LE(captures, launches);
+  }
+  gpu_->set_fp8_activations(false);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda::testing

@@ -1,0 +1,78 @@
+// Where a kernel launch goes: to the driver, or to a recorder (StreamTape) that replays the
+// launches later, eagerly or as a CUDA graph.
+//
+// Every kernel of the backend is launched through LaunchKernel (pdl::Launch and the cluster
+// launches call it). When this thread's current sink records the launch's stream, the launch
+// is handed to the sink with its arguments already converted to the kernel's parameter types
+// (as cudaLaunchKernelEx does), plus each parameter's size, so that the sink can copy them.
+// Otherwise it is cudaLaunchKernelExC.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <utility>
+
+namespace deepinfer::backend::cuda::kernels::launch {
+
+// A launch's parameters: values[i] points at parameter i (sizes[i] bytes, alignment
+// aligns[i]); count may be 0.
+struct KernelArgs {
+  void* const* values = nullptr;
+  const size_t* sizes = nullptr;
+  const size_t* aligns = nullptr;
+  int count = 0;
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // The stream whose launches this sink takes.
+  virtual cudaStream_t recorded_stream() const = 0;
+  // Takes the launch instead of the driver; returns what the launch returns (the sink reports
+  // its own errors when it issues the launch).
+  virtual cudaError_t RecordKernel(const cudaLaunchConfig_t& config, const void* func,
+                                   const KernelArgs& args) = 0;
+};
+
+// This thread's sink, null when every launch goes to the driver. The sink's owner sets it
+// before each of its ops and must clear it (on the threads that used it) before the sink is
+// destroyed: CudaBackend sets it per op, clears it in stream() and its destructor.
+Sink* CurrentSink();
+void SetCurrentSink(Sink* sink);
+
+// The sink that records `stream` on this thread, else null.
+inline Sink* SinkFor(cudaStream_t stream) {
+  Sink* sink = CurrentSink();
+  return sink != nullptr && sink->recorded_stream() == stream ? sink : nullptr;
+}
+
+// Raises `kernel`'s dynamic shared memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize)
+// to at least `bytes` and never lowers it: a recorded launch is issued after its launcher
+// returned, possibly after a launch of the same kernel that asked for less (the routed
+// experts' up and down GEMMs). Every launcher that sets the limit goes through here.
+cudaError_t RaiseMaxDynamicSmem(const void* kernel, int bytes);
+template <typename... Params>
+cudaError_t RaiseMaxDynamicSmem(void (*kernel)(Params...), int bytes) {
+  return RaiseMaxDynamicSmem(reinterpret_cast<const void*>(kernel), bytes);
+}
+
+// kernel<<<config>>>(args...), or handed to this thread's sink when it records config.stream.
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(const cudaLaunchConfig_t& config, void (*kernel)(Params...),
+                         Args&&... args) {
+  return [&](Params... coerced) -> cudaError_t {
+    void* values[sizeof...(Params) + 1] = {const_cast<void*>(static_cast<const void*>(&coerced))...,
+                                           nullptr};
+    const void* func = reinterpret_cast<const void*>(kernel);
+    if (Sink* sink = SinkFor(config.stream)) {
+      static constexpr size_t kSizes[] = {sizeof(Params)..., 0};
+      static constexpr size_t kAligns[] = {alignof(Params)..., 1};
+      return sink->RecordKernel(config, func,
+                                KernelArgs{values, kSizes, kAligns, int(sizeof...(Params))});
+    }
+    return cudaLaunchKernelExC(&config, func, values);
+  }(std::forward<Args>(args)...);
+}
+
+}  // namespace deepinfer::backend::cuda::kernels::launch
