@@ -18,8 +18,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "base/check.h"
 #include "base/logging.h"
