@@ -143,7 +143,7 @@ class Bench {
       seqs.push_back(std::move(*s));
     }
     r["setup_s"] = Seconds(t0, Clock::now());
-    std::vector<double> times, issue_times;
+    std::vector<double> times, issue_times, warmup_ms;
     backend::cuda::CudaBackend* cuda = AsCuda(backend_);
     backend::cuda::StreamTape::Stats graphs_before;
     const int untimed = 1 + opt_.warmup_steps;
@@ -156,8 +156,13 @@ class Bench {
       if (step >= untimed) {
         times.push_back(Seconds(a, Clock::now()));
         issue_times.push_back(issue_s);
+      } else {
+        warmup_ms.push_back(Seconds(a, Clock::now()) * 1e3);
       }
     }
+    // The untimed steps: with CUDA graphs, the first sighting of a step's work runs op by op
+    // and the second is captured, so these show what a new batch shape costs.
+    r["warmup_step_ms"] = warmup_ms;
     if (cuda != nullptr) {  // how the timed steps were issued
       const backend::cuda::StreamTape::Stats& g = cuda->graph_stats();
       r["graph_launches"] = g.graph_launches - graphs_before.graph_launches;
@@ -178,10 +183,18 @@ class Bench {
         ceil_.hbm_GBps > 0 ? 100 * cost.bytes() / step_s / 1e9 / ceil_.hbm_GBps : 0.0,
         cost.flops() / step_s / 1e12, r["host_issue_ms"].get<double>());
     if (r.contains("graph_launches")) {
-      std::printf("  timed steps: %lld graph launches (%lld captures), %lld op-by-op flushes\n",
-                  static_cast<long long>(r["graph_launches"].get<int64_t>()),
-                  static_cast<long long>(r["graph_captures"].get<int64_t>()),
-                  static_cast<long long>(r["op_by_op_flushes"].get<int64_t>()));
+      std::string warmup;
+      for (double ms : warmup_ms) {
+        char text[32];
+        std::snprintf(text, sizeof(text), " %.2f", ms);
+        warmup += text;
+      }
+      std::printf(
+          "  timed steps: %lld graph launches (%lld captures), %lld op-by-op flushes; "
+          "untimed steps (ms):%s\n",
+          static_cast<long long>(r["graph_launches"].get<int64_t>()),
+          static_cast<long long>(r["graph_captures"].get<int64_t>()),
+          static_cast<long long>(r["op_by_op_flushes"].get<int64_t>()), warmup.c_str());
     }
     if (opt_.profile_step && AsCuda(backend_) != nullptr) {
       cudaProfilerStart();
