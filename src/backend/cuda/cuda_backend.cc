@@ -29,9 +29,12 @@ std::string CudaErrorText(cudaError_t e) {
 constexpr int64_t kBf16GemmMinTokens = 64;
 constexpr size_t kPinnedBytes = size_t{16} << 20;     // staging buffer of UploadAsync
 constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the pageable path
-// Kernels per recorded segment (set_graph_segment_kernels): a B=1 decode step (~180 kernels)
-// becomes ~6 graph launches, the first issued after ~1/6 of the step's host time.
+// Kernels per recorded segment (set_graph_segment_kernels). After a synchronisation the
+// segments ramp up from kFirstSegmentKernels, doubling, so the device starts on a step after
+// the host recorded ~8 kernels (a whole 32-kernel segment first cost a B=1 step ~50 us on a
+// slow host, H200 run 87): a B=1 decode step (~180 kernels) is 8 + 16 + 5 x 32.
 constexpr int64_t kGraphSegmentKernels = 32;
+constexpr int64_t kFirstSegmentKernels = 8;
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 int64_t TileRows(int64_t cols) {
@@ -243,9 +246,12 @@ bool CudaBackend::Usable() {
 void CudaBackend::Done(const char* what, std::string_view weight_name) {
   if (timing_on_) TimingEnd(what, weight_name);
   ReleaseTemps();
-  if (graph_segment_kernels_ > 0 && Recording() &&
-      tape_->recorded_kernels() >= graph_segment_kernels_) {
-    FlushTape();
+  if (graph_segment_kernels_ > 0 && Recording()) {
+    const int64_t ramp = kFirstSegmentKernels << std::min<int64_t>(segments_since_sync_, 16);
+    if (tape_->recorded_kernels() >= std::min(graph_segment_kernels_, ramp)) {
+      FlushTape();
+      ++segments_since_sync_;
+    }
   }
   if (sync_each_op_ && !failed_) {
     Check(cudaStreamSynchronize(stream_), what);
@@ -304,6 +310,7 @@ bool CudaBackend::MemsetAsync(void* dst, int value, size_t bytes, const char* wh
 base::Status CudaBackend::Synchronize() {
   if (!failed_) cudaSetDevice(device_);
   FlushTape();
+  segments_since_sync_ = 0;
   // The error word comes back with the same stream synchronisation (one per call).
   const bool read_word = !failed_ && Check(cudaMemcpyAsync(error_host_, error_word_, sizeof(int),
                                                            cudaMemcpyDeviceToHost, stream_),

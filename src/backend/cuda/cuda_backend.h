@@ -92,11 +92,12 @@ class CudaBackend final : public model::Backend {
   void set_graphs(bool on);
   bool graphs() const { return graphs_; }
   const StreamTape::Stats& graph_stats() const { return tape_->stats(); }
-  // Tapes with at least this many kernels may become graphs (default 8).
+  // Tapes with at least this many kernels may become graphs (default 1).
   void set_min_graph_kernels(int64_t n) { tape_->set_min_graph_kernels(n); }
   // The tape is also issued after the op that brings it to `n` kernels (0 = only at the
-  // synchronisation points; default kGraphSegmentKernels, DEEPINFER_CUDA_GRAPH_SEGMENT): the
-  // device starts on the first segment of a step while the host records the next.
+  // synchronisation points; default kGraphSegmentKernels, DEEPINFER_CUDA_GRAPH_SEGMENT),
+  // ramping up from 8 kernels after each Synchronize: the device starts on the first segment
+  // of a step while the host records the next.
   void set_graph_segment_kernels(int64_t n) { graph_segment_kernels_ = n; }
   std::vector<OpTiming> TakeOpTimings();
 
@@ -428,6 +429,7 @@ class CudaBackend final : public model::Backend {
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   bool graphs_ = true;                 // set in Init(); set_graphs
   int64_t graph_segment_kernels_ = 0;  // set in Init(); set_graph_segment_kernels
+  int64_t segments_since_sync_ = 0;    // segments issued by Done since Synchronize
   std::unique_ptr<StreamTape> tape_;   // created in Init(), on stream_
   DeviceArena arena_;
   WeightCache weights_;

@@ -22,6 +22,7 @@ class CudaGraphTest : public CudaVsCpuTest {
     y_ = gpu_->AllocFloats(kN);
     norm_ = ToGpu(Uniform(kCols, 0.5f, 1.5f));
     gpu_->set_min_graph_kernels(1);
+    gpu_->set_graph_segment_kernels(0);  // one tape per step (SegmentsRampUpAfterEachSync: on)
     ASSERT_TRUE(gpu_->Synchronize().ok());
   }
   void TearDown() override {
@@ -105,6 +106,24 @@ TEST_F(CudaGraphTest, OpTimingIssuesEveryOpDirectly) {
   gpu_->SetOpTiming(false);
   EXPECT_EQ(after.graph_launches, before.graph_launches);
   EXPECT_EQ(after.eager_flushes, before.eager_flushes);
+}
+
+// With segments on, a step's 9 kernels are issued as a first segment of 8 (the ramp's start)
+// and a second of 1, each its own graph, replayed every step with the step's data.
+TEST_F(CudaGraphTest, SegmentsRampUpAfterEachSync) {
+  gpu_->set_graph_segment_kernels(32);
+  const int steps = 5;
+  std::vector<std::vector<float>> inputs, graphed;
+  for (int s = 0; s < steps; ++s) inputs.push_back(Normal(kN));
+  const StreamTape::Stats before = gpu_->graph_stats();
+  for (int s = 0; s < steps; ++s) graphed.push_back(Step(inputs[s], 1.5f));
+  const StreamTape::Stats after = gpu_->graph_stats();
+  EXPECT_EQ(after.eager_flushes - before.eager_flushes, 2);    // step 1: both segments
+  EXPECT_EQ(after.graph_captures - before.graph_captures, 2);  // step 2: both captured
+  EXPECT_EQ(after.graph_launches - before.graph_launches, 2 * (steps - 1));
+  EXPECT_EQ(after.eager_kernels - before.eager_kernels, 9);
+  gpu_->set_graphs(false);
+  for (int s = 0; s < steps; ++s) EXPECT_TRUE(BitExact(graphed[s], Step(inputs[s], 1.5f)));
 }
 
 TEST_F(CudaGraphTest, SmallTapesStayOpByOp) {

@@ -78,7 +78,8 @@ class StreamTape final : public kernels::launch::Sink {
   // Graph use (on by default): off issues every flush op by op.
   void set_graphs(bool on) { graphs_ = on; }
   bool graphs() const { return graphs_; }
-  // Tapes with fewer kernels than this are issued op by op (default 8).
+  // Tapes with fewer kernels than this are issued op by op (default 1: a repeated tail of a
+  // few kernels, e.g. a decode step's head and argmax, is a graph too).
   void set_min_graph_kernels(int64_t n) { min_graph_kernels_ = n; }
   const Stats& stats() const { return stats_; }
   // Diagnostics: when on, each tape that is not replayed is compared with the recent tapes
@@ -114,7 +115,7 @@ class StreamTape final : public kernels::launch::Sink {
   int64_t ops_ = 0;
   int64_t kernels_ = 0;
   bool graphs_ = true;
-  int64_t min_graph_kernels_ = 8;
+  int64_t min_graph_kernels_ = 1;
   uint64_t clock_ = 0;
   std::unordered_map<uint64_t, Cached> cache_;   // tape hash -> graph
   std::unordered_map<uint64_t, int> sightings_;  // tape hash -> times seen (bounded)
