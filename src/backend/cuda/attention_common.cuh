@@ -331,10 +331,6 @@ inline int64_t CandidateChunks(const model::SparseAttentionArgs& args, int64_t c
 // be scheduled, the (non-sticky) launch error is cleared and each (token, group) runs in one
 // block (same bits, see the top of this file). The launch carries the PDL attribute when
 // enabled (pdl.cuh): `kernel` must start with pdl::WaitThenAllowNext().
-// Whether a cluster launch of `kernel` with `config` can be scheduled on this device
-// (cudaOccupancyMaxActiveClusters > 0); remembered per kernel, cluster and block shape.
-bool ClusterSchedulable(const void* kernel, const cudaLaunchConfig_t& config);
-
 template <typename Kernel>
 cudaError_t LaunchClusterSplit(Kernel kernel, const model::SparseAttentionArgs& args,
                                int* error_word, int64_t groups, int splits, int threads,
@@ -356,7 +352,7 @@ cudaError_t LaunchClusterSplit(Kernel kernel, const model::SparseAttentionArgs& 
     // A recorded launch (CUDA graphs) fails only when it is issued: ask now whether such a
     // cluster can be scheduled, which is what the retry below finds out by launching.
     if (splits > 1 && launch::SinkFor(stream) != nullptr &&
-        !ClusterSchedulable(reinterpret_cast<const void*>(kernel), config)) {
+        !launch::ClusterSchedulable(reinterpret_cast<const void*>(kernel), config)) {
       splits = 1;
       continue;
     }

@@ -29,9 +29,6 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
@@ -580,29 +577,5 @@ cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64
               heads, dim, keys, key_offset, key_len, n_keys, q_pos, ratio, scale, scores);
   return cudaGetLastError();
 }
-
-namespace attention {
-
-bool ClusterSchedulable(const void* kernel, const cudaLaunchConfig_t& config) {
-  unsigned cluster = 1;
-  for (unsigned i = 0; i < config.numAttrs; ++i) {
-    if (config.attrs[i].id == cudaLaunchAttributeClusterDimension) {
-      const auto& c = config.attrs[i].val.clusterDim;
-      cluster = c.x * c.y * c.z;
-    }
-  }
-  using Key = std::tuple<const void*, unsigned, unsigned, size_t>;
-  static std::mutex mu;
-  static std::map<Key, bool> known;
-  const Key key{kernel, cluster, config.blockDim.x, config.dynamicSmemBytes};
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find(key); it != known.end()) return it->second;
-  int clusters = 0;
-  const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-  if (e != cudaSuccess) cudaGetLastError();
-  return known[key] = e == cudaSuccess && clusters > 0;
-}
-
-}  // namespace attention
 
 }  // namespace deepinfer::backend::cuda::kernels

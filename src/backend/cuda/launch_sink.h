@@ -57,6 +57,12 @@ cudaError_t RaiseMaxDynamicSmem(void (*kernel)(Params...), int bytes) {
   return RaiseMaxDynamicSmem(reinterpret_cast<const void*>(kernel), bytes);
 }
 
+// Whether a cluster launch of `kernel` with `config` can be scheduled on this device
+// (cudaOccupancyMaxActiveClusters > 0); remembered per kernel, cluster size, block size and
+// shared memory. For launchers that fall back to no cluster when one cannot be scheduled:
+// a recorded launch would only fail when issued.
+bool ClusterSchedulable(const void* kernel, const cudaLaunchConfig_t& config);
+
 // kernel<<<config>>>(args...), or handed to this thread's sink when it records config.stream.
 template <typename... Params, typename... Args>
 cudaError_t LaunchKernel(const cudaLaunchConfig_t& config, void (*kernel)(Params...),

@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "base/check.h"
@@ -47,6 +48,31 @@ cudaError_t RaiseMaxDynamicSmem(const void* kernel, int bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e == cudaSuccess) limit = bytes;
   return e;
+}
+
+bool ClusterSchedulable(const void* kernel, const cudaLaunchConfig_t& config) {
+  unsigned cluster = 1;
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    if (config.attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      const auto& c = config.attrs[i].val.clusterDim;
+      cluster = c.x * c.y * c.z;
+    }
+  }
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  using Key = std::tuple<int, const void*, unsigned, unsigned, size_t>;
+  static std::mutex mu;
+  static std::map<Key, bool> known;
+  const Key key{device, kernel, cluster, config.blockDim.x, config.dynamicSmemBytes};
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int clusters = 0;
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  if (e != cudaSuccess) cudaGetLastError();
+  return known[key] = e == cudaSuccess && clusters > 0;
 }
 
 }  // namespace kernels::launch
