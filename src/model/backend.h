@@ -127,6 +127,8 @@ struct SparseAttentionArgs {
   int64_t n_select = 0;
   const float* sinks = nullptr;  // [heads] sink logits (denominator only)
   float scale = 1.0f;            // softmax scale applied to q.k
+  int32_t unused = 0;            // explicit, so the struct has no padding bytes (CUDA graphs
+                                 // compare a launch's parameter bytes)
   float* out = nullptr;          // [T, heads, head_dim]
   // Several sequences in one call (varlen), all optional (null = the single-sequence meaning
   // above): token t sees only window rows [window_start[t], window_start[t] + window_len[t])

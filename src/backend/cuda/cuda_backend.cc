@@ -29,12 +29,8 @@ std::string CudaErrorText(cudaError_t e) {
 constexpr int64_t kBf16GemmMinTokens = 64;
 constexpr size_t kPinnedBytes = size_t{16} << 20;     // staging buffer of UploadAsync
 constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the pageable path
-// Kernels per recorded segment (set_graph_segment_kernels). After a synchronisation the
-// segments ramp up from kFirstSegmentKernels, doubling, so the device starts on a step after
-// the host recorded ~8 kernels (a whole 32-kernel segment first cost a B=1 step ~50 us on a
-// slow host, H200 run 87): a B=1 decode step (~180 kernels) is 8 + 16 + 5 x 32.
+// Kernels per recorded segment (set_graph_segment_kernels; the ramp: cuda_backend_tape.cc).
 constexpr int64_t kGraphSegmentKernels = 32;
-constexpr int64_t kFirstSegmentKernels = 8;
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 int64_t TileRows(int64_t cols) {
@@ -138,6 +134,7 @@ base::Status CudaBackend::Init() {
     pinned_ = nullptr;
   }
   tape_ = std::make_unique<StreamTape>(stream_);
+  kernels::launch::RegisterSink(stream_, tape_.get());
   const char* graphs = std::getenv("DEEPINFER_CUDA_GRAPHS");
   graphs_ = graphs == nullptr || std::strcmp(graphs, "0") != 0;
   graph_segment_kernels_ = TokensFromEnv("DEEPINFER_CUDA_GRAPH_SEGMENT", kGraphSegmentKernels);
@@ -186,10 +183,9 @@ base::Status CudaBackend::Init() {
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   FlushTape();
-  // This thread's launches must not reach the tape after it is gone (launch_sink.h).
-  if (tape_ != nullptr && kernels::launch::CurrentSink() == tape_.get()) {
-    kernels::launch::SetCurrentSink(nullptr);
-  }
+  // No launch on any thread reaches the tape after it is gone (launch_sink.h).
+  if (tape_ != nullptr) kernels::launch::UnregisterSink(stream_);
+  if (kernels::launch::RecordingStream() == stream_) kernels::launch::SetRecordingStream(nullptr);
   if (stream_) cudaStreamSynchronize(stream_);
   ReleaseTemps();
   FreeExpertTables();
@@ -238,7 +234,7 @@ bool CudaBackend::CheckBlas(cublasStatus_t s, const char* what) {
 bool CudaBackend::Usable() {
   if (failed_) return false;
   if (!Check(cudaSetDevice(device_), "cudaSetDevice")) return false;
-  kernels::launch::SetCurrentSink(Recording() ? tape_.get() : nullptr);
+  kernels::launch::SetRecordingStream(Recording() ? stream_ : nullptr);
   if (timing_on_) TimingStart();
   return true;
 }
@@ -246,13 +242,7 @@ bool CudaBackend::Usable() {
 void CudaBackend::Done(const char* what, std::string_view weight_name) {
   if (timing_on_) TimingEnd(what, weight_name);
   ReleaseTemps();
-  if (graph_segment_kernels_ > 0 && Recording()) {
-    const int64_t ramp = kFirstSegmentKernels << std::min<int64_t>(segments_since_sync_, 16);
-    if (tape_->recorded_kernels() >= std::min(graph_segment_kernels_, ramp)) {
-      FlushTape();
-      ++segments_since_sync_;
-    }
-  }
+  MaybeFlushSegment();
   if (sync_each_op_ && !failed_) {
     Check(cudaStreamSynchronize(stream_), what);
   }

@@ -90,7 +90,8 @@ class CudaBackend final : public model::Backend {
   // launch of its captured graph (stream_tape.h). Off while op timing or
   // DEEPINFER_CUDA_SYNC is on. Results are the same bits either way.
   void set_graphs(bool on);
-  bool graphs() const { return graphs_; }
+  // On, and the tape still captures (a failed capture turns graphs off for good).
+  bool graphs() const { return graphs_ && tape_->graphs(); }
   const StreamTape::Stats& graph_stats() const { return tape_->stats(); }
   // Tapes with at least this many kernels may become graphs (default 1).
   void set_min_graph_kernels(int64_t n) { tape_->set_min_graph_kernels(n); }
@@ -277,6 +278,9 @@ class CudaBackend final : public model::Backend {
   bool Recording() const { return graphs_ && !timing_on_ && !sync_each_op_; }
   // Issues what tape_ holds (the next stream work is issued directly or recorded after it).
   void FlushTape();
+  // After an op (Done): issues the tape once it holds this step's next segment (8, 16, then
+  // graph_segment_kernels_ kernels after each Synchronize).
+  void MaybeFlushSegment();
   // cudaMemcpyAsync / cudaMemsetAsync on stream_, or recorded on tape_ while Recording().
   // A host-to-device copy must read the pinned staging buffer (UploadAsync); device-to-host
   // copies are never recorded (flush first). Return false after a failure (recorded).
@@ -284,8 +288,9 @@ class CudaBackend final : public model::Backend {
   bool MemsetAsync(void* dst, int value, size_t bytes, const char* what);
   // A cuBLAS call on stream_ (`gemm`, which must own copies of everything it reads, scalars
   // included): made now, or recorded on tape_ while Recording() with `key` (key_bytes: every
-  // value the call depends on; equal keys must mean equal work). Returns false after a
-  // failure (recorded; a recorded call's failure is recorded when the tape is issued).
+  // value the call depends on; equal keys must mean equal work; the call site is added).
+  // Returns false after a failure (recorded; a recorded call's failure is recorded when the
+  // tape is issued).
   bool Blas(const char* what, const uint64_t* key, size_t key_bytes,
             std::function<cublasStatus_t()> gemm);
   // Records a failed CUDA / cuBLAS call; returns true on success.

@@ -10,9 +10,11 @@ namespace deepinfer::backend::cuda {
 
 void CudaBackend::CopyDeviceMany(const model::DeviceCopy* copies, int64_t n_copies) {
   if (n_copies <= 0 || !Usable()) return;
-  // One copy: a plain device copy, unless the tape records (its addresses, e.g. a window
-  // ring's slot, change every step; the kernel reads them from its uploaded descriptor).
-  if (n_copies == 1 && !Recording()) {
+  // One copy: a plain device copy, unless the tape records a small one (its addresses, e.g. a
+  // window ring's slot, change every step; the kernel reads them from its uploaded
+  // descriptor). A large one (prefill) is a copy node: the kernel has at most 64 blocks.
+  constexpr int64_t kKernelCopyMaxBytes = int64_t{1} << 20;
+  if (n_copies == 1 && (!Recording() || copies[0].bytes > kKernelCopyMaxBytes)) {
     return CopyDevice(copies[0].dst, copies[0].src, copies[0].bytes);
   }
   std::vector<kernels::CopyDesc> descs;

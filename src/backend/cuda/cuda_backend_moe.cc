@@ -131,6 +131,7 @@ base::StatusOr<CudaBackend::ExpertTable> CudaBackend::BuildExpertTable(
     }
   }
   const size_t bytes = host.size() * sizeof(kernels::ExpertPointers);
+  FlushTape();  // the upload below is enqueued directly (and waited for)
   cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&table.device), bytes);
   if (err == cudaSuccess) {
     err = cudaMemcpyAsync(table.device, host.data(), bytes, cudaMemcpyHostToDevice, stream_);

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/kernels.h"
 
 namespace deepinfer::backend::cuda::testing {
 namespace {
@@ -124,6 +126,26 @@ TEST_F(CudaGraphTest, SegmentsRampUpAfterEachSync) {
   EXPECT_EQ(after.eager_kernels - before.eager_kernels, 9);
   gpu_->set_graphs(false);
   for (int s = 0; s < steps; ++s) EXPECT_TRUE(BitExact(graphed[s], Step(inputs[s], 1.5f)));
+}
+
+// A backend that recorded on this thread and is destroyed on another: later launches on this
+// thread (here on a new stream, which may reuse the gone stream's handle) go to the driver,
+// never to the destroyed tape.
+TEST_F(CudaGraphTest, LaunchesAfterTheRecordingBackendIsGoneGoToTheDriver) {
+  auto other = CudaBackend::Create(gpu_->device());
+  ASSERT_TRUE(other.ok()) << other.status();
+  float* y = (*other)->AllocFloats(kN);  // an op: this thread now records the other's stream
+  (*other)->Free(y);
+  std::thread([&] { other->reset(); }).join();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(kernels::Fill(x_, kN, 2.0f, stream), cudaSuccess);
+  std::vector<float> host(kN, 0.0f);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), x_, kN * sizeof(float), cudaMemcpyDeviceToHost, stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+  for (float v : host) ASSERT_EQ(v, 2.0f);
 }
 
 TEST_F(CudaGraphTest, SmallTapesStayOpByOp) {

@@ -496,7 +496,7 @@ namespace {
 cudaError_t RunMma(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x, int64_t T,
                    int64_t ldx, float* y, int64_t ldy, bool accumulate, int64_t group_rows,
                    int64_t x_group_stride, cudaStream_t stream) {
-  MmaParams p;
+  MmaParams p = MmaParams();  // padding zeroed: the parameter bytes key CUDA graphs
   p.group_rows = group_rows;
   p.x_group_stride = x_group_stride;
   p.data = w.data;

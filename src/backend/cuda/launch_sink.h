@@ -35,22 +35,29 @@ class Sink {
                                    const KernelArgs& args) = 0;
 };
 
-// This thread's sink, null when every launch goes to the driver. The sink's owner sets it
-// before each of its ops and must clear it (on the threads that used it) before the sink is
-// destroyed: CudaBackend sets it per op, clears it in stream() and its destructor.
-Sink* CurrentSink();
-void SetCurrentSink(Sink* sink);
+// Sinks are registered per stream (at most one each) and looked up at every launch on the
+// stream this thread records, so a sink that is gone (unregistered) is never reached, from
+// any thread. The owner registers its sink for its stream, unregisters it before the sink is
+// destroyed, and marks the threads that record: CudaBackend sets the recording stream before
+// each of its ops and clears it in stream() (work the caller enqueues itself).
+void RegisterSink(cudaStream_t stream, Sink* sink);
+void UnregisterSink(cudaStream_t stream);
+// The stream whose launches this thread hands to that stream's sink (null: none).
+void SetRecordingStream(cudaStream_t stream);
+cudaStream_t RecordingStream();
+// The registered sink of `stream` (null if none).
+Sink* RegisteredSink(cudaStream_t stream);
 
-// The sink that records `stream` on this thread, else null.
+// The sink that takes launches on `stream` from this thread, else null.
 inline Sink* SinkFor(cudaStream_t stream) {
-  Sink* sink = CurrentSink();
-  return sink != nullptr && sink->recorded_stream() == stream ? sink : nullptr;
+  return stream != nullptr && RecordingStream() == stream ? RegisteredSink(stream) : nullptr;
 }
 
 // Raises `kernel`'s dynamic shared memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize)
 // to at least `bytes` and never lowers it: a recorded launch is issued after its launcher
 // returned, possibly after a launch of the same kernel that asked for less (the routed
-// experts' up and down GEMMs). Every launcher that sets the limit goes through here.
+// experts' up and down GEMMs). Every launcher whose limit can differ between calls goes through
+// here (k_mma.cu, k_fp8_gemm.cu and k_moe_fp8.cu set one constant limit once).
 cudaError_t RaiseMaxDynamicSmem(const void* kernel, int bytes);
 template <typename... Params>
 cudaError_t RaiseMaxDynamicSmem(void (*kernel)(Params...), int bytes) {

@@ -13,6 +13,9 @@
 //   (pointers included), the same copies (addresses and sizes) and memsets. Only the bytes
 //   that host-to-device copies read may differ: they are read from pinned host memory when
 //   the graph runs, not when it was recorded.
+// * Parameter bytes are compared as they are, padding included: a parameter struct built with
+//   indeterminate padding may make equal work miss its graph (never replay other work); build
+//   such structs value-initialised.
 // * Host sources: RecordCopy of cudaMemcpyHostToDevice requires `src` in page-locked memory
 //   that stays unchanged until the flushed work has run (the backend's pinned staging,
 //   reclaimed only after a stream synchronisation).
@@ -36,6 +39,9 @@
 #include "backend/cuda/launch_sink.h"
 
 namespace deepinfer::backend::cuda {
+namespace tape_format {
+struct TapeOp;
+}  // namespace tape_format
 
 class StreamTape final : public kernels::launch::Sink {
  public:
@@ -54,8 +60,8 @@ class StreamTape final : public kernels::launch::Sink {
   StreamTape& operator=(const StreamTape&) = delete;
 
   cudaStream_t recorded_stream() const override { return stream_; }
-  // Appends a launch. cudaErrorNotSupported for a launch attribute other than PDL and the
-  // cluster dimension (nothing is recorded then).
+  // Appends a launch (always cudaSuccess). CHECK-fails for a launch attribute other than PDL
+  // and the cluster dimension, or more than 4 attributes.
   cudaError_t RecordKernel(const cudaLaunchConfig_t& config, const void* func,
                            const kernels::launch::KernelArgs& args) override;
   // Appends cudaMemcpyAsync(dst, src, bytes, kind) (kind: host-to-device from pinned memory,
@@ -106,8 +112,10 @@ class StreamTape final : public kernels::launch::Sink {
   // Captures the tape into a new cached graph (null on failure) and returns it.
   cudaGraphExec_t Capture(uint64_t hash);
   void Reset();
-  // The debug log line of a tape that is not replayed (see set_debug).
+  // The debug log line of a tape that is not replayed (see set_debug; stream_tape_debug.cc).
   void ExplainMiss();
+  // Logs a recorded launch that failed when issued: its kernel's name and launch shape.
+  void LogFailedLaunch(const tape_format::TapeOp& op, cudaError_t e) const;
 
   cudaStream_t stream_;
   std::vector<uint8_t> tape_;                        // the serialised ops (layout: stream_tape.cc)
