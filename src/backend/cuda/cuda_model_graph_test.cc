@@ -12,10 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_model_test_util.h"
 #include "backend/cuda/cuda_test_util.h"
-#include "io/model_config.h"
-#include "model/demo_model.h"
-#include "model/engram_hash.h"
 #include "model/model.h"
 
 namespace deepinfer::backend::cuda::testing {
@@ -23,55 +21,26 @@ namespace {
 
 using CudaModelGraphTest = CudaVsCpuTest;
 
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(i == 0 ? 0 : (i * 7919 + salt * 104729) % 120000 + 10);
-  return ids;
-}
-
 // Logits of two sequences prefilled one after the other (45 and 70 tokens: past the demo's
 // 32-token window and 16-entry top-k), then `steps` decode steps of both in one batch;
 // before_step(s) runs before decode step s.
 std::vector<float> PrefillThenDecode(model::Model& m, int steps,
                                      const std::function<void(int)>& before_step = {}) {
   model::SequenceState a = m.NewSequence(), b = m.NewSequence();
-  const std::vector<int32_t> pa = Prompt(45, 1), pb = Prompt(70, 2);
-  std::vector<float> logits;
+  const std::vector<int32_t> pa = DemoPrompt(45, 1), pb = DemoPrompt(70, 2);
   for (auto [state, prompt] : {std::pair{&a, &pa}, std::pair{&b, &pb}}) {
     model::ForwardBatch prefill;
     prefill.chunks.push_back({state, std::span(*prompt), 0, false});
     auto out = m.Forward(prefill);
     EXPECT_TRUE(out.ok()) << out.status();
-    if (!out.ok()) return logits;
+    if (!out.ok()) return {};
   }
-  for (int s = 0; s < steps; ++s) {
-    if (before_step) before_step(s);
-    const std::vector<int32_t> ta = {100 + 13 * s}, tb = {5000 + 31 * s};
-    model::ForwardBatch step;
-    step.chunks.push_back({&a, std::span(ta), a.length, false});
-    step.chunks.push_back({&b, std::span(tb), b.length, false});
-    auto out = m.Forward(step);
-    EXPECT_TRUE(out.ok()) << out.status();
-    if (!out.ok()) break;
-    logits.insert(logits.end(), out->logits.begin(), out->logits.end());
-  }
-  return logits;
+  return DecodeTwo(m, a, b, steps, before_step);
 }
 
 TEST_F(CudaModelGraphTest, DecodeFromGraphsEqualsOpByOpBitwise) {
   const auto dir = std::filesystem::temp_directory_path() / "deepinfer_cuda_model_graph";
-  std::filesystem::remove_all(dir);
-  model::DemoModelOptions options;
-  options.seed = 12;
-  options.size.index_n_heads = 16;  // the tensor-core (paged) indexer applies
-  options.size.index_head_dim = 32;
-  ASSERT_TRUE(model::WriteDemoModel(dir, options).ok());
-  auto config = io::LoadModelConfig(dir / "config.json");
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto engram =
-      model::DeriveEngramHashConstants(config->text_config, (dir / "tokenizer.json").string());
-  ASSERT_TRUE(engram.ok()) << engram.status();
-  auto m = model::Model::Load(dir, gpu_.get(), *engram);
+  auto m = LoadDemoModel(dir, /*seed=*/12, gpu_.get());
   ASSERT_TRUE(m.ok()) << m.status();
 
   const int steps = 30;

@@ -12,10 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_model_test_util.h"
 #include "backend/cuda/cuda_test_util.h"
-#include "io/model_config.h"
-#include "model/demo_model.h"
-#include "model/engram_hash.h"
 #include "model/model.h"
 
 namespace deepinfer::backend::cuda::testing {
@@ -23,53 +21,26 @@ namespace {
 
 using CudaModelPagedTest = CudaVsCpuTest;
 
-// Prompt of `n` deterministic token ids (the first one 0, like a BOS).
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(i == 0 ? 0 : (i * 7919 + salt * 104729) % 120000 + 10);
-  return ids;
-}
-
 // All logits of: two sequences prefilled together (37 and 22 tokens), then `steps` decode
 // steps of both in one batch (fixed next tokens), in order.
 std::vector<float> RunTwoSequences(model::Model& m, int steps) {
   model::SequenceState a = m.NewSequence(), b = m.NewSequence();
-  const std::vector<int32_t> pa = Prompt(37, 1), pb = Prompt(22, 2);
-  std::vector<float> logits;
+  const std::vector<int32_t> pa = DemoPrompt(37, 1), pb = DemoPrompt(22, 2);
   model::ForwardBatch prefill;
   prefill.chunks.push_back({&a, std::span(pa), 0, false});
   prefill.chunks.push_back({&b, std::span(pb), 0, false});
   auto out = m.Forward(prefill);
   EXPECT_TRUE(out.ok()) << out.status();
-  if (!out.ok()) return logits;
-  logits.insert(logits.end(), out->logits.begin(), out->logits.end());
-  for (int s = 0; s < steps; ++s) {
-    const std::vector<int32_t> ta = {100 + 13 * s}, tb = {5000 + 31 * s};
-    model::ForwardBatch step;
-    step.chunks.push_back({&a, std::span(ta), a.length, false});
-    step.chunks.push_back({&b, std::span(tb), b.length, false});
-    out = m.Forward(step);
-    EXPECT_TRUE(out.ok()) << out.status();
-    if (!out.ok()) break;
-    logits.insert(logits.end(), out->logits.begin(), out->logits.end());
-  }
+  if (!out.ok()) return {};
+  std::vector<float> logits = out->logits;
+  const std::vector<float> decoded = DecodeTwo(m, a, b, steps);
+  logits.insert(logits.end(), decoded.begin(), decoded.end());
   return logits;
 }
 
 TEST_F(CudaModelPagedTest, PagedIndexKeysGiveTheGatheredLogitsBitwise) {
   const auto dir = std::filesystem::temp_directory_path() / "deepinfer_cuda_model_paged";
-  std::filesystem::remove_all(dir);
-  model::DemoModelOptions options;
-  options.seed = 11;
-  options.size.index_n_heads = 16;  // a multiple of 16: the tensor-core indexer applies
-  options.size.index_head_dim = 32;
-  ASSERT_TRUE(model::WriteDemoModel(dir, options).ok());
-  auto config = io::LoadModelConfig(dir / "config.json");
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto engram =
-      model::DeriveEngramHashConstants(config->text_config, (dir / "tokenizer.json").string());
-  ASSERT_TRUE(engram.ok()) << engram.status();
-  auto m = model::Model::Load(dir, gpu_.get(), *engram);
+  auto m = LoadDemoModel(dir, /*seed=*/11, gpu_.get());
   ASSERT_TRUE(m.ok()) << m.status();
   // Decode rows of both ratio-2 and ratio-1 groups take the paged kernel.
   ASSERT_TRUE(gpu_->IndexerPagedApplicable(2, 16, 32, 2));
