@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
@@ -146,6 +147,34 @@ TEST_F(CudaGraphTest, LaunchesAfterTheRecordingBackendIsGoneGoToTheDriver) {
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
   for (float v : host) ASSERT_EQ(v, 2.0f);
+}
+
+// A weight whose host bytes change between two recorded Linears is uploaded again; the old
+// device copy, which the first (recorded, not yet issued) Linear reads, must be freed only
+// after the tape holding that Linear was issued (WeightCache's before-free hook).
+TEST_F(CudaGraphTest, WeightReuploadIssuesRecordedWorkFirst) {
+  const int64_t rows = 64, cols = 128;
+  const std::vector<uint16_t> original = Bf16Bits(rows * cols, 0.1f);
+  std::vector<uint16_t> w = original;
+  const model::WeightRef ref{"test.w", model::WeightFormat::kBF16, rows, cols, w.data(), nullptr};
+  const float* in = ToGpu(Normal(kRows * cols));
+  float* y1 = gpu_->AllocFloats(kRows * rows);
+  float* y2 = gpu_->AllocFloats(kRows * rows);
+  auto run = [&](bool graphs) {
+    gpu_->set_graphs(graphs);
+    w = original;
+    gpu_->Linear(in, kRows, cols, ref, 0, rows, y1, rows, false);
+    w[0] ^= 0x0100;  // other bytes at the same address: a new upload
+    gpu_->Linear(in, kRows, cols, ref, 0, rows, y2, rows, false);
+    return std::pair{FromGpu(y1, kRows * rows), FromGpu(y2, kRows * rows)};
+  };
+  const auto recorded = run(true);
+  const auto direct = run(false);
+  EXPECT_TRUE(BitExact(recorded.first, direct.first));
+  EXPECT_TRUE(BitExact(recorded.second, direct.second));
+  EXPECT_FALSE(BitExact(direct.first, direct.second));  // the change reached the second Linear
+  gpu_->Free(y1);
+  gpu_->Free(y2);
 }
 
 TEST_F(CudaGraphTest, SmallTapesStayOpByOp) {
