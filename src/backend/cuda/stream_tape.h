@@ -1,11 +1,13 @@
 // StreamTape: records the work a backend would enqueue on its stream (kernel launches,
-// copies, memsets) and issues it later, in the same order: as one launch of a cached CUDA
-// graph when exactly the same work was recorded before, otherwise op by op.
+// copies, memsets, opaque calls such as cuBLAS GEMMs) and issues it later, in the same order:
+// as one launch of a cached CUDA graph when exactly the same work was recorded before,
+// otherwise op by op.
 //
 // Why: a decode step is ~180-280 small dependent kernels. Issued one by one, the host spends
-// ~2-4 us per launch; replayed from an instantiated graph, the whole step is one
-// cudaGraphLaunch and the device runs it back to back (PDL edges included: a launch recorded
-// with cudaLaunchAttributeProgrammaticStreamSerialization becomes a programmatic edge).
+// ~2-4 us per launch; replayed from instantiated graphs, a step is a few cudaGraphLaunch
+// calls (its segments, see CudaBackend::set_graph_segment_kernels) and the device runs each
+// back to back (PDL edges included: a launch recorded with
+// cudaLaunchAttributeProgrammaticStreamSerialization becomes a programmatic edge).
 //
 // Contract (what makes a replay correct):
 // * Identity: a graph is replayed only for a tape that is byte-for-byte the tape it was
