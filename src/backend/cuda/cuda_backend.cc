@@ -473,12 +473,22 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   // Column-major view: y^T [n, T] (ld ldy) = W_rows [K, n]^T (ld K) * x^T [K, T] (ld ldx).
   auto gemm = [&](const float* w_rows, int64_t n, float* y_cols) {
-    FlushTape();  // cuBLAS enqueues on stream_ itself
-    return CheckBlas(
-        cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(T),
-                    static_cast<int>(K), &alpha, w_rows, static_cast<int>(K), x,
-                    static_cast<int>(ldx), &beta, y_cols, static_cast<int>(ldy)),
-        "Linear sgemm");
+    const int m = static_cast<int>(n), cols = static_cast<int>(T), k = static_cast<int>(K);
+    const int ld_x = static_cast<int>(ldx), ld_y = static_cast<int>(ldy);
+    cublasHandle_t handle = cublas_;
+    const uint64_t key[] = {uint64_t(m),
+                            uint64_t(cols),
+                            uint64_t(k),
+                            uint64_t(ld_x),
+                            uint64_t(ld_y),
+                            reinterpret_cast<uint64_t>(w_rows),
+                            reinterpret_cast<uint64_t>(x),
+                            reinterpret_cast<uint64_t>(y_cols),
+                            std::bit_cast<uint32_t>(beta)};
+    return Blas("Linear sgemm", key, sizeof(key), [=] {
+      return cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &alpha, w_rows, k, x, ld_x,
+                         &beta, y_cols, ld_y);
+    });
   };
   if (fp8_activations_ && kernels::Fp8LinearApplicable(*dw)) {
     if (Fp8UsesBf16Gemm(T)) {
@@ -595,7 +605,8 @@ void CudaBackend::LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_
       const uint16_t* b = parts[part];
       float* c = y + r;
       cublasHandle_t handle = cublas_;
-      // Decode runs this for the head and the router: recorded for CUDA graphs (see Blas).
+      // Recorded for CUDA graphs while the tape records (see Blas); decode runs this for the
+      // head and the router.
       const uint64_t key[] = {uint64_t(m),
                               uint64_t(cols),
                               uint64_t(k),

@@ -109,14 +109,28 @@ void CudaBackend::LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx,
     }
     // Column-major, per group g: y_g^T [R, T] (ld ldy) = W_g [K, R]^T xq_g^T [K, T] (ld
     // groups * K); batch strides R * K (weight), K (x), R (y).
-    FlushTape();  // cuBLAS enqueues on stream_ itself
-    if (!CheckBlas(cublasGemmStridedBatchedEx(
-                       cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(R), static_cast<int>(T),
-                       static_cast<int>(K), &one, w_tile, CUDA_R_16BF, static_cast<int>(K), R * K,
-                       xq + g * K, CUDA_R_16BF, static_cast<int>(groups * K), K, &zero, y + g * R,
-                       CUDA_R_32F, static_cast<int>(ldy), R, static_cast<int>(n),
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "LinearGrouped bf16 gemm")) {
+    const int m = static_cast<int>(R), cols = static_cast<int>(T), k = static_cast<int>(K);
+    const int ld_xq = static_cast<int>(groups * K), ld_y = static_cast<int>(ldy);
+    const int batches = static_cast<int>(n);
+    const uint16_t* a = w_tile;
+    const uint16_t* b = xq + g * K;
+    float* c = y + g * R;
+    cublasHandle_t handle = cublas_;
+    const uint64_t key[] = {uint64_t(m),
+                            uint64_t(cols),
+                            uint64_t(k),
+                            uint64_t(ld_xq),
+                            uint64_t(ld_y),
+                            uint64_t(batches),
+                            reinterpret_cast<uint64_t>(a),
+                            reinterpret_cast<uint64_t>(b),
+                            reinterpret_cast<uint64_t>(c)};
+    if (!Blas("LinearGrouped bf16 gemm", key, sizeof(key), [=] {
+          return cublasGemmStridedBatchedEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &one, a,
+                                            CUDA_R_16BF, k, int64_t{m} * k, b, CUDA_R_16BF, ld_xq,
+                                            k, &zero, c, CUDA_R_32F, ld_y, m, batches,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        })) {
       return;
     }
   }

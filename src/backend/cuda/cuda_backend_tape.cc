@@ -1,6 +1,6 @@
 // CudaBackend's side of CUDA graphs: ops record their stream work on a StreamTape (copies,
-// memsets and cuBLAS calls through the helpers here; kernels through launch::LaunchKernel,
-// which Usable() points at the tape), and FlushTape issues it.
+// memsets and every cuBLAS call through the helpers here; kernels through
+// launch::LaunchKernel, which Usable() points at the tape), and FlushTape issues it.
 #include <algorithm>
 #include <cstring>
 #include <functional>

@@ -23,8 +23,8 @@
 //   reclaimed only after a stream synchronisation).
 // * Lifetime: every device address a recorded op uses must stay allocated until Flush has
 //   issued it and the stream has run it. The owner flushes before freeing device memory
-//   (arena trim, weight eviction) and before any stream work it issues directly (cuBLAS,
-//   device-to-host copies, events).
+//   (arena trim, weight eviction) and before any stream work it issues directly
+//   (device-to-host copies, pageable uploads, events).
 // * Policy: a tape is captured into a graph the second time it is seen (one-off tapes, e.g.
 //   prefill chunks, are issued op by op and never instantiated); at most kMaxGraphs graphs
 //   are kept, least recently used evicted (a decode step is ~6-8 segments, times 2 for the
