@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "base/check.h"
 #include "model/model.h"
@@ -80,35 +81,48 @@ void Model::Compress(int layer, BatchContext& b, const float* u, int gi) {
       total_new += n_new[i];
     }
     DeviceFloats pooled(backend_, std::max<int64_t>(total_new, 1) * d);
-    // Each chunk's rows: the pending tokens of its open group, then its new tokens; all
-    // chunks in one staging buffer, filled and drained with one batched copy each.
-    std::vector<int64_t> stage_at(b.chunks.size() + 1, 0);
+    // Staging, so that one GatedPool covers every chunk: first the rows each chunk pools (the
+    // first n_new[i] * r of its pending tokens then its new tokens) for all chunks, in chunk
+    // order (chunk i's at row first_new[i] * r), then every chunk's leftover rows (its next
+    // pending tokens, chunk i's at row pool_rows + tail_at[i]). Filled and drained with one
+    // batched copy each; every chunk adds the same number of copies (0-byte ones included),
+    // so the lists' length depends on the chunk count only (README "Decode-shape contract").
+    const int64_t pool_rows = total_new * r;
+    std::vector<int64_t> tail_at(b.chunks.size() + 1, 0);
     for (size_t i = 0; i < b.chunks.size(); ++i) {
-      stage_at[i + 1] = stage_at[i] + b.chunks[i].state->groups[gi].n_pending + b.chunks[i].T;
+      const int64_t rows = b.chunks[i].state->groups[gi].n_pending + b.chunks[i].T;
+      tail_at[i + 1] = tail_at[i] + rows - n_new[i] * r;
     }
-    DeviceFloats cc(backend_, stage_at.back() * d), zz(backend_, stage_at.back() * d);
+    DeviceFloats cc(backend_, (pool_rows + tail_at.back()) * d);
+    DeviceFloats zz(backend_, (pool_rows + tail_at.back()) * d);
     const int64_t row_bytes = d * static_cast<int64_t>(sizeof(float));
     std::vector<DeviceCopy> copies;
     for (size_t i = 0; i < b.chunks.size(); ++i) {
       const ChunkContext& c = b.chunks[i];
       const KvGroupState& group = c.state->groups[gi];
-      const int64_t np = group.n_pending, at = stage_at[i] * d;
-      copies.push_back({cc.data() + at, group.pending_c.data(), np * row_bytes});
-      copies.push_back({zz.data() + at, group.pending_z.data(), np * row_bytes});
-      copies.push_back({cc.data() + at + np * d, c_all.data() + c.row0 * d, c.T * row_bytes});
-      copies.push_back({zz.data() + at + np * d, z_all.data() + c.row0 * d, c.T * row_bytes});
+      const int64_t np = group.n_pending, pooled_here = n_new[i] * r;
+      // Rows [start, start + rows) of the chunk's sequence (pending, then new) from src (c)
+      // and src_z (z): the part below pooled_here to the pool rows, the rest to the tail.
+      auto stage = [&](const float* src_c, const float* src_z, int64_t start, int64_t rows) {
+        const int64_t to_pool = std::clamp<int64_t>(pooled_here - start, 0, rows);
+        const int64_t pool_row = first_new[i] * r + start;
+        const int64_t tail_row = pool_rows + tail_at[i] + start + to_pool - pooled_here;
+        for (auto [dst, src] : {std::pair{cc.data(), src_c}, std::pair{zz.data(), src_z}}) {
+          copies.push_back({dst + pool_row * d, src, to_pool * row_bytes});
+          copies.push_back({dst + std::max<int64_t>(tail_row, 0) * d, src + to_pool * d,
+                            (rows - to_pool) * row_bytes});
+        }
+      };
+      stage(group.pending_c.data(), group.pending_z.data(), 0, np);
+      stage(c_all.data() + c.row0 * d, z_all.data() + c.row0 * d, np, c.T);
     }
     backend_->CopyDeviceMany(copies.data(), static_cast<int64_t>(copies.size()));
+    if (total_new > 0) backend_->GatedPool(cc.data(), zz.data(), total_new, r, d, pooled.data());
     copies.clear();
     for (size_t i = 0; i < b.chunks.size(); ++i) {
       KvGroupState& group = b.chunks[i].state->groups[gi];
-      const int64_t total = stage_at[i + 1] - stage_at[i], at = stage_at[i] * d;
-      if (n_new[i] > 0) {
-        backend_->GatedPool(cc.data() + at, zz.data() + at, n_new[i], r, d,
-                            pooled.data() + first_new[i] * d);
-      }
-      group.n_pending = total - n_new[i] * r;
-      const int64_t tail = at + n_new[i] * r * d;
+      group.n_pending = tail_at[i + 1] - tail_at[i];
+      const int64_t tail = (pool_rows + tail_at[i]) * d;
       copies.push_back({group.pending_c.data(), cc.data() + tail, group.n_pending * row_bytes});
       copies.push_back({group.pending_z.data(), zz.data() + tail, group.n_pending * row_bytes});
     }
