@@ -1,9 +1,11 @@
 // The FP8-activation mode's few-token streaming Linear (kernels_stream.h: LinearStream,
 // LinearStreamGrouped) against the CPU reference run on fake-quantised activations, with the
 // FP8 tests' per-element bound; its independence of T and of the other tokens (bitwise);
-// both scale branches (ue8m0 bytes above and below 134); and the backend's dispatch (<= 16
-// tokens outside batch-invariant mode, LinearFp8 otherwise); several weights in one launch
-// (LinearStreamMany, Backend::LinearMany) bitwise equal to their own calls.
+// both scale branches (ue8m0 bytes above and below 134); and the backend's dispatch (<= 32
+// tokens, kStreamMaxTokens, outside batch-invariant mode, LinearFp8 otherwise); several weights
+// in one launch (LinearStreamMany, Backend::LinearMany) bitwise equal to their own calls. Token
+// tiles: T 1..8 one, 9..16 two, 17..24 three, 25..32 four (the last two load the activations
+// within a step: another register plan, same MMA order).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -62,15 +64,17 @@ class CudaLinearStreamTest : public CudaFp8Test {
 };
 
 TEST_F(CudaLinearStreamTest, MatchesCpu) {
-  // T across both token tiles; K from one step to several per split part; row ranges that
-  // start inside the weight (row0 16 and 32: the 16-row groups straddle 32-row scale blocks
-  // differently); y padded and accumulated.
-  for (int64_t T : {1, 2, 7, 8, 9, 16}) {
+  // T across all four token tiles (partial and full); K from one step to several per split
+  // part; row ranges that start inside the weight (row0 16 and 32: the 16-row groups straddle
+  // 32-row scale blocks differently); y padded and accumulated.
+  for (int64_t T : {1, 2, 7, 8, 9, 16, 17, 24, 31, 32}) {
     CheckStream(T, 128, 64, 0, 64, 0, false);
     CheckStream(T, 512, 256, 16, 224, 3, true);
     CheckStream(T, 1280, 512, 32, 448, 0, false);
   }
-  CheckStream(5, 4096, 96, 0, 96, 1, true);  // split 8: 4 steps per part
+  CheckStream(5, 4096, 96, 0, 96, 1, true);   // split 8: 4 steps per part
+  CheckStream(29, 4096, 96, 0, 96, 1, true);  // the same with four token tiles
+  CheckStream(21, 640, 96, 0, 96, 0, false);  // an odd number of steps per part (5, 3 tiles)
 }
 
 TEST_F(CudaLinearStreamTest, BothScaleBranches) {
@@ -78,40 +82,55 @@ TEST_F(CudaLinearStreamTest, BothScaleBranches) {
   CheckStream(3, 512, 128, 0, 128, 0, false, 126, 142);
   CheckStream(9, 512, 128, 0, 128, 0, false, 135, 150);
   CheckStream(1, 256, 64, 0, 64, 0, true, 100, 110);
+  CheckStream(19, 512, 128, 0, 128, 0, false, 126, 142);
+  CheckStream(32, 512, 128, 0, 128, 0, true, 135, 150);
 }
 
 TEST_F(CudaLinearStreamTest, RealV41Shapes) {
   if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
-  CheckStream(1, 8192, 5120, 0, 5120, 0, false);   // wo_b
-  CheckStream(4, 5120, 1280, 0, 1280, 0, false);   // wq_a
-  CheckStream(16, 1280, 4096, 0, 4096, 0, false);  // indexer wq_b
-  CheckStream(2, 2304, 5120, 0, 5120, 0, true);    // shared expert w2
+  CheckStream(1, 8192, 5120, 0, 5120, 0, false);     // wo_b
+  CheckStream(4, 5120, 1280, 0, 1280, 0, false);     // wq_a
+  CheckStream(16, 1280, 4096, 0, 4096, 0, false);    // indexer wq_b
+  CheckStream(2, 2304, 5120, 0, 5120, 0, true);      // shared expert w2
+  CheckStream(32, 8192, 5120, 0, 5120, 0, false);    // wo_b, four token tiles
+  CheckStream(24, 1280, 32768, 0, 32768, 0, false);  // wq_b, three token tiles
 }
 
 // A token's row does not depend on T or on the other tokens: alone (T = 1), and as any row of
-// a 16-token call, bitwise.
+// a 16- or 32-token call, bitwise; the first T rows of a 32-token call equal a T-token call
+// (T = 3, 12, 20: one, two and three token tiles against four).
 TEST_F(CudaLinearStreamTest, TokenRowsIndependentOfTBitwise) {
   const int64_t K = 2048, N = 320;
   const HostWeight w = MakeFp8Weight(N, K, 112, 124);
-  const std::vector<float> x = Activations(16, K);
-  const std::vector<float> all = RunStream(w, 0, N, x, 16, std::vector<float>(16 * N), N, false);
-  for (int64_t t : {0, 5, 8, 15}) {
+  const std::vector<float> x = Activations(32, K);
+  auto run = [&](int64_t T) {  // the first T tokens of x
+    const std::vector<float> xt(x.begin(), x.begin() + T * K);
+    return RunStream(w, 0, N, xt, T, std::vector<float>(T * N), N, false);
+  };
+  auto rows = [&](const std::vector<float>& y, int64_t t0, int64_t t1) {
+    return std::vector<float>(y.begin() + t0 * N, y.begin() + t1 * N);
+  };
+  const std::vector<float> all16 = run(16), all32 = run(32);
+  for (int64_t t : {0, 5, 8, 9, 15, 17, 31}) {
     const std::vector<float> one(x.begin() + t * K, x.begin() + (t + 1) * K);
     const std::vector<float> got = RunStream(w, 0, N, one, 1, std::vector<float>(N), N, false);
-    const std::vector<float> row(all.begin() + t * N, all.begin() + (t + 1) * N);
-    EXPECT_TRUE(BitExact(got, row)) << "token " << t;
+    if (t < 16) {
+      EXPECT_TRUE(BitExact(got, rows(all16, t, t + 1))) << "token " << t << " of 16";
+    }
+    EXPECT_TRUE(BitExact(got, rows(all32, t, t + 1))) << "token " << t << " of 32";
   }
-  // T = 3 (one token tile) against the same tokens in T = 12 (two tiles).
-  const std::vector<float> x3(x.begin(), x.begin() + 3 * K);
-  const std::vector<float> y3 = RunStream(w, 0, N, x3, 3, std::vector<float>(3 * N), N, false);
-  EXPECT_TRUE(BitExact(y3, std::vector<float>(all.begin(), all.begin() + 3 * N)));
+  for (int64_t T : {3, 12, 20}) {
+    EXPECT_TRUE(BitExact(run(T), rows(all32, 0, T))) << "T=" << T;
+  }
+  EXPECT_TRUE(BitExact(all16, rows(all32, 0, 16)));
 }
 
 TEST_F(CudaLinearStreamTest, GroupedMatchesCpu) {
   const int64_t groups = 8, R = 64, K = 512, N = groups * R;
   const HostWeight w = MakeFp8Weight(N, K, 110, 140);
   ASSERT_TRUE(kernels::LinearStreamGroupedApplicable(w.device, groups, 5));
-  for (int64_t T : {1, 5, 16}) {
+  ASSERT_TRUE(kernels::LinearStreamGroupedApplicable(w.device, groups, 32));
+  for (int64_t T : {1, 5, 16, 23, 32}) {
     SCOPED_TRACE("T=" + std::to_string(T));
     const std::vector<float> x = Activations(T, groups * K);
     const std::vector<float> xq = FakeQuantized(x, T, groups * K);
@@ -139,12 +158,22 @@ TEST_F(CudaLinearStreamTest, GroupedMatchesCpu) {
 
 TEST_F(CudaLinearStreamTest, Applicability) {
   const HostWeight w = MakeFp8Weight(128, 256, 112, 124);
+  EXPECT_EQ(kernels::kStreamMaxTokens, 32);
   EXPECT_TRUE(kernels::LinearStreamApplicable(w.device, 0, 128, 16));
-  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 128, 17));  // too many tokens
-  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 8, 64, 1));    // row0 % 16
-  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 40, 1));    // n_rows % 16
-  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 64, 80, 1));   // past the weight
-  const HostWeight narrow = MakeFp8Weight(64, 96, 112, 124);            // K % 128
+  EXPECT_TRUE(kernels::LinearStreamApplicable(w.device, 0, 128, 17));
+  EXPECT_TRUE(kernels::LinearStreamApplicable(w.device, 0, 128, 32));
+  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 128, 33));  // too many tokens
+  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 128, 0));   // no tokens
+  EXPECT_FALSE(kernels::LinearStreamGroupedApplicable(w.device, 2, 33));
+  // Scratch: 8 tokens per tile, K bf16 each.
+  EXPECT_EQ(kernels::LinearStreamScratchBytes(1, 256), 8 * 256 * 2);
+  EXPECT_EQ(kernels::LinearStreamScratchBytes(16, 256), 16 * 256 * 2);
+  EXPECT_EQ(kernels::LinearStreamScratchBytes(17, 256), 24 * 256 * 2);
+  EXPECT_EQ(kernels::LinearStreamScratchBytes(32, 256), 32 * 256 * 2);
+  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 8, 64, 1));   // row0 % 16
+  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 0, 40, 1));   // n_rows % 16
+  EXPECT_FALSE(kernels::LinearStreamApplicable(w.device, 64, 80, 1));  // past the weight
+  const HostWeight narrow = MakeFp8Weight(64, 96, 112, 124);           // K % 128
   EXPECT_FALSE(kernels::LinearStreamApplicable(narrow.device, 0, 64, 1));
   const HostWeight fp4 = MakeWeight(WeightFormat::kMxFp4, 64, 256);
   EXPECT_FALSE(kernels::LinearStreamApplicable(fp4.device, 0, 64, 1));
@@ -154,9 +183,10 @@ TEST_F(CudaLinearStreamTest, Applicability) {
             cudaErrorInvalidValue);
 }
 
-// Through the backend: FP8 mode takes the stream for <= 16 tokens outside batch-invariant
-// mode (bitwise the kernel's result); batch-invariant mode, 17 tokens, or the knob at 0 keep
-// LinearFp8 (bitwise that kernel's result, which is not the stream's).
+// Through the backend: FP8 mode takes the stream for <= 32 tokens outside batch-invariant
+// mode (bitwise the kernel's result; the default knob is kStreamMaxTokens); batch-invariant
+// mode, 33 tokens, or the knob at 0 keep LinearFp8 (bitwise that kernel's result, which is not
+// the stream's).
 TEST_F(CudaLinearStreamTest, BackendDispatch) {
   const int64_t K = 1024, N = 256;
   const HostWeight w = MakeFp8Weight(N, K, 112, 124);
@@ -167,17 +197,18 @@ TEST_F(CudaLinearStreamTest, BackendDispatch) {
     gpu_->Linear(ToGpu(x), T, K, w.ref, 0, N, y, N, false);
     return FromGpu(y, T * N);
   };
-  for (int64_t T : {1, 16, 17}) {
+  for (int64_t T : {1, 16, 17, 32, 33}) {
     SCOPED_TRACE("T=" + std::to_string(T));
+    const bool streams = T <= 32;
     const std::vector<float> x = Activations(T, K);
     const std::vector<float> stream =
-        T <= 16 ? RunStream(w, 0, N, x, T, std::vector<float>(T * N), N, false)
+        streams ? RunStream(w, 0, N, x, T, std::vector<float>(T * N), N, false)
                 : std::vector<float>();
     const std::vector<float> fp8 = RunLinear(w, 0, N, x, T, std::vector<float>(T * N), N, false);
     gpu_->set_batch_invariant(false);
     gpu_->set_linear_stream_max_tokens(kernels::kStreamMaxTokens);
     const std::vector<float> got = backend(x, T);
-    if (T <= 16) {
+    if (streams) {
       EXPECT_TRUE(BitExact(got, stream));
       EXPECT_FALSE(BitExact(got, fp8));  // another summation order
     } else {
@@ -194,7 +225,7 @@ TEST_F(CudaLinearStreamTest, BackendDispatch) {
 
 // Several weights over the same x in one launch (kernels::LinearStreamMany): every output is
 // bitwise its own LinearStream call, across splits (weights of 64 .. 2048 rows), two row
-// ranges of one weight, row offsets, padded y and accumulation, both token tiles.
+// ranges of one weight, row offsets, padded y and accumulation, all four token tiles.
 TEST_F(CudaLinearStreamTest, ManyEqualsSeparateCallsBitwise) {
   const int64_t K = 1280;
   const HostWeight a = MakeFp8Weight(256, K, 112, 124);
@@ -209,7 +240,7 @@ TEST_F(CudaLinearStreamTest, ManyEqualsSeparateCallsBitwise) {
                       {&a, 128, 128, 131, true},
                       {&b, 16, 48, 48, false},
                       {&c, 0, 2048, 2048, false}};
-  for (int64_t T : {1, 8, 9, 16}) {
+  for (int64_t T : {1, 8, 9, 16, 17, 24, 25, 32}) {
     SCOPED_TRACE("T=" + std::to_string(T));
     const std::vector<float> x = Activations(T, K);
     const float* dx = ToGpu(x);
@@ -237,13 +268,14 @@ TEST_F(CudaLinearStreamTest, ManyEqualsSeparateCallsBitwise) {
 TEST_F(CudaLinearStreamTest, ManyApplicability) {
   const HostWeight a = MakeFp8Weight(128, 256, 112, 124);
   const HostWeight other_k = MakeFp8Weight(128, 512, 112, 124);
-  float* y = PoisonedFloats(16 * 128);
+  float* y = PoisonedFloats(32 * 128);
   const kernels::LinearStreamTarget ok{&a.device, 0, 128, y, 128, false};
   kernels::LinearStreamTarget five[5] = {ok, ok, ok, ok, ok};
   EXPECT_TRUE(kernels::LinearStreamManyApplicable(five, 4, 16));
+  EXPECT_TRUE(kernels::LinearStreamManyApplicable(five, 4, 32));
   EXPECT_FALSE(kernels::LinearStreamManyApplicable(five, 5, 1));   // more than 4 outputs
   EXPECT_FALSE(kernels::LinearStreamManyApplicable(five, 0, 1));   // none
-  EXPECT_FALSE(kernels::LinearStreamManyApplicable(five, 2, 17));  // too many tokens
+  EXPECT_FALSE(kernels::LinearStreamManyApplicable(five, 2, 33));  // too many tokens
   const kernels::LinearStreamTarget mixed_k[2] = {ok, {&other_k.device, 0, 128, y, 128, false}};
   EXPECT_FALSE(kernels::LinearStreamManyApplicable(mixed_k, 2, 1));
   const kernels::LinearStreamTarget bad_rows[2] = {ok, {&a.device, 8, 64, y, 64, false}};
@@ -255,8 +287,8 @@ TEST_F(CudaLinearStreamTest, ManyApplicability) {
 }
 
 // Through the backend: LinearMany gives bitwise each output's own Linear in every mode and
-// token count (FP8 mode: one stream launch at <= 16 tokens, one shared quantisation where
-// every output takes LinearFp8 -- more tokens, batch-invariant mode, an MXFP4 output at 17;
+// token count (FP8 mode: one stream launch at <= 32 tokens, one shared quantisation where
+// every output takes LinearFp8 -- more tokens, batch-invariant mode, an MXFP4 output at 33;
 // Linear by Linear otherwise, e.g. a stream-capable pair with an MXFP4 output at 1 token).
 TEST_F(CudaLinearStreamTest, BackendLinearManyEqualsLinearEach) {
   const int64_t K = 1024;
@@ -270,7 +302,7 @@ TEST_F(CudaLinearStreamTest, BackendLinearManyEqualsLinearEach) {
     gpu_->set_fp8_activations(fp8);
     gpu_->set_batch_invariant(invariant);
     for (bool with_fp4 : {false, true}) {
-      for (int64_t T : {1, 16, 17, 40}) {
+      for (int64_t T : {1, 16, 17, 32, 33, 40}) {
         SCOPED_TRACE(::testing::Message() << "fp8 " << fp8 << " invariant " << invariant << " fp4 "
                                           << with_fp4 << " T=" << T);
         const std::vector<float> x = Activations(T, K);
@@ -319,7 +351,7 @@ TEST_F(CudaLinearStreamTest, DISABLED_Bench) {
   for (const Shape& s : shapes) {
     const HostWeight w = MakeFp8Weight(s.rows, s.K, 112, 124);
     const double bytes = double(s.rows) * s.K * (1.0 + 1.0 / 1024.0);
-    for (int64_t T : {1, 8, 16}) {
+    for (int64_t T : {1, 8, 16, 24, 32}) {
       const std::vector<float> x = Activations(T, s.K);
       const float* dx = ToGpu(x);
       float* y = PoisonedFloats(T * s.rows);

@@ -1,5 +1,5 @@
-// FP8-activation mode, decode: dense FP8 Linears with <= 16 token rows as weight streaming
-// on bf16 tensor cores (kernels_stream.h).
+// FP8-activation mode, decode: dense FP8 Linears with <= 32 token rows (kStreamMaxTokens) as
+// weight streaming on bf16 tensor cores (kernels_stream.h).
 //
 // Numerics: x is fake-quantised per 32 values (kFp8Block32Pow2) and stored as exact bf16; an
 // e4m3 weight byte is placed as bf16 bits (value * 2^-120) and one bf16x2 multiply by
@@ -15,9 +15,18 @@
 // (2c+8, 2c+9). The sum over k does not depend on which physical column a logical k is, as
 // long as the B fragment uses the same map: the activations are stored in that "fragment
 // order" by QuantizeStreamKernel, so each lane's B registers for two MMAs are one 16-byte
-// load (L1/L2 hits: x is at most 16 x K bf16). For weights with few rows, `split` warps of a
+// load (L1/L2 hits: x is at most 32 x K bf16). For weights with few rows, `split` warps of a
 // block share 16 rows, each taking a contiguous range of the K steps; their sums are added in
 // warp order through shared memory. The split depends on the weight's shape only.
+//
+// Token tiles: NT = ceil(T / 8) MMA columns of 8 tokens (1..4; T 17..24 take 3). NT = 1, 2
+// double-buffer a step's weights AND activations in registers (StepRegs). NT = 3, 4 would
+// need 16 * NT registers for a step's activations, so they double-buffer the weights only
+// (WeightRegs) and load the activations within the step, unit by unit, one unit ahead
+// (ComputeStepJit). Every NT issues a tile's MMAs in the same order (steps ascending, m =
+// 0..7 within a step), so a token's bits do not depend on NT, i.e. on T. Registers at
+// __launch_bounds__(256, 2) (ptxas, CUDA 13.0, sm_90a): NT 1: 111, 2: 128 (80 bytes spill
+// stores, as before NT 3/4 existed), 3: 113, 4: 124 (no spills).
 //
 // Roofline (per warp step: 2 KB of weight, 8 MMAs per 8 tokens): ~4.5 integer / bf16 ops per
 // weight pair, so ~170 warp instructions per 2 KB (~12 bytes per instruction): 4.5 TB/s needs
@@ -53,7 +62,9 @@ constexpr int kWarpRows = 16;
 // Blocks resident at once on an H200 (132 SMs x 2 blocks of the one-tile kernel).
 constexpr int64_t kWaveBlocks = 264;
 
-int TokenTiles(int64_t T) { return T <= 8 ? 1 : 2; }
+// 8-token MMA columns for T tokens (1 <= T <= kStreamMaxTokens): ceil(T / 8), so T = 17..24
+// takes 3 tiles and 25..32 four.
+int TokenTiles(int64_t T) { return static_cast<int>((T + 7) / 8); }
 
 // Programmatic dependent launch (pdl.cuh): both kernels go through pdl::Launch. The
 // quantisation kernel waits for its predecessor, then lets LinearStreamKernel start; the
@@ -121,7 +132,8 @@ struct StreamArgs {
   bool accumulate;
 };
 
-// One K step's registers: 32 weight bytes of rows g and g + 8, the B units, the scale byte.
+// One K step's registers: 32 weight bytes of rows g and g + 8, the B units, the scale byte
+// (NT <= 2: a step's activations are loaded with its weights, a step ahead).
 template <int NT>
 struct StepRegs {
   uint4 w[4];
@@ -129,8 +141,15 @@ struct StepRegs {
   uint32_t scale;
 };
 
-template <int NT>
-__device__ __forceinline__ void LoadWeights(StepRegs<NT>& s, const uint8_t* w0, const uint8_t* w1,
+// NT >= 3 (the B units of a whole step would take 16 * NT registers): one K step's weight
+// registers and scale byte only; the activations are loaded unit by unit within the step.
+struct WeightRegs {
+  uint4 w[4];
+  uint32_t scale;
+};
+
+template <typename Regs>  // StepRegs<NT> or WeightRegs
+__device__ __forceinline__ void LoadWeights(Regs& s, const uint8_t* w0, const uint8_t* w1,
                                             const uint8_t* sc, int64_t st) {
   const int64_t off = st * kStepK;
   s.w[0] = mma::LoadStreaming16(w0 + off);
@@ -157,23 +176,46 @@ __device__ __forceinline__ void LoadStep(StepRegs<NT>& s, const uint8_t* w0, con
   LoadActivations(s, xp, x_st);
 }
 
+// The bf16x2 factors that take an e4m3 pair (value * 2^-120) to value * 2^(S - 127): f1,
+// then f2 where !one (S > 134); all_one: no lane of the warp needs f2.
+struct ScaleFactors {
+  uint32_t f1, f2;
+  bool one, all_one;
+};
+
+__device__ __forceinline__ ScaleFactors StepFactors(uint32_t S) {
+  ScaleFactors f;
+  f.one = S <= 134;  // 2^(S - 7) is a normal bf16
+  f.f1 = (f.one ? S + 120 : 247u) * 0x00800080u;
+  f.f2 = E8m0ToBf16x2(S);
+  f.all_one = __all_sync(0xffffffffu, f.one);
+  return f;
+}
+
+// The A registers of MMA m (0..7) of a step from its weight words w (see the file comment).
+__device__ __forceinline__ void WeightFragment(const uint4 (&w)[4], int m, const ScaleFactors& f,
+                                               uint32_t (&a)[4]) {
+  const uint32_t wa = Word(w[m / 4], m % 4), wb = Word(w[2 + m / 4], m % 4);
+  a[0] = E4m3PairA(wa);
+  a[1] = E4m3PairA(wb);
+  a[2] = E4m3PairB(wa);
+  a[3] = E4m3PairB(wb);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f.f1);
+  if (!f.all_one && !f.one) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f.f2);
+  }
+}
+
 // The 8 MMAs of one step (see the file comment for the operand maps).
 template <int NT>
 __device__ __forceinline__ void ComputeStep(const StepRegs<NT>& s, float (&acc)[NT][4]) {
-  const uint32_t S = s.scale;
-  const bool one = S <= 134;  // 2^(S - 7) is a normal bf16
-  const uint32_t f1 = (one ? S + 120 : 247u) * 0x00800080u, f2 = E8m0ToBf16x2(S);
-  const bool all_one = __all_sync(0xffffffffu, one);
+  const ScaleFactors f = StepFactors(s.scale);
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
-    const uint32_t wa = Word(s.w[m / 4], m % 4), wb = Word(s.w[2 + m / 4], m % 4);
-    uint32_t a[4] = {E4m3PairA(wa), E4m3PairA(wb), E4m3PairB(wa), E4m3PairB(wb)};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f1);
-    if (!all_one && !one) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f2);
-    }
+    uint32_t a[4];
+    WeightFragment(s.w, m, f, a);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const uint4& u = s.x[m / 2][nt];
@@ -212,6 +254,73 @@ __device__ __forceinline__ void AccumulateRows(const StreamArgs& a, int64_t r, i
   }
 }
 
+// --- NT >= 3: activations loaded within the step ----------------------------------------
+
+// x[nt] = the B unit q of x step x_st for token tile nt (this lane's).
+template <int NT>
+__device__ __forceinline__ void LoadUnit(uint4 (&x)[NT], const uint4* xp, int64_t x_st, int q) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) x[nt] = __ldg(xp + ((x_st * 4 + q) * NT + nt) * 32);
+}
+
+// ComputeStep for NT >= 3, the MMAs in the same order (m = 0..7, each over the token tiles).
+// Unit q of x step x_st is x[q % 2]: x[0] holds unit 0 on entry; unit q + 1 is loaded before
+// unit q's MMAs, and after unit 2's MMAs x[0] takes unit 0 of x step x_st + 1 if `next`.
+template <int NT>
+__device__ __forceinline__ void ComputeStepJit(const WeightRegs& s, const uint4* xp, int64_t x_st,
+                                               bool next, uint4 (&x)[2][NT], float (&acc)[NT][4]) {
+  const ScaleFactors f = StepFactors(s.scale);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if (q < 3) {
+      LoadUnit<NT>(x[(q + 1) % 2], xp, x_st, q + 1);
+    } else if (next) {
+      LoadUnit<NT>(x[0], xp, x_st + 1, 0);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t a[4];
+      WeightFragment(s.w, 2 * q + h, f, a);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint4& u = x[q % 2][nt];
+        if (h == 0) {
+          mma::MmaBf16(acc[nt], a, u.x, u.y);
+        } else {
+          mma::MmaBf16(acc[nt], a, u.z, u.w);
+        }
+      }
+    }
+  }
+}
+
+// AccumulateRows for NT >= 3: the same weight double buffer and step order; the activations
+// of a step are loaded within it (ComputeStepJit), the next step's first unit ahead.
+template <int NT>
+__device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r, int64_t s0,
+                                                  int64_t s1, float (&acc)[NT][4]) {
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, c = lane % 4;
+  const uint8_t* w0 = a.w + (r + g) * a.K + 32 * c;
+  const uint8_t* w1 = w0 + 8 * a.K;
+  const uint8_t* sc = a.scale + (r / 32) * (a.K / 32) + c;
+  const int64_t x0 = (r / a.group_rows) * a.group_steps;  // x step of weight step 0
+  const uint4* xp = a.xf + lane;
+  WeightRegs buf[2];
+  if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
+  if (s0 + 1 < s1) LoadWeights(buf[1], w0, w1, sc, s0 + 1);
+  pdl::WaitThenAllowNext();
+  uint4 x[2][NT];
+  if (s0 < s1) LoadUnit<NT>(x[0], xp, x0 + s0, 0);
+  for (int64_t st = s0; st < s1; st += 2) {
+    ComputeStepJit<NT>(buf[0], xp, x0 + st, st + 1 < s1, x, acc);
+    if (st + 2 < s1) LoadWeights(buf[0], w0, w1, sc, st + 2);
+    if (st + 1 < s1) {
+      ComputeStepJit<NT>(buf[1], xp, x0 + st + 1, st + 2 < s1, x, acc);
+      if (st + 3 < s1) LoadWeights(buf[1], w0, w1, sc, st + 3);
+    }
+  }
+}
+
 // Up to kMaxStreamTargets weights (row ranges) over the same activations in one launch:
 // blocks [block_end[i - 1], block_end[i]) compute target i exactly as a launch of its own
 // would (same split, same warps' row groups), so the bits do not depend on the grouping.
@@ -237,8 +346,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   float acc[NT][4] = {};
   if (!active) pdl::WaitThenAllowNext();  // (an active warp waits in AccumulateRows)
   if (active) {
-    AccumulateRows<NT>(a, a.row0 + rg * kWarpRows, part * steps / a.split,
-                       (part + 1) * steps / a.split, acc);
+    const int64_t r = a.row0 + rg * kWarpRows, s0 = part * steps / a.split,
+                  s1 = (part + 1) * steps / a.split;
+    if constexpr (NT <= 2) {
+      AccumulateRows<NT>(a, r, s0, s1, acc);
+    } else {
+      AccumulateRowsJit<NT>(a, r, s0, s1, acc);
+    }
   }
   if (a.split > 1) {  // the parts' sums, added in part order by part 0
 #pragma unroll
@@ -295,8 +409,16 @@ cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_col
     m.block_end[i] = blocks;
   }
   const dim3 grid(static_cast<unsigned>(blocks));
-  return nts == 1 ? pdl::Launch(LinearStreamKernel<1>, grid, kThreads, 0, stream, m)
-                  : pdl::Launch(LinearStreamKernel<2>, grid, kThreads, 0, stream, m);
+  switch (nts) {
+    case 1:
+      return pdl::Launch(LinearStreamKernel<1>, grid, kThreads, 0, stream, m);
+    case 2:
+      return pdl::Launch(LinearStreamKernel<2>, grid, kThreads, 0, stream, m);
+    case 3:
+      return pdl::Launch(LinearStreamKernel<3>, grid, kThreads, 0, stream, m);
+    default:
+      return pdl::Launch(LinearStreamKernel<4>, grid, kThreads, 0, stream, m);
+  }
 }
 
 cudaError_t Launch(StreamArgs a, const float* x, int64_t x_cols, int64_t ldx, void* scratch,

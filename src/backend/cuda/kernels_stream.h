@@ -19,8 +19,9 @@
 
 namespace deepinfer::backend::cuda::kernels {
 
-// Token rows LinearStream takes at most (two 8-token MMA columns).
-inline constexpr int64_t kStreamMaxTokens = 16;
+// Token rows LinearStream takes at most (four 8-token MMA columns). The backend streams FP8
+// Linears up to this many tokens by default (CudaBackend::set_linear_stream_max_tokens).
+inline constexpr int64_t kStreamMaxTokens = 32;
 
 // True if LinearStream handles rows [row0, row0 + n_rows) of w for T tokens: FP8 block-32
 // weight, K = w.cols a positive multiple of 128, row0 and n_rows multiples of 16 (so a warp's
