@@ -169,6 +169,12 @@ base::Status CudaBackend::Init() {
       TokensFromEnv("DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS", kFp8Bf16GemmMinTokens);
   linear_stream_max_tokens_ =
       TokensFromEnv("DEEPINFER_LINEAR_STREAM_MAX_TOKENS", kernels::kStreamMaxTokens);
+  fp8_bf16_copy_min_tokens_ =
+      TokensFromEnv("DEEPINFER_FP8_BF16_COPY_MIN_TOKENS", kFp8Bf16CopyMinTokens);
+  fp8_bf16_copy_budget_ =
+      static_cast<size_t>(TokensFromEnv("DEEPINFER_FP8_BF16_COPY_GIB",
+                                        static_cast<int64_t>(kFp8Bf16CopyBudget >> 30)))
+      << 30;
   experts_bf16_min_tokens_ =
       TokensFromEnv("DEEPINFER_EXPERTS_BF16_MIN_TOKENS", kExpertsBf16MinTokens);
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
@@ -491,9 +497,11 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
     });
   };
   if (fp8_activations_ && kernels::Fp8LinearApplicable(*dw)) {
-    if (Fp8UsesBf16Gemm(T)) {
-      LinearFp8Bf16(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
-    } else if (Fp8UsesStream(T) && kernels::LinearStreamApplicable(*dw, row0, n_rows, T)) {
+    const bool stream = Fp8UsesStream(T) && kernels::LinearStreamApplicable(*dw, row0, n_rows, T);
+    const uint16_t* copy = stream ? nullptr : Fp8Bf16CopyFor(*dw, T);
+    if (Fp8UsesBf16Gemm(T) || copy != nullptr) {
+      LinearFp8Bf16(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate, copy);
+    } else if (stream) {
       LinearFp8Stream(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
     } else {
       LinearFp8(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate);
@@ -578,22 +586,25 @@ void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
 
 void CudaBackend::LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_t T,
                                  const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
-                                 float* y, int64_t ldy, bool accumulate) {
+                                 float* y, int64_t ldy, bool accumulate,
+                                 const uint16_t* bf16_copy) {
   const int64_t K = w.cols;
-  // A BF16 weight is multiplied in place (one GEMM over all rows); other formats are
-  // dequantised to bf16 a tile of rows at a time into the fp32 scratch (two values per float).
-  const bool in_place = w.format == model::WeightFormat::kBF16;
+  // A BF16 weight (or a kept bf16 copy) is multiplied in place (one GEMM over all rows);
+  // other formats are dequantised to bf16 a tile of rows at a time into the fp32 scratch (two
+  // values per float).
+  const bool in_place = w.format == model::WeightFormat::kBF16 || bf16_copy != nullptr;
+  const uint16_t* bf16_rows =
+      bf16_copy != nullptr ? bf16_copy : static_cast<const uint16_t*>(w.data);
   const int64_t tile = in_place ? n_rows : std::min(TileRows(K), n_rows);
-  auto* w_tile =
+  auto* scratch =
       in_place ? nullptr : reinterpret_cast<uint16_t*>(LinearScratch((tile * K + 1) / 2));
-  if (!in_place && w_tile == nullptr) return;
+  if (!in_place && scratch == nullptr) return;
   const float one = 1.0f, zero = 0.0f;
   for (int64_t r = 0; r < n_rows; r += tile) {
     const int64_t n = std::min(tile, n_rows - r);
-    if (in_place) {
-      w_tile = static_cast<uint16_t*>(const_cast<void*>(w.data)) + (row0 + r) * K;
-    } else if (!Check(kernels::DequantRowsBf16(w, row0 + r, n, w_tile, stream_),
-                      "Linear dequant bf16")) {
+    const uint16_t* w_tile = in_place ? bf16_rows + (row0 + r) * K : scratch;
+    if (!in_place &&
+        !Check(kernels::DequantRowsBf16(w, row0 + r, n, scratch, stream_), "Linear dequant bf16")) {
       return;
     }
     // Column-major: y^T [n, T] (+)= W_tile [K, n]^T part^T [K, T], for each part in order.

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend/cuda/device_arena.h"
+#include "backend/cuda/kernels_stream.h"
 #include "backend/cuda/stream_tape.h"
 #include "backend/cuda/weight_cache.h"
 #include "base/status.h"
@@ -75,6 +76,8 @@ class CudaBackend final : public model::Backend {
   // tape holds (see set_graphs) and stops recording this thread's launches until the next op.
   cudaStream_t stream();
   size_t weight_bytes() const { return weights_.bytes(); }
+  // Device bytes of the kept bf16 weight copies (set_fp8_bf16_copy).
+  size_t bf16_copy_bytes() const { return weights_.bf16_copy_bytes(); }
   size_t arena_bytes_live() const { return arena_.bytes_live(); }
   // Linear calls with at most this many token rows use the fused dequant GEMV kernel
   // (default kernels::kDefaultGemvTokens, at most kernels::kMaxGemvTokens; 0 = always dequantise +
@@ -149,6 +152,21 @@ class CudaBackend final : public model::Backend {
   // kernels::LinearFp8 (default kernels::kStreamMaxTokens; DEEPINFER_LINEAR_STREAM_MAX_TOKENS
   // =<t> at creation, 0 = never).
   void set_linear_stream_max_tokens(int64_t t) { linear_stream_max_tokens_ = t; }
+  // FP8-activation mode, not batch-invariant: an FP8 block-32 Linear (and LinearGrouped) of
+  // at least `min_tokens` token rows that LinearStream does not take multiplies a bf16 copy of
+  // its weight with one cuBLAS bf16 GEMM (x quantised to bf16 as in the bf16 GEMM path above).
+  // The copy is made by one dequantisation the first time and kept on the device with the
+  // weight (WeightCache::Bf16Copy); it is exact, an e4m3 value times its ue8m0 block scale
+  // being a bf16 value, so only the fp32 summation order differs from LinearFp8. The copies
+  // take at most `budget_bytes` in all; past that a weight keeps the per-call paths (default
+  // kFp8Bf16CopyMinTokens and kFp8Bf16CopyBudget; DEEPINFER_FP8_BF16_COPY_MIN_TOKENS=<t>, 0 =
+  // never, and DEEPINFER_FP8_BF16_COPY_GIB=<GiB> at creation).
+  static constexpr int64_t kFp8Bf16CopyMinTokens = kernels::kStreamMaxTokens + 1;
+  static constexpr size_t kFp8Bf16CopyBudget = size_t{16} << 30;
+  void set_fp8_bf16_copy(int64_t min_tokens, size_t budget_bytes) {
+    fp8_bf16_copy_min_tokens_ = min_tokens;
+    fp8_bf16_copy_budget_ = budget_bytes;
+  }
   // FP8-activation mode, not batch-invariant: RoutedExperts with at least `t` tokens runs
   // kernels::RoutedExpertsBf16 (block scales folded into bf16 operands, one fp32 sum over K;
   // weight streaming at decode, wgmma tiles at prefill) instead of kernels::RoutedExpertsFp8
@@ -337,9 +355,10 @@ class CudaBackend final : public model::Backend {
                        int terms);
   // The GEMMs of LinearBf16Split: y [T, n_rows] (ld ldy) (+)= sum over the `terms` bf16
   // activation parts [T, K] (ld K) of W[row0 .., :] part^T, parts added in order.
+  // bf16_copy: w's kept bf16 copy (all rows), multiplied in place; null: dequantise tiles.
   void LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_t T,
                       const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows, float* y,
-                      int64_t ldy, bool accumulate);
+                      int64_t ldy, bool accumulate, const uint16_t* bf16_copy = nullptr);
   // x [T, K] (row stride ldx) quantised for the FP8 kernels into temp memory, followed by
   // extra_bytes of scratch (extra, null if 0); q is null after a failure (recorded).
   struct Fp8Input {
@@ -356,16 +375,26 @@ class CudaBackend final : public model::Backend {
   // in temp memory; null after a failure (recorded).
   const uint16_t* QuantizeFp8Bf16(const float* x, int64_t T, int64_t K, int64_t ldx);
   // Linear in the FP8-activation mode for many tokens: x quantised to bf16
-  // (kernels::QuantizeFp8ActivationsBf16), then LinearBf16Gemm.
+  // (kernels::QuantizeFp8ActivationsBf16), then LinearBf16Gemm (on bf16_copy if not null).
   void LinearFp8Bf16(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
-                     int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
+                     int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate,
+                     const uint16_t* bf16_copy);
   // LinearGrouped in the FP8-activation mode (contiguous groups, one GEMM launch).
   void LinearGroupedFp8(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
                         int64_t groups, float* y, int64_t ldy);
   // LinearGroupedFp8 for many tokens: x quantised to bf16, the weight dequantised to bf16 a
-  // tile of whole groups at a time, one strided-batched cuBLAS bf16 GEMM per tile.
+  // tile of whole groups at a time (or all of w's kept bf16_copy if not null), one
+  // strided-batched cuBLAS bf16 GEMM per tile.
   void LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
-                            int64_t groups, float* y, int64_t ldy);
+                            int64_t groups, float* y, int64_t ldy, const uint16_t* bf16_copy);
+  // Whether an FP8-mode Linear of T token rows may use a kept bf16 weight copy.
+  bool Fp8UsesBf16Copy(int64_t T) const {
+    return !batch_invariant_ && fp8_bf16_copy_min_tokens_ > 0 && fp8_bf16_copy_budget_ > 0 &&
+           T >= fp8_bf16_copy_min_tokens_;
+  }
+  // The kept bf16 copy of FP8 weight w for a Linear of T token rows (made on first use), or
+  // null when T does not use copies or the budget / device memory does not allow one.
+  const uint16_t* Fp8Bf16CopyFor(const kernels::DeviceWeight& w, int64_t T);
   // Whether an FP8-mode Linear of T token rows takes the bf16 GEMM (never batch-invariant).
   bool Fp8UsesBf16Gemm(int64_t T) const {
     return !batch_invariant_ && fp8_bf16_gemm_min_tokens_ > 0 && T >= fp8_bf16_gemm_min_tokens_;
@@ -426,6 +455,8 @@ class CudaBackend final : public model::Backend {
   bool paged_indexer_ = true;
   bool linear_many_ = true;
   int64_t linear_stream_max_tokens_ = 0;  // set in Init(); FP8 mode's LinearStream (0 = never)
+  int64_t fp8_bf16_copy_min_tokens_ = 0;  // set in Init(); kept bf16 weight copies (0 = never)
+  size_t fp8_bf16_copy_budget_ = 0;       // set in Init(); their device bytes at most
   int64_t experts_bf16_min_tokens_ = 0;   // set in Init(); RoutedExpertsBf16 (0 = never)
   bool batch_invariant_ = false;          // set in Init(); set_batch_invariant
 

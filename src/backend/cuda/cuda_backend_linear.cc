@@ -54,9 +54,17 @@ void CudaBackend::LinearFp8(const float* x, int64_t T, int64_t ldx, const kernel
 
 void CudaBackend::LinearFp8Bf16(const float* x, int64_t T, int64_t ldx,
                                 const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
-                                float* y, int64_t ldy, bool accumulate) {
+                                float* y, int64_t ldy, bool accumulate, const uint16_t* bf16_copy) {
   const uint16_t* xq = QuantizeFp8Bf16(x, T, w.cols, ldx);
-  if (xq != nullptr) LinearBf16Gemm(&xq, 1, T, w, row0, n_rows, y, ldy, accumulate);
+  if (xq != nullptr) LinearBf16Gemm(&xq, 1, T, w, row0, n_rows, y, ldy, accumulate, bf16_copy);
+}
+
+const uint16_t* CudaBackend::Fp8Bf16CopyFor(const kernels::DeviceWeight& w, int64_t T) {
+  if (!Fp8UsesBf16Copy(T) || w.format != model::WeightFormat::kFp8Block32) return nullptr;
+  return weights_.Bf16Copy(w, fp8_bf16_copy_budget_,
+                           [this](const kernels::DeviceWeight& view, uint16_t* out) {
+                             return kernels::DequantRowsBf16(view, 0, view.rows, out, stream_);
+                           });
 }
 
 void CudaBackend::LinearFp8Stream(const float* x, int64_t T, int64_t ldx,
@@ -92,19 +100,24 @@ void CudaBackend::LinearGroupedFp8(const float* x, int64_t T, int64_t ldx,
 
 void CudaBackend::LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx,
                                        const kernels::DeviceWeight& w, int64_t groups, float* y,
-                                       int64_t ldy) {
+                                       int64_t ldy, const uint16_t* bf16_copy) {
   const int64_t K = w.cols, R = w.rows / groups;
   const uint16_t* xq = QuantizeFp8Bf16(x, T, groups * K, ldx);  // [T, groups * K]
   if (xq == nullptr) return;
-  // Whole groups per weight tile, about kBf16TileValues bf16 values (at least one group).
-  const int64_t tile = std::clamp<int64_t>(kBf16TileValues / (R * K), 1, groups);
-  auto* w_tile = reinterpret_cast<uint16_t*>(LinearScratch((tile * R * K + 1) / 2));
-  if (w_tile == nullptr) return;
+  // Whole groups per weight tile, about kBf16TileValues bf16 values (at least one group), or
+  // all groups of the kept copy.
+  const int64_t tile =
+      bf16_copy != nullptr ? groups : std::clamp<int64_t>(kBf16TileValues / (R * K), 1, groups);
+  auto* scratch = bf16_copy != nullptr
+                      ? nullptr
+                      : reinterpret_cast<uint16_t*>(LinearScratch((tile * R * K + 1) / 2));
+  if (bf16_copy == nullptr && scratch == nullptr) return;
   const float one = 1.0f, zero = 0.0f;
   for (int64_t g = 0; g < groups; g += tile) {
     const int64_t n = std::min(tile, groups - g);
-    if (!Check(kernels::DequantRowsBf16(w, g * R, n * R, w_tile, stream_),
-               "LinearGrouped dequant bf16")) {
+    const uint16_t* w_tile = bf16_copy != nullptr ? bf16_copy + g * R * K : scratch;
+    if (bf16_copy == nullptr && !Check(kernels::DequantRowsBf16(w, g * R, n * R, scratch, stream_),
+                                       "LinearGrouped dequant bf16")) {
       return;
     }
     // Column-major, per group g: y_g^T [R, T] (ld ldy) = W_g [K, R]^T xq_g^T [K, T] (ld
@@ -160,7 +173,8 @@ void CudaBackend::LinearMany(const float* x, int64_t T, int64_t ldx, const model
   }
   const int count = static_cast<int>(n);
   const bool stream = Fp8UsesStream(T) && kernels::LinearStreamManyApplicable(targets, count, T);
-  if (!stream && !all_tiles) return Backend::LinearMany(x, T, ldx, outs, n);
+  // Past the stream, each output on its own Linear (which may multiply a kept bf16 copy).
+  if (!stream && (!all_tiles || Fp8UsesBf16Copy(T))) return Backend::LinearMany(x, T, ldx, outs, n);
   if (!Usable()) return;
   const int64_t K = outs[0].w->cols;
   if (stream) {
@@ -204,9 +218,12 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
     if (!fw.ok()) return Fail(fw.status());
     if (kernels::Fp8LinearGroupedApplicable(*fw, groups)) {
       if (!Usable()) return;
-      if (Fp8UsesBf16Gemm(T)) {
-        LinearGroupedFp8Bf16(x, T, ldx, *fw, groups, y, ldy);
-      } else if (Fp8UsesStream(T) && kernels::LinearStreamGroupedApplicable(*fw, groups, T)) {
+      const bool stream =
+          Fp8UsesStream(T) && kernels::LinearStreamGroupedApplicable(*fw, groups, T);
+      const uint16_t* copy = stream ? nullptr : Fp8Bf16CopyFor(*fw, T);
+      if (Fp8UsesBf16Gemm(T) || copy != nullptr) {
+        LinearGroupedFp8Bf16(x, T, ldx, *fw, groups, y, ldy, copy);
+      } else if (stream) {
         LinearGroupedFp8Stream(x, T, ldx, *fw, groups, y, ldy);
       } else {
         LinearGroupedFp8(x, T, ldx, *fw, groups, y, ldy);

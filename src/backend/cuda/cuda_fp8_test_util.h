@@ -41,10 +41,14 @@ struct HostWeight {
 class CudaFp8Test : public CudaVsCpuTest {
  protected:
   // The tests of LinearFp8 and of the bf16 GEMMs pin those paths: the few-token streaming
-  // Linear (kernels_stream.h, on by default) is tested on its own (cuda_linear_stream_test.cc).
+  // Linear (kernels_stream.h) and the kept bf16 weight copies (set_fp8_bf16_copy), both on by
+  // default, are tested on their own (cuda_linear_stream_test.cc, cuda_fp8_copy_test.cc).
   void SetUp() override {
     CudaVsCpuTest::SetUp();
-    if (gpu_ != nullptr) gpu_->set_linear_stream_max_tokens(0);
+    if (gpu_ != nullptr) {
+      gpu_->set_linear_stream_max_tokens(0);
+      gpu_->set_fp8_bf16_copy(0, 0);
+    }
   }
 
   // MXFP4 scale bytes are drawn from [fp4_scale_lo, fp4_scale_hi].

@@ -96,13 +96,18 @@ size_t WeightCache::KeyHash::operator()(const Key& k) const {
 WeightCache::~WeightCache() { Clear(); }
 
 void WeightCache::FreeEntry(Entry& entry) {
-  if (entry.owned_data || entry.owned_scale) {
+  if (entry.owned_data || entry.owned_scale || entry.bf16_copy) {
     if (before_free_) before_free_();
     cudaDeviceSynchronize();  // no kernel still reads it
   }
-  if (entry.owned_data) cudaFree(entry.owned_data);
+  if (entry.owned_data) {
+    by_device_data_.erase(entry.owned_data);
+    cudaFree(entry.owned_data);
+  }
   if (entry.owned_scale) cudaFree(entry.owned_scale);
+  if (entry.bf16_copy) cudaFree(entry.bf16_copy);
   bytes_ -= entry.owned_bytes;
+  bf16_bytes_ -= entry.bf16_bytes;
   entry = Entry{};
 }
 
@@ -110,6 +115,7 @@ void WeightCache::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, entry] : entries_) FreeEntry(entry);
   entries_.clear();
+  by_device_data_.clear();
 }
 
 namespace {
@@ -161,13 +167,44 @@ base::StatusOr<kernels::DeviceWeight> WeightCache::Get(const model::WeightRef& w
     entry.owned_bytes += size.scale;
   }
   bytes_ += entry.owned_bytes;
+  if (entry.owned_data != nullptr) by_device_data_[entry.owned_data] = key;
   entries_.emplace(key, entry);
   return entry.view;
+}
+
+const uint16_t* WeightCache::Bf16Copy(const kernels::DeviceWeight& view, size_t budget_bytes,
+                                      const Bf16Maker& make) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto key = by_device_data_.find(view.data);
+  if (key == by_device_data_.end()) return nullptr;
+  Entry& e = entries_.at(key->second);
+  if (e.bf16_copy != nullptr) return static_cast<const uint16_t*>(e.bf16_copy);
+  const size_t bytes = static_cast<size_t>(view.rows) * static_cast<size_t>(view.cols) * 2;
+  if (bf16_bytes_ + bytes > budget_bytes) return nullptr;
+  void* out = nullptr;
+  if (cudaMalloc(&out, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (make(e.view, static_cast<uint16_t*>(out)) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(out);
+    return nullptr;
+  }
+  e.bf16_copy = out;
+  e.bf16_bytes = bytes;
+  bf16_bytes_ += bytes;
+  return static_cast<const uint16_t*>(out);
 }
 
 size_t WeightCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
+}
+
+size_t WeightCache::bf16_copy_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bf16_bytes_;
 }
 
 }  // namespace deepinfer::backend::cuda

@@ -37,12 +37,21 @@ class WeightCache {
 
   // The device view of `w`, uploading it (synchronously) the first time.
   base::StatusOr<kernels::DeviceWeight> Get(const model::WeightRef& w);
-  // Frees every uploaded weight (synchronises the device).
+  // The bf16 [rows, cols] copy of an uploaded weight whose device view is `view` (the view Get
+  // returned), made on the first request by make(view, out), which fills the fresh device
+  // buffer `out` on the caller's stream, and freed with the weight. nullptr (not an error)
+  // when `view` is no uploaded weight of this cache, when the copies would exceed
+  // `budget_bytes` in all, or when the allocation or `make` fails.
+  using Bf16Maker = std::function<cudaError_t(const kernels::DeviceWeight&, uint16_t*)>;
+  const uint16_t* Bf16Copy(const kernels::DeviceWeight& view, size_t budget_bytes,
+                           const Bf16Maker& make);
+  // Frees every uploaded weight and bf16 copy (synchronises the device).
   void Clear();
   // Called before a device copy of a weight is freed: the owner issues any work it has
   // recorded but not yet enqueued that may still read it (StreamTape).
   void set_before_free(std::function<void()> f) { before_free_ = std::move(f); }
   size_t bytes() const;
+  size_t bf16_copy_bytes() const;
 
  private:
   struct Key {
@@ -60,14 +69,19 @@ class WeightCache {
     void* owned_data = nullptr;
     void* owned_scale = nullptr;
     size_t owned_bytes = 0;
-    uint64_t fingerprint = 0;  // of the host bytes (0 for device-resident weights)
+    uint64_t fingerprint = 0;   // of the host bytes (0 for device-resident weights)
+    void* bf16_copy = nullptr;  // Bf16Copy's buffer, if made
+    size_t bf16_bytes = 0;
   };
   void FreeEntry(Entry& entry);
 
   mutable std::mutex mu_;
   std::function<void()> before_free_;
   std::unordered_map<Key, Entry, KeyHash> entries_;
+  // Uploaded entries by their device data pointer (Bf16Copy's lookup); erased with the entry.
+  std::unordered_map<const void*, Key> by_device_data_;
   size_t bytes_ = 0;
+  size_t bf16_bytes_ = 0;
 };
 
 }  // namespace deepinfer::backend::cuda
