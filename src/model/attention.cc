@@ -526,21 +526,27 @@ void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
   backend_->RmsNorm(q_r0.data(), R, t.q_lora_rank, t.q_lora_rank, w.q_norm.data(), eps, q_r.data(),
                     t.q_lora_rank);
   DeviceFloats q(backend_, R * H * d);
-  backend_->Linear(q_r.data(), R, t.q_lora_rank, w.wq_b, 0, H * d, q.data(), H * d);
-  backend_->Rope(q.data(), R, H * d, H, d, d - rd, rd / 2, b.pos.data(), inv_freq, false);
 
-  // This step's window KV of every row: kv_norm, RoPE, FP8 fake-quant.
+  // Side branch (Backend::BeginSideBranch), concurrent with q's projection: this step's
+  // window KV of every row (kv_norm, RoPE, FP8 fake-quant), the compressor and the indexer.
+  // They read u, kv0 and q_r and write kv, the sequences' state and the selection; the main
+  // branch reads q_r and writes q.
+  backend_->BeginSideBranch(R);
   backend_->RmsNorm(kv0.data(), R, d, d, w.kv_norm.data(), eps, kv.data(), d);
   RopeAndFakeQuant(backend_, kv.data(), R, 1, d, rd, b.pos.data(), inv_freq,
                    FakeQuantKind::kFp8Block32Pow2);
   Emit("layers." + std::to_string(layer) + ".window_kv", kv.data(), R, d);
-
   if (ratio > 0) {
     const int src = config_.KvSourceOf(layer);
     const int gi = GroupIndex(config_, src);
     if (src == layer) Compress(layer, b, u, gi);
     if (config_.IsIndexSource(layer)) Indexer(layer, b, u, q_r.data(), gi);
   }
+  backend_->EndSideBranch();
+  backend_->Linear(q_r.data(), R, t.q_lora_rank, w.wq_b, 0, H * d, q.data(), H * d);
+  backend_->Rope(q.data(), R, H * d, H, d, d - rd, rd / 2, b.pos.data(), inv_freq, false);
+  backend_->JoinSideBranch();
+
   DeviceFloats o(backend_, R * H * d);
   BatchAttention(layer, b, q.data(), kv.data(), o.data());
   backend_->Rope(o.data(), R, H * d, H, d, d - rd, rd / 2, b.pos.data(), inv_freq, true);

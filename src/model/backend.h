@@ -151,6 +151,20 @@ class Backend {
   // Callers check it after a forward pass: ops themselves return nothing.
   virtual base::Status Synchronize() { return base::Status::Ok(); }
 
+  // --- concurrency hints --------------------------------------------------------------
+  // The ops issued between BeginSideBranch() and EndSideBranch() (the side branch) may run
+  // concurrently with the ops issued after EndSideBranch() until JoinSideBranch() (the main
+  // branch); ops after JoinSideBranch() run after both. Calls come in exactly this order and
+  // do not nest. The caller guarantees that neither branch writes memory the other reads or
+  // writes, and that nothing the side branch writes is read before the join. Memory freed
+  // in either branch is not reused until the join. Results must not depend on whether the
+  // branches overlap: a backend may ignore the hints (the default; ops then run in the
+  // order issued). `rows`: the token rows the branches work on (overlap may not pay for
+  // large batches, whose kernels fill the device on their own).
+  virtual void BeginSideBranch(int64_t /*rows*/) {}
+  virtual void EndSideBranch() {}
+  virtual void JoinSideBranch() {}
+
   // --- memory -------------------------------------------------------------------------
   // Backend-memory helpers so that the model can stage host data (ids, positions).
   // n floats / int32s, zero-filled.

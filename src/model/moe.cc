@@ -105,8 +105,19 @@ bool MoeLayer::ForwardFused(const MoeWeights& w, const float* v, int64_t T, int6
 }
 
 void MoeLayer::Forward(const MoeWeights& w, const float* v, int64_t T, int64_t D, float* y) {
-  if (dispatcher_->local() && ForwardFused(w, v, T, D, y)) {
-    Ffn(w.shared, v, T, nullptr, y, /*accumulate=*/true);
+  if (dispatcher_->local() && !w.experts.empty() &&
+      backend_->CanFuseRoutedExperts(T, w.experts[0])) {
+    // The shared expert as a side branch (Backend::BeginSideBranch) into its own buffer,
+    // concurrent with the routing and the routed experts, then y = routed + shared: for a
+    // Linear that adds its finished sum to y (the CPU's, the FP8 paths') the same bits as
+    // accumulating the shared expert's last Linear into y.
+    DeviceFloats shared(backend_, T * D);
+    backend_->BeginSideBranch(T);
+    Ffn(w.shared, v, T, nullptr, shared.data(), /*accumulate=*/false);
+    backend_->EndSideBranch();
+    CHECK(ForwardFused(w, v, T, D, y));
+    backend_->JoinSideBranch();
+    backend_->Add(y, shared.data(), T * D, y);
     return;
   }
   const Routing routing = Route(w, v, T, D);

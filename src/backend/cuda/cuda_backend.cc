@@ -31,7 +31,6 @@ constexpr size_t kPinnedBytes = size_t{16} << 20;     // staging buffer of Uploa
 constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the pageable path
 // Kernels per recorded segment (set_graph_segment_kernels; the ramp: cuda_backend_tape.cc).
 constexpr int64_t kGraphSegmentKernels = 32;
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 int64_t TileRows(int64_t cols) {
   const int64_t max_floats = int64_t{32} << 20;
@@ -161,6 +160,7 @@ base::Status CudaBackend::Init() {
   fused_experts_ = fused == nullptr || std::strcmp(fused, "0") != 0;
   const char* paged = std::getenv("DEEPINFER_CUDA_PAGED_INDEXER");
   paged_indexer_ = paged == nullptr || std::strcmp(paged, "0") != 0;
+  side_branch_max_rows_ = TokensFromEnv("DEEPINFER_CUDA_SIDE_BRANCH_MAX_ROWS", kSideBranchMaxRows);
   const char* many = std::getenv("DEEPINFER_CUDA_LINEAR_MANY");
   linear_many_ = many == nullptr || std::strcmp(many, "0") != 0;
   const char* fp8 = std::getenv("DEEPINFER_CUDA_FP8_ACT");
@@ -196,7 +196,10 @@ CudaBackend::~CudaBackend() {
   ReleaseTemps();
   FreeExpertTables();
   FreeTimingEvents();
-  if (linear_scratch_) arena_.Release(linear_scratch_).IgnoreError();
+  for (float* scratch : linear_scratch_) {
+    if (scratch) arena_.Release(scratch).IgnoreError();
+  }
+  for (void* p : deferred_releases_) arena_.Release(p).IgnoreError();
   if (error_word_) cudaFree(error_word_);
   if (error_host_) cudaFreeHost(error_host_);
   if (hc_mix_counters_) cudaFree(hc_mix_counters_);
@@ -204,6 +207,8 @@ CudaBackend::~CudaBackend() {
   if (cublas_lt_) cublasLtDestroy(cublas_lt_);
   if (cublas_) cublasDestroy(cublas_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
+  if (cublas_side_) cublasDestroy(cublas_side_);
+  if (cublas_side_workspace_) cudaFree(cublas_side_workspace_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -303,7 +308,7 @@ void* CudaBackend::TempBytes(size_t bytes) {
 }
 
 void CudaBackend::ReleaseTemps() {
-  for (void* p : temps_) arena_.Release(p).IgnoreError();
+  for (void* p : temps_) ReleaseDevice(p, "op temporaries");
   temps_.clear();
 }
 
@@ -313,18 +318,19 @@ void CudaBackend::set_batch_invariant(bool on) {
 }
 
 float* CudaBackend::LinearScratch(int64_t floats) {
-  if (floats <= linear_scratch_floats_) return linear_scratch_;
-  if (linear_scratch_) arena_.Release(linear_scratch_).IgnoreError();
-  linear_scratch_ = nullptr;
-  linear_scratch_floats_ = 0;
+  const int lane = Lane();  // the lanes of a replayed graph may run at once
+  if (floats <= linear_scratch_floats_[lane]) return linear_scratch_[lane];
+  if (linear_scratch_[lane]) ReleaseDevice(linear_scratch_[lane], "LinearScratch");
+  linear_scratch_[lane] = nullptr;
+  linear_scratch_floats_[lane] = 0;
   base::StatusOr<void*> p = arena_.Allocate(static_cast<size_t>(floats) * sizeof(float));
   if (!p.ok()) {
     Fail(p.status());
     return nullptr;
   }
-  linear_scratch_ = static_cast<float*>(*p);
-  linear_scratch_floats_ = floats;
-  return linear_scratch_;
+  linear_scratch_[lane] = static_cast<float*>(*p);
+  linear_scratch_floats_[lane] = floats;
+  return linear_scratch_[lane];
 }
 
 float* CudaBackend::AllocFloats(int64_t n) {
@@ -350,8 +356,7 @@ float* CudaBackend::AllocUninitialized(int64_t n) {
 int32_t* CudaBackend::AllocInts(int64_t n) { return reinterpret_cast<int32_t*>(AllocFloats(n)); }
 
 void CudaBackend::Free(void* p) {
-  if (p == nullptr) return;
-  Fail(arena_.Release(p).WithContext("CudaBackend::Free"));
+  if (p != nullptr) ReleaseDevice(p, "CudaBackend::Free");
 }
 
 void CudaBackend::CopyToDevice(void* dst, const void* src, int64_t bytes) {
@@ -481,7 +486,6 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   auto gemm = [&](const float* w_rows, int64_t n, float* y_cols) {
     const int m = static_cast<int>(n), cols = static_cast<int>(T), k = static_cast<int>(K);
     const int ld_x = static_cast<int>(ldx), ld_y = static_cast<int>(ldy);
-    cublasHandle_t handle = cublas_;
     const uint64_t key[] = {uint64_t(m),
                             uint64_t(cols),
                             uint64_t(k),
@@ -491,7 +495,7 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
                             reinterpret_cast<uint64_t>(x),
                             reinterpret_cast<uint64_t>(y_cols),
                             std::bit_cast<uint32_t>(beta)};
-    return Blas("Linear sgemm", key, sizeof(key), [=] {
+    return Blas("Linear sgemm", key, sizeof(key), [=](cublasHandle_t handle) {
       return cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &alpha, w_rows, k, x, ld_x,
                          &beta, y_cols, ld_y);
     });
@@ -615,7 +619,6 @@ void CudaBackend::LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_
       const uint16_t* a = w_tile;
       const uint16_t* b = parts[part];
       float* c = y + r;
-      cublasHandle_t handle = cublas_;
       // Recorded for CUDA graphs while the tape records (see Blas); decode runs this for the
       // head and the router.
       const uint64_t key[] = {uint64_t(m),
@@ -626,7 +629,7 @@ void CudaBackend::LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_
                               reinterpret_cast<uint64_t>(b),
                               reinterpret_cast<uint64_t>(c),
                               std::bit_cast<uint32_t>(beta)};
-      if (!Blas("Linear bf16 gemm", key, sizeof(key), [=] {
+      if (!Blas("Linear bf16 gemm", key, sizeof(key), [=](cublasHandle_t handle) {
             return cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &one, a, CUDA_R_16BF,
                                 k, b, CUDA_R_16BF, k, &beta, c, CUDA_R_32F, ld_y,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);

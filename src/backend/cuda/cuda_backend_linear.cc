@@ -128,7 +128,6 @@ void CudaBackend::LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx,
     const uint16_t* a = w_tile;
     const uint16_t* b = xq + g * K;
     float* c = y + g * R;
-    cublasHandle_t handle = cublas_;
     const uint64_t key[] = {uint64_t(m),
                             uint64_t(cols),
                             uint64_t(k),
@@ -138,7 +137,7 @@ void CudaBackend::LinearGroupedFp8Bf16(const float* x, int64_t T, int64_t ldx,
                             reinterpret_cast<uint64_t>(a),
                             reinterpret_cast<uint64_t>(b),
                             reinterpret_cast<uint64_t>(c)};
-    if (!Blas("LinearGrouped bf16 gemm", key, sizeof(key), [=] {
+    if (!Blas("LinearGrouped bf16 gemm", key, sizeof(key), [=](cublasHandle_t handle) {
           return cublasGemmStridedBatchedEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &one, a,
                                             CUDA_R_16BF, k, int64_t{m} * k, b, CUDA_R_16BF, ld_xq,
                                             k, &zero, c, CUDA_R_32F, ld_y, m, batches,

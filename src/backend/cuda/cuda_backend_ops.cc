@@ -63,6 +63,8 @@ void CudaBackend::HcMix(const float* x, int64_t T, int64_t hc, int64_t D,
   // then the finish per token (up to 32 tokens in the same kernel, through the backend's
   // counters); calls of up to 1024 tokens (the partials' scratch).
   // The split depends only on (hc, D), so HcMix is batch-invariant in every mode.
+  // The counters are the backend's one set: a concurrent HcMix would share them.
+  CHECK_EQ(Lane(), 0) << "HcMix in a side branch";
   const int64_t slice = std::min<int64_t>(T, 1024);
   auto* scratch = static_cast<float*>(TempBytes(
       static_cast<size_t>(slice * kernels::HcMixSplits(slice, hc, D) * 25) * sizeof(float)));

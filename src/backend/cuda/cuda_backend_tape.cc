@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "base/check.h"
 #include "base/logging.h"
 
 namespace deepinfer::backend::cuda {
@@ -27,7 +28,8 @@ void CudaBackend::FlushTape() {
 }
 
 void CudaBackend::MaybeFlushSegment() {
-  if (graph_segment_kernels_ <= 0 || !Recording()) return;
+  // A segment never ends inside a side lane: its tape could not become a graph.
+  if (graph_segment_kernels_ <= 0 || !Recording() || tape_->fork_open()) return;
   const int64_t ramp = kFirstSegmentKernels << std::min<int64_t>(segments_since_sync_, 16);
   if (tape_->recorded_kernels() >= std::min(graph_segment_kernels_, ramp)) {
     FlushTape();
@@ -58,26 +60,96 @@ bool CudaBackend::CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 bool CudaBackend::Blas(const char* what, const uint64_t* key, size_t key_bytes,
-                       std::function<cublasStatus_t()> gemm) {
+                       std::function<cublasStatus_t(cublasHandle_t)> gemm) {
   if (!Recording()) {
     FlushTape();
-    return CheckBlas(gemm(), what);
+    return CheckBlas(gemm(cublas_), what);
   }
   // The key starts with the call site (`what`, a string literal): equal arguments of two
   // different GEMM calls are not the same work.
   std::vector<uint64_t> site_key(1 + key_bytes / sizeof(uint64_t));
   site_key[0] = reinterpret_cast<uint64_t>(what);
   std::memcpy(site_key.data() + 1, key, key_bytes);
+  // The side lane's calls may run concurrently with the main lane's: their own handle and
+  // workspace, pointed at the lane's stream when issued (cublasSetStream resets the
+  // workspace, so it is set again).
+  const bool side = tape_->lane() == 1;
+  CHECK(!side || cublas_side_ != nullptr) << "side lane without its cuBLAS handle";
+  cublasHandle_t handle = side ? cublas_side_ : cublas_;
+  void* workspace = side ? cublas_side_workspace_ : nullptr;
   tape_->RecordCall(
-      site_key.data(), site_key.size() * sizeof(uint64_t), [what, gemm = std::move(gemm)] {
+      site_key.data(), site_key.size() * sizeof(uint64_t),
+      [what, handle, workspace, gemm = std::move(gemm)](cudaStream_t stream) {
+        cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+        cudaStream_t current = nullptr;
+        if (workspace != nullptr &&
+            (s = cublasGetStream(handle, &current)) == CUBLAS_STATUS_SUCCESS && current != stream) {
+          s = cublasSetStream(handle, stream);
+          if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasSetWorkspace(handle, workspace, kCublasWorkspaceBytes);
+        }
+        if (s == CUBLAS_STATUS_SUCCESS) s = gemm(handle);
         // An error, not a recorded failure: under stream capture the tape falls
         // back to issuing op by op, and only that failure is the backend's.
-        const cublasStatus_t s = gemm();
         if (s == CUBLAS_STATUS_SUCCESS) return cudaSuccess;
         LOG_ERROR("recorded cuBLAS call {} failed: {}", what, cublasGetStatusString(s));
         return cudaErrorUnknown;
       });
   return true;
+}
+
+bool CudaBackend::EnsureSideBlas() {
+  if (cublas_side_ != nullptr) return true;
+  cublasHandle_t h = nullptr;
+  void* workspace = nullptr;
+  const bool ok = cublasCreate(&h) == CUBLAS_STATUS_SUCCESS &&
+                  cublasSetStream(h, stream_) == CUBLAS_STATUS_SUCCESS &&
+                  cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) == CUBLAS_STATUS_SUCCESS &&
+                  cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST) == CUBLAS_STATUS_SUCCESS &&
+                  cudaMalloc(&workspace, kCublasWorkspaceBytes) == cudaSuccess &&
+                  cublasSetWorkspace(h, workspace, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) {
+    cudaGetLastError();
+    if (h != nullptr) cublasDestroy(h);
+    if (workspace != nullptr) cudaFree(workspace);
+    LOG_WARN("cuda backend: no cuBLAS handle for the side lane; side branches run in order");
+    return false;
+  }
+  cublas_side_ = h;
+  cublas_side_workspace_ = workspace;
+  return true;
+}
+
+void CudaBackend::BeginSideBranch(int64_t rows) {
+  CHECK(branch_ == Branch::kNone) << "BeginSideBranch: a side branch is already open";
+  branch_ = Branch::kSide;
+  if (rows <= side_branch_max_rows_ && Recording() && !failed_ && EnsureSideBlas()) {
+    tape_->RecordFork();
+  }
+}
+
+void CudaBackend::EndSideBranch() {
+  CHECK(branch_ == Branch::kSide) << "EndSideBranch without BeginSideBranch";
+  branch_ = Branch::kMain;
+  // (A flush inside the branch issued everything so far in order and closed the lane.)
+  if (tape_ != nullptr && tape_->fork_open() && tape_->lane() == 1) tape_->RecordToMain();
+}
+
+void CudaBackend::JoinSideBranch() {
+  CHECK(branch_ == Branch::kMain) << "JoinSideBranch without EndSideBranch";
+  branch_ = Branch::kNone;
+  if (tape_ != nullptr && tape_->fork_open()) tape_->RecordJoin();
+  std::vector<void*> released;
+  released.swap(deferred_releases_);
+  for (void* p : released) ReleaseDevice(p, "side branch join");
+}
+
+void CudaBackend::ReleaseDevice(void* p, const char* what) {
+  if (branch_ != Branch::kNone) {
+    deferred_releases_.push_back(p);
+    return;
+  }
+  Fail(arena_.Release(p).WithContext(what));
 }
 
 bool CudaBackend::MemsetAsync(void* dst, int value, size_t bytes, const char* what) {

@@ -77,6 +77,120 @@ TEST_F(CudaGraphTest, ReplaysWithEachStepsHostDataBitwise) {
   EXPECT_EQ(gpu_->graph_stats().graph_launches, after.graph_launches);  // off: no graphs
 }
 
+// A side branch (Backend::BeginSideBranch): the captured graph branches, and every step's
+// result is bitwise that of the same ops issued one by one in order.
+TEST_F(CudaGraphTest, SideBranchBecomesAGraphBranchBitwise) {
+  float* a = gpu_->AllocFloats(kN);
+  float* b = gpu_->AllocFloats(kN);
+  float* c = gpu_->AllocFloats(kN);
+  auto step = [&](const std::vector<float>& input) {
+    gpu_->CopyToDevice(x_, input.data(), kN * sizeof(float));
+    gpu_->BeginSideBranch(kRows);  // a = 2 RmsNorm(x), twice normed
+    gpu_->RmsNorm(x_, kRows, kCols, kCols, norm_, 1e-6f, a, kCols);
+    gpu_->Scale(a, kN, 2.0f);
+    gpu_->RmsNorm(a, kRows, kCols, kCols, norm_, 1e-6f, a, kCols);
+    gpu_->EndSideBranch();  // b = (x + x) / 2 + x
+    gpu_->Add(x_, x_, kN, b);
+    gpu_->Scale(b, kN, 0.5f);
+    gpu_->Add(b, x_, kN, b);
+    gpu_->JoinSideBranch();
+    gpu_->Add(a, b, kN, c);
+    return FromGpu(c, kN);
+  };
+  const int steps = 5;
+  std::vector<std::vector<float>> inputs, graphed;
+  for (int s = 0; s < steps; ++s) inputs.push_back(Normal(kN));
+  const StreamTape::Stats before = gpu_->graph_stats();
+  for (int s = 0; s < steps; ++s) graphed.push_back(step(inputs[s]));
+  const StreamTape::Stats after = gpu_->graph_stats();
+  // The first step's arena addresses may differ (blocks released at the join are new then):
+  // one or two steps op by op, then one capture and replays.
+  EXPECT_EQ(after.graph_captures - before.graph_captures, 1);
+  EXPECT_EQ(after.forked_graphs - before.forked_graphs, 1);
+  EXPECT_GE(after.graph_launches - before.graph_launches, steps - 2);
+  EXPECT_LE(after.eager_flushes - before.eager_flushes, 2);
+  gpu_->set_graphs(false);
+  for (int s = 0; s < steps; ++s) EXPECT_TRUE(BitExact(graphed[s], step(inputs[s]))) << s;
+  EXPECT_EQ(gpu_->graph_stats().forked_graphs, after.forked_graphs);
+  gpu_->Free(a);
+  gpu_->Free(b);
+  gpu_->Free(c);
+}
+
+// cuBLAS GEMMs in both lanes (each lane its own handle and workspace): bitwise op by op.
+TEST_F(CudaGraphTest, CublasInBothLanesBitwise) {
+  const int64_t T = 64, K = 256, N = 512;
+  std::vector<uint16_t> w_bits(N * K);
+  const std::vector<float> w_values = Normal(N * K);
+  for (int64_t i = 0; i < N * K; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &w_values[i], 4);
+    w_bits[i] = static_cast<uint16_t>(u >> 16);
+  }
+  const model::WeightRef w{"graph bf16", model::WeightFormat::kBF16, N, K, w_bits.data(), nullptr};
+  float* x = ToGpu(Normal(T * K));
+  float* y0 = gpu_->AllocFloats(T * N);
+  float* y1 = gpu_->AllocFloats(T * N);
+  gpu_->set_fp8_activations(true);  // a BF16 weight past the GEMV: one cuBLAS GEMM
+  auto step = [&](float scale) {
+    gpu_->Scale(x, T * K, scale);
+    gpu_->BeginSideBranch(kRows);
+    gpu_->Linear(x, T, K, w, 0, N, y0, N, false);
+    gpu_->EndSideBranch();
+    gpu_->Linear(x, T, K, w, 0, N, y1, N, false);
+    gpu_->Scale(y1, T * N, 0.25f);
+    gpu_->JoinSideBranch();
+    gpu_->Add(y0, y1, T * N, y0);
+    return FromGpu(y0, T * N);
+  };
+  std::vector<std::vector<float>> graphed;
+  const StreamTape::Stats before = gpu_->graph_stats();
+  for (int s = 0; s < 4; ++s) graphed.push_back(step(1.0f));
+  EXPECT_GE(gpu_->graph_stats().forked_graphs - before.forked_graphs, 1);
+  EXPECT_GE(gpu_->graph_stats().graph_launches - before.graph_launches, 2);
+  gpu_->set_graphs(false);
+  for (int s = 0; s < 4; ++s) EXPECT_TRUE(BitExact(graphed[s], step(1.0f))) << s;
+  gpu_->set_fp8_activations(false);
+}
+
+// Past kSideBranchMaxRows rows the hints are ignored: the graphs do not branch.
+TEST_F(CudaGraphTest, NoSideLaneForLargeBatches) {
+  float* a = gpu_->AllocFloats(kN);
+  const StreamTape::Stats before = gpu_->graph_stats();
+  for (int s = 0; s < 4; ++s) {
+    gpu_->BeginSideBranch(CudaBackend::kSideBranchMaxRows + 1);
+    gpu_->Scale(x_, kN, 1.0f);
+    gpu_->EndSideBranch();
+    gpu_->Add(y_, y_, kN, a);
+    gpu_->JoinSideBranch();
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+  }
+  const StreamTape::Stats after = gpu_->graph_stats();
+  EXPECT_GE(after.graph_captures - before.graph_captures, 1);
+  EXPECT_EQ(after.forked_graphs, before.forked_graphs);
+  gpu_->Free(a);
+}
+
+// Memory freed in either branch is not handed out before the join; after it, it is.
+TEST_F(CudaGraphTest, BlocksFreedInABranchWaitForTheJoin) {
+  gpu_->BeginSideBranch(kRows);
+  float* side = gpu_->AllocFloats(kN);
+  gpu_->Fill(side, kN, 1.0f);
+  gpu_->Free(side);
+  gpu_->EndSideBranch();
+  float* main = gpu_->AllocFloats(kN);
+  EXPECT_NE(main, side);
+  gpu_->Fill(main, kN, 2.0f);
+  gpu_->JoinSideBranch();
+  gpu_->Free(main);
+  float* first = gpu_->AllocFloats(kN);
+  float* second = gpu_->AllocFloats(kN);
+  EXPECT_TRUE((first == side && second == main) || (first == main && second == side));
+  gpu_->Free(first);
+  gpu_->Free(second);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+}
+
 TEST_F(CudaGraphTest, DifferentWorkIsNeverReplayedFromAnotherGraph) {
   const std::vector<float> input = Normal(kN);
   for (int s = 0; s < 3; ++s) Step(input, 1.5f);  // the 1.5 tape is now a cached graph

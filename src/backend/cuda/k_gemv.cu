@@ -56,7 +56,6 @@ __global__ void __launch_bounds__(kGemvThreads)
     GemvKernel(DeviceWeight w, int64_t row0, int64_t n_rows, const float* x, int T, int64_t ldx,
                float* y, int64_t ldy, bool accumulate, int split, int64_t slice_chunks,
                int64_t group_rows, int64_t x_group_stride) {
-  pdl::WaitThenAllowNext();
   constexpr int kRows = RowsPerWarp(kTok);
   constexpr int kValues = ChunkValues(kFormat);
   constexpr int kStride = PaddedStride(kFormat);
@@ -86,6 +85,9 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
     for (int n = 0; n < kRows; ++n) cur[n] = LoadRawChunk<kFormat>(w.data, w.scale, K, rows[n], c);
   }
+  // The first weight loads (no kernel writes a weight: the read pdl.cuh allows before the
+  // wait) are in flight while the previous kernel finishes; x is read after the wait.
+  pdl::WaitThenAllowNext();
   float acc[kRows][kTok];
 #pragma unroll
   for (int n = 0; n < kRows; ++n) {

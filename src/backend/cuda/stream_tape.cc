@@ -60,6 +60,8 @@ TapeOp ReadOp(Reader& r) {
     const uint32_t key_bytes = r.Get<uint32_t>();
     op.call_index = r.Get<uint64_t>();
     r.Skip(key_bytes);
+  } else if (op.tag == kFork || op.tag == kToMain || op.tag == kJoin) {
+    // tag only
   } else {
     CHECK_EQ(op.tag, uint32_t{kMemset}) << "corrupt stream tape";
     op.value = r.Get<int32_t>();
@@ -74,11 +76,19 @@ TapeOp ReadOp(Reader& r) {
 
 using tape_format::kCall;
 using tape_format::kCopy;
+using tape_format::kFork;
+using tape_format::kJoin;
 using tape_format::kKernel;
 using tape_format::kMaxAttrs;
 using tape_format::kMemset;
+using tape_format::kToMain;
 
-StreamTape::~StreamTape() { ForgetGraphs(); }
+StreamTape::~StreamTape() {
+  ForgetGraphs();
+  if (side_ != nullptr) cudaStreamDestroy(side_);
+  if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
+  if (join_event_ != nullptr) cudaEventDestroy(join_event_);
+}
 
 void StreamTape::ForgetGraphs() {
   for (auto& [hash, cached] : cache_) cudaGraphExecDestroy(cached.exec);
@@ -158,7 +168,35 @@ void StreamTape::RecordMemset(void* dst, int value, size_t bytes) {
   ++ops_;
 }
 
-void StreamTape::RecordCall(const void* key, size_t key_bytes, std::function<cudaError_t()> issue) {
+void StreamTape::RecordMarker(uint32_t tag) {
+  PadTo(8);
+  Put(tag);
+  ++ops_;
+}
+
+void StreamTape::RecordFork() {
+  CHECK(!fork_open_) << "StreamTape: a side lane is already open";
+  RecordMarker(kFork);
+  ++forks_;
+  fork_open_ = true;
+  lane_ = 1;
+}
+
+void StreamTape::RecordToMain() {
+  CHECK(fork_open_ && lane_ == 1) << "StreamTape: no side lane to leave";
+  RecordMarker(kToMain);
+  lane_ = 0;
+}
+
+void StreamTape::RecordJoin() {
+  CHECK(fork_open_) << "StreamTape: no side lane to join";
+  if (lane_ == 1) RecordToMain();
+  RecordMarker(kJoin);
+  fork_open_ = false;
+}
+
+void StreamTape::RecordCall(const void* key, size_t key_bytes,
+                            std::function<cudaError_t(cudaStream_t)> issue) {
   PadTo(8);
   Put(uint32_t{kCall});
   Put(static_cast<uint32_t>(key_bytes));
@@ -168,35 +206,90 @@ void StreamTape::RecordCall(const void* key, size_t key_bytes, std::function<cud
   ++ops_;
 }
 
-cudaError_t StreamTape::IssueEager() {
+bool StreamTape::EnsureSideLane() {
+  if (side_ != nullptr) return true;
+  if (cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming) != cudaSuccess ||
+      cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+cudaError_t StreamTape::Issue(bool lanes) {
   tape_format::Reader r(tape_);
+  cudaStream_t on = stream_;  // the stream of the current lane (always stream_ unless lanes)
+  // With lanes, the first kernel after a fork, a return to the main lane or a join depends
+  // fully on what precedes it (no programmatic edge across the lanes' event edges).
+  bool full_edge = false;
   while (!r.done()) {
     tape_format::TapeOp op = tape_format::ReadOp(r);
-    cudaError_t e;
+    cudaError_t e = cudaSuccess;
     if (op.tag == kKernel) {
-      op.config.stream = stream_;
+      if (full_edge) {
+        for (unsigned i = 0; i < op.config.numAttrs; ++i) {
+          if (op.attrs[i].id == cudaLaunchAttributeProgrammaticStreamSerialization) {
+            op.attrs[i].val.programmaticStreamSerializationAllowed = 0;
+          }
+        }
+        full_edge = false;
+      }
+      op.config.stream = on;
       op.config.attrs = op.attrs;
       e = cudaLaunchKernelExC(&op.config, op.func, op.params.data());
       if (e != cudaSuccess) LogFailedLaunch(op, e);
     } else if (op.tag == kCopy) {
-      e = cudaMemcpyAsync(op.dst, op.src, op.bytes, op.kind, stream_);
+      e = cudaMemcpyAsync(op.dst, op.src, op.bytes, op.kind, on);
     } else if (op.tag == kCall) {
       CHECK_LT(op.call_index, calls_.size()) << "corrupt stream tape";
-      e = calls_[op.call_index]();
-    } else {
-      e = cudaMemsetAsync(op.dst, op.value, op.bytes, stream_);
+      e = calls_[op.call_index](on);
+    } else if (op.tag == kMemset) {
+      e = cudaMemsetAsync(op.dst, op.value, op.bytes, on);
+    } else if (!lanes) {
+      // Markers: op by op, every lane runs on stream_ in the recorded order.
+    } else if (op.tag == kFork) {
+      full_edge = true;
+      e = cudaEventRecord(fork_event_, stream_);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(side_, fork_event_, 0);
+      on = side_;
+    } else if (op.tag == kToMain) {
+      full_edge = true;
+      on = stream_;
+    } else {  // kJoin
+      full_edge = true;
+      e = cudaEventRecord(join_event_, side_);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, join_event_, 0);
+      on = stream_;
     }
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 
+bool StreamTape::Branches(cudaGraph_t graph) {
+  size_t n = 0;
+  if (cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  if (n == 0 || cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  std::sort(from.begin(), from.end());
+  return std::adjacent_find(from.begin(), from.end()) != from.end();
+}
+
 cudaGraphExec_t StreamTape::Capture(uint64_t hash) {
+  const bool lanes = forks_ > 0 && EnsureSideLane();  // (without a side stream: in order)
   if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
     cudaGetLastError();
     return nullptr;
   }
-  const cudaError_t issued = IssueEager();
+  const cudaError_t issued = Issue(lanes);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
   cudaGraphExec_t exec = nullptr;
@@ -204,6 +297,7 @@ cudaGraphExec_t StreamTape::Capture(uint64_t hash) {
       cudaGraphInstantiateWithFlags(&exec, graph, 0) != cudaSuccess) {
     exec = nullptr;
   }
+  if (exec != nullptr && forks_ > 0 && Branches(graph)) ++stats_.forked_graphs;
   if (graph != nullptr) cudaGraphDestroy(graph);
   if (exec == nullptr) {
     LOG_WARN("CUDA graph capture of {} ops failed: issue {}, end capture {}", ops_,
@@ -230,7 +324,8 @@ cudaGraphExec_t StreamTape::Capture(uint64_t hash) {
 cudaError_t StreamTape::Flush() {
   if (ops_ == 0) return cudaSuccess;
   cudaGraphExec_t exec = nullptr;
-  if (graphs_ && kernels_ >= min_graph_kernels_) {
+  // A tape that ends inside a side lane (flushed before its join) runs op by op.
+  if (graphs_ && kernels_ >= min_graph_kernels_ && !fork_open_) {
     const uint64_t hash = XXH3_64bits(tape_.data(), tape_.size());
     if (auto it = cache_.find(hash); it != cache_.end() && it->second.tape == tape_) {
       exec = it->second.exec;
@@ -255,7 +350,7 @@ cudaError_t StreamTape::Flush() {
     ++stats_.graph_launches;
     stats_.graph_kernels += kernels_;
   } else {
-    e = IssueEager();
+    e = Issue(/*lanes=*/false);
     ++stats_.eager_flushes;
     stats_.eager_kernels += kernels_;
   }
@@ -268,6 +363,9 @@ void StreamTape::Reset() {
   calls_.clear();
   ops_ = 0;
   kernels_ = 0;
+  forks_ = 0;
+  fork_open_ = false;
+  lane_ = 0;
 }
 
 }  // namespace deepinfer::backend::cuda

@@ -25,6 +25,12 @@
 //   issued it and the stream has run it. The owner flushes before freeing device memory
 //   (arena trim, weight eviction) and before any stream work it issues directly
 //   (device-to-host copies, pageable uploads, events).
+// * Side lane: work recorded between RecordFork and RecordToMain may run concurrently with
+//   the work recorded after RecordToMain until RecordJoin, when the tape runs as a graph (the
+//   graph gets two branches, joined again). Issued op by op, the tape runs in the recorded
+//   order. The recorder guarantees that the two lanes share no data that either writes, and
+//   that no device memory is handed from one lane to the other in between (the backend
+//   defers releases from the fork to the join).
 // * Policy: a tape is captured into a graph the second time it is seen (one-off tapes, e.g.
 //   prefill chunks, are issued op by op and never instantiated); at most kMaxGraphs graphs
 //   are kept, least recently used evicted (a decode step is ~6-8 segments, times 2 for the
@@ -53,6 +59,7 @@ class StreamTape final : public kernels::launch::Sink {
     int64_t eager_flushes = 0;   // flushes issued op by op
     int64_t graph_kernels = 0;   // kernels run inside graph launches (captures included)
     int64_t eager_kernels = 0;   // kernels issued one by one by flushes
+    int64_t forked_graphs = 0;   // captured graphs in which some op has two or more successors
   };
   static constexpr int kMaxGraphs = 512;
 
@@ -71,11 +78,22 @@ class StreamTape final : public kernels::launch::Sink {
   void RecordCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   // Appends cudaMemsetAsync(dst, value, bytes).
   void RecordMemset(void* dst, int value, size_t bytes);
-  // Appends a call that enqueues work on the stream by other means (a cuBLAS GEMM). `key`
+  // Appends a call that enqueues work on a stream by other means (a cuBLAS GEMM). `key`
   // (key_bytes) must hold every value the call's work depends on: equal keys must mean equal
-  // work, as for a kernel's parameters. `issue` runs at the flush (eagerly, or under stream
-  // capture the first time the tape becomes a graph) and owns copies of what it needs.
-  void RecordCall(const void* key, size_t key_bytes, std::function<cudaError_t()> issue);
+  // work, as for a kernel's parameters. `issue(stream)` runs at the flush (eagerly, or under
+  // stream capture the first time the tape becomes a graph), enqueues on `stream` (the
+  // stream of the op's lane), and owns copies of what it needs.
+  void RecordCall(const void* key, size_t key_bytes,
+                  std::function<cudaError_t(cudaStream_t)> issue);
+  // The side lane (see the contract): RecordFork starts it (the ops after it depend on all
+  // before it), RecordToMain returns to the main lane, RecordJoin makes the ops after it
+  // depend on both lanes (and returns to the main lane). CHECK-fails out of this order.
+  void RecordFork();
+  void RecordToMain();
+  void RecordJoin();
+  // The lane new ops are recorded in (0 main, 1 side), and whether a fork awaits its join.
+  int lane() const { return lane_; }
+  bool fork_open() const { return fork_open_; }
 
   bool empty() const { return ops_ == 0; }
   int64_t recorded_kernels() const { return kernels_; }
@@ -109,8 +127,14 @@ class StreamTape final : public kernels::launch::Sink {
     Put(&v, sizeof(T));
   }
   void PadTo(size_t alignment);
-  // Issues the tape op by op on the stream (also what a capture records).
-  cudaError_t IssueEager();
+  // Issues the tape op by op: with `lanes`, the side lane's ops on side_ between event
+  // record / wait pairs (what a capture records); without, every op on stream_ in order.
+  cudaError_t Issue(bool lanes);
+  // Whether some node of `graph` has two or more dependent nodes (the side lane branched off).
+  static bool Branches(cudaGraph_t graph);
+  // Creates side_ and the fork / join events on first use (false on failure).
+  bool EnsureSideLane();
+  void RecordMarker(uint32_t tag);
   // Captures the tape into a new cached graph (null on failure) and returns it.
   cudaGraphExec_t Capture(uint64_t hash);
   void Reset();
@@ -120,10 +144,15 @@ class StreamTape final : public kernels::launch::Sink {
   void LogFailedLaunch(const tape_format::TapeOp& op, cudaError_t e) const;
 
   cudaStream_t stream_;
-  std::vector<uint8_t> tape_;                        // the serialised ops (layout: stream_tape.cc)
-  std::vector<std::function<cudaError_t()>> calls_;  // RecordCall's, in order
+  std::vector<uint8_t> tape_;  // the serialised ops (layout: stream_tape.cc)
+  std::vector<std::function<cudaError_t(cudaStream_t)>> calls_;  // RecordCall's, in order
   int64_t ops_ = 0;
   int64_t kernels_ = 0;
+  int64_t forks_ = 0;            // forks recorded in the tape
+  bool fork_open_ = false;       // a fork awaits its join
+  int lane_ = 0;                 // lane of the next op
+  cudaStream_t side_ = nullptr;  // the side lane's stream under capture (EnsureSideLane)
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   bool graphs_ = true;
   int64_t min_graph_kernels_ = 1;
   uint64_t clock_ = 0;

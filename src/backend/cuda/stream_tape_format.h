@@ -7,6 +7,7 @@
 //   copy:   tag, kind (u32), dst, src, bytes (u64)
 //   memset: tag, value (i32), dst, bytes (u64)
 //   call:   tag, key bytes (u32), index into the tape's calls (u64), key bytes
+//   fork / to-main / join: tag only (the side lane's markers, see StreamTape::RecordFork)
 // Every field is written explicitly (no padding of the tape's own), so equal work gives equal
 // bytes. Parameter values start at 16-byte offsets: the tape's storage (operator new) is
 // 16-byte aligned, so pointers into it can be passed to cudaLaunchKernelExC.
@@ -20,7 +21,15 @@
 
 namespace deepinfer::backend::cuda::tape_format {
 
-enum Tag : uint32_t { kKernel = 1, kCopy = 2, kMemset = 3, kCall = 4 };
+enum Tag : uint32_t {
+  kKernel = 1,
+  kCopy = 2,
+  kMemset = 3,
+  kCall = 4,
+  kFork = 5,    // the ops after it run in the side lane, after everything before it
+  kToMain = 6,  // the ops after it run in the main lane again (concurrently with the side)
+  kJoin = 7,    // the ops after it run after both lanes' ops before it
+};
 constexpr unsigned kMaxAttrs = 4;  // launch attributes a recorded kernel may carry
 
 // Reads a tape back in the order it was written.
