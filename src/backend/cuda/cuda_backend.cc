@@ -32,11 +32,6 @@ constexpr size_t kMaxPinnedUpload = size_t{1} << 20;  // larger uploads take the
 // Kernels per recorded segment (set_graph_segment_kernels; the ramp: cuda_backend_tape.cc).
 constexpr int64_t kGraphSegmentKernels = 32;
 
-int64_t TileRows(int64_t cols) {
-  const int64_t max_floats = int64_t{32} << 20;
-  return std::max<int64_t>(32, (max_floats / std::max<int64_t>(cols, 1)) / 32 * 32);
-}
-
 // A non-negative token count from the environment variable `name`, else `fallback` (a
 // malformed value is logged and ignored).
 int64_t TokensFromEnv(const char* name, int64_t fallback) {
@@ -171,10 +166,10 @@ base::Status CudaBackend::Init() {
       TokensFromEnv("DEEPINFER_LINEAR_STREAM_MAX_TOKENS", kernels::kStreamMaxTokens);
   fp8_bf16_copy_min_tokens_ =
       TokensFromEnv("DEEPINFER_FP8_BF16_COPY_MIN_TOKENS", kFp8Bf16CopyMinTokens);
-  fp8_bf16_copy_budget_ =
-      static_cast<size_t>(TokensFromEnv("DEEPINFER_FP8_BF16_COPY_GIB",
-                                        static_cast<int64_t>(kFp8Bf16CopyBudget >> 30)))
-      << 30;
+  const int64_t copy_gib = std::min<int64_t>(
+      TokensFromEnv("DEEPINFER_FP8_BF16_COPY_GIB", static_cast<int64_t>(kFp8Bf16CopyBudget >> 30)),
+      int64_t{1} << 20);  // (no overflow of the shift)
+  fp8_bf16_copy_budget_ = static_cast<size_t>(copy_gib) << 30;
   experts_bf16_min_tokens_ =
       TokensFromEnv("DEEPINFER_EXPERTS_BF16_MIN_TOKENS", kExpertsBf16MinTokens);
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
@@ -373,8 +368,8 @@ const float* CudaBackend::DeviceConstant(const float* host, int64_t n) {
     return e.device;
   }
   // Stream order makes the release safe: kernels enqueued earlier still read the old block
-  // before any later user of it.
-  if (e.device != nullptr) arena_.Release(e.device).IgnoreError();
+  // before any later user of it (inside a side lane ReleaseDevice holds it until the join).
+  if (e.device != nullptr) ReleaseDevice(e.device, "device constant");
   e.device = nullptr;
   base::StatusOr<void*> p = arena_.Allocate(std::max<size_t>(bytes, 1));
   if (!p.ok()) {
@@ -571,73 +566,9 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   Done("Linear", w.name);
 }
 
-void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
-                                  const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
-                                  float* y, int64_t ldy, bool accumulate, int terms) {
-  CHECK(terms == 1 || terms == 3) << terms;
-  const int64_t K = w.cols;
-  auto* hi =
-      static_cast<uint16_t*>(TempBytes(static_cast<size_t>(terms * T * K) * sizeof(uint16_t)));
-  if (hi == nullptr) return;
-  uint16_t* parts[3] = {hi, terms == 3 ? hi + T * K : nullptr,
-                        terms == 3 ? hi + 2 * T * K : nullptr};
-  if (!Check(kernels::SplitBf16(x, T, K, ldx, parts[0], parts[1], parts[2], stream_),
-             "Linear bf16 split")) {
-    return;
-  }
-  LinearBf16Gemm(parts, terms, T, w, row0, n_rows, y, ldy, accumulate);
-}
-
-void CudaBackend::LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_t T,
-                                 const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
-                                 float* y, int64_t ldy, bool accumulate,
-                                 const uint16_t* bf16_copy) {
-  const int64_t K = w.cols;
-  // A BF16 weight (or a kept bf16 copy) is multiplied in place (one GEMM over all rows);
-  // other formats are dequantised to bf16 a tile of rows at a time into the fp32 scratch (two
-  // values per float).
-  const bool in_place = w.format == model::WeightFormat::kBF16 || bf16_copy != nullptr;
-  const uint16_t* bf16_rows =
-      bf16_copy != nullptr ? bf16_copy : static_cast<const uint16_t*>(w.data);
-  const int64_t tile = in_place ? n_rows : std::min(TileRows(K), n_rows);
-  auto* scratch =
-      in_place ? nullptr : reinterpret_cast<uint16_t*>(LinearScratch((tile * K + 1) / 2));
-  if (!in_place && scratch == nullptr) return;
-  const float one = 1.0f, zero = 0.0f;
-  for (int64_t r = 0; r < n_rows; r += tile) {
-    const int64_t n = std::min(tile, n_rows - r);
-    const uint16_t* w_tile = in_place ? bf16_rows + (row0 + r) * K : scratch;
-    if (!in_place &&
-        !Check(kernels::DequantRowsBf16(w, row0 + r, n, scratch, stream_), "Linear dequant bf16")) {
-      return;
-    }
-    // Column-major: y^T [n, T] (+)= W_tile [K, n]^T part^T [K, T], for each part in order.
-    for (int part = 0; part < terms; ++part) {
-      const float beta = part > 0 || accumulate ? one : zero;
-      const int m = static_cast<int>(n), cols = static_cast<int>(T), k = static_cast<int>(K);
-      const int ld_y = static_cast<int>(ldy);
-      const uint16_t* a = w_tile;
-      const uint16_t* b = parts[part];
-      float* c = y + r;
-      // Recorded for CUDA graphs while the tape records (see Blas); decode runs this for the
-      // head and the router.
-      const uint64_t key[] = {uint64_t(m),
-                              uint64_t(cols),
-                              uint64_t(k),
-                              uint64_t(ld_y),
-                              reinterpret_cast<uint64_t>(a),
-                              reinterpret_cast<uint64_t>(b),
-                              reinterpret_cast<uint64_t>(c),
-                              std::bit_cast<uint32_t>(beta)};
-      if (!Blas("Linear bf16 gemm", key, sizeof(key), [=](cublasHandle_t handle) {
-            return cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &one, a, CUDA_R_16BF,
-                                k, b, CUDA_R_16BF, k, &beta, c, CUDA_R_32F, ld_y,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-          })) {
-        return;
-      }
-    }
-  }
+int64_t CudaBackend::TileRows(int64_t cols) {
+  const int64_t max_floats = int64_t{32} << 20;
+  return std::max<int64_t>(32, (max_floats / std::max<int64_t>(cols, 1)) / 32 * 32);
 }
 
 void CudaBackend::GatherRows(const model::WeightRef& w, const int64_t* host_ids, int64_t n,

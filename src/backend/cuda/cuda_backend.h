@@ -177,6 +177,9 @@ class CudaBackend final : public model::Backend {
   // never, and DEEPINFER_FP8_BF16_COPY_GIB=<GiB> at creation).
   static constexpr int64_t kFp8Bf16CopyMinTokens = kernels::kStreamMaxTokens + 1;
   static constexpr size_t kFp8Bf16CopyBudget = size_t{16} << 30;
+  // A copy is not made if it would leave less device memory free than this (the KV pools
+  // and the arena come first); such a weight keeps the per-call paths.
+  static constexpr size_t kFp8Bf16CopyKeepFree = size_t{8} << 30;
   void set_fp8_bf16_copy(int64_t min_tokens, size_t budget_bytes) {
     fp8_bf16_copy_min_tokens_ = min_tokens;
     fp8_bf16_copy_budget_ = budget_bytes;
@@ -376,6 +379,8 @@ class CudaBackend final : public model::Backend {
                        int terms);
   // The GEMMs of LinearBf16Split: y [T, n_rows] (ld ldy) (+)= sum over the `terms` bf16
   // activation parts [T, K] (ld K) of W[row0 .., :] part^T, parts added in order.
+  // Weight rows dequantised at once by the tiled Linear paths (about 32M values).
+  static int64_t TileRows(int64_t cols);
   // bf16_copy: w's kept bf16 copy (all rows), multiplied in place; null: dequantise tiles.
   void LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_t T,
                       const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows, float* y,

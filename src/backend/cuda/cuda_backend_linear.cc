@@ -1,9 +1,10 @@
-// CudaBackend: the FP8-activation Linear paths (activation quantisation, dense and grouped
-// LinearFp8, for few tokens the weight-streaming LinearStream, and for many tokens the bf16
-// cuBLAS GEMMs on fake-quantised activations) and
-// LinearGrouped's dispatch (FP8, the grouped GEMV, the grouped tensor-core GEMM, else one
-// Linear per group).
+// CudaBackend: the bf16 cuBLAS Linear (LinearBf16Split / LinearBf16Gemm), the FP8-activation
+// Linear paths (activation quantisation, dense and grouped LinearFp8, for few tokens the
+// weight-streaming LinearStream, for more the bf16 cuBLAS GEMMs on fake-quantised activations
+// and kept bf16 weight copies) and LinearGrouped's dispatch (FP8, the grouped GEMV, the
+// grouped tensor-core GEMM, else one Linear per group).
 #include <algorithm>
+#include <bit>
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
@@ -59,9 +60,78 @@ void CudaBackend::LinearFp8Bf16(const float* x, int64_t T, int64_t ldx,
   if (xq != nullptr) LinearBf16Gemm(&xq, 1, T, w, row0, n_rows, y, ldy, accumulate, bf16_copy);
 }
 
+void CudaBackend::LinearBf16Split(const float* x, int64_t T, int64_t ldx,
+                                  const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
+                                  float* y, int64_t ldy, bool accumulate, int terms) {
+  CHECK(terms == 1 || terms == 3) << terms;
+  const int64_t K = w.cols;
+  auto* hi =
+      static_cast<uint16_t*>(TempBytes(static_cast<size_t>(terms * T * K) * sizeof(uint16_t)));
+  if (hi == nullptr) return;
+  uint16_t* parts[3] = {hi, terms == 3 ? hi + T * K : nullptr,
+                        terms == 3 ? hi + 2 * T * K : nullptr};
+  if (!Check(kernels::SplitBf16(x, T, K, ldx, parts[0], parts[1], parts[2], stream_),
+             "Linear bf16 split")) {
+    return;
+  }
+  LinearBf16Gemm(parts, terms, T, w, row0, n_rows, y, ldy, accumulate);
+}
+
+void CudaBackend::LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_t T,
+                                 const kernels::DeviceWeight& w, int64_t row0, int64_t n_rows,
+                                 float* y, int64_t ldy, bool accumulate,
+                                 const uint16_t* bf16_copy) {
+  const int64_t K = w.cols;
+  // A BF16 weight (or a kept bf16 copy) is multiplied in place (one GEMM over all rows);
+  // other formats are dequantised to bf16 a tile of rows at a time into the fp32 scratch (two
+  // values per float).
+  const bool in_place = w.format == model::WeightFormat::kBF16 || bf16_copy != nullptr;
+  const uint16_t* bf16_rows =
+      bf16_copy != nullptr ? bf16_copy : static_cast<const uint16_t*>(w.data);
+  const int64_t tile = in_place ? n_rows : std::min(TileRows(K), n_rows);
+  auto* scratch =
+      in_place ? nullptr : reinterpret_cast<uint16_t*>(LinearScratch((tile * K + 1) / 2));
+  if (!in_place && scratch == nullptr) return;
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t r = 0; r < n_rows; r += tile) {
+    const int64_t n = std::min(tile, n_rows - r);
+    const uint16_t* w_tile = in_place ? bf16_rows + (row0 + r) * K : scratch;
+    if (!in_place &&
+        !Check(kernels::DequantRowsBf16(w, row0 + r, n, scratch, stream_), "Linear dequant bf16")) {
+      return;
+    }
+    // Column-major: y^T [n, T] (+)= W_tile [K, n]^T part^T [K, T], for each part in order.
+    for (int part = 0; part < terms; ++part) {
+      const float beta = part > 0 || accumulate ? one : zero;
+      const int m = static_cast<int>(n), cols = static_cast<int>(T), k = static_cast<int>(K);
+      const int ld_y = static_cast<int>(ldy);
+      const uint16_t* a = w_tile;
+      const uint16_t* b = parts[part];
+      float* c = y + r;
+      // Recorded for CUDA graphs while the tape records (see Blas); decode runs this for the
+      // head and the router.
+      const uint64_t key[] = {uint64_t(m),
+                              uint64_t(cols),
+                              uint64_t(k),
+                              uint64_t(ld_y),
+                              reinterpret_cast<uint64_t>(a),
+                              reinterpret_cast<uint64_t>(b),
+                              reinterpret_cast<uint64_t>(c),
+                              std::bit_cast<uint32_t>(beta)};
+      if (!Blas("Linear bf16 gemm", key, sizeof(key), [=](cublasHandle_t handle) {
+            return cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &one, a, CUDA_R_16BF,
+                                k, b, CUDA_R_16BF, k, &beta, c, CUDA_R_32F, ld_y,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          })) {
+        return;
+      }
+    }
+  }
+}
+
 const uint16_t* CudaBackend::Fp8Bf16CopyFor(const kernels::DeviceWeight& w, int64_t T) {
   if (!Fp8UsesBf16Copy(T) || w.format != model::WeightFormat::kFp8Block32) return nullptr;
-  return weights_.Bf16Copy(w, fp8_bf16_copy_budget_,
+  return weights_.Bf16Copy(w, fp8_bf16_copy_budget_, kFp8Bf16CopyKeepFree,
                            [this](const kernels::DeviceWeight& view, uint16_t* out) {
                              return kernels::DequantRowsBf16(view, 0, view.rows, out, stream_);
                            });
@@ -172,8 +242,11 @@ void CudaBackend::LinearMany(const float* x, int64_t T, int64_t ldx, const model
   }
   const int count = static_cast<int>(n);
   const bool stream = Fp8UsesStream(T) && kernels::LinearStreamManyApplicable(targets, count, T);
-  // Past the stream, each output on its own Linear (which may multiply a kept bf16 copy).
-  if (!stream && (!all_tiles || Fp8UsesBf16Copy(T))) return Backend::LinearMany(x, T, ldx, outs, n);
+  // Past the stream, outputs with kept bf16 copies each on its own Linear (one GEMM on the
+  // copy); without copies, one shared quantisation and LinearFp8 per output (below).
+  bool copies = !stream && Fp8UsesBf16Copy(T);
+  for (int i = 0; copies && i < count; ++i) copies = Fp8Bf16CopyFor(weights[i], T) != nullptr;
+  if (!stream && (!all_tiles || copies)) return Backend::LinearMany(x, T, ldx, outs, n);
   if (!Usable()) return;
   const int64_t K = outs[0].w->cols;
   if (stream) {

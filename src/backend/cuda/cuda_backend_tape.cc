@@ -145,7 +145,9 @@ void CudaBackend::JoinSideBranch() {
 }
 
 void CudaBackend::ReleaseDevice(void* p, const char* what) {
-  if (branch_ != Branch::kNone) {
+  // Held only while the tape holds an open side lane: otherwise every op runs in order on
+  // stream_ (hints ignored, op by op, or a flush inside the branch issued it all in order).
+  if (branch_ != Branch::kNone && Recording() && tape_->fork_open()) {
     deferred_releases_.push_back(p);
     return;
   }

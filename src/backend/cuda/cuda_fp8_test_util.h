@@ -169,6 +169,27 @@ class CudaFp8Test : public CudaVsCpuTest {
     EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
   }
 
+  // got = y [T, groups * R] of a LinearGrouped of w (groups of R rows, each over its own K
+  // columns of the activations whose fake-quantised values are xq [T, groups * K]) against
+  // the CPU LinearGrouped on xq: ExpectWithinBound per element, and the relative L2 error.
+  void ExpectGroupedMatchesCpu(const HostWeight& w, int64_t groups, const std::vector<float>& xq,
+                               int64_t T, const std::vector<float>& got) {
+    const int64_t N = w.device.rows, K = w.device.cols, R = N / groups;
+    std::vector<float> expected(T * N);
+    cpu_.LinearGrouped(xq.data(), T, groups * K, K, w.ref, groups, expected.data(), N);
+    std::vector<int64_t> ids(N);
+    for (int64_t i = 0; i < N; ++i) ids[i] = i;
+    std::vector<float> wd(N * K);
+    cpu_.GatherRows(w.ref, ids.data(), N, wd.data());
+    ExpectWithinBound(got, expected, expected, T, N, N, false, [&](int64_t t, int64_t i) {
+      const float* xg = &xq[t * groups * K + (i / R) * K];
+      double bound = 0.0;
+      for (int64_t k = 0; k < K; ++k) bound += std::fabs(double(xg[k]) * wd[i * K + k]);
+      return bound;
+    });
+    EXPECT_TRUE(RelL2Close(got, expected, kRelL2Tol));
+  }
+
   // A table of routed experts and the host copies of their weights.
   struct Experts {
     std::vector<HostWeight> mats;

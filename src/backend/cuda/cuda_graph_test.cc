@@ -72,7 +72,9 @@ TEST_F(CudaGraphTest, ReplaysWithEachStepsHostDataBitwise) {
   for (int s = 0; s < steps; ++s) {
     const std::vector<float> eager = Step(inputs[s], 1.5f);
     EXPECT_TRUE(BitExact(graphed[s], eager)) << "step " << s;
-    if (s > 0) EXPECT_NE(graphed[s][0], graphed[s - 1][0]);  // new data reached the graph
+    if (s > 0) {
+      EXPECT_NE(graphed[s][0], graphed[s - 1][0]);  // new data reached the graph
+    }
   }
   EXPECT_EQ(gpu_->graph_stats().graph_launches, after.graph_launches);  // off: no graphs
 }
@@ -151,6 +153,40 @@ TEST_F(CudaGraphTest, CublasInBothLanesBitwise) {
   gpu_->set_graphs(false);
   for (int s = 0; s < 4; ++s) EXPECT_TRUE(BitExact(graphed[s], step(1.0f))) << s;
   gpu_->set_fp8_activations(false);
+}
+
+// A synchronisation inside a side branch issues everything recorded so far in order, and the
+// rest of the branch then runs in order as well: bitwise op by op, no branching graph.
+TEST_F(CudaGraphTest, FlushInsideABranchRunsInOrder) {
+  float* a = gpu_->AllocFloats(kN);
+  float* b = gpu_->AllocFloats(kN);
+  auto step = [&](const std::vector<float>& input, std::vector<float>* mid) {
+    gpu_->CopyToDevice(x_, input.data(), kN * sizeof(float));
+    gpu_->BeginSideBranch(kRows);
+    gpu_->RmsNorm(x_, kRows, kCols, kCols, norm_, 1e-6f, a, kCols);
+    *mid = FromGpu(a, kN);  // reads back: the tape is issued here, inside the branch
+    gpu_->Scale(a, kN, 2.0f);
+    gpu_->EndSideBranch();
+    gpu_->Add(x_, x_, kN, b);
+    gpu_->JoinSideBranch();
+    gpu_->Add(a, b, kN, b);
+    return FromGpu(b, kN);
+  };
+  const int steps = 4;
+  std::vector<std::vector<float>> inputs, graphed, mids(steps);
+  for (int s = 0; s < steps; ++s) inputs.push_back(Normal(kN));
+  const StreamTape::Stats before = gpu_->graph_stats();
+  for (int s = 0; s < steps; ++s) graphed.push_back(step(inputs[s], &mids[s]));
+  EXPECT_EQ(gpu_->graph_stats().forked_graphs, before.forked_graphs);
+  EXPECT_GE(gpu_->graph_stats().graph_launches - before.graph_launches, 2);
+  gpu_->set_graphs(false);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> mid;
+    EXPECT_TRUE(BitExact(graphed[s], step(inputs[s], &mid))) << s;
+    EXPECT_TRUE(BitExact(mids[s], mid)) << s;
+  }
+  gpu_->Free(a);
+  gpu_->Free(b);
 }
 
 // Past kSideBranchMaxRows rows the hints are ignored: the graphs do not branch.

@@ -4,7 +4,8 @@
 //
 // Stream-ordering contract: the backend issues all work on one stream, so a block released
 // after enqueuing kernels that use it may be handed out again at once; the next user's work
-// is ordered after those kernels by the stream.
+// is ordered after those kernels by the stream. (A graph's side lane runs on a second stream:
+// the backend holds blocks released there until the lanes join, CudaBackend::ReleaseDevice.)
 #pragma once
 
 #include <cstddef>

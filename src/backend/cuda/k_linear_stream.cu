@@ -228,16 +228,29 @@ __device__ __forceinline__ void ComputeStep(const StepRegs<NT>& s, float (&acc)[
   }
 }
 
+// This lane's pointers for rows [r, r + 16): weight bytes of rows g and g + 8 and their scale
+// bytes at K step 0, the x step of weight step 0, and its activation units.
+struct LaneRows {
+  const uint8_t *w0, *w1, *sc;
+  int64_t x0;
+  const uint4* xp;
+};
+__device__ __forceinline__ LaneRows LaneRowsOf(const StreamArgs& a, int64_t r) {
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, c = lane % 4;
+  LaneRows p;
+  p.w0 = a.w + (r + g) * a.K + 32 * c;
+  p.w1 = p.w0 + 8 * a.K;
+  p.sc = a.scale + (r / 32) * (a.K / 32) + c;
+  p.x0 = (r / a.group_rows) * a.group_steps;
+  p.xp = a.xf + lane;
+  return p;
+}
+
 // acc += rows [r, r + 16) of the weight times the activations over K steps [s0, s1).
 template <int NT>
 __device__ __forceinline__ void AccumulateRows(const StreamArgs& a, int64_t r, int64_t s0,
                                                int64_t s1, float (&acc)[NT][4]) {
-  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, c = lane % 4;
-  const uint8_t* w0 = a.w + (r + g) * a.K + 32 * c;
-  const uint8_t* w1 = w0 + 8 * a.K;
-  const uint8_t* sc = a.scale + (r / 32) * (a.K / 32) + c;
-  const int64_t x0 = (r / a.group_rows) * a.group_steps;  // x step of weight step 0
-  const uint4* xp = a.xf + lane;
+  const auto [w0, w1, sc, x0, xp] = LaneRowsOf(a, r);
   StepRegs<NT> buf[2];
   if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
   if (s0 + 1 < s1) LoadWeights(buf[1], w0, w1, sc, s0 + 1);
@@ -299,12 +312,7 @@ __device__ __forceinline__ void ComputeStepJit(const WeightRegs& s, const uint4*
 template <int NT>
 __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r, int64_t s0,
                                                   int64_t s1, float (&acc)[NT][4]) {
-  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, c = lane % 4;
-  const uint8_t* w0 = a.w + (r + g) * a.K + 32 * c;
-  const uint8_t* w1 = w0 + 8 * a.K;
-  const uint8_t* sc = a.scale + (r / 32) * (a.K / 32) + c;
-  const int64_t x0 = (r / a.group_rows) * a.group_steps;  // x step of weight step 0
-  const uint4* xp = a.xf + lane;
+  const auto [w0, w1, sc, x0, xp] = LaneRowsOf(a, r);
   WeightRegs buf[2];
   if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
   if (s0 + 1 < s1) LoadWeights(buf[1], w0, w1, sc, s0 + 1);

@@ -283,8 +283,7 @@ bool StreamTape::Branches(cudaGraph_t graph) {
   return std::adjacent_find(from.begin(), from.end()) != from.end();
 }
 
-cudaGraphExec_t StreamTape::Capture(uint64_t hash) {
-  const bool lanes = forks_ > 0 && EnsureSideLane();  // (without a side stream: in order)
+cudaGraphExec_t StreamTape::CaptureAs(bool lanes) {
   if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
     cudaGetLastError();
     return nullptr;
@@ -297,14 +296,23 @@ cudaGraphExec_t StreamTape::Capture(uint64_t hash) {
       cudaGraphInstantiateWithFlags(&exec, graph, 0) != cudaSuccess) {
     exec = nullptr;
   }
-  if (exec != nullptr && forks_ > 0 && Branches(graph)) ++stats_.forked_graphs;
+  if (exec != nullptr && lanes && Branches(graph)) ++stats_.forked_graphs;
   if (graph != nullptr) cudaGraphDestroy(graph);
   if (exec == nullptr) {
-    LOG_WARN("CUDA graph capture of {} ops failed: issue {}, end capture {}", ops_,
-             cudaGetErrorString(issued), cudaGetErrorString(ended));
+    LOG_WARN("CUDA graph capture of {} ops{} failed: issue {}, end capture {}", ops_,
+             lanes ? " (side lane on a second stream)" : "", cudaGetErrorString(issued),
+             cudaGetErrorString(ended));
     cudaGetLastError();
-    return nullptr;
   }
+  return exec;
+}
+
+cudaGraphExec_t StreamTape::Capture(uint64_t hash) {
+  // With side lanes first; if that capture fails, the same tape in order on one stream.
+  const bool lanes = forks_ > 0 && EnsureSideLane();
+  cudaGraphExec_t exec = CaptureAs(lanes);
+  if (exec == nullptr && lanes) exec = CaptureAs(false);
+  if (exec == nullptr) return nullptr;
   if (auto it = cache_.find(hash); it != cache_.end()) {  // a hash collision: replace
     cudaGraphExecDestroy(it->second.exec);
     cache_.erase(it);

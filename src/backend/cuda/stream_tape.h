@@ -135,8 +135,11 @@ class StreamTape final : public kernels::launch::Sink {
   // Creates side_ and the fork / join events on first use (false on failure).
   bool EnsureSideLane();
   void RecordMarker(uint32_t tag);
-  // Captures the tape into a new cached graph (null on failure) and returns it.
+  // Captures the tape into a new cached graph (null on failure) and returns it: with its
+  // side lanes on a second stream, or, if that fails, in order on stream_.
   cudaGraphExec_t Capture(uint64_t hash);
+  // One capture attempt (Issue(lanes) under stream capture); the instantiated graph or null.
+  cudaGraphExec_t CaptureAs(bool lanes);
   void Reset();
   // The debug log line of a tape that is not replayed (see set_debug; stream_tape_debug.cc).
   void ExplainMiss();

@@ -173,14 +173,22 @@ base::StatusOr<kernels::DeviceWeight> WeightCache::Get(const model::WeightRef& w
 }
 
 const uint16_t* WeightCache::Bf16Copy(const kernels::DeviceWeight& view, size_t budget_bytes,
-                                      const Bf16Maker& make) {
+                                      size_t keep_free_bytes, const Bf16Maker& make) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto key = by_device_data_.find(view.data);
   if (key == by_device_data_.end()) return nullptr;
   Entry& e = entries_.at(key->second);
   if (e.bf16_copy != nullptr) return static_cast<const uint16_t*>(e.bf16_copy);
+  if (e.bf16_refused) return nullptr;
   const size_t bytes = static_cast<size_t>(view.rows) * static_cast<size_t>(view.cols) * 2;
   if (bf16_bytes_ + bytes > budget_bytes) return nullptr;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess ||
+      free_bytes < bytes + keep_free_bytes) {
+    cudaGetLastError();
+    e.bf16_refused = true;
+    return nullptr;
+  }
   void* out = nullptr;
   if (cudaMalloc(&out, bytes) != cudaSuccess) {
     cudaGetLastError();

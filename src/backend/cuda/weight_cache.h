@@ -38,13 +38,15 @@ class WeightCache {
   // The device view of `w`, uploading it (synchronously) the first time.
   base::StatusOr<kernels::DeviceWeight> Get(const model::WeightRef& w);
   // The bf16 [rows, cols] copy of an uploaded weight whose device view is `view` (the view Get
-  // returned), made on the first request by make(view, out), which fills the fresh device
-  // buffer `out` on the caller's stream, and freed with the weight. nullptr (not an error)
-  // when `view` is no uploaded weight of this cache, when the copies would exceed
-  // `budget_bytes` in all, or when the allocation or `make` fails.
+  // returned), made on the first request by make(view, out), which enqueues the work that
+  // fills the fresh device buffer `out` (in stream order before any use of the copy), and
+  // freed with the weight. nullptr (not an error) when `view` is no uploaded weight of this
+  // cache, when the copies would exceed `budget_bytes` in all, when less than
+  // `keep_free_bytes` of device memory would stay free (remembered: that weight is not asked
+  // again), or when the allocation or `make` fails.
   using Bf16Maker = std::function<cudaError_t(const kernels::DeviceWeight&, uint16_t*)>;
   const uint16_t* Bf16Copy(const kernels::DeviceWeight& view, size_t budget_bytes,
-                           const Bf16Maker& make);
+                           size_t keep_free_bytes, const Bf16Maker& make);
   // Frees every uploaded weight and bf16 copy (synchronises the device).
   void Clear();
   // Called before a device copy of a weight is freed: the owner issues any work it has
@@ -72,6 +74,7 @@ class WeightCache {
     uint64_t fingerprint = 0;   // of the host bytes (0 for device-resident weights)
     void* bf16_copy = nullptr;  // Bf16Copy's buffer, if made
     size_t bf16_bytes = 0;
+    bool bf16_refused = false;  // device memory was short for the copy
   };
   void FreeEntry(Entry& entry);
 
