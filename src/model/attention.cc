@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -354,11 +355,23 @@ void Model::LayOutWindows(BatchContext& b) {
   backend_->CopyToDevice(b.window_meta.data(), meta.data(), meta.size() * sizeof(int32_t));
 }
 
-void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r, int gi) {
+Model::IndexerQueries Model::IndexerQuery(int layer, BatchContext& b, const float* u,
+                                          const float* q_r) {
   const io::TextConfig& t = config_.text();
   const AttentionWeights& w = weights_->layers[layer].attn;
   const int64_t R = b.rows, D = t.hidden_size, nh = t.index_n_heads, ihd = t.index_head_dim;
-  const int64_t rd = t.qk_rope_head_dim;
+  IndexerQueries q{DeviceFloats(backend_, R * nh * ihd), DeviceFloats(backend_, R * nh)};
+  backend_->Linear(q_r, R, t.q_lora_rank, w.idx_wq_b, 0, nh * ihd, q.qi.data(), nh * ihd);
+  RopeAndFakeQuant(backend_, q.qi.data(), R, nh, ihd, t.qk_rope_head_dim, b.pos.data(),
+                   compress_inv_freq_.data(), FakeQuantKind::kFp4Block32Pow2);
+  backend_->Linear(u, R, D, w.idx_weights_proj, 0, nh, q.hw.data(), nh);
+  backend_->Scale(q.hw.data(), R * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
+  return q;
+}
+
+void Model::IndexerSelect(int layer, BatchContext& b, const IndexerQueries& q, int gi) {
+  const io::TextConfig& t = config_.text();
+  const int64_t R = b.rows, nh = t.index_n_heads, ihd = t.index_head_dim;
   auto entries = [&](const ChunkContext& c) {
     const KvGroupState& group = c.state->groups[gi];
     return group.has_keys ? group.n_entries() : 0;
@@ -371,13 +384,8 @@ void Model::Indexer(int layer, BatchContext& b, const float* u, const float* q_r
   const int64_t k = b.n_select;
   b.selection = DeviceInts(backend_, R * k);
   ++b.selection_serial;
-
-  DeviceFloats qi(backend_, R * nh * ihd), hw(backend_, R * nh);
-  backend_->Linear(q_r, R, t.q_lora_rank, w.idx_wq_b, 0, nh * ihd, qi.data(), nh * ihd);
-  RopeAndFakeQuant(backend_, qi.data(), R, nh, ihd, rd, b.pos.data(), compress_inv_freq_.data(),
-                   FakeQuantKind::kFp4Block32Pow2);
-  backend_->Linear(u, R, D, w.idx_weights_proj, 0, nh, hw.data(), nh);
-  backend_->Scale(hw.data(), R * nh, 1.0f / std::sqrt(static_cast<float>(nh)));
+  const DeviceFloats& qi = q.qi;
+  const DeviceFloats& hw = q.hw;
 
   // Scores of every row against its own sequence's keys (one varlen call), padded to the
   // largest group and then to its launch bucket (`width` columns): entries past a sequence's
@@ -527,25 +535,27 @@ void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
                     t.q_lora_rank);
   DeviceFloats q(backend_, R * H * d);
 
-  // Side branch (Backend::BeginSideBranch), concurrent with q's projection: this step's
-  // window KV of every row (kv_norm, RoPE, FP8 fake-quant), the compressor and the indexer.
-  // They read u, kv0 and q_r and write kv, the sequences' state and the selection; the main
-  // branch reads q_r and writes q.
+  // Side branch (Backend::BeginSideBranch): this step's window KV of every row (kv_norm,
+  // RoPE, FP8 fake-quant) and the compressor (reading u and kv0, writing kv and the
+  // sequences' compressed state), concurrent with q's projection and the indexer's queries
+  // (reading q_r and u, writing q, qi and hw). The indexer's selection follows the join.
   backend_->BeginSideBranch(R);
   backend_->RmsNorm(kv0.data(), R, d, d, w.kv_norm.data(), eps, kv.data(), d);
   RopeAndFakeQuant(backend_, kv.data(), R, 1, d, rd, b.pos.data(), inv_freq,
                    FakeQuantKind::kFp8Block32Pow2);
   Emit("layers." + std::to_string(layer) + ".window_kv", kv.data(), R, d);
-  if (ratio > 0) {
-    const int src = config_.KvSourceOf(layer);
-    const int gi = GroupIndex(config_, src);
-    if (src == layer) Compress(layer, b, u, gi);
-    if (config_.IsIndexSource(layer)) Indexer(layer, b, u, q_r.data(), gi);
-  }
+  const int src = ratio > 0 ? config_.KvSourceOf(layer) : -1;
+  const int gi = ratio > 0 ? GroupIndex(config_, src) : -1;
+  if (ratio > 0 && src == layer) Compress(layer, b, u, gi);
   backend_->EndSideBranch();
   backend_->Linear(q_r.data(), R, t.q_lora_rank, w.wq_b, 0, H * d, q.data(), H * d);
   backend_->Rope(q.data(), R, H * d, H, d, d - rd, rd / 2, b.pos.data(), inv_freq, false);
+  const bool index = ratio > 0 && config_.IsIndexSource(layer);
+  std::optional<IndexerQueries> queries;
+  if (index) queries = IndexerQuery(layer, b, u, q_r.data());
   backend_->JoinSideBranch();
+  // The selection reads the keys the compressor wrote this step.
+  if (index) IndexerSelect(layer, b, *queries, gi);
 
   DeviceFloats o(backend_, R * H * d);
   BatchAttention(layer, b, q.data(), kv.data(), o.data());

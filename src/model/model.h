@@ -164,7 +164,15 @@ class Model {
   void GatherBatchIndexKeys(BatchContext& b, int gi);
   // Compressor of KV source `layer` (group gi) over every chunk's new tokens.
   void Compress(int layer, BatchContext& b, const float* u, int gi);
-  void Indexer(int layer, BatchContext& b, const float* u, const float* q_r, int gi);
+  // The lightning indexer of index-source `layer`: IndexerQuery computes the rows' index
+  // queries and head weights (from q_r and u only, so it may run beside the compressor);
+  // IndexerSelect scores them against group gi's keys and writes b.selection.
+  struct IndexerQueries {
+    DeviceFloats qi;  // [R, index heads * index head dim], RoPE'd and FP4-fake-quantised
+    DeviceFloats hw;  // [R, index heads], scaled head weights
+  };
+  IndexerQueries IndexerQuery(int layer, BatchContext& b, const float* u, const float* q_r);
+  void IndexerSelect(int layer, BatchContext& b, const IndexerQueries& q, int gi);
   SequenceState NewSequenceWithBlocks(int block_tokens, bool self_allocating) const;
   void Emit(const std::string& name, const float* data, int64_t rows, int64_t cols);
 
