@@ -81,8 +81,8 @@ TEST_F(CudaModelGraphTest, DecodeFromGraphsEqualsOpByOpBitwise) {
                 static_cast<long long>(graph_kernels), static_cast<long long>(eager_kernels));
     EXPECT_GE(launches, steps / 2);
     EXPECT_GE(graph_kernels, 9 * eager_kernels);
-    // The model's side branches (the window KV / compressor / indexer beside q, the shared
-    // expert beside the routed ones) became branches of the captured graphs.
+    // The model's side branches (the window KV and compressor beside q and the indexer's queries,
+    // the shared expert beside the routed ones) became branches of the captured graphs.
     const int64_t forked = after.forked_graphs - before.forked_graphs;
     std::printf("captured graphs with side branches: %lld of %lld\n",
                 static_cast<long long>(forked), static_cast<long long>(captures));
