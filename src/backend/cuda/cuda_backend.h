@@ -84,6 +84,7 @@ class CudaBackend final : public model::Backend {
   // Only for at most `side_branch_max_rows` token rows (default kSideBranchMaxRows;
   // DEEPINFER_CUDA_SIDE_BRANCH_MAX_ROWS=<rows> at creation, 0 = never): H200 run 96, FP8
   // mode, branches on against off: B=1 1.45 against 1.53-1.56 ms, B=32 5.95 against 6.10, but
+  // from 33 rows (the dense Linears on cuBLAS) they lost: B=33 6.8 against 6.3 ms (run 102),
   // B=64 10.3 against 9.0 and B=256 19.4 against 16.5.
   static constexpr int64_t kSideBranchMaxRows = 32;
   void BeginSideBranch(int64_t rows) override;
