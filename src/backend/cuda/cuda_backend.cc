@@ -86,21 +86,9 @@ base::Status CudaBackend::Init() {
   }
   e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
   if (e != cudaSuccess) return fail("cudaStreamCreate", e);
-  if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) {
-    return base::InternalError("CUDA init: cublasCreate failed");
-  }
-  if (cublasSetStream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST) != CUBLAS_STATUS_SUCCESS) {
-    return base::InternalError("CUDA init: cuBLAS handle setup failed");
-  }
-  // A fixed cuBLAS workspace (cuBLAS's Hopper default size): a GEMM captured into a CUDA
-  // graph must not allocate one.
-  e = cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes);
-  if (e != cudaSuccess) return fail("cuBLAS workspace", e);
-  if (cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) !=
-      CUBLAS_STATUS_SUCCESS) {
-    return base::InternalError("CUDA init: cublasSetWorkspace failed");
+  if (!CreateBlasHandle(&cublas_, &cublas_workspace_)) {
+    return base::InternalError("CUDA init: cuBLAS handle setup failed (handle, modes or its " +
+                               std::to_string(kCublasWorkspaceBytes >> 20) + " MiB workspace)");
   }
   if (cublasLtCreate(&cublas_lt_) != CUBLAS_STATUS_SUCCESS) {
     return base::InternalError("CUDA init: cublasLtCreate failed");
@@ -564,6 +552,26 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
     }
   }
   Done("Linear", w.name);
+}
+
+bool CudaBackend::CreateBlasHandle(cublasHandle_t* handle, void** workspace) {
+  cublasHandle_t h = nullptr;
+  void* ws = nullptr;
+  const bool ok = cublasCreate(&h) == CUBLAS_STATUS_SUCCESS &&
+                  cublasSetStream(h, stream_) == CUBLAS_STATUS_SUCCESS &&
+                  cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) == CUBLAS_STATUS_SUCCESS &&
+                  cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST) == CUBLAS_STATUS_SUCCESS &&
+                  cudaMalloc(&ws, kCublasWorkspaceBytes) == cudaSuccess &&
+                  cublasSetWorkspace(h, ws, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) {
+    cudaGetLastError();
+    if (h != nullptr) cublasDestroy(h);
+    if (ws != nullptr) cudaFree(ws);
+    return false;
+  }
+  *handle = h;
+  *workspace = ws;
+  return true;
 }
 
 int64_t CudaBackend::TileRows(int64_t cols) {

@@ -334,6 +334,10 @@ class CudaBackend final : public model::Backend {
   int Lane() const { return Recording() && tape_ != nullptr ? tape_->lane() : 0; }
   // Returns an arena block, or keeps it until JoinSideBranch while a branch is open.
   void ReleaseDevice(void* p, const char* what);
+  // A cuBLAS handle on stream_ with the backend's modes and its own fixed workspace of
+  // kCublasWorkspaceBytes (a GEMM captured into a CUDA graph must not allocate one); false,
+  // with nothing left allocated, on failure.
+  bool CreateBlasHandle(cublasHandle_t* handle, void** workspace);
   // The side lane's cuBLAS handle with its own workspace (made on first use; false if not).
   bool EnsureSideBlas();
   // Records a failed CUDA / cuBLAS call; returns true on success.

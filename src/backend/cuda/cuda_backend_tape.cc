@@ -100,24 +100,9 @@ bool CudaBackend::Blas(const char* what, const uint64_t* key, size_t key_bytes,
 
 bool CudaBackend::EnsureSideBlas() {
   if (cublas_side_ != nullptr) return true;
-  cublasHandle_t h = nullptr;
-  void* workspace = nullptr;
-  const bool ok = cublasCreate(&h) == CUBLAS_STATUS_SUCCESS &&
-                  cublasSetStream(h, stream_) == CUBLAS_STATUS_SUCCESS &&
-                  cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) == CUBLAS_STATUS_SUCCESS &&
-                  cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST) == CUBLAS_STATUS_SUCCESS &&
-                  cudaMalloc(&workspace, kCublasWorkspaceBytes) == cudaSuccess &&
-                  cublasSetWorkspace(h, workspace, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS;
-  if (!ok) {
-    cudaGetLastError();
-    if (h != nullptr) cublasDestroy(h);
-    if (workspace != nullptr) cudaFree(workspace);
-    LOG_WARN("cuda backend: no cuBLAS handle for the side lane; side branches run in order");
-    return false;
-  }
-  cublas_side_ = h;
-  cublas_side_workspace_ = workspace;
-  return true;
+  if (CreateBlasHandle(&cublas_side_, &cublas_side_workspace_)) return true;
+  LOG_WARN("cuda backend: no cuBLAS handle for the side lane; side branches run in order");
+  return false;
 }
 
 void CudaBackend::BeginSideBranch(int64_t rows) {
@@ -147,7 +132,7 @@ void CudaBackend::JoinSideBranch() {
 void CudaBackend::ReleaseDevice(void* p, const char* what) {
   // Held only while the tape holds an open side lane: otherwise every op runs in order on
   // stream_ (hints ignored, op by op, or a flush inside the branch issued it all in order).
-  if (branch_ != Branch::kNone && Recording() && tape_->fork_open()) {
+  if (Recording() && tape_->fork_open()) {
     deferred_releases_.push_back(p);
     return;
   }
