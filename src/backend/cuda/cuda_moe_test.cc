@@ -3,10 +3,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/kernels_moe.h"
 
 namespace deepinfer::backend::cuda::testing {
 namespace {
@@ -208,6 +210,56 @@ TEST_F(CudaMoeTest, DISABLED_BenchRouter) {
                 static_cast<long long>(T), static_cast<long long>(experts),
                 static_cast<long long>(k), us);
     EXPECT_GT(us, 0.0);
+  }
+}
+
+// CombineSlots: y[t] = the in-order fp32 sum of its k slot rows (bitwise: a host loop adds in
+// the same order), NaN rows for out-of-range ids. D % 4 == 0 takes the float4 kernel (slots
+// batched 8 at a time: k = 1, 6, 8, 13 cross the batch edge); D = 30 and an unaligned part
+// pointer take the scalar kernel.
+TEST_F(CudaMoeTest, CombineSlotsSumsSlotsInOrderBitwise) {
+  struct Case {
+    int64_t T, k, D;
+    bool unaligned;
+  };
+  for (const Case c : {Case{3, 1, 64, false}, Case{5, 6, 5120, false}, Case{2, 8, 260, false},
+                       Case{4, 13, 36, false}, Case{3, 6, 30, false}, Case{2, 6, 64, true}}) {
+    SCOPED_TRACE(::testing::Message() << "T " << c.T << " k " << c.k << " D " << c.D
+                                      << (c.unaligned ? " unaligned" : ""));
+    const int64_t n_experts = 16, P = c.T * c.k;
+    std::vector<float> part = Normal(P * c.D + 1, 2.0f);
+    std::vector<int32_t> experts(P);
+    for (int64_t p = 0; p < P; ++p) experts[p] = static_cast<int32_t>((p * 7) % n_experts);
+    experts[c.k - 1] = static_cast<int32_t>(n_experts);  // token 0's last slot: out of range
+    if (c.T > 1) experts[c.k] = -1;                      // token 1's first slot
+    const int64_t off = c.unaligned ? 1 : 0;
+    float* y = PoisonedFloats(c.T * c.D);
+    ASSERT_EQ(kernels::CombineSlots(ToGpu(part) + off, ToGpu(experts), c.T, c.k, n_experts, c.D, y,
+                                    gpu_->stream()),
+              cudaSuccess);
+    const std::vector<float> got = FromGpu(y, c.T * c.D);
+    int64_t bad = 0;
+    for (int64_t t = 0; t < c.T; ++t) {
+      for (int64_t d = 0; d < c.D; ++d) {
+        float sum = 0.0f;
+        bool nan_row = false;
+        for (int64_t i = 0; i < c.k; ++i) {
+          const int32_t e = experts[t * c.k + i];
+          if (e < 0 || e >= n_experts) {
+            nan_row = true;
+          } else {
+            sum += part[off + (t * c.k + i) * c.D + d];
+          }
+        }
+        const float g = got[t * c.D + d];
+        const bool ok = nan_row ? std::isnan(g) : std::memcmp(&g, &sum, 4) == 0;
+        if (!ok && bad++ < 5) {
+          ADD_FAILURE() << "t " << t << " d " << d << ": " << g << " expected "
+                        << (nan_row ? std::numeric_limits<float>::quiet_NaN() : sum);
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
   }
 }
 
