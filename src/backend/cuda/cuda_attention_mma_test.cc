@@ -309,6 +309,136 @@ TEST_F(CudaAttentionMmaTest, V41Shapes) {
   Check(prefill);
 }
 
+// --- the raw ring: chunks of key/value rows in flight per block -------------------------
+
+// Token t of a varlen call alone (the same shared buffers, its own ranges and slots).
+MmaInputs TokenAlone(const MmaInputs& in, int64_t t) {
+  MmaInputs one = in;
+  const int64_t hd = in.heads * in.d;
+  one.tokens = 1;
+  one.q.assign(in.q.begin() + t * hd, in.q.begin() + (t + 1) * hd);
+  one.q_pos = {in.q_pos[t]};
+  one.window_start = {in.window_start[t]}, one.window_len = {in.window_len[t]};
+  one.comp_offset = {in.comp_offset[t]}, one.comp_len = {in.comp_len[t]};
+  one.selection.assign(in.selection.begin() + t * in.n_select,
+                       in.selection.begin() + (t + 1) * in.n_select);
+  return one;
+}
+
+// Decode calls of T one-token sequences at V4.1 shapes (64 heads x 512, window 128, 512
+// slots; smaller with DEEPINFER_CUDA_TEST_SMALL): varied lengths, window rows only,
+// selected entries only, mostly masked rows, and fewer candidates than one chunk.
+std::vector<MmaCase> SmallTDecodeCases(int64_t T, bool small) {
+  MmaCase base;
+  base.heads = small ? 32 : 64, base.d = small ? 128 : 512, base.window = small ? 32 : 128;
+  base.n_select = small ? 64 : 512;
+  const int64_t w = base.window;
+  std::vector<MmaCase> cases(5, base);
+  for (int64_t i = 0; i < T; ++i) {
+    cases[0].seqs.push_back({1, 1 + (37 * i + w - 1) % w, 1 + (97 * i + 700) % 1500});
+    cases[1].seqs.push_back({1, w - i % 3, 0});
+    cases[2].seqs.push_back({1, 0, 200 + 61 * i});
+    cases[3].seqs.push_back({1, w, 300});
+    cases[4].seqs.push_back({1, 3 + i % 4, 5});
+  }
+  cases[0].name = "varied lengths";
+  cases[1].name = "window rows only";
+  cases[2].name = "selected entries only";
+  cases[3].stale_every = 2, cases[3].empty_every = 2, cases[3].name = "half the rows masked";
+  cases[4].n_select = 6, cases[4].name = "fewer candidates than a chunk";
+  return cases;
+}
+
+// T = 1 .. 8 decode (the launcher gives small grids more rows in flight: V4.1 at T <= 4 one
+// block per SM with 4-5 chunks in flight, T >= 5 two blocks per SM): every case matches the
+// CPU reference, and every token's output is bitwise the one it has alone, in both modes.
+TEST_F(CudaAttentionMmaTest, SmallTDecode) {
+  for (int64_t T : {1, 2, 3, 4, 5, 8}) {
+    for (const MmaCase& c : SmallTDecodeCases(T, SmallOnly())) {
+      SCOPED_TRACE(::testing::Message() << c.name << ", T " << T);
+      const MmaInputs in = MakeInputs(c);
+      CheckInputs(in, c.name);
+      for (bool bf16_rounded : {false, true}) {
+        const MmaRun all = RunMma(in, bf16_rounded);
+        EXPECT_EQ(all.error_word, 0);
+        const int64_t per_token = in.heads * in.d;
+        for (int64_t t = 0; t < T; ++t) {
+          const MmaRun alone = RunMma(TokenAlone(in, t), bf16_rounded);
+          ASSERT_TRUE(
+              BitExact(alone.got, std::vector<float>(all.got.begin() + t * per_token,
+                                                     all.got.begin() + (t + 1) * per_token)))
+              << "token " << t << (bf16_rounded ? " bf16-rounded" : " exact");
+        }
+      }
+    }
+  }
+}
+
+// The number of raw stages is physical only: 1 .. 8 stages (clamped to what fits) give
+// the same bits as the launcher's choice, for decode (split over clusters), a varlen batch
+// and a causal prefill (several lanes per block), in both modes.
+TEST_F(CudaAttentionMmaTest, RawStagesDoNotChangeBits) {
+  std::vector<MmaCase> cases = SmallTDecodeCases(3, SmallOnly());
+  cases.resize(SmallOnly() ? 1 : 2);
+  cases.push_back(SmallTDecodeCases(1, true)[4]);
+  MmaCase varlen;
+  varlen.seqs = {{1, 40, 100}, {5, 70, 0}, {3, 9, 30}}, varlen.heads = 32, varlen.d = 128;
+  varlen.window = 48, varlen.n_select = 37, varlen.name = "3 sequences d 128";
+  cases.push_back(varlen);
+  MmaCase prefill;
+  prefill.seqs = {{300, 300 + 31, 40}}, prefill.window = 32, prefill.n_select = 24;
+  prefill.name = "T 300 prefill d 64";
+  cases.push_back(prefill);
+  for (const MmaCase& c : cases) {
+    const MmaInputs in = MakeInputs(c);
+    const model::SparseAttentionArgs g = GpuArgs(in);
+    int32_t* err = ToGpu(std::vector<int32_t>{0});
+    for (bool bf16_rounded : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << c.name << (bf16_rounded ? " bf16-rounded" : " exact"));
+      ASSERT_EQ(
+          kernels::SparseAttentionMma(g, reinterpret_cast<int*>(err), gpu_->stream(), bf16_rounded),
+          cudaSuccess);
+      const std::vector<float> chosen = FromGpu(g.out, in.out_size());
+      for (int stages = 1; stages <= 9; ++stages) {
+        ASSERT_EQ(kernels::SparseAttentionMmaWithStages(g, reinterpret_cast<int*>(err),
+                                                        gpu_->stream(), bf16_rounded, stages),
+                  cudaSuccess);
+        ASSERT_TRUE(BitExact(FromGpu(g.out, in.out_size()), chosen)) << stages << " stages";
+      }
+    }
+    EXPECT_EQ(FromGpu(err, 1)[0], 0) << c.name;
+  }
+}
+
+// The launcher's stage choice at V4.1 shapes on an H200-class device (>= 132 SMs, 227 KiB
+// of shared memory per block): decode T = 1, 2 one block per SM with all 5 chunks of a lane
+// in flight (4 with three bf16 terms, which leave room for no more); T = 8, 32 and prefill
+// as many as keep two blocks per SM (2 with one bf16 term, 1 with three).
+TEST_F(CudaAttentionMmaTest, RawStageChoiceV41) {
+  int device = 0, sms = 0, optin = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+            cudaSuccess);
+  if (sms < 132 || optin < 227 * 1024) GTEST_SKIP() << "not an H200-class device";
+  alignas(16) static float rows[64];
+  model::SparseAttentionArgs a;
+  a.heads = 64, a.head_dim = 512, a.window = 128, a.n_window = 128, a.window_kv = rows;
+  a.n_comp = 1, a.comp_kv = rows, a.n_select = 512;
+  for (int64_t T : {1, 2}) {
+    a.tokens = T;
+    EXPECT_EQ(kernels::SparseAttentionMmaStages(a, /*bf16_rounded=*/true), 5) << T;
+    EXPECT_EQ(kernels::SparseAttentionMmaStages(a, /*bf16_rounded=*/false), 4) << T;
+  }
+  for (int64_t T : {8, 32, 4096}) {
+    a.tokens = T;
+    EXPECT_EQ(kernels::SparseAttentionMmaStages(a, /*bf16_rounded=*/true), 2) << T;
+    EXPECT_EQ(kernels::SparseAttentionMmaStages(a, /*bf16_rounded=*/false), 1) << T;
+  }
+  a.tokens = 0;
+  EXPECT_EQ(kernels::SparseAttentionMmaStages(a, true), 0);
+}
+
 // Which shapes the kernel takes (host-only).
 TEST(AttnMmaApplicable, Shapes) {
   alignas(16) static float rows[64];
