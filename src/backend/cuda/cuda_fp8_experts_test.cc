@@ -3,22 +3,74 @@
 // FP8 weights, or set_experts_bf16_min_tokens(0)) and, by default outside batch-invariant
 // mode, the bf16 path (kernels::RoutedExpertsBf16; its wgmma kernel here, its streaming
 // kernel in cuda_moe_stream_test.cc), against a per-token CPU reference that quantises x and
-// h the same way.
+// h the same way; the wgmma kernel's variants (moe_bf16::WgmmaVariant: shared-memory or register
+// weight operand) against each other, bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_fp8_test_util.h"
+#include "backend/cuda/moe_bf16_internal.cuh"
 
 namespace deepinfer::backend::cuda::testing {
 namespace {
+
+namespace moe_bf16 = kernels::moe_bf16;
+using moe_bf16::WgmmaVariant;
+
+constexpr WgmmaVariant kWgmmaVariants[] = {WgmmaVariant::kSs, WgmmaVariant::kRs,
+                                           WgmmaVariant::kRs2};
+
+// Sets (value non-null) or unsets an environment variable for its lifetime (restores the
+// previous value).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* var, const char* value) : var_(var) {
+    if (const char* old = std::getenv(var)) previous_ = old;
+    if (value != nullptr) {
+      setenv(var, value, 1);
+    } else {
+      unsetenv(var);
+    }
+  }
+  ~ScopedEnv() {
+    if (previous_) {
+      setenv(var_, previous_->c_str(), 1);
+    } else {
+      unsetenv(var_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* var_;
+  std::optional<std::string> previous_;
+};
+
+// The streaming kernel switched off: the bf16 path runs its wgmma kernel at every T.
+class WgmmaAtEveryT : public ScopedEnv {
+ public:
+  WgmmaAtEveryT() : ScopedEnv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS", "0") {}
+};
+
+// Every wgmma launch uses variant v for the object's lifetime (SetWgmmaVariantOverride).
+class ForcedWgmmaVariant {
+ public:
+  explicit ForcedWgmmaVariant(WgmmaVariant v) { moe_bf16::SetWgmmaVariantOverride(&v); }
+  ~ForcedWgmmaVariant() { moe_bf16::SetWgmmaVariantOverride(nullptr); }
+  ForcedWgmmaVariant(const ForcedWgmmaVariant&) = delete;
+  ForcedWgmmaVariant& operator=(const ForcedWgmmaVariant&) = delete;
+};
 
 class CudaFp8ExpertsTest : public CudaFp8Test {
  protected:
@@ -160,9 +212,10 @@ TEST_F(CudaFp8ExpertsTest, Bf16PathMatchesCpuReference) {
   }
 }
 
-// Within the bf16 path's wgmma kernel a token's row does not depend on the other tokens or on
-// the item width (T 600: items of 128 pairs; T 200: 96; T 100 and 8: 64). The streaming
-// kernel (which T 8 would take by default) is switched off; cuda_moe_stream_test.cc tests it.
+// Within the bf16 path's wgmma kernel (every variant) a token's row does not depend on the other
+// tokens or on the item width (T 600: items of 128 pairs; T 200: 96; T 100 and 8: 64). The
+// streaming kernel (which T 8 would take by default) is switched off; cuda_moe_stream_test.cc tests
+// it.
 TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
   setenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS", "0", 1);
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
@@ -171,7 +224,11 @@ TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
   const std::vector<int32_t> ids = Route(T, k, 16);
   const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
   gpu_->set_experts_bf16_min_tokens(1);
-  ExpectTailsMatchFullRun(ex, x, T, ids, weights, k, {8, 100, 200});
+  for (WgmmaVariant v : kWgmmaVariants) {
+    SCOPED_TRACE(moe_bf16::WgmmaVariantName(v));
+    const ForcedWgmmaVariant forced(v);
+    ExpectTailsMatchFullRun(ex, x, T, ids, weights, k, {8, 100, 200});
+  }
   gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
   unsetenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS");
 }
@@ -226,7 +283,164 @@ TEST_F(CudaFp8ExpertsTest, OutOfRangeIdGivesNanRowAndError) {
   }
 }
 
-// Device buffers of one LinearFp8 call at T tokens on an N x K weight: quantised random
+// --- variants of the wgmma kernel (moe_bf16::WgmmaVariant) ----------------------------------
+
+// Names, the environment and the test override pick the variant; rs2 serves items of <= 96 pairs.
+TEST(WgmmaVariantTest, PickedByOverrideThenEnvironment) {
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant(nullptr), WgmmaVariant::kRs);
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant(""), WgmmaVariant::kRs);
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("bogus"), WgmmaVariant::kRs);
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("SS"), WgmmaVariant::kRs);
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("ss"), WgmmaVariant::kSs);
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs"), WgmmaVariant::kRs);
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs2"), WgmmaVariant::kRs2);
+  for (WgmmaVariant v : kWgmmaVariants) {
+    EXPECT_EQ(moe_bf16::ParseWgmmaVariant(moe_bf16::WgmmaVariantName(v)), v);
+  }
+  {
+    const ScopedEnv unset(moe_bf16::kWgmmaVariantEnv, nullptr);
+    for (int bn : {64, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kRs);
+  }
+  {
+    const ScopedEnv ss(moe_bf16::kWgmmaVariantEnv, "ss");
+    for (int bn : {64, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kSs);
+  }
+  const ScopedEnv rs2(moe_bf16::kWgmmaVariantEnv, "rs2");
+  EXPECT_EQ(moe_bf16::PickWgmmaVariant(64), WgmmaVariant::kRs2);
+  EXPECT_EQ(moe_bf16::PickWgmmaVariant(96), WgmmaVariant::kRs2);
+  EXPECT_EQ(moe_bf16::PickWgmmaVariant(128), WgmmaVariant::kRs);
+  {
+    const ForcedWgmmaVariant forced(WgmmaVariant::kSs);
+    for (int bn : {64, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kSs);
+  }
+  EXPECT_EQ(moe_bf16::PickWgmmaVariant(64), WgmmaVariant::kRs2);  // the environment again
+}
+
+class CudaWgmmaVariantTest : public CudaFp8ExpertsTest {
+ protected:
+  // Random routing over experts 0 .. n - 3, then token 0's first slot on expert n - 1: expert
+  // n - 2 gets no pair, n - 1 exactly one, the others many.
+  std::vector<int32_t> RouteIdleAndSingle(int64_t T, int64_t k, int64_t n) {
+    std::vector<int32_t> ids = Route(T, k, n - 2);
+    ids[0] = static_cast<int32_t>(n - 1);  // token 0's other slots are < n - 2
+    return ids;
+  }
+
+  // Runs the bf16 path's wgmma kernel (the streaming kernel off) in every variant on one
+  // problem: the SS kernel within the tolerances of the CPU reference, RS and RS2 bitwise
+  // equal to it (and, when they are not, at least within the same tolerances, so the report
+  // tells a numerics difference from a broken kernel).
+  void ExpectVariantsAgree(const Experts& ex, int64_t T, int64_t k) {
+    const int64_t n = static_cast<int64_t>(ex.table.size());
+    const std::vector<float> x = Normal(T * ex.D, 4.0f);
+    const std::vector<int32_t> ids = RouteIdleAndSingle(T, k, n);
+    const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+    const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 7.0f);
+    const WgmmaAtEveryT wgmma_only;
+    gpu_->set_experts_bf16_min_tokens(1);
+    std::vector<float> ss;
+    for (WgmmaVariant v : kWgmmaVariants) {
+      SCOPED_TRACE(moe_bf16::WgmmaVariantName(v));
+      const ForcedWgmmaVariant forced(v);
+      const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
+      EXPECT_TRUE(AllClose(got, expected, 2e-2, 2e-2 * MaxAbs(expected)));
+      if (v == WgmmaVariant::kSs) {
+        ss = got;
+      } else {
+        EXPECT_TRUE(BitExact(got, ss)) << "differs from the SS kernel";
+      }
+      EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, 7.0f), got)) << "repeats";
+    }
+    gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+  }
+};
+
+// Short K (4 and 6 stages: the ring never wraps), 16 experts: T 7 and 101 (items of 64 pairs),
+// 203 (96), 601 (128), scale bytes on both dequantisation branches (S <= 128 and S > 128).
+TEST_F(CudaWgmmaVariantTest, ShortKAllItemWidths) {
+  for (const auto& [lo, hi] : {std::pair{118, 124}, std::pair{100, 140}}) {
+    const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384, lo, hi);
+    for (int64_t T : {7, 101, 203, 601}) {
+      SCOPED_TRACE(::testing::Message() << "scales " << lo << ".." << hi << " T " << T);
+      ExpectVariantsAgree(ex, T, 6);
+    }
+  }
+}
+
+// Long K (18 stages up, 10 down: the ring wraps), a partial 256-row block (D = 1152 rows in the
+// down GEMM), 8 experts: T 41 (items of 64 pairs), 91 (96), 151 (128).
+TEST_F(CudaWgmmaVariantTest, LongKPartialRowBlock) {
+  const Experts ex = MakeExperts(8, WeightFormat::kMxFp4, 1152, 640, 110, 132);
+  for (int64_t T : {41, 91, 151}) {
+    SCOPED_TRACE(::testing::Message() << "T " << T);
+    ExpectVariantsAgree(ex, T, 6);
+  }
+}
+
+// The real V4.1 expert shape (K = 5120 and 2304: 80 and 36 stages, the largest scale arrays):
+// RS and RS2 bitwise equal to SS at items of 64 (T 64), 96 (T 250) and 128 (T 400) pairs.
+TEST_F(CudaWgmmaVariantTest, RealV41ShapeBitwise) {
+  if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  const Experts ex = MakeExperts(24, WeightFormat::kMxFp4, 5120, 2304);
+  const WgmmaAtEveryT wgmma_only;
+  gpu_->set_experts_bf16_min_tokens(1);
+  for (int64_t T : {64, 250, 400}) {
+    SCOPED_TRACE(::testing::Message() << "T " << T);
+    const int64_t k = 6;
+    const std::vector<float> x = Normal(T * ex.D);
+    const std::vector<int32_t> ids = RouteIdleAndSingle(T, k, 24);
+    const std::vector<float> weights = Uniform(T * k, 0.05f, 0.5f);
+    std::vector<float> ss;
+    for (WgmmaVariant v : kWgmmaVariants) {
+      SCOPED_TRACE(moe_bf16::WgmmaVariantName(v));
+      const ForcedWgmmaVariant forced(v);
+      const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+      if (v == WgmmaVariant::kSs) {
+        ss = got;
+        EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float y) { return std::isfinite(y); }));
+      } else {
+        EXPECT_TRUE(BitExact(got, ss)) << "differs from the SS kernel";
+      }
+    }
+  }
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+}
+
+// An expert id outside [0, n_experts) on the wgmma kernel (every variant): the backend's error
+// names it, the token's row is NaN, and every other row is bitwise the row of a run where that
+// slot has a valid id (a token's row depends on no other token).
+TEST_F(CudaWgmmaVariantTest, OutOfRangeIdGivesNanRowAndError) {
+  const Experts ex = MakeExperts(8, WeightFormat::kMxFp4, 256, 256);
+  const int64_t T = 53, k = 2, bad_token = 17;
+  const std::vector<float> x = Normal(T * ex.D);
+  std::vector<int32_t> ids = Route(T, k, 8);  // 106 pairs: items of 64
+  const std::vector<float> weights = Uniform(T * k, 0.1f, 1.0f);
+  const WgmmaAtEveryT wgmma_only;
+  for (WgmmaVariant v : kWgmmaVariants) {
+    SCOPED_TRACE(moe_bf16::WgmmaVariantName(v));
+    const ForcedWgmmaVariant forced(v);
+    const ExpertsRun clean = RunExpertsOnOwnBackend(ex.table, ex.D, x, T, ids, weights, k, 1);
+    ASSERT_TRUE(clean.status.ok()) << clean.status;
+    std::vector<int32_t> bad_ids = ids;
+    bad_ids[bad_token * k + 1] = 8;
+    const ExpertsRun run = RunExpertsOnOwnBackend(ex.table, ex.D, x, T, bad_ids, weights, k, 1);
+    EXPECT_FALSE(run.status.ok());
+    EXPECT_NE(run.status.ToString().find("expert id"), std::string::npos) << run.status;
+    ASSERT_EQ(run.y.size(), static_cast<size_t>(T * ex.D));
+    ASSERT_EQ(clean.y.size(), run.y.size());
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t d = 0; d < ex.D; ++d) {
+        const float got = run.y[t * ex.D + d], want = clean.y[t * ex.D + d];
+        if (t == bad_token) {
+          EXPECT_TRUE(std::isnan(got)) << d;
+        } else {
+          EXPECT_TRUE(std::isfinite(want) && std::memcmp(&got, &want, 4) == 0) << t << " " << d;
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace deepinfer::backend::cuda::testing

@@ -66,8 +66,10 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/fp8_gemm_core.cuh"
@@ -427,8 +429,261 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   }
 }
 
+// --- the register-A (RS) expert GEMM ---------------------------------------------------------
+
+// Shape of the RS kernel: kRowTiles m64 row tiles per warpgroup, 4 / kRowTiles warpgroups, kBM =
+// 256 weight rows per block either way. Ring of kStages slots (raw e2m1 bytes + activations;
+// the block's scale bytes after it); with the bf16 tiles gone the ring is deeper than the SS
+// kernel's: slots x stage bytes + the largest scale array (256 rows x 256 blocks at K = 8192)
+// stay within the 227 KiB of an SM (BN 64: 8 x 16 KiB; 96: 7 x 20 KiB; 128: 6 x 24 KiB).
+template <int kBN, int kRowTiles>
+struct RsShape {
+  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "wgmma m64nBNk16 shapes instantiated");
+  static_assert(kRowTiles == 1 || kRowTiles == 2, "one or two m64 tiles per warpgroup");
+  static constexpr int kWarpgroups = 4 / kRowTiles;
+  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kWChunks = kWRawBytes / 16 / kThreads;  // 16-byte weight copies a stage
+  static constexpr int kXBytes = kBN * kBK * 2;
+  static constexpr int kStageBytes = kWRawBytes + kXBytes;
+  static constexpr int kStages = kBN == 64 ? 8 : kBN == 96 ? 7 : 6;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static_assert(kSmemBytes + kBM * (8192 / 32) <= 227 * 1024, "ring + scales fit an SM");
+  static_assert(kStages >= 3, "a slot in flight on the tensor core, one dequantised, one loading");
+};
+
+// Byte offset of the 16-byte chunk (row r, K half h: 32 values) of a stage's raw e2m1 bytes in
+// the RS ring: rows of 32 bytes, the halves swapped in rows with r / 4 odd, so that the 16-byte
+// loads of one half by the 8 rows g = 0..7 of a warp's fragment hit all 32 banks once.
+__host__ __device__ constexpr uint32_t RawOffset(int r, int h) {
+  return static_cast<uint32_t>(r * 32 + ((h ^ (r >> 2)) & 1) * 16);
+}
+
+// The lane's pair of a word: E2m1PairBits(w, p) with the p-dependent constants chosen once
+// (p = t, the lane's index in its quad; same operations, same bits).
+struct PairPick {
+  uint32_t shift, mask, mul;
+};
+__device__ __forceinline__ PairPick PairPickFor(int p) {
+  return {p >= 2 ? 8u : 0u, (p & 1) ? 0x00F000F0u : 0x000F000Fu, (p & 1) ? 0x104u : 0x1040u};
+}
+__device__ __forceinline__ uint32_t PickPairBits(uint32_t w, PairPick k) {
+  return (((w >> k.shift) & k.mask) * k.mul) & 0x81C081C0u;
+}
+
+// DequantE2m1x32's factors of scale byte S as bf16x2: f1 = 2^(S - 1) (2^126 when S > 128) and
+// f2 = 2^(S - 127) when S > 128, else 1.0 (multiplying by 1 is exact, so a warp takes the
+// second multiply for all its lanes when any lane needs it).
+struct ScaleFactors {
+  uint32_t f1, f2;
+};
+__device__ __forceinline__ ScaleFactors FactorsOf(uint32_t S) {
+  const bool one_step = S <= 128;
+  const uint32_t f1 = one_step ? (S + 126) << 7 : 253u << 7;
+  const uint32_t f2 = one_step ? 127u << 7 : S << 7;
+  return {f1 * 0x10001u, f2 * 0x10001u};
+}
+
+// A warpgroup's A fragments of one stage: [row tile][k16 step][register] (wgmma_bf16.cuh).
+template <int kRowTiles>
+using StageFragments = uint32_t[kRowTiles][kBK / 16][4];
+
+// Register-A expert GEMM (same items, arguments, activation layout, ring copies and outputs as
+// ExpertGemmBf16Kernel; the same bits). Per 64-value stage each lane (g, t) of warp w of
+// warpgroup wg reads the raw 32 bytes of its rows 64 (kRowTiles wg + h) + 16 w + g (+ 8) from
+// the ring (16-byte loads, the quad's 4 lanes broadcast), dequantises pair t of each of the 8
+// words (word q = natural values 8q .. 8q + 7; with the 0 4 1 5 2 6 3 7 storage, pair t is the
+// logical k 2t, 2t + 1 of group q) times the row's block scale into the A fragment of k16
+// step q / 2 (register 0/1 for even q, 2/3 for odd q), and issues the stage's wgmmas with B
+// (activations) from the ring as in the SS kernel.
+// Pipeline, iteration i: wait for stage i's copies, barrier, refill the slot of stage i - 2
+// (every thread passed wait_group 1 of iteration i - 1: stage i - 2's wgmmas are done in every
+// warpgroup), dequantise stage i into fragment buffer i % 2 (stage i - 1's wgmmas, reading the
+// other buffer, still run), issue stage i's wgmmas, wait until only they are pending.
+template <int kBN, int kRowTiles>
+__global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
+    ExpertGemmRsKernel(GemmArgs a) {
+  pdl::WaitThenAllowNext();
+  extern __shared__ __align__(16) char smem[];
+  using S = RsShape<kBN, kRowTiles>;
+  constexpr int kStages = S::kStages, kThreadsRs = S::kThreads;
+  constexpr int kXChunks = kBN * (kBK * 2 / 16);  // 16-byte activation copies a stage
+  constexpr int kNX = (kXChunks + kThreadsRs - 1) / kThreadsRs;
+  if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
+  const GemmItem item = a.items[blockIdx.y];
+  const ExpertPointers& ep = a.table[item.expert];
+  const int tid = threadIdx.x;
+  const int64_t n_rows = a.up ? 2 * a.I : a.D, part_rows = a.up ? a.I : a.D;
+  const int64_t K = a.up ? a.D : a.I, kblocks = K / 32;
+  const int64_t v0 = int64_t{blockIdx.x} * kBM;
+  const int32_t* act_rows = a.order + item.start;
+  const int act_div = a.up ? static_cast<int>(a.k) : 1;
+  const int m0 = a.up ? 0 : 1, m1 = a.up ? 2 : 1;
+  auto row_of = [&](int64_t v, int* part) {
+    *part = v >= part_rows ? 1 : 0;
+    return *part ? v - part_rows : v;
+  };
+  // Weight copies: chunks c = tid + j kThreadsRs (row c / 2, K half c % 2) of every stage.
+  const uint8_t* w_src[S::kWChunks];
+  uint32_t w_dst[S::kWChunks];
+#pragma unroll
+  for (int j = 0; j < S::kWChunks; ++j) {
+    const int c = tid + j * kThreadsRs;
+    w_src[j] = nullptr;
+    w_dst[j] = RawOffset(c / 2, c % 2);
+    if (v0 + c / 2 < n_rows) {
+      int part = 0;
+      const int64_t row = row_of(v0 + c / 2, &part);
+      w_src[j] =
+          static_cast<const uint8_t*>(ep.data[part ? m1 : m0]) + row * (K / 2) + (c % 2) * 16;
+    }
+  }
+  // All of the block's scale bytes ([kBM][kblocks], after the ring) once, with stage 0's copies.
+  static_assert(kBM <= kThreadsRs, "one scale row per thread");
+  const uint8_t* scales = reinterpret_cast<const uint8_t*>(smem + S::kSmemBytes);
+  const unsigned smem_base = mma::SharedAddress(smem);
+  if (tid < kBM && v0 + tid < n_rows) {
+    int part = 0;
+    const int64_t row = row_of(v0 + tid, &part);
+    const uint8_t* src = ep.scale[part ? m1 : m0] + row * kblocks;
+    const unsigned dst = smem_base + S::kSmemBytes + tid * static_cast<unsigned>(kblocks);
+    for (int64_t b = 0; b < kblocks; b += 4) fp8::CpAsync4(dst + b, src + b);
+  }
+  const uint16_t* x_src[kNX];
+  uint32_t x_dst[kNX];
+#pragma unroll
+  for (int i = 0; i < kNX; ++i) {
+    const int c = tid + i * kThreadsRs;
+    const int n = c / (kBK * 2 / 16), chunk = c % (kBK * 2 / 16);
+    const bool ok = c < kXChunks && n < item.count;
+    x_src[i] = ok ? a.act + int64_t{act_rows[n] / act_div} * K + chunk * 8 : nullptr;
+    x_dst[i] = CoreOffset(n, chunk);
+  }
+  // Copies of K stage st into ring slot `slot`. Rows past the job are not copied: their stale
+  // shared bytes reach only accumulator rows / token columns that are never stored.
+  auto load = [&](int st, int slot) {
+    const unsigned base = smem_base + slot * S::kStageBytes;
+#pragma unroll
+    for (int j = 0; j < S::kWChunks; ++j) {
+      if (w_src[j] != nullptr) {
+        fp8::CpAsync16Prefetch(base + w_dst[j], w_src[j] + int64_t{st} * (kBK / 2));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kNX; ++i) {
+      if (x_src[i] != nullptr) {
+        fp8::CpAsync16(base + kWRawBytes + x_dst[i], x_src[i] + int64_t{st} * kBK);
+      }
+    }
+  };
+
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int wg = warp / 4;
+  // Block row of the lane's fragment row g (sel 0) or g + 8 (sel 1) of row tile h.
+  auto frag_row = [&](int h, int sel) {
+    return 64 * (kRowTiles * wg + h) + 16 * (warp % 4) + g + 8 * sel;
+  };
+  const PairPick pick = PairPickFor(t4);
+  // Dequantises stage st (ring slot st % kStages) into the lane's A fragments.
+  auto dequant = [&](int st, StageFragments<kRowTiles>& frag) {
+    const char* raw = smem + (st % kStages) * S::kStageBytes;
+    uint32_t s2[kRowTiles][2];  // scale bytes of blocks 2 st (low) and 2 st + 1 of each row
+    bool two_step = false;
+#pragma unroll
+    for (int h = 0; h < kRowTiles; ++h) {
+#pragma unroll
+      for (int sel = 0; sel < 2; ++sel) {
+        const int r = frag_row(h, sel);
+        s2[h][sel] = *reinterpret_cast<const uint16_t*>(scales + r * kblocks + 2 * st);
+        two_step |= (s2[h][sel] & 0xFFu) > 128 || s2[h][sel] > (128u << 8) + 0xFFu;
+      }
+    }
+    two_step = __any_sync(0xFFFFFFFFu, two_step);
+#pragma unroll
+    for (int h = 0; h < kRowTiles; ++h) {
+#pragma unroll
+      for (int sel = 0; sel < 2; ++sel) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const uint4 raw16 =
+              *reinterpret_cast<const uint4*>(raw + RawOffset(frag_row(h, sel), half));
+          const uint32_t* w = &raw16.x;
+          const ScaleFactors f = FactorsOf((s2[h][sel] >> (8 * half)) & 0xFFu);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {  // word q = 4 half + j: k16 step q / 2
+            uint32_t v = MulBf16x2(PickPairBits(w[j], pick), f.f1);
+            if (two_step) v = MulBf16x2(v, f.f2);
+            frag[h][2 * half + j / 2][2 * (j % 2) + sel] = v;
+          }
+        }
+      }
+    }
+  };
+  // Warpgroup accumulators: rows frag_row(h, *) x the BN tokens (wgmma_bf16.cuh layout).
+  float acc[kRowTiles][kBN / 2];
+  auto issue = [&](int st, const StageFragments<kRowTiles>& frag) {
+    const uint32_t x_base = smem_base + (st % kStages) * S::kStageBytes + kWRawBytes;
+    wgmma::Fence();  // the fragments were just written
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {
+      const uint64_t db = wgmma::Descriptor(x_base + CoreOffset(0, 2 * ks), 128, kKBlocks * 128);
+#pragma unroll
+      for (int h = 0; h < kRowTiles; ++h) {
+        wgmma::WgmmaBf16Rs<kBN>(acc[h], frag[h][ks], db, st > 0 || ks > 0 ? 1 : 0);
+      }
+    }
+    wgmma::CommitGroup();
+    wgmma::WaitGroup<1>();  // stage st - 1's wgmmas done: its fragments may be rewritten
+  };
+  const int n_stages = static_cast<int>(K / kBK);  // even: K % 128 == 0
+  auto step = [&](int i, StageFragments<kRowTiles>& frag) {
+    fp8::CpAsyncWait<kStages - 3>();  // stage i landed (this thread's copies)
+    wgmma::FenceProxyAsync();
+    __syncthreads();  // every thread's copies of stage i; stage i - 2 retired everywhere
+    if (i + kStages - 2 < n_stages) load(i + kStages - 2, (i + kStages - 2) % kStages);
+    fp8::CpAsyncCommit();
+    dequant(i, frag);
+    issue(i, frag);
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 2; ++st) {
+    if (st < n_stages) load(st, st);
+    fp8::CpAsyncCommit();
+  }
+  StageFragments<kRowTiles> frag0, frag1;
+  for (int i = 0; i < n_stages; i += 2) {
+    step(i, frag0);
+    step(i + 1, frag1);
+  }
+  wgmma::WaitGroup<0>();
+  fp8::CpAsyncWait<0>();
+  // Epilogue: acc[h][4 j + e] is block row frag_row(h, e & 2 ? 1 : 0), token 8 j + 2 t + (e & 1).
+#pragma unroll
+  for (int h = 0; h < kRowTiles; ++h) {
+#pragma unroll
+    for (int e = 0; e < kBN / 2; ++e) {
+      const int64_t v = v0 + frag_row(h, (e & 3) >= 2 ? 1 : 0);
+      const int n = 8 * (e / 4) + 2 * t4 + (e & 1);
+      if (v >= n_rows || n >= item.count) continue;
+      a.out[int64_t{act_rows[n]} * n_rows + v] = acc[h][e];
+    }
+  }
+}
+
+template <int kBN, int kRowTiles>
+cudaError_t LaunchRsGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  using S = RsShape<kBN, kRowTiles>;
+  const int64_t K = a.up ? a.D : a.I;
+  const int smem = S::kSmemBytes + static_cast<int>(kBM * (K / 32));
+  const cudaError_t attr = launch::RaiseMaxDynamicSmem(ExpertGemmRsKernel<kBN, kRowTiles>, smem);
+  if (attr != cudaSuccess) return attr;
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
+  return pdl::Launch(ExpertGemmRsKernel<kBN, kRowTiles>, grid, S::kThreads,
+                     static_cast<size_t>(smem), stream, a);
+}
+
 template <int kBN>
-cudaError_t LaunchGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+cudaError_t LaunchSsGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   const int64_t K = a.up ? a.D : a.I;
   const int smem = Shape<kBN>::kSmemBytes + static_cast<int>(kBM * (K / 32));
   const cudaError_t attr = launch::RaiseMaxDynamicSmem(ExpertGemmBf16Kernel<kBN>, smem);
@@ -439,13 +694,63 @@ cudaError_t LaunchGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream
                      stream, a);
 }
 
+// The wgmma kernel of the variant PickWgmmaVariant(bn) for items of bn (64, 96, 128) pairs.
 cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
-  if (bn == 64) return LaunchGemm<64>(a, max_items, stream);
-  if (bn == 96) return LaunchGemm<96>(a, max_items, stream);
-  return LaunchGemm<128>(a, max_items, stream);
+  switch (moe_bf16::PickWgmmaVariant(bn)) {
+    case moe_bf16::WgmmaVariant::kSs:
+      if (bn == 64) return LaunchSsGemm<64>(a, max_items, stream);
+      if (bn == 96) return LaunchSsGemm<96>(a, max_items, stream);
+      return LaunchSsGemm<128>(a, max_items, stream);
+    case moe_bf16::WgmmaVariant::kRs2:
+      if (bn == 64) return LaunchRsGemm<64, 2>(a, max_items, stream);
+      return LaunchRsGemm<96, 2>(a, max_items, stream);  // PickWgmmaVariant: bn <= 96
+    case moe_bf16::WgmmaVariant::kRs:
+      break;
+  }
+  if (bn == 64) return LaunchRsGemm<64, 1>(a, max_items, stream);
+  if (bn == 96) return LaunchRsGemm<96, 1>(a, max_items, stream);
+  return LaunchRsGemm<128, 1>(a, max_items, stream);
 }
 
+// SetWgmmaVariantOverride's variant + 1 (0: none).
+std::atomic<int> g_wgmma_override{0};
+
 }  // namespace
+
+namespace moe_bf16 {
+
+WgmmaVariant ParseWgmmaVariant(const char* name) {
+  if (name == nullptr) return WgmmaVariant::kRs;
+  const std::string_view n(name);
+  if (n == "ss") return WgmmaVariant::kSs;
+  if (n == "rs2") return WgmmaVariant::kRs2;
+  return WgmmaVariant::kRs;
+}
+
+const char* WgmmaVariantName(WgmmaVariant v) {
+  switch (v) {
+    case WgmmaVariant::kSs:
+      return "ss";
+    case WgmmaVariant::kRs2:
+      return "rs2";
+    case WgmmaVariant::kRs:
+      break;
+  }
+  return "rs";
+}
+
+void SetWgmmaVariantOverride(const WgmmaVariant* v) {
+  g_wgmma_override.store(v == nullptr ? 0 : static_cast<int>(*v) + 1);
+}
+
+WgmmaVariant PickWgmmaVariant(int bn) {
+  const int forced = g_wgmma_override.load();
+  const WgmmaVariant v = forced > 0 ? static_cast<WgmmaVariant>(forced - 1)
+                                    : ParseWgmmaVariant(std::getenv(kWgmmaVariantEnv));
+  return v == WgmmaVariant::kRs2 && bn > 96 ? WgmmaVariant::kRs : v;
+}
+
+}  // namespace moe_bf16
 
 int64_t ExpertsStreamMaxMeanPairs() {
   const char* env = std::getenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS");

@@ -33,6 +33,32 @@ struct GemmArgs {
   float* out;  // [P, n_rows]
 };
 
+// --- variants of the wgmma tile kernel (A/B on the GPU; numerics-neutral) -------------------
+
+// kSs: the dequantised weight tile goes through shared memory (both wgmma operands from shared
+// memory; ExpertGemmBf16Kernel). kRs: every thread dequantises its wgmma A fragment straight into
+// registers (wgmma RS form; ExpertGemmRsKernel, one m64 row tile per warpgroup, 4 warpgroups).
+// kRs2: the RS kernel with two m64 row tiles per warpgroup (2 warpgroups), items of <= 96 pairs
+// only (wider items take kRs). Every variant gives the same bits: each output is the same chain of
+// wgmma k16 steps over the same products (the A fragments hold the values the SS tile holds).
+enum class WgmmaVariant { kSs, kRs, kRs2 };
+
+// The environment variable that selects a variant by name for every launch ("ss", "rs", "rs2";
+// read on every call; unset, empty or unknown: kRs).
+inline constexpr const char* kWgmmaVariantEnv = "DEEPINFER_EXPERTS_WGMMA";
+
+// The variant called `name` (null, empty or unknown: kRs).
+WgmmaVariant ParseWgmmaVariant(const char* name);
+const char* WgmmaVariantName(WgmmaVariant v);
+
+// Test hook: every later launch uses `v` whatever the environment; nullptr: the environment
+// again. Not thread-safe against concurrent launches (tests only).
+void SetWgmmaVariantOverride(const WgmmaVariant* v);
+
+// The variant a wgmma launch over items of bn pairs (64, 96 or 128) uses: the override, else the
+// environment; kRs2 at bn 128 gives kRs.
+WgmmaVariant PickWgmmaVariant(int bn);
+
 // Items of at most this many pairs run on the streaming kernel (1, 2 or 4 token tiles of 8).
 inline constexpr int kStreamMaxItemPairs = 32;
 
