@@ -38,18 +38,49 @@
 // 2^(S - 1) (S the ue8m0 byte; two multiplies when S > 128) gives value * 2^(S - 127)
 // exactly.
 //
-// Structure of the wgmma kernel: a block (four warpgroups of 64 weight rows) owns 256 weight rows
-// of one expert x one item of up to BN pairs, all of K in 64-value stages: cp.async ring of the
-// stage's e2m1 bytes (with the L2 256-byte prefetch) and bf16 activations (scale bytes of the whole
-// block once), each thread dequantises the 32 weights it copied into a bf16 tile (wgmma core-matrix
-// layout, wgmma_bf16.cuh), and each warpgroup's wgmma m64nBNk16 MMAs of stage i run asynchronously
-// while stage i + 1 is dequantised.
+// Structure of the wgmma kernels: a block owns 256 weight rows of one expert x one item of up to
+// BN pairs, all of K in 64-value stages, with a cp.async ring of the stage's e2m1 bytes (with the
+// L2 256-byte prefetch) and bf16 activations (core-matrix layout, wgmma_bf16.cuh; B operand by
+// descriptor), the block's scale bytes copied once. Two ways to feed the weights (A operand),
+// selected per launch by moe_bf16::PickWgmmaVariant (env DEEPINFER_EXPERTS_WGMMA; same bits):
+// - SS (ExpertGemmBf16Kernel, "ss"; sessions 6-9): each of 512 threads dequantises the 32 weights
+//   it copied into a bf16 tile in shared memory (core-matrix layout), fence.proxy.async,
+//   __syncthreads, then four warpgroups (64 rows each) run wgmma m64nBNk16 with both operands
+//   from shared memory; stage i's MMAs run while stage i + 1 is dequantised into the other tile.
+// - RS (ExpertGemmRsKernel, default "rs"; session 12): the dequantised weights never touch shared
+//   memory. Lane (g, t) of warp w of a warpgroup reads the raw bytes of its fragment rows 16 w + g
+//   and + 8 from the ring (16-byte loads, broadcast in the quad, RawOffset's half swap keeps the 8
+//   rows of a load on distinct banks) and dequantises pair t of each 32-bit word (with the 0 4 1 5
+//   2 6 3 7 storage, pair t of group q is logical k 2t, 2t + 1 of that group) into the wgmma A
+//   fragment registers (wgmma_bf16.cuh). Fragments are double-buffered: iteration i waits for
+//   stage i's copies, __syncthreads, refills the slot of stage i - 2 (retired everywhere: each
+//   thread passed wait_group 1 of iteration i - 1), dequantises stage i into buffer i % 2 while
+//   stage i - 1's wgmmas run, issues stage i's 4 k16 wgmmas, commit, wait_group 1. Ring of 8 / 7 /
+//   6 slots at BN 64 / 96 / 128. "rs2": the same kernel with two m64 row tiles per warpgroup (2
+//   warpgroups of 128 rows; items of <= 96 pairs): half the activation (B) shared-memory reads per
+//   weight, half the warps.
+// Expected cost per 64-value stage of a block (BN = 96; H200 ~2048 bf16 MAC / clock / SM):
+//   MMA: 16 x m64n96k16 = 1.57 M MAC = ~770 tensor cycles (BN 64: ~510, BN 128: ~1020).
+//   Shared memory: SS writes the 8 KiB raw + 12 KiB activations (cp.async), reads 8 KiB raw,
+//   writes and re-reads a 32 KiB bf16 tile, and the 4 warpgroups read the 12 KiB of B each
+//   (48 KiB): ~140 KiB, ~1100 cycles at 128 B / clock. RS drops the tile (64 KiB): ~76 KiB, ~600
+//   cycles; rs2 reads B twice instead of 4 times: ~52 KiB, ~410 cycles.
+//   Issue (sm_90a SASS of the RS loop, fast path, per warp and stage): ~190 instructions: the
+//   dequantisation ~100 (16 bf16x2 pairs x SHF + LOP3 + IMAD + LOP3 + HMUL2, 4 LDS.128 + 2
+//   LDS.U16 and the scale factors), the ring copies ~35, barrier, fences, waits, descriptors and
+//   4 HGMMA ~55; scale bytes > 128 add a warp-uniform branch of 16 HMUL2. 16 warps on 4
+//   schedulers: ~760 issue cycles per stage, about the MMA time: the two should overlap (the
+//   tensor core runs stage i - 1 while the warps dequantise stage i).
+//   Registers (ptxas sm_90a, launch bound 1 block per SM): SS 71 / 95 / 117 at BN 64 / 96 / 128;
+//   RS 105 / 127 / 128 (BN 128: 24 bytes spilled, 3 L1 reloads of copy addresses per two stages);
+//   rs2 190 / 224 (256 threads), no spills.
+// MEASURED (RS, rs2): to be measured.
 //
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
 // per expert): 1.74 TFLOP per layer; every expert's 18.8 MB read once per item (7.2 GB,
 // 1.6 ms at 4.5 TB/s); ~2-3 ms per layer at the bf16 tensor rate.
-// MEASURED (H200, session 6; RoutedExperts of a 4096-token prefill, 4 layers): 62 ms with the
-// FP8 tile; with this kernel 44.7-47 ms in every variant tried: mma.sync with 8 or 4 warps
+// MEASURED (SS; H200, session 6; RoutedExperts of a 4096-token prefill, 4 layers): 62 ms with the
+// FP8 tile; with the SS kernel 44.7-47 ms in every variant tried: mma.sync with 8 or 4 warps
 // (ncu: shared-memory pipe 75%, tensor 52%), 64/96/128-wide items, double-buffered
 // dequantisation, wgmma with two warpgroups of 128 rows, scales loaded once (ncu had counted
 // 44% excess sectors from per-stage 4-byte scale copies), four warpgroups (16 warps per SM:
@@ -457,17 +488,15 @@ struct RsShape {
 __host__ __device__ constexpr uint32_t RawOffset(int r, int h) {
   return static_cast<uint32_t>(r * 32 + ((h ^ (r >> 2)) & 1) * 16);
 }
+static_assert(RawOffset(13, 0) == RawOffset(5, 0) + 256 &&
+                  RawOffset(13, 1) == RawOffset(5, 1) + 256,
+              "row r + 8: the same swap, 256 bytes further");
 
-// The lane's pair of a word: E2m1PairBits(w, p) with the p-dependent constants chosen once
-// (p = t, the lane's index in its quad; same operations, same bits).
-struct PairPick {
-  uint32_t shift, mask, mul;
-};
-__device__ __forceinline__ PairPick PairPickFor(int p) {
-  return {p >= 2 ? 8u : 0u, (p & 1) ? 0x00F000F0u : 0x000F000Fu, (p & 1) ? 0x104u : 0x1040u};
-}
-__device__ __forceinline__ uint32_t PickPairBits(uint32_t w, PairPick k) {
-  return (((w >> k.shift) & k.mask) * k.mul) & 0x81C081C0u;
+// The lane's pair of a word: E2m1PairBits(w, p) for p = t, the lane's index in its quad, as
+// E2m1PairBits(w >> 4p, 0) (nibbles p and p + 4 moved to nibbles 0 and 4: the same masked bits,
+// the same bf16x2; shift = 4p once per thread, the mask and multiplier immediates).
+__device__ __forceinline__ uint32_t PickPairBits(uint32_t w, uint32_t shift) {
+  return E2m1PairBits(w >> shift, 0);
 }
 
 // DequantE2m1x32's factors of scale byte S as bf16x2: f1 = 2^(S - 1) (2^126 when S > 128) and
@@ -582,7 +611,7 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
   auto frag_row = [&](int h, int sel) {
     return 64 * (kRowTiles * wg + h) + 16 * (warp % 4) + g + 8 * sel;
   };
-  const PairPick pick = PairPickFor(t4);
+  const uint32_t pick_shift = 4u * static_cast<uint32_t>(t4);  // PickPairBits
   // Dequantises stage st (ring slot st % kStages) into the lane's A fragments.
   auto dequant = [&](int st, StageFragments<kRowTiles>& frag) {
     const char* raw = smem + (st % kStages) * S::kStageBytes;
@@ -592,27 +621,36 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     for (int h = 0; h < kRowTiles; ++h) {
 #pragma unroll
       for (int sel = 0; sel < 2; ++sel) {
-        const int r = frag_row(h, sel);
-        s2[h][sel] = *reinterpret_cast<const uint16_t*>(scales + r * kblocks + 2 * st);
+        const int r = frag_row(h, 0);  // row g; row g + 8 is 8 scale rows / 256 bytes further
+        s2[h][sel] = *reinterpret_cast<const uint16_t*>(scales + (r + 8 * sel) * kblocks + 2 * st);
         two_step |= (s2[h][sel] & 0xFFu) > 128 || s2[h][sel] > (128u << 8) + 0xFFu;
-      }
-    }
-    two_step = __any_sync(0xFFFFFFFFu, two_step);
-#pragma unroll
-    for (int h = 0; h < kRowTiles; ++h) {
-#pragma unroll
-      for (int sel = 0; sel < 2; ++sel) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const uint4 raw16 =
-              *reinterpret_cast<const uint4*>(raw + RawOffset(frag_row(h, sel), half));
+          const uint4 raw16 = *reinterpret_cast<const uint4*>(raw + RawOffset(r, half) + 256 * sel);
           const uint32_t* w = &raw16.x;
-          const ScaleFactors f = FactorsOf((s2[h][sel] >> (8 * half)) & 0xFFu);
+          const uint32_t f1 = FactorsOf((s2[h][sel] >> (8 * half)) & 0xFFu).f1;
 #pragma unroll
           for (int j = 0; j < 4; ++j) {  // word q = 4 half + j: k16 step q / 2
-            uint32_t v = MulBf16x2(PickPairBits(w[j], pick), f.f1);
-            if (two_step) v = MulBf16x2(v, f.f2);
-            frag[h][2 * half + j / 2][2 * (j % 2) + sel] = v;
+            frag[h][2 * half + j / 2][2 * (j % 2) + sel] =
+                MulBf16x2(PickPairBits(w[j], pick_shift), f1);
+          }
+        }
+      }
+    }
+    // Scale bytes > 128 (none in real checkpoints): the second factor, for the whole warp.
+    if (__any_sync(0xFFFFFFFFu, two_step)) {
+#pragma unroll
+      for (int h = 0; h < kRowTiles; ++h) {
+#pragma unroll
+        for (int sel = 0; sel < 2; ++sel) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const uint32_t f2 = FactorsOf((s2[h][sel] >> (8 * half)) & 0xFFu).f2;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              uint32_t& v = frag[h][2 * half + j / 2][2 * (j % 2) + sel];
+              v = MulBf16x2(v, f2);
+            }
           }
         }
       }
