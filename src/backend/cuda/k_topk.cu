@@ -1,11 +1,29 @@
-// Selection kernels: per-row top-k (11-bit radix select + unordered compaction + bitonic
-// sort of the selected (key, id) pairs) and candidate-block scores / marking. The MoE router
-// is in k_route.cu; both use the keys of select_keys.cuh.
+// Selection kernels: per-row top-k and candidate-block scores / marking. The MoE router is
+// in k_route.cu; both use the keys of select_keys.cuh. Top-k has two paths with identical
+// output (both take the min(k, n) largest packed (key, id) pairs and sort them totally):
+// - short rows (n <= 8192, min(k, n) <= 1024: the indexer's decode rows): SmallTopKKernel,
+//   512 threads, keys in registers, 8-bit radix passes of one barrier each, compaction to
+//   fixed slots by one scan, a bitonic sort of 4 pairs per thread;
+// - longer rows / larger k: TopKKernel, 1024 threads, 11-bit radix select + unordered
+//   compaction + bitonic sort of the selected pairs.
+//
+// Estimated cost, decode row n = 1024..4096, k = 512, normal scores (not yet measured):
+//   TopKKernel: 17..21 barriers of 32 warps -- 1 + 3 per 11-bit pass (2..3 passes) + 2 when
+//     the cut is inside a tie group + 9 in the sort (2 transposes per merge size 64..512) --
+//     at ~200-300 cycles per barrier phase (the phase's shared atomic / shuffle chain plus the
+//     barrier) ~4-6K cycles; shared traffic 16 KB per pass (histogram zero + scan) + 32 KB of
+//     sort transposes.
+//   SmallTopKKernel: 9..10 barriers of 16 warps -- 1 + 1 per 8-bit pass (3 typical, 4 at
+//     most: every warp scans the 256 bins itself) + 1 compaction scan + 1 + 3 sort exchanges
+//     (strides 256, 128, 128) -- ~2-3K cycles, the sort's 25 shuffle stages (4 active warps,
+//     one per SM sub-partition) ~1K of them; shared traffic 4 KB histogram zero + 16 KB bin
+//     scans per pass + 4 KB pairs + 24 KB sort exchanges.
 //
 // Order contract (as the CPU reference's partial_sort): larger value first, equal values by
 // lower index; -0.0 and +0.0 are equal; slots whose value is -inf, and slots beyond
 // min(k, n), hold -1. The router orders the same way (its NaN scores rank below -inf, see
 // RouteKey in k_route.cu).
+#include <atomic>
 #include <cstdint>
 
 #include "backend/cuda/cuda_numerics.cuh"
@@ -337,6 +355,277 @@ __global__ void __launch_bounds__(kTopKThreads)
   }
 }
 
+// ---- Short rows (n <= kSmallTopKMaxN, k_eff <= kSmallTopKMaxK): SmallTopKKernel ----------
+//
+// One block of kSmallThreads per row; thread t holds the keys of entries t * kKeys ..
+// t * kKeys + kKeys - 1 in registers (index order = thread order, then register order).
+// 1. Radix select over 8-bit digits from the top (at most 4 passes, each one barrier): a
+//    pass counts the digits of the keys matching the prefix so far into its own pre-zeroed
+//    256-bin histogram; after the barrier EVERY warp scans the 256 bins itself (8 per lane)
+//    and finds the same bin, so no further barrier. Stops once the keys equal to the prefix
+//    are exactly the ones still needed.
+// 2. Compaction to fixed slots: one block-wide exclusive scan of (keys above the prefix,
+//    keys equal to it) per thread gives every selected pair its slot in pairs[0]: the keys
+//    above fill [0, k_eff - remaining), the equal ones [k_eff - remaining, k_eff) in index
+//    order, those of rank >= remaining dropped (ties at the cut go to the lower index).
+// 3. Bitonic sort of the k_eff pairs (padded with 0 to P, a power of two >= 128), 4
+//    consecutive pairs per thread: strides 1 and 2 inside a thread's registers, 4 .. 64 by
+//    warp shuffles, >= 128 through shared memory (one barrier each); then the ids.
+// The selected set is the k_eff largest packed (key, id) pairs and the sort is total, so the
+// output equals TopKKernel's bit for bit (NaN keys included).
+
+constexpr int kSmallThreads = 512;
+constexpr int kSmallWarps = kSmallThreads / 32;
+constexpr int kSmallDigitBits = 8;
+constexpr int kSmallBins = 1 << kSmallDigitBits;
+constexpr int kSmallPasses = 32 / kSmallDigitBits;
+constexpr int kSmallBinsPerLane = kSmallBins / 32;
+constexpr int kSortPerThread = 4;                   // consecutive pairs per thread in the sort
+constexpr int kSortWarpSpan = 32 * kSortPerThread;  // pairs per warp in the sort
+constexpr int kSmallTopKMaxK = 1024;                // k_eff limit (sort buffers)
+constexpr int kSmallTopKMaxKeys = 16;               // keys per thread of the longest rows
+constexpr int64_t kSmallTopKMaxN = int64_t{kSmallThreads} * kSmallTopKMaxKeys;  // 8192
+static_assert(kSmallBinsPerLane == 8, "the bin scan reads two uint4 of bins per lane");
+static_assert(kSmallTopKMaxK <= kSmallThreads * kSortPerThread, "every sorted pair has a thread");
+static_assert(kSmallTopKMaxK % kSortWarpSpan == 0, "the sort pads to whole warps");
+static_assert(kSmallTopKMaxN < (1 << 15), "the compaction scan packs two 16-bit counts");
+
+// Shared state of one SmallTopKKernel block (20.1 KB).
+struct SmallTopKShared {
+  alignas(16) uint32_t hist[kSmallPasses][kSmallBins];  // one pre-zeroed histogram per pass
+  // pairs[0]: the selected pairs in their slots; then both are the sort's exchange buffers.
+  alignas(16) uint64_t pairs[2][kSmallTopKMaxK];
+  int warp_total[kSmallWarps];
+};
+
+// The bin choice of one radix pass over `hist` (the counts of the keys matching the prefix
+// so far), made by the calling warp alone: the bin where the count from the top first
+// reaches `remaining` (1 <= remaining <= sum of hist), the count strictly above that bin and
+// the bin's own count. Lane l owns bins 255 - 8l down to 248 - 8l. Every lane must call.
+__device__ __forceinline__ void FindSmallRadixBin(const uint32_t* hist, int remaining, int* bin,
+                                                  int* above, int* count) {
+  const int lane = threadIdx.x & 31;
+  const int low = kSmallBins - kSmallBinsPerLane * (lane + 1);
+  const uint4 lo4 = *reinterpret_cast<const uint4*>(hist + low);
+  const uint4 hi4 = *reinterpret_cast<const uint4*>(hist + low + 4);
+  // h[j]: the count of bin low + 7 - j (from the top down).
+  const int h[kSmallBinsPerLane] = {static_cast<int>(hi4.w), static_cast<int>(hi4.z),
+                                    static_cast<int>(hi4.y), static_cast<int>(hi4.x),
+                                    static_cast<int>(lo4.w), static_cast<int>(lo4.z),
+                                    static_cast<int>(lo4.y), static_cast<int>(lo4.x)};
+  int local = 0;
+#pragma unroll
+  for (int j = 0; j < kSmallBinsPerLane; ++j) local += h[j];
+  int inclusive = local;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int v = __shfl_up_sync(kFullWarp, inclusive, offset);
+    if (lane >= offset) inclusive += v;
+  }
+  // The first lane whose running count reaches `remaining` holds the bin.
+  const int owner = __ffs(__ballot_sync(kFullWarp, inclusive >= remaining)) - 1;
+  int run = inclusive - local, my_bin = low, my_above = 0, my_count = 0;
+  bool found = false;
+#pragma unroll
+  for (int j = 0; j < kSmallBinsPerLane; ++j) {
+    if (!found && run + h[j] >= remaining) {
+      found = true;
+      my_bin = low + kSmallBinsPerLane - 1 - j, my_above = run, my_count = h[j];
+    }
+    if (!found) run += h[j];
+  }
+  *bin = __shfl_sync(kFullWarp, my_bin, owner);
+  *above = __shfl_sync(kFullWarp, my_above, owner);
+  *count = __shfl_sync(kFullWarp, my_count, owner);
+}
+
+// Exclusive sum of `v` over the threads of the block in thread order. One barrier;
+// `warp_total` (kSmallWarps ints) must not be in use. Every thread must call.
+__device__ __forceinline__ int SmallBlockExclusiveSum(int* warp_total, int v) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int inclusive = v;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int o = __shfl_up_sync(kFullWarp, inclusive, offset);
+    if (lane >= offset) inclusive += o;
+  }
+  if (lane == 31) warp_total[warp] = inclusive;
+  __syncthreads();
+  const int total = lane < kSmallWarps ? warp_total[lane] : 0;
+  int scan = total;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int o = __shfl_up_sync(kFullWarp, scan, offset);
+    if (lane >= offset) scan += o;
+  }
+  return __shfl_sync(kFullWarp, scan - total, warp) + inclusive - v;
+}
+
+// The pair that element `e` keeps in a compare-exchange with `other` at (size, stride) of
+// the descending bitonic network (BitonicSortDescending's): the lower element of a pair
+// keeps the larger one iff its size-block sorts descending.
+__device__ __forceinline__ uint64_t BitonicKeep(uint64_t mine, uint64_t other, int e, int size,
+                                                int stride) {
+  const bool keep_max = ((e & stride) == 0) == ((e & size) == 0);
+  return keep_max ? (mine > other ? mine : other) : (mine < other ? mine : other);
+}
+
+// A stage of stride kStride < kSortPerThread: both elements of each pair in this thread.
+template <int kStride>
+__device__ __forceinline__ void InRegisterStage(uint64_t (&v)[kSortPerThread], int first,
+                                                int size) {
+#pragma unroll
+  for (int r = 0; r < kSortPerThread; ++r) {
+    if ((r & kStride) != 0) continue;
+    const uint64_t a = v[r], b = v[r + kStride];
+    v[r] = BitonicKeep(a, b, first + r, size, kStride);
+    v[r + kStride] = BitonicKeep(b, a, first + r + kStride, size, kStride);
+  }
+}
+
+// Sorts sh.pairs[0][0, k_eff) descending (1 <= k_eff <= kSmallTopKMaxK; read after a
+// barrier, so the compaction's writes may precede the call directly) and writes the ids to
+// out[0, k_eff): -1 where the key is -inf. Thread t sorts elements 4t .. 4t + 3 of P; the
+// threads >= P / 4 (whole warps) only take part in the barriers. Every thread must call.
+__device__ void SmallSortAndWrite(SmallTopKShared& sh, int k_eff, int32_t* out) {
+  int p = kSortWarpSpan;
+  while (p < k_eff) p <<= 1;
+  const int first = static_cast<int>(threadIdx.x) * kSortPerThread;
+  const bool active = first < p;  // warp-uniform: p is a multiple of kSortWarpSpan
+  __syncthreads();
+  uint64_t v[kSortPerThread];
+#pragma unroll
+  for (int r = 0; r < kSortPerThread; ++r) {
+    v[r] = active && first + r < k_eff ? sh.pairs[0][first + r] : 0;
+  }
+  // Exchange stages alternate between the two buffers: a buffer's next writes come after
+  // the following exchange stage's barrier, hence after every read of it. The first uses
+  // pairs[0], whose slots are each rewritten only by the thread that read them above.
+  int buffer = 0;
+  for (int size = 2; size <= p; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      if (stride >= kSortWarpSpan) {
+        uint64_t* exchange = sh.pairs[buffer];
+        buffer ^= 1;
+        if (active) {
+          auto* mine = reinterpret_cast<ulonglong2*>(exchange + first);
+          mine[0] = make_ulonglong2(v[0], v[1]);
+          mine[1] = make_ulonglong2(v[2], v[3]);
+        }
+        __syncthreads();
+        if (active) {
+          const auto* theirs = reinterpret_cast<const ulonglong2*>(exchange + (first ^ stride));
+          const ulonglong2 o01 = theirs[0], o23 = theirs[1];
+          const uint64_t o[kSortPerThread] = {o01.x, o01.y, o23.x, o23.y};
+#pragma unroll
+          for (int r = 0; r < kSortPerThread; ++r) {
+            v[r] = BitonicKeep(v[r], o[r], first + r, size, stride);
+          }
+        }
+      } else if (active) {
+        if (stride >= kSortPerThread) {  // the partner elements are in lane ^ stride / 4
+#pragma unroll
+          for (int r = 0; r < kSortPerThread; ++r) {
+            const uint64_t o = __shfl_xor_sync(kFullWarp, v[r], stride / kSortPerThread);
+            v[r] = BitonicKeep(v[r], o, first + r, size, stride);
+          }
+        } else if (stride == 2) {
+          InRegisterStage<2>(v, first, size);
+        } else {
+          InRegisterStage<1>(v, first, size);
+        }
+      }
+    }
+  }
+  static_assert(kSortPerThread == 4, "the stages above assume 4 pairs per thread");
+  const uint32_t neg_inf_key = OrderedKey(NegInf());
+#pragma unroll
+  for (int r = 0; r < kSortPerThread; ++r) {
+    if (active && first + r < k_eff) {
+      out[first + r] = PairKey(v[r]) == neg_inf_key ? -1 : PairId(v[r]);
+    }
+  }
+}
+
+// One block of kSmallThreads per row of n <= kSmallThreads * kKeys scores, with
+// min(k, n) <= kSmallTopKMaxK: the same output as TopKKernel (see the section comment).
+template <int kKeys>
+__global__ void __launch_bounds__(kSmallThreads)
+    SmallTopKKernel(const float* scores, int64_t n_entries, int64_t k, int32_t* idx) {
+  pdl::WaitThenAllowNext();
+  __shared__ SmallTopKShared sh;
+  const float* s = scores + static_cast<int64_t>(blockIdx.x) * n_entries;
+  int32_t* out = idx + static_cast<int64_t>(blockIdx.x) * k;
+  const int n = static_cast<int>(n_entries);
+  const int k_eff = static_cast<int>(k < n_entries ? k : n_entries);
+  for (int64_t i = k_eff + threadIdx.x; i < k; i += blockDim.x) out[i] = -1;
+  if (k_eff <= 0) return;
+  const int lane = threadIdx.x & 31;
+  const int first = static_cast<int>(threadIdx.x) * kKeys;  // this thread's first entry
+  const bool warp_has_keys = (first - lane * kKeys) < n;    // the warp's first entry exists
+  uint32_t key[kKeys];
+#pragma unroll
+  for (int q = 0; q < kKeys; ++q) key[q] = first + q < n ? OrderedKey(__ldg(s + first + q)) : 0u;
+  for (int b = threadIdx.x; b < kSmallPasses * kSmallBins; b += blockDim.x) {
+    sh.hist[b / kSmallBins][b % kSmallBins] = 0;
+  }
+  __syncthreads();
+
+  // 1. Radix select: afterwards the keys whose masked bits exceed `prefix` are selected, and
+  // of the eq_count keys matching it the `remaining` of lowest index.
+  uint32_t prefix = 0, mask = 0;
+  int remaining = k_eff, eq_count = n;
+#pragma unroll 1
+  for (int pass = 0; pass < kSmallPasses && remaining < eq_count; ++pass) {
+    const int shift = 32 - kSmallDigitBits * (pass + 1);
+    uint32_t* hist = sh.hist[pass];
+    if (warp_has_keys) {  // lanes with the same digit add once (ties are common)
+#pragma unroll
+      for (int q = 0; q < kKeys; ++q) {
+        const bool counted = first + q < n && (key[q] & mask) == prefix;
+        const uint32_t digit = counted ? (key[q] >> shift) & (kSmallBins - 1) : kNoDigit;
+        const unsigned peers = __match_any_sync(kFullWarp, digit);
+        if (counted && lane == __ffs(peers) - 1) {
+          atomicAdd(&hist[digit], static_cast<uint32_t>(__popc(peers)));
+        }
+      }
+    }
+    __syncthreads();
+    int bin, above, count;
+    FindSmallRadixBin(hist, remaining, &bin, &above, &count);
+    prefix |= static_cast<uint32_t>(bin) << shift;
+    mask |= static_cast<uint32_t>(kSmallBins - 1) << shift;
+    remaining -= above;
+    eq_count = count;
+  }
+
+  // 2. Compaction to fixed slots (the scan packs: keys above the prefix << 16 | equal keys).
+  int greater = 0, equal = 0;
+#pragma unroll
+  for (int q = 0; q < kKeys; ++q) {
+    const bool valid = first + q < n;
+    greater += valid && (key[q] & mask) > prefix;
+    equal += valid && (key[q] & mask) == prefix;
+  }
+  const int before = SmallBlockExclusiveSum(sh.warp_total, (greater << 16) | equal);
+  int greater_slot = before >> 16, equal_rank = before & 0xFFFF;
+  const int above_all = k_eff - remaining;  // the keys above the prefix, all selected
+#pragma unroll
+  for (int q = 0; q < kKeys; ++q) {
+    if (first + q >= n) continue;
+    const uint32_t masked = key[q] & mask;
+    if (masked > prefix) {
+      sh.pairs[0][greater_slot++] = PackPair(key[q], first + q);
+    } else if (masked == prefix) {
+      if (equal_rank < remaining) sh.pairs[0][above_all + equal_rank] = PackPair(key[q], first + q);
+      ++equal_rank;
+    }
+  }
+
+  // 3. Sort and write the ids.
+  SmallSortAndWrite(sh, k_eff, out);
+}
+
 __global__ void CandidateBlockScoresKernel(const float* scores, int64_t T, int64_t n,
                                            const int32_t* q_pos, int64_t ratio, int64_t block,
                                            float* block_scores) {
@@ -369,10 +658,30 @@ __global__ void MarkKeptBlocksKernel(const int32_t* kept, int64_t T, int64_t kee
 
 }  // namespace
 
+namespace {
+// Rows up to this length take SmallTopKKernel (when min(k, n) <= kSmallTopKMaxK).
+std::atomic<int64_t> small_topk_max_n{kSmallTopKMaxN};
+}  // namespace
+
+int64_t SetTopKSmallRowLimitForTesting(int64_t max_n) {
+  const int64_t clamped = max_n < 0 ? 0 : (max_n > kSmallTopKMaxN ? kSmallTopKMaxN : max_n);
+  return small_topk_max_n.exchange(clamped);
+}
+
 cudaError_t TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx,
                  cudaStream_t stream) {
   if (T <= 0 || k <= 0) return cudaSuccess;
-  if ((k < n ? k : n) > kMaxTopK) return cudaErrorInvalidValue;
+  const int64_t k_eff = k < n ? k : n;
+  if (k_eff > kMaxTopK) return cudaErrorInvalidValue;
+  if (n <= small_topk_max_n.load(std::memory_order_relaxed) && k_eff <= kSmallTopKMaxK) {
+    // Keys per thread: the fewest that cover the row (more threads share the passes' work).
+    auto* kernel = n <= kSmallThreads * 2   ? SmallTopKKernel<2>
+                   : n <= kSmallThreads * 4 ? SmallTopKKernel<4>
+                   : n <= kSmallThreads * 8 ? SmallTopKKernel<8>
+                                            : SmallTopKKernel<kSmallTopKMaxKeys>;
+    pdl::Launch(kernel, static_cast<unsigned>(T), kSmallThreads, 0, stream, scores, n, k, idx);
+    return cudaGetLastError();
+  }
   if (n <= int64_t{kTopKThreads} * kTopKCachedKeys) {
     pdl::Launch(TopKKernel<kTopKCachedKeys>, static_cast<unsigned>(T), kTopKThreads, 0, stream,
                 scores, n, k, idx);
