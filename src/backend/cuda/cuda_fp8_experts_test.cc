@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -74,19 +75,25 @@ class ForcedWgmmaVariant {
 
 class CudaFp8ExpertsTest : public CudaFp8Test {
  protected:
+  // n experts of [I, D] / [D, I] / [I, D] in format f, scale bytes in [scale_lo, scale_hi]; with
+  // pool > 0 only `pool` distinct weight sets, expert e using set e % pool (benchmarks).
   Experts MakeExperts(int64_t n, WeightFormat f, int64_t D, int64_t I, int scale_lo = 118,
-                      int scale_hi = 124) {
+                      int scale_hi = 124, int64_t pool = 0) {
     Experts ex;
     ex.D = D, ex.I = I;
-    ex.mats.reserve(3 * n);
-    for (int64_t e = 0; e < n; ++e) {
-      ExpertWeights w;
+    const int64_t distinct = pool > 0 ? std::min(pool, n) : n;
+    ex.mats.reserve(3 * distinct);
+    for (int64_t e = 0; e < distinct; ++e) {
       ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
-      w.w1 = ex.mats.back().ref;
       ex.mats.push_back(MakeWeight(f, D, I, scale_lo, scale_hi));
-      w.w2 = ex.mats.back().ref;
       ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
-      w.w3 = ex.mats.back().ref;
+    }
+    for (int64_t e = 0; e < n; ++e) {
+      const int64_t set = e % distinct;
+      ExpertWeights w;
+      w.w1 = ex.mats[3 * set].ref;
+      w.w2 = ex.mats[3 * set + 1].ref;
+      w.w3 = ex.mats[3 * set + 2].ref;
       w.w1.name = std::to_string(e) + ".w1";
       w.w2.name = std::to_string(e) + ".w2";
       w.w3.name = std::to_string(e) + ".w3";
@@ -440,6 +447,41 @@ TEST_F(CudaWgmmaVariantTest, OutOfRangeIdGivesNanRowAndError) {
       }
     }
   }
+}
+
+// Device time of one layer's RoutedExperts at the V4.1-Flash prefill shape (384 experts of
+// [2304 x 5120] x 3 MXFP4 behind 64 distinct weight sets, top-6, random routing; the wgmma kernel
+// at every T) in every variant: T 1024 (items of 64 pairs), 4096 (96), 8192 (128). Lines
+// "WGMMA T=.. <variant>: us, TFLOP/s of useful work (2 x 3 x D x I per pair), same bits as ss".
+// Run with --gtest_also_run_disabled_tests --gtest_filter='CudaWgmmaVariantTest.DISABLED_Bench'.
+TEST_F(CudaWgmmaVariantTest, DISABLED_Bench) {
+  const int64_t D = 5120, I = 2304, n = 384, k = 6;
+  const Experts ex = MakeExperts(n, WeightFormat::kMxFp4, D, I, 118, 124, /*pool=*/64);
+  gpu_->set_fp8_activations(true);
+  gpu_->set_batch_invariant(false);
+  gpu_->set_experts_bf16_min_tokens(1);
+  const WgmmaAtEveryT wgmma_only;
+  for (int64_t T : {1024, 4096, 8192}) {
+    model::RoutedExpertsArgs a;
+    a.x = ToGpu(Normal(T * D, 4.0f)), a.T = T, a.D = D, a.experts = ToGpu(Route(T, k, n));
+    a.weights = ToGpu(Uniform(T * k, 0.05f, 1.5f)), a.k = k, a.table = ex.table.data();
+    a.n_experts = n, a.swiglu_limit = 7.0f;
+    a.y = PoisonedFloats(T * D);
+    const double flop = 2.0 * 3.0 * static_cast<double>(T * k) * static_cast<double>(D * I);
+    std::vector<float> ss;
+    for (WgmmaVariant v : kWgmmaVariants) {
+      const ForcedWgmmaVariant forced(v);
+      const double us = DeviceMicrosPerCall([&] { gpu_->RoutedExperts(a); });
+      const std::vector<float> y = FromGpu(a.y, T * D);
+      if (v == WgmmaVariant::kSs) ss = y;
+      const bool same = BitExact(y, ss);
+      EXPECT_TRUE(same) << moe_bf16::WgmmaVariantName(v) << " T " << T;
+      std::printf("WGMMA T=%lld %-3s: %9.1f us, %6.1f TFLOP/s, %s\n", static_cast<long long>(T),
+                  moe_bf16::WgmmaVariantName(v), us, flop / us / 1e6,
+                  same ? "same bits as ss" : "BITS DIFFER from ss");
+    }
+  }
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
 }
 
 }  // namespace
