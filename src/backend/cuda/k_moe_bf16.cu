@@ -72,8 +72,8 @@
 //   schedulers: ~760 issue cycles per stage, about the MMA time: the two should overlap (the
 //   tensor core runs stage i - 1 while the warps dequantise stage i).
 //   Registers (ptxas sm_90a, launch bound 1 block per SM): SS 71 / 95 / 117 at BN 64 / 96 / 128;
-//   RS 105 / 127 / 128 (BN 128: 24 bytes spilled, 3 L1 reloads of copy addresses per two stages);
-//   rs2 190 / 224 (256 threads), no spills.
+//   RS 105 / 127 / 128 (BN 128: 24 bytes spilled, 2 L1 reloads of copy addresses per two stages);
+//   rs2 192 / 229 (256 threads), no spills.
 // MEASURED (RS, rs2): to be measured.
 //
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
@@ -587,10 +587,10 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     x_src[i] = ok ? a.act + int64_t{act_rows[n] / act_div} * K + chunk * 8 : nullptr;
     x_dst[i] = CoreOffset(n, chunk);
   }
-  // Copies of K stage st into ring slot `slot`. Rows past the job are not copied: their stale
-  // shared bytes reach only accumulator rows / token columns that are never stored.
-  auto load = [&](int st, int slot) {
-    const unsigned base = smem_base + slot * S::kStageBytes;
+  // Copies of K stage st into the ring slot at byte offset slot_off. Rows past the job are not
+  // copied: their stale shared bytes reach only accumulator rows / token columns never stored.
+  auto load = [&](int st, uint32_t slot_off) {
+    const unsigned base = smem_base + slot_off;
 #pragma unroll
     for (int j = 0; j < S::kWChunks; ++j) {
       if (w_src[j] != nullptr) {
@@ -612,9 +612,9 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     return 64 * (kRowTiles * wg + h) + 16 * (warp % 4) + g + 8 * sel;
   };
   const uint32_t pick_shift = 4u * static_cast<uint32_t>(t4);  // PickPairBits
-  // Dequantises stage st (ring slot st % kStages) into the lane's A fragments.
-  auto dequant = [&](int st, StageFragments<kRowTiles>& frag) {
-    const char* raw = smem + (st % kStages) * S::kStageBytes;
+  // Dequantises stage st (ring slot at byte offset slot_off) into the lane's A fragments.
+  auto dequant = [&](int st, uint32_t slot_off, StageFragments<kRowTiles>& frag) {
+    const char* raw = smem + slot_off;
     uint32_t s2[kRowTiles][2];  // scale bytes of blocks 2 st (low) and 2 st + 1 of each row
     bool two_step = false;
 #pragma unroll
@@ -658,8 +658,8 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
   };
   // Warpgroup accumulators: rows frag_row(h, *) x the BN tokens (wgmma_bf16.cuh layout).
   float acc[kRowTiles][kBN / 2];
-  auto issue = [&](int st, const StageFragments<kRowTiles>& frag) {
-    const uint32_t x_base = smem_base + (st % kStages) * S::kStageBytes + kWRawBytes;
+  auto issue = [&](int st, uint32_t slot_off, const StageFragments<kRowTiles>& frag) {
+    const uint32_t x_base = smem_base + slot_off + kWRawBytes;
     wgmma::Fence();  // the fragments were just written
 #pragma unroll
     for (int ks = 0; ks < kBK / 16; ++ks) {
@@ -673,18 +673,27 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     wgmma::WaitGroup<1>();  // stage st - 1's wgmmas done: its fragments may be rewritten
   };
   const int n_stages = static_cast<int>(K / kBK);  // even: K % 128 == 0
+  // Ring byte offsets of the slots of stage i (cur) and of stage i + kStages - 2 (next_load, the
+  // slot of stage i - 2), advanced by one slot per stage (no modulo in the loop).
+  uint32_t cur = 0, next_load = (kStages - 2) * S::kStageBytes;
+  auto advance = [](uint32_t off) {
+    off += S::kStageBytes;
+    return off == static_cast<uint32_t>(S::kSmemBytes) ? 0u : off;
+  };
   auto step = [&](int i, StageFragments<kRowTiles>& frag) {
     fp8::CpAsyncWait<kStages - 3>();  // stage i landed (this thread's copies)
     wgmma::FenceProxyAsync();
     __syncthreads();  // every thread's copies of stage i; stage i - 2 retired everywhere
-    if (i + kStages - 2 < n_stages) load(i + kStages - 2, (i + kStages - 2) % kStages);
+    if (i + kStages - 2 < n_stages) load(i + kStages - 2, next_load);
     fp8::CpAsyncCommit();
-    dequant(i, frag);
-    issue(i, frag);
+    dequant(i, cur, frag);
+    issue(i, cur, frag);
+    cur = advance(cur);
+    next_load = advance(next_load);
   };
 #pragma unroll
   for (int st = 0; st < kStages - 2; ++st) {
-    if (st < n_stages) load(st, st);
+    if (st < n_stages) load(st, st * S::kStageBytes);
     fp8::CpAsyncCommit();
   }
   StageFragments<kRowTiles> frag0, frag1;
