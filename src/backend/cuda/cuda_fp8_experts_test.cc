@@ -28,8 +28,9 @@ namespace {
 namespace moe_bf16 = kernels::moe_bf16;
 using moe_bf16::WgmmaVariant;
 
-constexpr WgmmaVariant kWgmmaVariants[] = {WgmmaVariant::kSs, WgmmaVariant::kRs,
-                                           WgmmaVariant::kRs2};
+// kSs first: the others are compared with it.
+constexpr WgmmaVariant kWgmmaVariants[] = {WgmmaVariant::kSs, WgmmaVariant::kRs, WgmmaVariant::kRs2,
+                                           WgmmaVariant::kRsNoFence, WgmmaVariant::kRs2NoFence};
 
 // Sets (value non-null) or unsets an environment variable for its lifetime (restores the
 // previous value).
@@ -301,6 +302,8 @@ TEST(WgmmaVariantTest, PickedByOverrideThenEnvironment) {
   EXPECT_EQ(moe_bf16::ParseWgmmaVariant("ss"), WgmmaVariant::kSs);
   EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs"), WgmmaVariant::kRs);
   EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs2"), WgmmaVariant::kRs2);
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs-nofence"), WgmmaVariant::kRsNoFence);
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs2-nofence"), WgmmaVariant::kRs2NoFence);
   for (WgmmaVariant v : kWgmmaVariants) {
     EXPECT_EQ(moe_bf16::ParseWgmmaVariant(moe_bf16::WgmmaVariantName(v)), v);
   }
@@ -316,6 +319,11 @@ TEST(WgmmaVariantTest, PickedByOverrideThenEnvironment) {
   EXPECT_EQ(moe_bf16::PickWgmmaVariant(64), WgmmaVariant::kRs2);
   EXPECT_EQ(moe_bf16::PickWgmmaVariant(96), WgmmaVariant::kRs2);
   EXPECT_EQ(moe_bf16::PickWgmmaVariant(128), WgmmaVariant::kRs);
+  {
+    const ForcedWgmmaVariant forced(WgmmaVariant::kRs2NoFence);
+    EXPECT_EQ(moe_bf16::PickWgmmaVariant(96), WgmmaVariant::kRs2NoFence);
+    EXPECT_EQ(moe_bf16::PickWgmmaVariant(128), WgmmaVariant::kRsNoFence);
+  }
   {
     const ForcedWgmmaVariant forced(WgmmaVariant::kSs);
     for (int bn : {64, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kSs);
@@ -476,7 +484,7 @@ TEST_F(CudaWgmmaVariantTest, DISABLED_Bench) {
       if (v == WgmmaVariant::kSs) ss = y;
       const bool same = BitExact(y, ss);
       EXPECT_TRUE(same) << moe_bf16::WgmmaVariantName(v) << " T " << T;
-      std::printf("WGMMA T=%lld %-3s: %9.1f us, %6.1f TFLOP/s, %s\n", static_cast<long long>(T),
+      std::printf("WGMMA T=%lld %-11s: %9.1f us, %6.1f TFLOP/s, %s\n", static_cast<long long>(T),
                   moe_bf16::WgmmaVariantName(v), us, flop / us / 1e6,
                   same ? "same bits as ss" : "BITS DIFFER from ss");
     }

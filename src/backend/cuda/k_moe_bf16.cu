@@ -58,7 +58,11 @@
 //   stage i - 1's wgmmas run, issues stage i's 4 k16 wgmmas, commit, wait_group 1. Ring of 8 / 7 /
 //   6 slots at BN 64 / 96 / 128. "rs2": the same kernel with two m64 row tiles per warpgroup (2
 //   warpgroups of 128 rows; items of <= 96 pairs): half the activation (B) shared-memory reads per
-//   weight, half the warps.
+//   weight, half the warps. "rs-nofence" / "rs2-nofence" (experiment): without the per-stage
+//   fence.proxy.async (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in SASS) between the cp.async
+//   activation copies and the wgmma reading them; if a MEMBAR waits for this thread's younger
+//   cp.async groups, it drains the ring every stage (a memory round trip per stage: a candidate
+//   for the SS kernel's unexplained ~1.6 us per stage, which fences likewise).
 // Expected cost per 64-value stage of a block (BN = 96; H200 ~2048 bf16 MAC / clock / SM):
 //   MMA: 16 x m64n96k16 = 1.57 M MAC = ~770 tensor cycles (BN 64: ~510, BN 128: ~1020).
 //   Shared memory: SS writes the 8 KiB raw + 12 KiB activations (cp.async), reads 8 KiB raw,
@@ -530,7 +534,7 @@ using StageFragments = uint32_t[kRowTiles][kBK / 16][4];
 // other buffer, still run), issue stage i's wgmmas, wait until only they are pending.
 template <int kBN, int kRowTiles>
 __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
-    ExpertGemmRsKernel(GemmArgs a) {
+    ExpertGemmRsKernel(GemmArgs a, bool proxy_fence) {
   pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) char smem[];
   using S = RsShape<kBN, kRowTiles>;
@@ -681,8 +685,8 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     return off == static_cast<uint32_t>(S::kSmemBytes) ? 0u : off;
   };
   auto step = [&](int i, StageFragments<kRowTiles>& frag) {
-    fp8::CpAsyncWait<kStages - 3>();  // stage i landed (this thread's copies)
-    wgmma::FenceProxyAsync();
+    fp8::CpAsyncWait<kStages - 3>();            // stage i landed (this thread's copies)
+    if (proxy_fence) wgmma::FenceProxyAsync();  // the copies, to the wgmma's async proxy
     __syncthreads();  // every thread's copies of stage i; stage i - 2 retired everywhere
     if (i + kStages - 2 < n_stages) load(i + kStages - 2, next_load);
     fp8::CpAsyncCommit();
@@ -717,7 +721,8 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
 }
 
 template <int kBN, int kRowTiles>
-cudaError_t LaunchRsGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+cudaError_t LaunchRsGemm(const GemmArgs& a, bool proxy_fence, int64_t max_items,
+                         cudaStream_t stream) {
   using S = RsShape<kBN, kRowTiles>;
   const int64_t K = a.up ? a.D : a.I;
   const int smem = S::kSmemBytes + static_cast<int>(kBM * (K / 32));
@@ -726,7 +731,7 @@ cudaError_t LaunchRsGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stre
   const int64_t rows = a.up ? 2 * a.I : a.D;
   const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
   return pdl::Launch(ExpertGemmRsKernel<kBN, kRowTiles>, grid, S::kThreads,
-                     static_cast<size_t>(smem), stream, a);
+                     static_cast<size_t>(smem), stream, a, proxy_fence);
 }
 
 template <int kBN>
@@ -743,20 +748,21 @@ cudaError_t LaunchSsGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stre
 
 // The wgmma kernel of the variant PickWgmmaVariant(bn) for items of bn (64, 96, 128) pairs.
 cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
-  switch (moe_bf16::PickWgmmaVariant(bn)) {
-    case moe_bf16::WgmmaVariant::kSs:
-      if (bn == 64) return LaunchSsGemm<64>(a, max_items, stream);
-      if (bn == 96) return LaunchSsGemm<96>(a, max_items, stream);
-      return LaunchSsGemm<128>(a, max_items, stream);
-    case moe_bf16::WgmmaVariant::kRs2:
-      if (bn == 64) return LaunchRsGemm<64, 2>(a, max_items, stream);
-      return LaunchRsGemm<96, 2>(a, max_items, stream);  // PickWgmmaVariant: bn <= 96
-    case moe_bf16::WgmmaVariant::kRs:
-      break;
+  using moe_bf16::WgmmaVariant;
+  const WgmmaVariant v = moe_bf16::PickWgmmaVariant(bn);
+  if (v == WgmmaVariant::kSs) {
+    if (bn == 64) return LaunchSsGemm<64>(a, max_items, stream);
+    if (bn == 96) return LaunchSsGemm<96>(a, max_items, stream);
+    return LaunchSsGemm<128>(a, max_items, stream);
   }
-  if (bn == 64) return LaunchRsGemm<64, 1>(a, max_items, stream);
-  if (bn == 96) return LaunchRsGemm<96, 1>(a, max_items, stream);
-  return LaunchRsGemm<128, 1>(a, max_items, stream);
+  const bool fence = v == WgmmaVariant::kRs || v == WgmmaVariant::kRs2;
+  if (v == WgmmaVariant::kRs2 || v == WgmmaVariant::kRs2NoFence) {  // PickWgmmaVariant: bn <= 96
+    if (bn == 64) return LaunchRsGemm<64, 2>(a, fence, max_items, stream);
+    return LaunchRsGemm<96, 2>(a, fence, max_items, stream);
+  }
+  if (bn == 64) return LaunchRsGemm<64, 1>(a, fence, max_items, stream);
+  if (bn == 96) return LaunchRsGemm<96, 1>(a, fence, max_items, stream);
+  return LaunchRsGemm<128, 1>(a, fence, max_items, stream);
 }
 
 // SetWgmmaVariantOverride's variant + 1 (0: none).
@@ -766,22 +772,33 @@ std::atomic<int> g_wgmma_override{0};
 
 namespace moe_bf16 {
 
+namespace {
+
+struct NamedVariant {
+  const char* name;
+  WgmmaVariant variant;
+};
+constexpr NamedVariant kVariantNames[] = {
+    {"ss", WgmmaVariant::kSs},
+    {"rs", WgmmaVariant::kRs},
+    {"rs2", WgmmaVariant::kRs2},
+    {"rs-nofence", WgmmaVariant::kRsNoFence},
+    {"rs2-nofence", WgmmaVariant::kRs2NoFence},
+};
+
+}  // namespace
+
 WgmmaVariant ParseWgmmaVariant(const char* name) {
   if (name == nullptr) return WgmmaVariant::kRs;
-  const std::string_view n(name);
-  if (n == "ss") return WgmmaVariant::kSs;
-  if (n == "rs2") return WgmmaVariant::kRs2;
+  for (const NamedVariant& n : kVariantNames) {
+    if (std::string_view(name) == n.name) return n.variant;
+  }
   return WgmmaVariant::kRs;
 }
 
 const char* WgmmaVariantName(WgmmaVariant v) {
-  switch (v) {
-    case WgmmaVariant::kSs:
-      return "ss";
-    case WgmmaVariant::kRs2:
-      return "rs2";
-    case WgmmaVariant::kRs:
-      break;
+  for (const NamedVariant& n : kVariantNames) {
+    if (n.variant == v) return n.name;
   }
   return "rs";
 }
@@ -794,7 +811,9 @@ WgmmaVariant PickWgmmaVariant(int bn) {
   const int forced = g_wgmma_override.load();
   const WgmmaVariant v = forced > 0 ? static_cast<WgmmaVariant>(forced - 1)
                                     : ParseWgmmaVariant(std::getenv(kWgmmaVariantEnv));
-  return v == WgmmaVariant::kRs2 && bn > 96 ? WgmmaVariant::kRs : v;
+  if (bn > 96 && v == WgmmaVariant::kRs2) return WgmmaVariant::kRs;
+  if (bn > 96 && v == WgmmaVariant::kRs2NoFence) return WgmmaVariant::kRsNoFence;
+  return v;
 }
 
 }  // namespace moe_bf16
