@@ -77,7 +77,7 @@
 //   tensor core runs stage i - 1 while the warps dequantise stage i).
 //   Registers (ptxas sm_90a, launch bound 1 block per SM): SS 71 / 95 / 117 at BN 64 / 96 / 128;
 //   RS 105 / 127 / 128 (BN 128: 24 bytes spilled, 2 L1 reloads of copy addresses per two stages);
-//   rs2 192 / 229 (256 threads), no spills.
+//   rs2 194 / 229 (256 threads), no spills (the nofence variants: the same kernels).
 // MEASURED (RS, rs2): to be measured.
 //
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
