@@ -13,14 +13,19 @@
 //   shared memory per 32-row chunk: cp.async 64 KiB in, fp32 -> bf16 conversion 64 + 32 KiB,
 //     S: 8 warps x (q 16 + K 16 KiB) = 256 KiB, P V: 8 x (P 1 + V 16 KiB) = 136 KiB
 //     -> ~550 KiB x 20 chunks x 4096 tokens = 45 GB -> ~1.5 ms
-// Expected 2-3 ms per call at T = 4096. MEASURED (H200, AttnPrefillBench.DISABLED_V41Prefill):
-// 5.2 ms per call at T = 4096 x 640 candidates (66 TFLOP/s), SparseAttentionMma bf16_rounded
-// 13.3 ms; in the 4-layer prefill 47 -> 16 ms.
+// Expected 2-3 ms per call at T = 4096. MEASURED (H200, AttnPrefillBench.DISABLED_V41Prefill,
+// serial variant): 5.2 ms per call at T = 4096 x 640 candidates (66 TFLOP/s),
+// SparseAttentionMma bf16_rounded 13.3 ms; in the 4-layer prefill 47 -> 16 ms; ~3.5 ms per
+// layer in the FP8 prefill of session 11 (~5.6 us per chunk per SM: 4096 x 20 chunks over
+// 132 SMs = 620 chunks per SM).
 //
-// Structure. A block (8 warps, 256 threads, one per SM: ~167 KiB of shared memory) serves one
-// token and 64 heads (grid: tokens x heads / 64). q of the 64 heads is rounded to bf16 once
-// into shared memory. The token's candidates (TokenRows after Trim: its window rows, then its
-// selection slots, in the order of the CPU reference) run in chunks of kChunk = 32 rows:
+// Two variants (AttnPrefillVariant; the same bits, compared bitwise by the tests).
+//
+// Serial variant (the first kernel). A block (8 warps, 256 threads, one per SM: ~167 KiB of
+// shared memory) serves one token and 64 heads (grid: tokens x heads / 64). q of the 64
+// heads is rounded to bf16 once into shared memory. The token's candidates (TokenRows after
+// Trim: its window rows, then its selection slots, in the order of the CPU reference) run in
+// chunks of kChunk = 32 rows:
 //   1. [barrier] the chunk's fp32 rows, copied by cp.async into `raw` during the previous
 //      chunk, are converted to bf16 `kv` (rows not attended: zero) [barrier, or-reduces the
 //      "not exact bf16" flag]; the next chunk's copies are issued;
@@ -39,10 +44,44 @@
 // fixed order), l = exp(sink - m) + sum, out = o / l. Two block barriers and two 64-thread
 // barriers per chunk. Every token is computed by one block in a fixed order: deterministic,
 // but a token's bits differ from SparseAttentionMma's (different chunking and P rounding).
-// ptxas (sm_90a): 230 registers, no spills; one block per SM.
+// ptxas (sm_90a): 222 registers, no spills; one block per SM.
+//
+// Why the serial variant is slow: per chunk the steps are serialised by the two block
+// barriers, and the shared-memory traffic (~550 KiB per chunk at 128 B/clk = ~4400 clk =
+// 2.4 us) is the largest cost; the MMAs (1024 m16n8k16 per chunk, ~0.9 us at the mma.sync
+// rate) and the conversion never overlap.
+//
+// Pipelined variant (the default; ~200 KiB of shared memory, 8 warps). The same S and
+// softmax steps (ScoreChunk, SoftmaxChunk: the same warp tiles), and:
+//   * bf16 rows double-buffered (kv slot c % 2 holds chunk c). Each thread copies (cp.async)
+//     and later converts exactly its own bytes of a chunk, so no barrier sits between copy
+//     and conversion. During chunk c, between the softmax and P V, each warp converts its
+//     share of chunk c + 1 into the other slot and issues its copies of chunk c + 2 (a
+//     chunk's copies get ~one chunk of time to land: ~1.5 us of L2 traffic at the fair
+//     share of ~42 GB/s per SM). One block barrier per chunk (at the top: slot c complete,
+//     every warp done with chunk c - 1) instead of two; the conversion of early warps
+//     overlaps the MMAs of late ones.
+//   * P V with wide warp tiles (AccumulateChunkWide): warp w = (head half w / 4, dim quarter
+//     w % 4) accumulates 32 heads x D / 4 dims (the same 128 fp32 per thread), so every V
+//     fragment (ldmatrix.trans) feeds two m-tiles: per chunk 8 x 20 ldmatrix.x4 (80 KiB)
+//     instead of 8 x 34 (136 KiB). The warps of a head half are exactly the S warps of its
+//     two head tiles, so a 128-thread barrier (QuadBarrier) publishes P and the rescale
+//     factors alpha (through shared memory); the same MMAs and FMAs per element.
+//   Estimate: shared-memory traffic per chunk 64 (cp.async) + 96 (conversion) + 256 (S) +
+//   80 (P V) = ~500 KiB = ~4000 clk = 2.2 us floor per chunk (1.35 ms per call at T = 4096
+//   x 640); with one barrier instead of two and the conversion overlapping other warps'
+//   MMAs, ~3-3.5 us per chunk achieved is expected: ~1.9-2.2 ms per call (vs ~3.5 ms). NOT
+//   MEASURED yet (written without a GPU). ptxas (sm_90a): 232 registers, no spills.
+// What is left: S reads q and K through ldmatrix at one ldmatrix.x4 per MMA (256 KiB per
+// chunk, half of the traffic). Larger S warp tiles need D split across warps (a reduction
+// of partial scores: different bits) or 64-row chunks (no room for their fp32 stage). Two
+// tokens per block (sharing 127 of their 128 window rows) would cut the window part of the
+// L2 traffic but not the S traffic, and complicate the trim / masking: not done.
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
@@ -93,30 +132,44 @@ __host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf
 struct Smem {
   uint16_t* q;      // [kHeads][d + 8] bf16 q of the block's heads
   float* raw;       // [kChunk][d] fp32 rows in flight (cp.async)
-  uint16_t* kv;     // [kChunk][d + 8] bf16 rows of the current chunk (zero if not attended)
+  uint16_t* kv;     // [slots][kChunk][d + 8] bf16 rows of a chunk (zero if not attended)
   uint16_t* p;      // [kHeads][kPStride] bf16 probabilities of the current chunk
   float* part;      // [kWarps][16] per-warp chunk max (loop), partial denominator (end)
   long long* trim;  // [4] TokenRows::Trim scratch
-  int* raw_valid;   // [kChunk] 1 if the row in `raw` is attended
-  int* kv_valid;    // [kChunk] 1 if the row in `kv` is attended
+  int* raw_valid;   // [kChunk] 1 if the row in `raw` is attended (serial variant)
+  int* kv_valid;    // [slots][kChunk] 1 if the row in `kv` is attended
+  float* alpha;     // [kHeads] O rescale factor of the current chunk (pipelined variant)
+  float* inv;       // [kHeads] 1 / denominator at the end (pipelined variant)
 
-  __device__ Smem(unsigned char* base, int64_t d) {
+  // slots: chunks of bf16 rows (1: serial variant, 2: pipelined variant).
+  __device__ Smem(unsigned char* base, int64_t d, int slots) {
     const int64_t rs = RowStride(d);
     q = reinterpret_cast<uint16_t*>(base);
     raw = reinterpret_cast<float*>(q + kHeads * rs);
     kv = reinterpret_cast<uint16_t*>(raw + kChunk * d);
-    p = kv + kChunk * rs;
+    p = kv + slots * kChunk * rs;
     part = reinterpret_cast<float*>(p + kHeads * kPStride);
     trim = reinterpret_cast<long long*>(part + kWarps * 16);
     raw_valid = reinterpret_cast<int*>(trim + 4);
     kv_valid = raw_valid + kChunk;
+    alpha = reinterpret_cast<float*>(kv_valid + slots * kChunk);
+    inv = alpha + kHeads;
+  }
+
+  // The same view with kv / kv_valid pointing at slot `slot` (the consumer steps read
+  // s.kv and s.kv_valid).
+  __device__ Smem Slot(int slot, int64_t d) const {
+    Smem v = *this;
+    v.kv = kv + slot * kChunk * RowStride(d);
+    v.kv_valid = kv_valid + slot * kChunk;
+    return v;
   }
 };
 
-int64_t SharedBytes(int64_t d) {
+int64_t SharedBytes(int64_t d, int slots) {
   const int64_t rs = RowStride(d);
-  return kHeads * rs * 2 + kChunk * d * 4 + kChunk * rs * 2 + kHeads * kPStride * 2 +
-         kWarps * 16 * 4 + 4 * 8 + 2 * kChunk * 4;
+  return kHeads * rs * 2 + kChunk * d * 4 + slots * kChunk * rs * 2 + kHeads * kPStride * 2 +
+         kWarps * 16 * 4 + 4 * 8 + (1 + slots) * kChunk * 4 + 2 * kHeads * 4;
 }
 
 // Issues the cp.async copies of candidate rows [row0, row0 + kChunk) (clipped to row_end)
@@ -204,8 +257,10 @@ __device__ __forceinline__ void SoftmaxChunk(const Smem& s, float scale, int til
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const bool valid = s.kv_valid[16 * half + 8 * n + 2 * q4 + i] != 0;
-      sc[n][i] = valid ? acc[n][i] * scale : NegInf();
-      sc[n][i + 2] = valid ? acc[n][i + 2] * scale : NegInf();
+      // __fmul_rn: never contracted into the exp argument, so both kernel variants (which
+      // inline this in different code) round the same way.
+      sc[n][i] = valid ? __fmul_rn(acc[n][i], scale) : NegInf();
+      sc[n][i + 2] = valid ? __fmul_rn(acc[n][i + 2], scale) : NegInf();
       max_lo = fmaxf(max_lo, sc[n][i]);
       max_hi = fmaxf(max_hi, sc[n][i + 2]);
     }
@@ -237,8 +292,8 @@ __device__ __forceinline__ void SoftmaxChunk(const Smem& s, float scale, int til
     *reinterpret_cast<uint32_t*>(p_lo + 8 * n) = lo;
     *reinterpret_cast<uint32_t*>(p_hi + 8 * n) = hi;
   }
-  st.l_lo = st.l_lo * alpha_lo + sum_lo;
-  st.l_hi = st.l_hi * alpha_hi + sum_hi;
+  st.l_lo = fmaf(st.l_lo, alpha_lo, sum_lo);
+  st.l_hi = fmaf(st.l_hi, alpha_hi, sum_hi);
 }
 
 // Step 4: o = o alpha + P V for the warp's head tile and dims [half D / 2, (half + 1) D / 2)
@@ -326,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const int64_t d = a.head_dim, rs = RowStride(d);
-  const Smem s(smem_bytes, d);
+  const Smem s(smem_bytes, d, 1);
   const int64_t t = blockIdx.x, head0 = int64_t{blockIdx.y} * kHeads;
   const bool report = blockIdx.y == 0;  // one block per token reports range errors
   TokenRows rows(a, t, report && threadIdx.x == 0, error_word);
@@ -373,6 +428,244 @@ __global__ void __launch_bounds__(kThreads, 1)
   WriteOutput(a, t, head0, s, tile, half, st, o);
 }
 
+// --- pipelined variant ---------------------------------------------------------------
+constexpr int kWidePairs = static_cast<int>(kAttnPrefillMaxHeadDim) / 4 / 16;  // PV pairs/warp
+
+// Barrier of the four warps 4 hh .. 4 hh + 3 (ids 5, 6): the S head tiles 2 hh, 2 hh + 1
+// (their P, alpha and 1 / l) and the P V warps of head half hh.
+__device__ __forceinline__ void QuadBarrier(int head_half) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(head_half + 5) : "memory");
+}
+
+// Issues the cp.async copies of this thread's share of candidate rows [row0, row0 + kChunk)
+// (clipped to row_end) into `raw`: rows warp * kRowsPerWarp + k, columns 4 lane + 128 i
+// (IssueChunk's mapping). Returns bit k set if that row is attended. The thread later
+// converts exactly the bytes it copied (ConvertOwnRows), so no barrier is needed between.
+__device__ uint32_t IssueOwnRows(const model::SparseAttentionArgs& a, int64_t t,
+                                 const TokenRows& rows, int64_t row0, int64_t row_end, float* raw,
+                                 bool report, int* error_word) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t d = a.head_dim;
+  uint32_t attended = 0;
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int r = warp * kRowsPerWarp + k;
+    const int64_t j = row0 + r;
+    const float* row =
+        j < row_end ? CandidateRow(a, t, rows, j, report && lane == 0, error_word) : nullptr;
+    if (row != nullptr) {
+      for (int64_t c = 4 * lane; c < d; c += 128) CpAsync16(raw + r * d + c, row + c);
+      attended |= 1u << k;
+    }
+  }
+  CpAsyncCommit();
+  return attended;
+}
+
+// Waits for this thread's copies, then writes its share of the chunk as bf16 into kv (zero
+// for rows not attended) and kv_valid. Sets `inexact` if a value was not exactly bf16.
+__device__ void ConvertOwnRows(const float* raw, uint32_t attended, int64_t d, uint16_t* kv,
+                               int* kv_valid, bool& inexact) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t rs = RowStride(d);
+  CpAsyncWaitAll();
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int r = warp * kRowsPerWarp + k;
+    const bool valid = ((attended >> k) & 1u) != 0;
+    for (int64_t c = 4 * lane; c < d; c += 128) {
+      uint2 packed = make_uint2(0u, 0u);
+      if (valid) {
+        const float4 v = *reinterpret_cast<const float4*>(raw + r * d + c);
+        packed.x = attention::Bf16Bits(v.x, inexact) | (attention::Bf16Bits(v.y, inexact) << 16);
+        packed.y = attention::Bf16Bits(v.z, inexact) | (attention::Bf16Bits(v.w, inexact) << 16);
+      }
+      *reinterpret_cast<uint2*>(kv + r * rs + c) = packed;
+    }
+    if (lane == 0) kv_valid[r] = valid ? 1 : 0;
+  }
+}
+
+// P V with wide warp tiles: warp w = (head half hh = w / 4, dim quarter dq = w % 4)
+// accumulates O[32 hh .. + 32][dq D / 4 .. + D / 4] (two m-tiles x D / 32 n-tiles: 128 fp32
+// per thread at D = 512), so every V fragment feeds both m-tiles. Per element the same MMAs
+// and FMA as AccumulateChunk (the same bits). alpha[m][0 / 1]: heads g / g + 8 of m-tile m.
+// o[m][2 i + j]: m-tile m, n-tile j of pair i (dims dq D / 4 + 16 i + 8 j ..).
+__device__ __forceinline__ void AccumulateChunkWide(const Smem& s, int64_t d, int hh, int dq,
+                                                    const float (&alpha)[2][2],
+                                                    float (&o)[2][2 * kWidePairs][4]) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
+  const int64_t rs = RowStride(d);
+  const int pairs = static_cast<int>(d / 64);
+  uint32_t a[2][2][4];  // [m-tile][k-step]
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      LdMatrixX4(a[m][kk], s.p + (32 * hh + 16 * m + mrow + 8 * (mat & 1)) * kPStride + 16 * kk +
+                               8 * (mat >> 1));
+    }
+  }
+  const uint16_t* v_row = s.kv + (mrow + 8 * (mat & 1)) * rs + dq * (d / 4) + 8 * (mat >> 1);
+#pragma unroll
+  for (int i = 0; i < kWidePairs; ++i) {
+    if (i < pairs) {
+      float part[2][2][4];  // [m-tile][n-tile of the pair]
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, v_row + 16 * kk * rs + 16 * i);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          if (kk == 0) {
+            MmaBf16First(part[m][0], a[m][0], b[0], b[1]);
+            MmaBf16First(part[m][1], a[m][0], b[2], b[3]);
+          } else {
+            MmaBf16(part[m][0], a[m][1], b[0], b[1]);
+            MmaBf16(part[m][1], a[m][1], b[2], b[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float* acc = o[m][2 * i + j];
+          acc[0] = fmaf(acc[0], alpha[m][0], part[m][j][0]);
+          acc[1] = fmaf(acc[1], alpha[m][0], part[m][j][1]);
+          acc[2] = fmaf(acc[2], alpha[m][1], part[m][j][2]);
+          acc[3] = fmaf(acc[3], alpha[m][1], part[m][j][3]);
+        }
+      }
+    }
+  }
+}
+
+// End of the pipelined variant: the S warps (tile, half) form 1 / l of their heads exactly
+// as WriteOutput does and publish it in s.inv; the P V warps (hh, dq) write out = o / l.
+__device__ void WriteOutputWide(const model::SparseAttentionArgs& a, int64_t t, int64_t head0,
+                                const Smem& s, int tile, int half, const HeadState& st,
+                                const float (&o)[2][2 * kWidePairs][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q4 = lane & 3;
+  const int64_t d = a.head_dim;
+  float l_lo = st.l_lo, l_hi = st.l_hi;
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+  // The partner read this warp's last chunk max before the last chunk's quad barrier.
+  if (q4 == 0) s.part[warp * 16 + g] = l_lo, s.part[warp * 16 + g + 8] = l_hi;
+  PairBarrier(tile);
+  const float* even = s.part + (warp & ~1) * 16;
+  const float* odd = even + 16;
+  const int h_lo = 16 * tile + g;
+  if (half == 0 && q4 == 0) {
+    s.inv[h_lo] = 1.0f / (expf(a.sinks[head0 + h_lo] - st.m_lo) + (even[g] + odd[g]));
+    s.inv[h_lo + 8] =
+        1.0f / (expf(a.sinks[head0 + h_lo + 8] - st.m_hi) + (even[g + 8] + odd[g + 8]));
+  }
+  const int hh = warp >> 2, dq = warp & 3;
+  QuadBarrier(hh);
+  const int pairs = static_cast<int>(d / 64);
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const int h = 32 * hh + 16 * m + g;
+    const float inv_lo = s.inv[h], inv_hi = s.inv[h + 8];
+    float* out_lo = a.out + (t * a.heads + head0 + h) * d + dq * (d / 4) + 2 * q4;
+    float* out_hi = out_lo + 8 * d;
+#pragma unroll
+    for (int n = 0; n < 2 * kWidePairs; ++n) {
+      if (n < 2 * pairs) {
+        const float* v = o[m][n];
+        *reinterpret_cast<float2*>(out_lo + 8 * n) = make_float2(v[0] * inv_lo, v[1] * inv_lo);
+        *reinterpret_cast<float2*>(out_hi + 8 * n) = make_float2(v[2] * inv_hi, v[3] * inv_hi);
+      }
+    }
+  }
+}
+
+// Pipelined variant (grid as the serial one; the same bits): chunk c's bf16 rows live in
+// kv slot c % 2. During chunk c each thread converts its own cp.async share of chunk c + 1
+// into the other slot and issues its copies of chunk c + 2, between the softmax and P V,
+// so one block barrier per chunk remains and the conversion of some warps overlaps the
+// MMAs of others; P V runs with the wide tiles of AccumulateChunkWide.
+__global__ void __launch_bounds__(kThreads, 1)
+    SparseAttentionPrefillPipelinedKernel(model::SparseAttentionArgs a, int* error_word) {
+  pdl::WaitThenAllowNext();
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  const int64_t d = a.head_dim, rs = RowStride(d);
+  const Smem s(smem_bytes, d, 2);
+  const int64_t t = blockIdx.x, head0 = int64_t{blockIdx.y} * kHeads;
+  const bool report = blockIdx.y == 0;  // one block per token reports range errors
+  TokenRows rows(a, t, report && threadIdx.x == 0, error_word);
+  rows.Trim(a, t, s.trim);
+  const int64_t total = rows.candidates();
+  const int64_t n_chunks = (total + kChunk - 1) / kChunk;
+  uint32_t staged = 0;  // attended rows of this thread's share of the chunk in `raw`
+  if (n_chunks > 0) staged = IssueOwnRows(a, t, rows, 0, total, s.raw, report, error_word);
+
+  const float* q = a.q + (t * a.heads + head0) * d;
+  const int half_d = static_cast<int>(d / 2);
+  for (int e = threadIdx.x; e < kHeads * half_d; e += kThreads) {
+    const int h = e / half_d, c = 2 * (e - h * half_d);
+    *reinterpret_cast<uint32_t*>(s.q + h * rs + c) = PackBf16(q[h * d + c], q[h * d + c + 1]);
+  }
+  bool inexact = false;
+  if (n_chunks > 0) {
+    ConvertOwnRows(s.raw, staged, d, s.kv, s.kv_valid, inexact);  // chunk 0 -> slot 0
+    if (n_chunks > 1) staged = IssueOwnRows(a, t, rows, kChunk, total, s.raw, report, error_word);
+  }
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tile = warp >> 1, half = warp & 1, g = lane >> 2, q4 = lane & 3;
+  const int hh = warp >> 2, dq = warp & 3;
+  HeadState st;
+  st.m_lo = a.sinks[head0 + 16 * tile + g];
+  st.m_hi = a.sinks[head0 + 16 * tile + g + 8];
+  st.l_lo = 0.0f, st.l_hi = 0.0f;
+  float o[2][2 * kWidePairs][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int n = 0; n < 2 * kWidePairs; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[m][n][i] = 0.0f;
+    }
+  }
+
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const Smem cur = s.Slot(static_cast<int>(ch & 1), d);
+    // Slot ch % 2 (chunk ch) and q are written; every warp is done with chunk ch - 1 (its
+    // slot, P and alpha).
+    __syncthreads();
+    float acc[2][4];
+    ScoreChunk(cur, d, tile, half, acc);
+    float alpha_lo, alpha_hi;
+    SoftmaxChunk(cur, a.scale, tile, half, acc, st, alpha_lo, alpha_hi);
+    if (half == 0 && q4 == 0)
+      s.alpha[16 * tile + g] = alpha_lo, s.alpha[16 * tile + g + 8] = alpha_hi;
+    if (ch + 1 < n_chunks) {
+      const Smem next = s.Slot(static_cast<int>((ch + 1) & 1), d);
+      ConvertOwnRows(s.raw, staged, d, next.kv, next.kv_valid, inexact);
+      if (ch + 2 < n_chunks) {
+        staged = IssueOwnRows(a, t, rows, (ch + 2) * kChunk, total, s.raw, report, error_word);
+      }
+    }
+    QuadBarrier(hh);  // P and alpha of the head half are written
+    float alpha[2][2];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      alpha[m][0] = s.alpha[32 * hh + 16 * m + g];
+      alpha[m][1] = s.alpha[32 * hh + 16 * m + g + 8];
+    }
+    AccumulateChunkWide(cur, d, hh, dq, alpha, o);
+  }
+  if (__any_sync(0xffffffffu, inexact) && lane == 0) atomicOr(error_word, kErrAttnKvNotBf16);
+  WriteOutputWide(a, t, head0, s, tile, half, st, o);
+}
+
 }  // namespace
 
 bool SparseAttentionPrefillApplicable(const model::SparseAttentionArgs& a) {
@@ -384,17 +677,30 @@ bool SparseAttentionPrefillApplicable(const model::SparseAttentionArgs& a) {
          (reinterpret_cast<uintptr_t>(a.out) & 7u) == 0;  // float2 stores
 }
 
+AttnPrefillVariant AttnPrefillVariantFromEnv() {
+  static const AttnPrefillVariant variant = [] {
+    const char* v = std::getenv("DEEPINFER_ATTN_PREFILL_VARIANT");
+    return v != nullptr && (std::strcmp(v, "old") == 0 || std::strcmp(v, "serial") == 0)
+               ? AttnPrefillVariant::kSerial
+               : AttnPrefillVariant::kPipelined;
+  }();
+  return variant;
+}
+
 cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* error_word,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, AttnPrefillVariant variant) {
   if (!SparseAttentionPrefillApplicable(args)) return cudaErrorInvalidValue;
   if (args.tokens == 0) return cudaSuccess;
-  const int64_t smem = SharedBytes(args.head_dim);
-  const cudaError_t e =
-      launch::RaiseMaxDynamicSmem(SparseAttentionPrefillKernel, static_cast<int>(smem));
+  if (variant == AttnPrefillVariant::kDefault) variant = AttnPrefillVariantFromEnv();
+  const bool pipelined = variant == AttnPrefillVariant::kPipelined;
+  const auto kernel =
+      pipelined ? SparseAttentionPrefillPipelinedKernel : SparseAttentionPrefillKernel;
+  const int64_t smem = SharedBytes(args.head_dim, pipelined ? 2 : 1);
+  const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(args.tokens),
                   static_cast<unsigned>(args.heads / kAttnPrefillHeadsPerBlock));
-  pdl::Launch(SparseAttentionPrefillKernel, grid, kThreads, smem, stream, args, error_word);
+  pdl::Launch(kernel, grid, kThreads, smem, stream, args, error_word);
   return cudaGetLastError();
 }
 
