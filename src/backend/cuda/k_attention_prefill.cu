@@ -31,7 +31,8 @@
 //      "not exact bf16" flag]; the next chunk's copies are issued;
 //   2. warp w = (head tile ht = w / 2, half = w % 2) computes S = q K^T for heads
 //      [16 ht, 16 ht + 16) and chunk rows [16 half, 16 half + 16) over the whole D (two
-//      n-tiles, even and odd k-steps in separate accumulators; no cross-warp partial sums);
+//      n-tiles, the k-steps in kChains = 4 chains by k-step mod 4 added at the end; no
+//      cross-warp partial sums);
 //   3. online softmax in registers (thread: heads g and g + 8 of the tile): scaled scores,
 //      masked rows -inf, the chunk max of the head tile is exchanged with the partner warp
 //      through shared memory (a 64-thread named barrier), m_new = max(m, chunk max) (m
@@ -51,8 +52,8 @@
 // 2.4 us) is the largest cost; the MMAs (1024 m16n8k16 per chunk, ~0.9 us at the mma.sync
 // rate) and the conversion never overlap.
 //
-// Pipelined variant (the default; ~200 KiB of shared memory, 8 warps). The same S and
-// softmax steps (ScoreChunk, SoftmaxChunk: the same warp tiles), and:
+// Pipelined variant (the default; ~224 KiB of shared memory at D = 512, 8 warps). The same
+// softmax step (SoftmaxChunk: the same warp tiles), and:
 //   * bf16 rows double-buffered (kv slot c % 2 holds chunk c). Each thread copies (cp.async)
 //     and later converts exactly its own bytes of a chunk, so no barrier sits between copy
 //     and conversion. During chunk c, between the softmax and P V, each warp converts its
@@ -61,22 +62,31 @@
 //     share of ~42 GB/s per SM). One block barrier per chunk (at the top: slot c complete,
 //     every warp done with chunk c - 1) instead of two; the conversion of early warps
 //     overlaps the MMAs of late ones.
+//   * S with wide warp tiles (ScoreChunkChain): the k-steps of every score form kChains = 4
+//     MMA chains (k-step mod 4; the serial variant computes the same chains in one warp);
+//     warp w = (head half w / 4, chain w % 4) computes its chain for 32 heads x 32 rows, so
+//     per k-step 4 ldmatrix.x4 feed 8 MMAs (serial: 2 feed 2): 128 KiB of ldmatrix per
+//     chunk instead of 256, plus 48 KiB to sum the chains across the four warps of the head
+//     half (SumChainsAcrossWarps, float4 per lane through shared memory, a 128-thread
+//     barrier, fixed order (c0 + c1) + (c2 + c3)).
 //   * P V with wide warp tiles (AccumulateChunkWide): warp w = (head half w / 4, dim quarter
 //     w % 4) accumulates 32 heads x D / 4 dims (the same 128 fp32 per thread), so every V
 //     fragment (ldmatrix.trans) feeds two m-tiles: per chunk 8 x 20 ldmatrix.x4 (80 KiB)
 //     instead of 8 x 34 (136 KiB). The warps of a head half are exactly the S warps of its
 //     two head tiles, so a 128-thread barrier (QuadBarrier) publishes P and the rescale
 //     factors alpha (through shared memory); the same MMAs and FMAs per element.
-//   Estimate: shared-memory traffic per chunk 64 (cp.async) + 96 (conversion) + 256 (S) +
-//   80 (P V) = ~500 KiB = ~4000 clk = 2.2 us floor per chunk (1.35 ms per call at T = 4096
-//   x 640); with one barrier instead of two and the conversion overlapping other warps'
-//   MMAs, ~3-3.5 us per chunk achieved is expected: ~1.9-2.2 ms per call (vs ~3.5 ms). NOT
-//   MEASURED yet (written without a GPU). ptxas (sm_90a): 232 registers, no spills.
-// What is left: S reads q and K through ldmatrix at one ldmatrix.x4 per MMA (256 KiB per
-// chunk, half of the traffic). Larger S warp tiles need D split across warps (a reduction
-// of partial scores: different bits) or 64-row chunks (no room for their fp32 stage). Two
-// tokens per block (sharing 127 of their 128 window rows) would cut the window part of the
-// L2 traffic but not the S traffic, and complicate the trim / masking: not done.
+//   Estimate: shared-memory traffic per chunk 64 (cp.async) + 96 (conversion) + 176 (S) +
+//   80 (P V) = ~420 KiB = ~3400 clk = 1.85 us floor per chunk (1.15 ms per call at T = 4096
+//   x 640, 620 chunks per SM); the MMAs (~0.9 us per chunk) overlap it in part. With one
+//   block barrier (plus two 128-thread and one 64-thread barriers) per chunk and the
+//   conversion of some warps overlapping the MMAs of others, ~2.6-3.2 us per chunk achieved
+//   is expected: ~1.6-2.0 ms per call (vs ~3.5 ms serial). NOT MEASURED yet (written without
+//   a GPU). ptxas (sm_90a): 240 registers, no spills (serial: 244 with the 4 chains).
+// What is left: the L2 gather (64 KiB of fp32 per chunk, ~1.5 us at the fair share) is now
+// close to the shared-memory floor; staging bf16 instead of fp32 would need the producer to
+// hold a chunk in registers (64 per thread at 256 threads: no room next to O). Two tokens
+// per block (sharing 127 of their 128 window rows) would cut the window part of the L2
+// traffic but not the S / P V traffic, and complicate the trim and masking: not done.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -115,6 +125,8 @@ constexpr int kPStride = kChunk + 8;           // bf16 P row: 80 bytes (ldmatrix
 constexpr int kMaxPairs = static_cast<int>(kAttnPrefillMaxHeadDim) / 2 / 16;  // PV n-tile pairs
 static_assert(kHeads == 16 * kWarps / 2, "a warp pair per 16-head tile");
 static_assert(kChunk == 32, "S: 16 rows per warp of the pair; PV: two k-steps");
+constexpr int kChains = 4;  // MMA chains per score of S (see SumChains)
+static_assert(kChains * 2 == kWarps, "pipelined S: one chain per warp of a head half");
 
 // Barrier of the two warps of head tile `tile` (ids 1..4; 0 is __syncthreads).
 __device__ __forceinline__ void PairBarrier(int tile) {
@@ -140,6 +152,7 @@ struct Smem {
   int* kv_valid;    // [slots][kChunk] 1 if the row in `kv` is attended
   float* alpha;     // [kHeads] O rescale factor of the current chunk (pipelined variant)
   float* inv;       // [kHeads] 1 / denominator at the end (pipelined variant)
+  float4* xchg;     // [2][kChains][kChains - 1][2][32] chains of S (pipelined, ChainSlot)
 
   // slots: chunks of bf16 rows (1: serial variant, 2: pipelined variant).
   __device__ Smem(unsigned char* base, int64_t d, int slots) {
@@ -154,6 +167,7 @@ struct Smem {
     kv_valid = raw_valid + kChunk;
     alpha = reinterpret_cast<float*>(kv_valid + slots * kChunk);
     inv = alpha + kHeads;
+    xchg = reinterpret_cast<float4*>(inv + kHeads);
   }
 
   // The same view with kv / kv_valid pointing at slot `slot` (the consumer steps read
@@ -166,10 +180,13 @@ struct Smem {
   }
 };
 
+constexpr int64_t kXchgBytes = 2 * kChains * (kChains - 1) * 2 * 32 * 16;  // Smem::xchg
+
 int64_t SharedBytes(int64_t d, int slots) {
   const int64_t rs = RowStride(d);
   return kHeads * rs * 2 + kChunk * d * 4 + slots * kChunk * rs * 2 + kHeads * kPStride * 2 +
-         kWarps * 16 * 4 + 4 * 8 + (1 + slots) * kChunk * 4 + 2 * kHeads * 4;
+         kWarps * 16 * 4 + 4 * 8 + (1 + slots) * kChunk * 4 + 2 * kHeads * 4 +
+         (slots > 1 ? kXchgBytes : 0);
 }
 
 // Issues the cp.async copies of candidate rows [row0, row0 + kChunk) (clipped to row_end)
@@ -206,8 +223,17 @@ struct HeadState {
   float l_lo, l_hi;  // partial denominator over this thread's rows (sink term added at the end)
 };
 
-// Step 2: S for the warp's head tile and its 16 rows of the chunk over the whole D.
-// acc[n][0..1]: head g, rows 16 half + 8 n + 2 q4 + {0, 1}; acc[n][2..3]: head g + 8.
+// The k-steps of S form kChains independent MMA chains per score: chain c takes the k-steps
+// ks = c (mod kChains) in ascending order from zero, and the score is
+// (chain 0 + chain 1) + (chain 2 + chain 3). Both variants compute exactly these chains and
+// this sum (ScoreChunk in one warp, ScoreChunkChain one chain per warp), so their bits agree.
+__device__ __forceinline__ float SumChains(float c0, float c1, float c2, float c3) {
+  return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
+}
+
+// Step 2 (serial variant): S for the warp's head tile and its 16 rows of the chunk over the
+// whole D, the kChains chains in one warp. acc[n][0..1]: head g, rows 16 half + 8 n + 2 q4 +
+// {0, 1}; acc[n][2..3]: head g + 8. ksteps is a multiple of kChains (D % 64 == 0).
 __device__ __forceinline__ void ScoreChunk(const Smem& s, int64_t d, int tile, int half,
                                            float (&acc)[2][4]) {
   const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
@@ -215,31 +241,32 @@ __device__ __forceinline__ void ScoreChunk(const Smem& s, int64_t d, int tile, i
   const int ksteps = static_cast<int>(d / 16);
   const uint16_t* q_row = s.q + (16 * tile + mrow + 8 * (mat & 1)) * rs + 8 * (mat >> 1);
   const uint16_t* k_row = s.kv + (16 * half + mrow + 8 * (mat >> 1)) * rs + 8 * (mat & 1);
-  // Even and odd k-steps accumulate separately (four independent MMA chains per warp),
-  // then add: ksteps is a multiple of 4.
-  float odd[2][4];
+  float chain[kChains][2][4];
 #pragma unroll
-  for (int n = 0; n < 2; ++n) {
+  for (int c = 0; c < kChains; ++c) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f, odd[n][i] = 0.0f;
-  }
-#pragma unroll 2
-  for (int ks = 0; ks < ksteps; ks += 2) {
-    uint32_t a[2][4], b[2][4];
+    for (int n = 0; n < 2; ++n) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      LdMatrixX4(a[k], q_row + 16 * (ks + k));
-      LdMatrixX4(b[k], k_row + 16 * (ks + k));
+      for (int i = 0; i < 4; ++i) chain[c][n][i] = 0.0f;
     }
-    MmaBf16(acc[0], a[0], b[0][0], b[0][1]);
-    MmaBf16(acc[1], a[0], b[0][2], b[0][3]);
-    MmaBf16(odd[0], a[1], b[1][0], b[1][1]);
-    MmaBf16(odd[1], a[1], b[1][2], b[1][3]);
+  }
+#pragma unroll 1
+  for (int ks = 0; ks < ksteps; ks += kChains) {
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) {
+      uint32_t a[4], b[4];
+      LdMatrixX4(a, q_row + 16 * (ks + c));
+      LdMatrixX4(b, k_row + 16 * (ks + c));
+      MmaBf16(chain[c][0], a, b[0], b[1]);
+      MmaBf16(chain[c][1], a, b[2], b[3]);
+    }
   }
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[n][i] += odd[n][i];
+    for (int i = 0; i < 4; ++i) {
+      acc[n][i] = SumChains(chain[0][n][i], chain[1][n][i], chain[2][n][i], chain[3][n][i]);
+    }
   }
 }
 
@@ -541,6 +568,94 @@ __device__ __forceinline__ void AccumulateChunkWide(const Smem& s, int64_t d, in
   }
 }
 
+// Step 2 (pipelined variant): warp w = (head half hh = w / 4, chain c = w % 4) computes
+// chain c of S for 32 heads x all 32 rows of the chunk (two m-tiles x four n-tiles: one
+// ldmatrix.x4 per two MMAs instead of one per MMA). chain[m][n]: m-tile m (heads
+// 32 hh + 16 m + g, + 8), rows 8 n + 2 q4 + {0, 1}.
+__device__ __forceinline__ void ScoreChunkChain(const Smem& s, int64_t d, int hh, int c,
+                                                float (&chain)[2][4][4]) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
+  const int64_t rs = RowStride(d);
+  const int ksteps = static_cast<int>(d / 16);
+  const uint16_t* q_row = s.q + (32 * hh + mrow + 8 * (mat & 1)) * rs + 8 * (mat >> 1);
+  const uint16_t* k_row = s.kv + (mrow + 8 * (mat >> 1)) * rs + 8 * (mat & 1);
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) chain[m][n][i] = 0.0f;
+    }
+  }
+#pragma unroll 2
+  for (int ks = c; ks < ksteps; ks += kChains) {
+    uint32_t a[2][4], b[2][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) LdMatrixX4(a[m], q_row + 16 * m * rs + 16 * ks);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) LdMatrixX4(b[h], k_row + 16 * h * rs + 16 * ks);
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        MmaBf16(chain[m][2 * h], a[m], b[h][0], b[h][1]);
+        MmaBf16(chain[m][2 * h + 1], a[m], b[h][2], b[h][3]);
+      }
+    }
+  }
+}
+
+// The exchange buffer slot (float4 per lane) where chain `writer` leaves its part of
+// quarter `quarter` (n-tile j of it) for the warp that owns the quarter; writer != quarter.
+__device__ __forceinline__ float4* ChainSlot(const Smem& s, int hh, int quarter, int writer,
+                                             int j) {
+  const int k = writer < quarter ? writer : writer - 1;
+  return s.xchg + ((((hh * kChains + quarter) * (kChains - 1) + k) * 2 + j) * 32 +
+                   static_cast<int>(threadIdx.x & 31));
+}
+
+// Sums the chains of S across the four warps of head half hh. Warp (hh, c) owns quarter
+// c = (m-tile c / 2, rows 16 (c % 2) ..): exactly SoftmaxChunk's (tile, half) of the same
+// warp (w = 4 hh + c: tile = w / 2, half = w % 2). It leaves its chain of the other three
+// quarters in s.xchg, and after the barrier sums the four chains of its own quarter
+// (SumChains, chain order) into acc (ScoreChunk's layout). Contains one QuadBarrier.
+__device__ __forceinline__ void SumChainsAcrossWarps(const Smem& s, int hh, int c,
+                                                     const float (&chain)[2][4][4],
+                                                     float (&acc)[2][4]) {
+  float own[2][4];
+#pragma unroll
+  for (int q = 0; q < kChains; ++q) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float* v = chain[q >> 1][2 * (q & 1) + j];
+      if (q != c) {
+        *ChainSlot(s, hh, q, c, j) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) own[j][i] = v[i];
+      }
+    }
+  }
+  QuadBarrier(hh);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    float part[kChains][4];
+#pragma unroll
+    for (int w = 0; w < kChains; ++w) {
+      if (w != c) {
+        const float4 v = *ChainSlot(s, hh, c, w, j);
+        part[w][0] = v.x, part[w][1] = v.y, part[w][2] = v.z, part[w][3] = v.w;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[w][i] = own[j][i];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      acc[j][i] = SumChains(part[0][i], part[1][i], part[2][i], part[3][i]);
+  }
+}
+
 // End of the pipelined variant: the S warps (tile, half) form 1 / l of their heads exactly
 // as WriteOutput does and publish it in s.inv; the P V warps (hh, dq) write out = o / l.
 __device__ void WriteOutputWide(const model::SparseAttentionArgs& a, int64_t t, int64_t head0,
@@ -620,6 +735,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int tile = warp >> 1, half = warp & 1, g = lane >> 2, q4 = lane & 3;
+  // P V: head half hh, dim quarter dq; S: head half hh, chain dq.
   const int hh = warp >> 2, dq = warp & 3;
   HeadState st;
   st.m_lo = a.sinks[head0 + 16 * tile + g];
@@ -641,7 +757,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // slot, P and alpha).
     __syncthreads();
     float acc[2][4];
-    ScoreChunk(cur, d, tile, half, acc);
+    {
+      float chain[2][4][4];
+      ScoreChunkChain(cur, d, hh, dq, chain);
+      SumChainsAcrossWarps(cur, hh, dq, chain, acc);
+    }
     float alpha_lo, alpha_hi;
     SoftmaxChunk(cur, a.scale, tile, half, acc, st, alpha_lo, alpha_hi);
     if (half == 0 && q4 == 0)
