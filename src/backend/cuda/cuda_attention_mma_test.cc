@@ -383,9 +383,8 @@ TEST_F(CudaAttentionMmaTest, SmallTDecode) {
 }
 
 // The number of raw stages is physical only: 1 .. 8 stages (clamped to what fits) give
-// the same bits as the launcher's choice, for decode (split over clusters), a varlen batch,
-// a causal prefill and a V4.1 decode batch (several lanes per block: the ring runs across
-// lane ends), in both modes.
+// the same bits as the launcher's choice, for decode (split over clusters), a varlen batch
+// and a causal prefill (several lanes per block), in both modes.
 TEST_F(CudaAttentionMmaTest, RawStagesDoNotChangeBits) {
   std::vector<MmaCase> cases = SmallTDecodeCases(3, SmallOnly());
   cases.resize(SmallOnly() ? 1 : 2);
@@ -398,11 +397,6 @@ TEST_F(CudaAttentionMmaTest, RawStagesDoNotChangeBits) {
   prefill.seqs = {{300, 300 + 31, 40}}, prefill.window = 32, prefill.n_select = 24;
   prefill.name = "T 300 prefill d 64";
   cases.push_back(prefill);
-  if (!SmallOnly()) {  // V4.1 decode T = 32: 2 blocks per (token, group), 4 lanes each
-    MmaCase batch = SmallTDecodeCases(32, false)[0];
-    batch.name = "V4.1 decode T 32";
-    cases.push_back(batch);
-  }
   for (const MmaCase& c : cases) {
     const MmaInputs in = MakeInputs(c);
     const model::SparseAttentionArgs g = GpuArgs(in);
