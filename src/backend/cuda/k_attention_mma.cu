@@ -30,8 +30,7 @@
 //      not attended are zero;
 //   2. the copies of the chunk `stages` ahead are issued into the stage just freed;
 //   3. S = q K^T: warp w takes k-steps (16 channels) w, w + 8, .. of D for all 16 x 16
-//      (head, row) scores (3 MMAs per k-step and n-tile: lo, mid, hi; with one bf16 term
-//      the warp's q fragments stay in registers for the block), writes its partial
+//      (head, row) scores (3 MMAs per k-step and n-tile: lo, mid, hi), writes its partial
 //      to `spart`; the 8 partials are added in warp order (deterministic);
 //   4. online softmax per head in fp32 (thread = (head, row)): running max m (starting at
 //      the sink logit), p = exp(s - m), denominator l (starting at exp(sink - m) = 1),
@@ -282,33 +281,9 @@ __device__ bool ConvertChunk(const Smem<kTerms>& s, int64_t d, int stage) {
                                               s.kv_valid);
 }
 
-// The A fragments (q, one bf16 term) of warp w's k-steps w, w + 8, ..: with one term they
-// stay in registers for the whole block (16 registers) instead of being read from s.q
-// every chunk (16 KiB of shared-memory traffic per chunk); three terms would take 48.
-using QFragments = uint32_t[kKStepsPerWarp][4];
-
-// A (q term `term`) of k-step ks: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
+// Step 3: warp w's partial scores over its k-steps for all (head, row) of the chunk.
 template <int kTerms>
-__device__ void LoadQFragment(const Smem<kTerms>& s, int64_t d, int term, int ks,
-                              uint32_t (&a)[4]) {
-  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
-  const int a_row = mrow + 8 * (mat & 1), a_col = ks * 16 + 8 * (mat >> 1);
-  LdMatrixX4(a, s.q + (term * kHeads + a_row) * RowStride(d) + a_col);
-}
-
-// qf = the q fragments of this warp's k-steps (s.q staged and visible: after a barrier).
-__device__ void LoadQFragments(const Smem<1>& s, int64_t d, QFragments& qf) {
-  const int warp = threadIdx.x >> 5, ksteps = static_cast<int>(d / 16);
-#pragma unroll
-  for (int i = 0; i < kKStepsPerWarp; ++i) {
-    if (warp + i * kWarps < ksteps) LoadQFragment(s, d, 0, warp + i * kWarps, qf[i]);
-  }
-}
-
-// Step 3: warp w's partial scores over its k-steps for all (head, row) of the chunk (q
-// from qf with one term, from s.q with three).
-template <int kTerms>
-__device__ void ScoreChunk(const Smem<kTerms>& s, int64_t d, const QFragments& qf) {
+__device__ void ScoreChunk(const Smem<kTerms>& s, int64_t d) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q4 = lane & 3, mat = lane >> 3, mrow = lane & 7;
   const int64_t rs = RowStride(d);
@@ -319,13 +294,12 @@ __device__ void ScoreChunk(const Smem<kTerms>& s, int64_t d, const QFragments& q
     const int ks = warp + i * kWarps;
     if (ks < ksteps) {
       const int k0 = ks * 16;
+      // A (q terms): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
+      const int a_row = mrow + 8 * (mat & 1), a_col = k0 + 8 * (mat >> 1);
       uint32_t a[kTerms][4];
-      if constexpr (kTerms == 1) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) a[0][j] = qf[i][j];
-      } else {
-#pragma unroll
-        for (int term = 0; term < kTerms; ++term) LoadQFragment(s, d, term, ks, a[term]);
+      for (int term = 0; term < kTerms; ++term) {
+        LdMatrixX4(a[term], s.q + (term * kHeads + a_row) * rs + a_col);
       }
       // B (rows as [n][k]): n-tile 0 (k 0-7, 8-15), n-tile 1 (k 0-7, 8-15).
       uint32_t b[4];
@@ -573,11 +547,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     s.l[threadIdx.x] = first_lane == 0 ? 1.0f : 0.0f;  // exp(sink - m): lane 0 only
   }
 
-  QFragments qf;
-  if constexpr (kTerms == 1) {
-    __syncthreads();  // s.q staged
-    LoadQFragments(s, d, qf);
-  }
   float o[kMaxNTilesPerWarp][4] = {};
   PendingFragments pending;
   int64_t ch = 0;
@@ -599,7 +568,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       CpAsyncCommit();
       stage = stage + 1 == stages ? 0 : stage + 1;
-      ScoreChunk(s, d, qf);
+      ScoreChunk(s, d);
       __syncthreads();
       SoftmaxChunk(s, a.scale);
       __syncthreads();
