@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -422,9 +421,6 @@ TEST_F(CudaAttentionMmaTest, RawStageChoiceV41) {
   ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
             cudaSuccess);
   if (sms < 132 || optin < 227 * 1024) GTEST_SKIP() << "not an H200-class device";
-  if (std::getenv("DEEPINFER_ATTN_MMA_STAGES") != nullptr) {
-    GTEST_SKIP() << "DEEPINFER_ATTN_MMA_STAGES overrides the choice";
-  }
   alignas(16) static float rows[64];
   model::SparseAttentionArgs a;
   a.heads = 64, a.head_dim = 512, a.window = 128, a.n_window = 128, a.window_kv = rows;

@@ -92,7 +92,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -721,35 +720,16 @@ int ChooseStages(const model::SparseAttentionArgs& args, int64_t groups, int spl
   return alone;
 }
 
-// DEEPINFER_ATTN_MMA_STAGES=<n> (tuning only): every launch takes n raw stages (clamped to
-// what fits in a block) instead of ChooseStages; 0 or unset: ChooseStages.
-int ForcedStages() {
-  static const int forced = [] {
-    const char* env = std::getenv("DEEPINFER_ATTN_MMA_STAGES");
-    const long long n = env != nullptr ? std::atoll(env) : 0;
-    return n > 0 && n <= kMaxStages ? static_cast<int>(n) : 0;
-  }();
-  return forced;
-}
-
-// raw_stages <= 0: ForcedStages, else ChooseStages; > 0: that many, clamped to what fits in
-// a block.
-template <int kTerms>
-int LaunchStages(const model::SparseAttentionArgs& args, int64_t groups, int splits,
-                 int raw_stages) {
-  if (raw_stages <= 0) raw_stages = ForcedStages();
-  return raw_stages > 0
-             ? StagesWithin(args.head_dim, kTerms, DeviceSmemLimits().per_block, raw_stages)
-             : ChooseStages<kTerms>(args, groups, splits);
-}
-
+// raw_stages <= 0: ChooseStages; else that many, clamped to what fits in a block.
 template <int kTerms>
 cudaError_t LaunchMma(const model::SparseAttentionArgs& args, int* error_word, cudaStream_t stream,
                       int raw_stages) {
   const auto kernel = SparseAttentionMmaKernel<kTerms>;
   const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
   const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));
-  const int stages = LaunchStages<kTerms>(args, groups, splits, raw_stages);
+  const int stages =
+      raw_stages > 0 ? StagesWithin(args.head_dim, kTerms, DeviceSmemLimits().per_block, raw_stages)
+                     : ChooseStages<kTerms>(args, groups, splits);
   const int64_t smem = SharedBytes(args.head_dim, kTerms, stages);
   cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -776,8 +756,8 @@ int SparseAttentionMmaStages(const model::SparseAttentionArgs& args, bool bf16_r
   if (!SparseAttentionMmaApplicable(args) || args.tokens == 0) return 0;
   const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
   const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));
-  return bf16_rounded ? LaunchStages<1>(args, groups, splits, 0)
-                      : LaunchStages<kMaxTerms>(args, groups, splits, 0);
+  return bf16_rounded ? ChooseStages<1>(args, groups, splits)
+                      : ChooseStages<kMaxTerms>(args, groups, splits);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

@@ -52,8 +52,7 @@ cudaError_t SparseAttentionMmaWithStages(const model::SparseAttentionArgs& args,
                                          cudaStream_t stream, bool bf16_rounded, int raw_stages);
 
 // The raw stages SparseAttentionMma chooses for `args` on the current device (0 if it does
-// not apply or tokens == 0). Host-side; reads no array of `args`. DEEPINFER_ATTN_MMA_STAGES=n
-// (tuning only, read once) makes every SparseAttentionMma launch take n stages instead.
+// not apply or tokens == 0). Host-side; reads no array of `args`.
 int SparseAttentionMmaStages(const model::SparseAttentionArgs& args, bool bf16_rounded);
 
 }  // namespace deepinfer::backend::cuda::kernels
