@@ -24,11 +24,10 @@
 // bf16 hi / mid / lo (SplitBf16x3: exact for normal fp32 values) in shared memory. The token's
 // candidates (its window rows, then its selection slots; the same order and masking as
 // kernels::SparseAttention and the CPU reference) run in chunks of kChunk = 16 rows:
-//   1. the chunk's fp32 rows were copied by cp.async into its stage of the `raw` ring
-//      (`stages` chunks in flight) during earlier chunks; they are converted to bf16 `kv`
-//      (exact; a row that is not exact bf16 is rounded and flagged kErrAttnKvNotBf16), rows
-//      not attended are zero;
-//   2. the copies of the chunk `stages` ahead are issued into the stage just freed;
+//   1. the chunk's fp32 rows were copied by cp.async into `raw` during the previous chunk;
+//      they are converted to bf16 `kv` (exact; a row that is not exact bf16 is rounded
+//      and flagged kErrAttnKvNotBf16), rows not attended are zero;
+//   2. the next chunk's copies are issued;
 //   3. S = q K^T: warp w takes k-steps (16 channels) w, w + 8, .. of D for all 16 x 16
 //      (head, row) scores (3 MMAs per k-step and n-tile: lo, mid, hi), writes its partial
 //      to `spart`; the 8 partials are added in warp order (deterministic);
@@ -61,32 +60,8 @@
 // rows, which were all staged before (4224 rows at T = 4096, ~7x the attended 640); now
 // ~40 chunks per token.
 //
-// Shared memory (D = 512): q terms 48.75 KiB (one term: 16.25), raw 32 KiB per stage, kv
-// 16.25 KiB, score partials 12 KiB, P terms 2.25 KiB (0.75): three terms ~112 KiB with one
-// stage, one term ~110 KiB with two: two blocks per SM.
-//
-// Raw stages (session 12; issue 9, decode latency). The number of chunks in flight is a
-// launch choice (ChooseStages; the kernel reads it back from its dynamic shared memory size)
-// and changes no bit: the arithmetic and its order are the same for any `stages`. A grid
-// that fits one block per SM (V4.1: T <= 4, 32..128 blocks) gets what one block may hold,
-// up to the chunks it runs (one term: 5 stages = a whole lane of 5 chunks, 206 KiB; three
-// terms: 4); larger grids keep two blocks per SM (one term: 2 stages; three terms: 1, as
-// before). Estimated per-chunk latency chain, V4.1 decode T = 1 (4 head groups x 8 lane
-// blocks = 32 blocks, one lane of 5 chunks each), one bf16 term:
-//   before (1 stage): chunk c + 1 was issued only after chunk c had landed and been
-//     converted, so every chunk waited for its own gather: ~0.6-1 us L2 / HBM latency plus
-//     ~0.3 us of landing 32 KiB, against ~0.5-0.7 us of math (4 barriers; convert 48 KiB of
-//     shared traffic, 4 k-steps of QK^T per warp, softmax with 2 shuffle trees and 2 expf, 8
-//     n-tiles of PV: ~150 KiB of shared traffic per chunk at 128 B/clk); a gather-bound
-//     chain of 5 x ~1-1.5 us (more when cold: ncu flushes the caches), after a prologue of
-//     3 dependent round trips (TokenRows, Trim, first gather) and before the lane tree's
-//     cluster merge (2 cluster barriers and DSMEM reads, ~1-2 us). Measured 28-30 us.
-//   after (5 stages): the prologue issues all 5 chunks at once (160 KiB per SM, their
-//     latencies overlap), so the chain is one gather (~1-2 us) + 5 x ~0.6 us of math, a
-//     gain of ~4 gathers (estimated -5..-15 us; goal <= 12 us). T = 2..4: the same with
-//     64..128 blocks; T = 5..8 (256 blocks, two per SM) get 2 stages (the next chunk's
-//     gather overlaps two chunks of math); T = 32 and prefill: 2 stages (one term) at the
-//     same occupancy and L1 carve-out as before, three terms unchanged.
+// Shared memory (D = 512): q terms 48.75 KiB, raw 32 KiB, kv 16.25 KiB, score partials
+// 12 KiB, P terms 2.25 KiB: ~112 KiB, two blocks per SM.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
