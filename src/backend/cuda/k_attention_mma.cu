@@ -65,11 +65,7 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
@@ -106,7 +102,6 @@ constexpr int kMaxKSteps = static_cast<int>(kAttnMmaMaxHeadDim) / 16;
 constexpr int kKStepsPerWarp = kMaxKSteps / kWarps;  // QK: at most 4 k-steps per warp
 constexpr int kMaxNTilesPerWarp = static_cast<int>(kAttnMmaMaxHeadDim) / 8 / kWarps;  // PV: 8
 constexpr int kRowsPerWarp = kChunk / kWarps;  // staging: rows issued per warp
-constexpr int kMaxStages = 8;                  // raw ring: chunks of rows in flight per block
 constexpr int kSpStride = kChunk + 8;          // fp32 score partial row (bank spread)
 constexpr int kPStride = kChunk + 8;           // bf16 P row: 48 bytes (ldmatrix conflict-free)
 static_assert(kHeads * kChunk == kThreads, "softmax: one thread per (head, row)");
@@ -116,22 +111,10 @@ static_assert(kChunk % kWarps == 0, "whole rows per warp when staging");
 // --- shared memory ---------------------------------------------------------------------
 __host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf16 elements
 
-// Bytes of one raw stage (kChunk fp32 rows).
-__host__ __device__ inline int64_t StageBytes(int64_t d) { return kChunk * d * 4; }
-
-// Dynamic shared memory of a block with `stages` raw stages (0: everything but the ring).
-__host__ __device__ inline int64_t SharedBytes(int64_t d, int terms, int stages) {
-  const int64_t rs = RowStride(d);
-  return terms * kHeads * rs * 2 + stages * StageBytes(d) + kChunk * rs * 2 +
-         kWarps * kHeads * kSpStride * 4 + terms * kHeads * kPStride * 2 + 3 * kHeads * 4 +
-         2 * kLaneLevels * kHeads * 4 + 4 * 8 + (kMaxStages + 1) * kChunk * 4;
-}
-
 template <int kTerms>
 struct Smem {
   uint16_t* q;       // [kTerms][kHeads][d + 8] bf16 terms of q (hi, mid, lo)
-  float* raw;        // [stages][kChunk][d] fp32 rows in flight (a ring: chunk c in stage
-                     // c % stages); after the loop: O partial [kHeads][d] (stage 0)
+  float* raw;        // [kChunk][d] fp32 rows in flight; after the loop: O partial [kHeads][d]
   uint16_t* kv;      // [kChunk][d + 8] bf16 rows of the current chunk (zero if not attended)
   float* spart;      // [kWarps][kHeads][kSpStride] per-warp partial scores
   uint16_t* p;       // [kTerms][kHeads][kPStride] bf16 terms of the probabilities
@@ -144,14 +127,14 @@ struct Smem {
   float* pending_m;  // [kLaneLevels][kHeads] pending subtrees of the block's lanes
   float* pending_l;  // [kLaneLevels][kHeads]
   long long* trim;   // [4] TokenRows::Trim scratch
-  int* raw_valid;    // [kMaxStages][kChunk] 1 if the row in that stage of `raw` is attended
+  int* raw_valid;    // [kChunk] 1 if the row in `raw` is attended
   int* kv_valid;     // [kChunk] 1 if the row in `kv` is attended
 
-  __device__ Smem(unsigned char* base, int64_t d, int stages) {
+  __device__ Smem(unsigned char* base, int64_t d) {
     const int64_t rs = RowStride(d);
     q = reinterpret_cast<uint16_t*>(base);
     raw = reinterpret_cast<float*>(q + kTerms * kHeads * rs);
-    kv = reinterpret_cast<uint16_t*>(raw + stages * kChunk * d);
+    kv = reinterpret_cast<uint16_t*>(raw + kChunk * d);
     spart = reinterpret_cast<float*>(kv + kChunk * rs);
     p = reinterpret_cast<uint16_t*>(spart + kWarps * kHeads * kSpStride);
     m = reinterpret_cast<float*>(p + kTerms * kHeads * kPStride);
@@ -164,50 +147,15 @@ struct Smem {
     pending_l = pending_m + kLaneLevels * kHeads;
     trim = reinterpret_cast<long long*>(pending_l + kLaneLevels * kHeads);
     raw_valid = reinterpret_cast<int*>(trim + 4);
-    kv_valid = raw_valid + kMaxStages * kChunk;
+    kv_valid = raw_valid + kChunk;
   }
 };
 
-// The block's raw stages, from its dynamic shared memory size (the launcher sizes it with
-// SharedBytes(d, kTerms, stages)): one layout for every block of a cluster.
-template <int kTerms>
-__device__ int RawStages(int64_t d) {
-  unsigned bytes;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-  const int64_t stages = (int64_t{bytes} - SharedBytes(d, kTerms, 0)) / StageBytes(d);
-  return stages < 1 ? 1 : (stages > kMaxStages ? kMaxStages : static_cast<int>(stages));
-}
-
-// Waits until at most `n` (block-uniform, < kMaxStages) of this thread's most recent
-// cp.async groups are pending (the instruction takes an immediate).
-__device__ __forceinline__ void CpAsyncWaitPending(int n) {
-  static_assert(kMaxStages == 8, "one case per possible n");
-  switch (n) {
-    case 0:
-      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-      break;
-    case 1:
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-      break;
-    case 2:
-      asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-      break;
-    case 3:
-      asm volatile("cp.async.wait_group 3;\n" ::: "memory");
-      break;
-    case 4:
-      asm volatile("cp.async.wait_group 4;\n" ::: "memory");
-      break;
-    case 5:
-      asm volatile("cp.async.wait_group 5;\n" ::: "memory");
-      break;
-    case 6:
-      asm volatile("cp.async.wait_group 6;\n" ::: "memory");
-      break;
-    default:
-      asm volatile("cp.async.wait_group 7;\n" ::: "memory");
-      break;
-  }
+int64_t SharedBytes(int64_t d, int kTerms) {
+  const int64_t rs = RowStride(d);
+  return kTerms * kHeads * rs * 2 + kChunk * d * 4 + kChunk * rs * 2 +
+         kWarps * kHeads * kSpStride * 4 + kTerms * kHeads * kPStride * 2 + 3 * kHeads * 4 +
+         2 * kLaneLevels * kHeads * 4 + 4 * 8 + 2 * kChunk * 4;
 }
 static_assert(kHeads * kMergeCoefs + 2 * kLaneLevels * kHeads <= kWarps * kHeads * kSpStride,
               "merge and fold weights fit in spart");
@@ -229,29 +177,28 @@ __device__ void ResolveChunk(const model::SparseAttentionArgs& a, int64_t t, con
   }
 }
 
-// Issues the cp.async copies of a resolved chunk into raw stage `stage` (not committed);
-// that stage's raw_valid says which rows are attended.
+// Issues the cp.async copies of a resolved chunk into s.raw; s.raw_valid says which rows
+// are attended.
 template <int kTerms>
-__device__ void IssueChunk(const ChunkSources& src, int64_t d, const Smem<kTerms>& s, int stage) {
+__device__ void IssueChunk(const ChunkSources& src, int64_t d, const Smem<kTerms>& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = static_cast<int>(d);
-  float* raw = s.raw + stage * kChunk * n;
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
     const int r = warp * kRowsPerWarp + k;
     if (src[k] != nullptr) {
-      for (int c = 4 * lane; c < n; c += 128) CpAsync16(raw + r * n + c, src[k] + c);
+      for (int c = 4 * lane; c < n; c += 128) CpAsync16(s.raw + r * d + c, src[k] + c);
     }
-    if (lane == 0) s.raw_valid[stage * kChunk + r] = src[k] != nullptr;
+    if (lane == 0) s.raw_valid[r] = src[k] != nullptr;
   }
+  CpAsyncCommit();
 }
 
-// s.kv = bf16(raw stage `stage`) for attended rows, zero for the others. Returns true if
-// this thread saw a value that is not exactly bf16.
+// s.kv = bf16(s.raw) for attended rows, zero for the others. Returns true if this thread
+// saw a value that is not exactly bf16.
 template <int kTerms>
-__device__ bool ConvertChunk(const Smem<kTerms>& s, int64_t d, int stage) {
-  return attention::ConvertRowsToBf16<kChunk>(s.raw + stage * kChunk * static_cast<int>(d),
-                                              s.raw_valid + stage * kChunk, d, RowStride(d), s.kv,
+__device__ bool ConvertChunk(const Smem<kTerms>& s, int64_t d) {
+  return attention::ConvertRowsToBf16<kChunk>(s.raw, s.raw_valid, d, RowStride(d), s.kv,
                                               s.kv_valid);
 }
 
@@ -480,9 +427,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   pdl::WaitThenAllowNext();
   static_assert(kTerms == 1 || kTerms == kMaxTerms, "q and P as 1 or 3 bf16 terms");
   extern __shared__ __align__(16) unsigned char smem_bytes[];
-  const int64_t d = a.head_dim;
-  const int stages = RawStages<kTerms>(d);
-  const Smem<kTerms> s(smem_bytes, d, stages);
+  const int64_t d = a.head_dim, rs = RowStride(d);
+  const Smem<kTerms> s(smem_bytes, d);
   const int64_t t = blockIdx.x, head_base = int64_t{blockIdx.y} * kHeads;
   const int split = blockIdx.z;
   TokenRows rows(a, t, threadIdx.x == 0 && blockIdx.y == 0 && split == 0, error_word);
@@ -498,23 +444,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t row_end = total < row_stop ? total : row_stop;
   const int64_t n_chunks = (row_end - row_begin + kChunk - 1) / kChunk;
 
-  // The ring: chunk c is copied into raw stage c % stages, as soon as the chunk `stages`
-  // before it was converted; one cp.async group is committed per stage of the prologue and
-  // per chunk of the loop (empty past the last chunk), so chunk ch has landed once at most
-  // stages - 1 groups are pending.
-  ChunkSources next;   // the sources of chunk `issued`, resolved one issue ahead
-  int64_t issued = 0;  // chunks whose copies are issued
-  if (n_chunks > 0) ResolveChunk(a, t, rows, row_begin, row_end, error_word, next);
-  for (int stage = 0; stage < stages; ++stage) {
-    if (issued < n_chunks) {
-      IssueChunk(next, d, s, stage);
-      ++issued;
-      if (issued < n_chunks) {
-        ResolveChunk(a, t, rows, row_begin + issued * kChunk, row_end, error_word, next);
-      }
-    }
-    CpAsyncCommit();
+  ChunkSources next;  // the sources of the chunk after the one in flight
+  if (n_chunks > 0) {
+    ResolveChunk(a, t, rows, row_begin, row_end, error_word, next);
+    IssueChunk(next, d, s);
   }
+  if (n_chunks > 1) ResolveChunk(a, t, rows, row_begin + kChunk, row_end, error_word, next);
   StageQ(a, t, head_base, s);
   if (threadIdx.x < kHeads) {
     s.m[threadIdx.x] = a.sinks[head_base + threadIdx.x];
@@ -524,24 +459,20 @@ __global__ void __launch_bounds__(kThreads, 2)
   float o[kMaxNTilesPerWarp][4] = {};
   PendingFragments pending;
   int64_t ch = 0;
-  int stage = 0;  // ch % stages
   for (int lane = 0; lane < lanes; ++lane) {
     const int64_t lane_end =
         (lane + 1) * lane_chunks < n_chunks ? (lane + 1) * lane_chunks : n_chunks;
     for (; ch < lane_end; ++ch) {
-      CpAsyncWaitPending(stages - 1);
+      CpAsyncWaitAll();
       __syncthreads();  // raw(ch) landed; q, m, l set; the previous chunk's kv / p are free
-      const bool inexact = ConvertChunk(s, d, stage);
+      const bool inexact = ConvertChunk(s, d);
       if (__syncthreads_or(inexact) && threadIdx.x == 0) atomicOr(error_word, kErrAttnKvNotBf16);
-      if (issued < n_chunks) {  // the stage is free: copy chunk ch + stages into it
-        IssueChunk(next, d, s, stage);
-        ++issued;
-        if (issued < n_chunks) {
-          ResolveChunk(a, t, rows, row_begin + issued * kChunk, row_end, error_word, next);
+      if (ch + 1 < n_chunks) {  // raw is free: copy the next chunk during this one's math
+        IssueChunk(next, d, s);
+        if (ch + 2 < n_chunks) {
+          ResolveChunk(a, t, rows, row_begin + (ch + 2) * kChunk, row_end, error_word, next);
         }
       }
-      CpAsyncCommit();
-      stage = stage + 1 == stages ? 0 : stage + 1;
       ScoreChunk(s, d);
       __syncthreads();
       SoftmaxChunk(s, a.scale);
@@ -603,111 +534,15 @@ bool SparseAttentionMmaApplicable(const model::SparseAttentionArgs& a) {
 
 namespace {
 
-// Shared memory limits of the current device (H200 values if they cannot be read).
-struct SmemLimits {
-  int64_t per_block = 232448;  // opt-in maximum of one block
-  int64_t per_sm = 233472;
-  int64_t reserved = 1024;  // per resident block
-};
-const SmemLimits& DeviceSmemLimits() {
-  static const SmemLimits limits = [] {
-    SmemLimits l;
-    int device = 0, v = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) {
-      cudaGetLastError();
-      return l;
-    }
-    const auto read = [&](cudaDeviceAttr attr, int64_t& into) {
-      if (cudaDeviceGetAttribute(&v, attr, device) == cudaSuccess) {
-        into = v;
-      } else {
-        cudaGetLastError();
-      }
-    };
-    read(cudaDevAttrMaxSharedMemoryPerBlockOptin, l.per_block);
-    read(cudaDevAttrMaxSharedMemoryPerMultiprocessor, l.per_sm);
-    read(cudaDevAttrReservedSharedMemoryPerBlock, l.reserved);
-    return l;
-  }();
-  return limits;
-}
-
-// The most raw stages (>= 1, <= kMaxStages and <= `useful`) whose block fits in `budget`
-// bytes of shared memory.
-int StagesWithin(int64_t d, int terms, int64_t budget, int64_t useful) {
-  int stages = 1;
-  while (stages < kMaxStages && stages < useful && SharedBytes(d, terms, stages + 1) <= budget) {
-    ++stages;
-  }
-  return stages;
-}
-
-// Whether `clusters` clusters of `splits` blocks with `smem` bytes each are resident at once
-// (cudaOccupancyMaxActiveClusters; remembered per kernel, splits and smem).
-bool ClustersFit(const void* kernel, int64_t groups, int splits, int64_t smem, int64_t clusters) {
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int, int64_t>, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(kernel, splits, smem);
-  auto it = known.find(key);
-  if (it == known.end()) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(1, static_cast<unsigned>(groups), static_cast<unsigned>(splits));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1, attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = static_cast<unsigned>(splits);
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    int n = 0;
-    if (launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem)) != cudaSuccess ||
-        cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
-      cudaGetLastError();
-      n = 0;
-    }
-    it = known.emplace(key, n).first;
-  }
-  return it->second >= clusters;
-}
-
-// Raw stages of a launch with `splits` blocks per (token, head group) (a physical choice:
-// the bits do not depend on it). A block needs at most its chunks' worth. When the grid
-// fits one block per SM (decode, T <= 4 at V4.1 shapes) a block takes what one block may
-// (V4.1: 5 stages for one bf16 term, 4 for three) provided every cluster is then resident
-// at once; else as many as keep two blocks per SM (V4.1: 2 for one bf16 term, 1 for three).
 template <int kTerms>
-int ChooseStages(const model::SparseAttentionArgs& args, int64_t groups, int splits) {
-  const SmemLimits& lim = DeviceSmemLimits();
-  const int64_t chunks = attention::CandidateChunks(args, kChunk);
-  const int64_t useful =
-      attention::LaneRows(chunks * kChunk, kChunk) / kChunk * (attention::kLanes / splits);
-  const int64_t two_per_sm = std::min(lim.per_block, lim.per_sm / 2 - lim.reserved);
-  const int shared = StagesWithin(args.head_dim, kTerms, two_per_sm, useful);
-  if (args.tokens * groups * splits > attention::MultiprocessorCount()) return shared;
-  const int alone = StagesWithin(args.head_dim, kTerms, lim.per_block, useful);
-  if (alone > shared && splits > 1 &&
-      !ClustersFit(reinterpret_cast<const void*>(SparseAttentionMmaKernel<kTerms>), groups, splits,
-                   SharedBytes(args.head_dim, kTerms, alone), args.tokens * groups)) {
-    return shared;
-  }
-  return alone;
-}
-
-// raw_stages <= 0: ChooseStages; else that many, clamped to what fits in a block.
-template <int kTerms>
-cudaError_t LaunchMma(const model::SparseAttentionArgs& args, int* error_word, cudaStream_t stream,
-                      int raw_stages) {
+cudaError_t LaunchMma(const model::SparseAttentionArgs& args, int* error_word,
+                      cudaStream_t stream) {
   const auto kernel = SparseAttentionMmaKernel<kTerms>;
-  const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
-  const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));
-  const int stages =
-      raw_stages > 0 ? StagesWithin(args.head_dim, kTerms, DeviceSmemLimits().per_block, raw_stages)
-                     : ChooseStages<kTerms>(args, groups, splits);
-  const int64_t smem = SharedBytes(args.head_dim, kTerms, stages);
+  const int64_t smem = SharedBytes(args.head_dim, kTerms);
   cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
+  const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
+  const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));
   return attention::LaunchClusterSplit(kernel, args, error_word, groups, splits, kThreads, smem,
                                        stream);
 }
@@ -716,23 +551,10 @@ cudaError_t LaunchMma(const model::SparseAttentionArgs& args, int* error_word, c
 
 cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* error_word,
                                cudaStream_t stream, bool bf16_rounded) {
-  return SparseAttentionMmaWithStages(args, error_word, stream, bf16_rounded, 0);
-}
-
-cudaError_t SparseAttentionMmaWithStages(const model::SparseAttentionArgs& args, int* error_word,
-                                         cudaStream_t stream, bool bf16_rounded, int raw_stages) {
   if (!SparseAttentionMmaApplicable(args)) return cudaErrorInvalidValue;
   if (args.tokens == 0) return cudaSuccess;
-  return bf16_rounded ? LaunchMma<1>(args, error_word, stream, raw_stages)
-                      : LaunchMma<kMaxTerms>(args, error_word, stream, raw_stages);
-}
-
-int SparseAttentionMmaStages(const model::SparseAttentionArgs& args, bool bf16_rounded) {
-  if (!SparseAttentionMmaApplicable(args) || args.tokens == 0) return 0;
-  const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
-  const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));
-  return bf16_rounded ? ChooseStages<1>(args, groups, splits)
-                      : ChooseStages<kMaxTerms>(args, groups, splits);
+  return bf16_rounded ? LaunchMma<1>(args, error_word, stream)
+                      : LaunchMma<kMaxTerms>(args, error_word, stream);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

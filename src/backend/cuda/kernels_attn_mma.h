@@ -44,15 +44,4 @@ bool SparseAttentionMmaApplicable(const model::SparseAttentionArgs& args);
 cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* error_word,
                                cudaStream_t stream, bool bf16_rounded = false);
 
-// SparseAttentionMma with `raw_stages` chunks of 16 key/value rows in flight per block
-// (clamped to [1, 8] and to what fits in one block's shared memory) instead of the
-// launcher's choice (raw_stages <= 0: the launcher's choice, = SparseAttentionMma). The
-// stage count is physical only: the output bits do not depend on it. For tests.
-cudaError_t SparseAttentionMmaWithStages(const model::SparseAttentionArgs& args, int* error_word,
-                                         cudaStream_t stream, bool bf16_rounded, int raw_stages);
-
-// The raw stages SparseAttentionMma chooses for `args` on the current device (0 if it does
-// not apply or tokens == 0). Host-side; reads no array of `args`.
-int SparseAttentionMmaStages(const model::SparseAttentionArgs& args, bool bf16_rounded);
-
 }  // namespace deepinfer::backend::cuda::kernels
