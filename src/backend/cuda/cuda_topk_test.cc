@@ -2,10 +2,7 @@
 // must be identical (order contract: larger value first, ties by lower index, -0.0 == +0.0,
 // -1 for -inf values and for slots beyond min(k, n)). Rows are drawn to hit every path of
 // the radix select: distinct values, heavy exact ties at the cut, values that differ only
-// in their low mantissa bits, -inf tails, all -inf rows and rows no longer than k. Short rows
-// (n <= 8192, min(k, n) <= 1024) take SmallTopKKernel; the SmallPath tests also force the
-// radix-select kernels on the same rows (the test hook below) and check that both paths give
-// the same ids, NaN scores included, against a host reference of the key order.
+// in their low mantissa bits, -inf tails, all -inf rows and rows no longer than k.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,19 +12,11 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
-
-namespace deepinfer::backend::cuda::kernels {
-// Defined in k_topk.cu: rows up to max_n (clamped to [0, 8192]) take the short-row top-k
-// kernel, longer ones the radix-select kernels; returns the previous limit. 0 forces the
-// radix path (n >= 1).
-int64_t SetTopKSmallRowLimitForTesting(int64_t max_n);
-}  // namespace deepinfer::backend::cuda::kernels
 
 namespace deepinfer::backend::cuda::testing {
 namespace {
@@ -42,7 +31,6 @@ enum class RowKind {
   kNearbyBits,  // values 1.0 + a few ulps, and their negatives: only low bits differ
   kInfTail,     // normal values, then -inf beyond a random visible length
   kAllNegInf,   // every value -inf
-  kNanMixed,    // normal values, 1/2 of them replaced by +-NaN (several payloads), +-inf, +-0.0
 };
 
 const char* KindName(RowKind kind) {
@@ -59,69 +47,18 @@ const char* KindName(RowKind kind) {
       return "inf-tail";
     case RowKind::kAllNegInf:
       return "all-neg-inf";
-    case RowKind::kNanMixed:
-      return "nan-mixed";
   }
   return "?";
 }
 
-// The kinds the CPU reference orders (its comparison is not a strict order with NaN).
 constexpr RowKind kAllKinds[] = {RowKind::kNormal,     RowKind::kTied,    RowKind::kFewValues,
                                  RowKind::kNearbyBits, RowKind::kInfTail, RowKind::kAllNegInf};
-constexpr RowKind kKindsWithNan[] = {RowKind::kNormal,     RowKind::kTied,    RowKind::kFewValues,
-                                     RowKind::kNearbyBits, RowKind::kInfTail, RowKind::kAllNegInf,
-                                     RowKind::kNanMixed};
 
 float FromBits(uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
-
-// The kernels' key of a score (select_keys.cuh's OrderedKey): larger key first; -0.0 is
-// +0.0; +NaN ranks above +inf and -NaN below -inf, each ordered by its bits.
-uint32_t HostOrderedKey(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof(bits));
-  if ((bits & 0x7fffffffu) == 0) bits = 0;
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-}
-
-// Host reference of the kernels' contract, defined for every float: per row of n, the ids
-// of the min(k, n) largest keys (ties by lower index), -1 where the value is -inf and in the
-// slots beyond min(k, n). Equals the CPU backend's TopK on rows without NaN.
-std::vector<int32_t> KeyOrderTopK(const std::vector<float>& s, int64_t T, int64_t n, int64_t k) {
-  const uint32_t neg_inf_key = HostOrderedKey(-kInf);
-  std::vector<int32_t> idx(T * k, -1);
-  std::vector<int32_t> order(n);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* row = s.data() + t * n;
-    for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
-    const int64_t m = std::min(k, n);
-    std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t b) {
-      const uint32_t ka = HostOrderedKey(row[a]), kb = HostOrderedKey(row[b]);
-      return ka > kb || (ka == kb && a < b);
-    });
-    for (int64_t i = 0; i < m; ++i) {
-      idx[t * k + i] = HostOrderedKey(row[order[i]]) == neg_inf_key ? -1 : order[i];
-    }
-  }
-  return idx;
-}
-
-// Sets the short-row limit of kernels::TopK for its lifetime (0: every row takes the radix
-// path), then restores the previous one.
-class ScopedSmallRowLimit {
- public:
-  explicit ScopedSmallRowLimit(int64_t max_n)
-      : previous_(kernels::SetTopKSmallRowLimitForTesting(max_n)) {}
-  ~ScopedSmallRowLimit() { kernels::SetTopKSmallRowLimitForTesting(previous_); }
-  ScopedSmallRowLimit(const ScopedSmallRowLimit&) = delete;
-  ScopedSmallRowLimit& operator=(const ScopedSmallRowLimit&) = delete;
-
- private:
-  int64_t previous_;
-};
 
 // First mismatch of two index arrays viewed as [rows, k], or success.
 ::testing::AssertionResult SameIds(const std::vector<int32_t>& actual,
@@ -204,47 +141,8 @@ class CudaTopKTest : public CudaVsCpuTest {
       case RowKind::kAllNegInf:
         std::fill(s.begin(), s.end(), -kInf);
         break;
-      case RowKind::kNanMixed: {
-        s = Normal(T * n);
-        // Quiet and signalling NaN payloads of both signs, the infinities and both zeros.
-        constexpr uint32_t kSpecial[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u,
-                                         0x7fffffffu, 0xffffffffu, 0x7f800000u, 0xff800000u,
-                                         0x00000000u, 0x80000000u};
-        constexpr int kSpecials = static_cast<int>(std::size(kSpecial));
-        const std::vector<int32_t> pick = Ints(T * n, 0, 2 * kSpecials - 1);
-        for (int64_t i = 0; i < T * n; ++i) {
-          if (pick[i] < kSpecials) s[i] = FromBits(kSpecial[pick[i]]);
-        }
-        break;
-      }
     }
     return s;
-  }
-
-  // TopK on the GPU (output poisoned) with the current path choice, copied back.
-  std::vector<int32_t> GpuTopK(const float* scores, int64_t T, int64_t n, int64_t k) {
-    int32_t* idx = PoisonedInts(T * k);
-    gpu_->TopK(scores, T, n, k, idx);
-    return FromGpu(idx, T * k);
-  }
-
-  // The default path (the short-row kernel where n <= 8192 and min(k, n) <= 1024) and the
-  // forced radix path on the same rows, each against the key-order reference, and (rows
-  // without NaN) the reference against the CPU backend.
-  void CheckBothPaths(RowKind kind, int64_t T, int64_t n, int64_t k) {
-    SCOPED_TRACE(::testing::Message()
-                 << KindName(kind) << " T " << T << " n " << n << " k " << k << " seed " << seed_);
-    const std::vector<float> s = Rows(kind, T, n);
-    const std::vector<int32_t> expected = KeyOrderTopK(s, T, n, k);
-    if (kind != RowKind::kNanMixed) {
-      std::vector<int32_t> cpu(T * k);
-      cpu_.TopK(s.data(), T, n, k, cpu.data());
-      ASSERT_TRUE(SameIds(expected, cpu, k)) << "(host key-order reference vs CPU backend)";
-    }
-    const float* scores = ToGpu(s);
-    EXPECT_TRUE(SameIds(GpuTopK(scores, T, n, k), expected, k)) << "(default path)";
-    ScopedSmallRowLimit radix_only(0);
-    EXPECT_TRUE(SameIds(GpuTopK(scores, T, n, k), expected, k)) << "(radix path)";
   }
 
   // Runs TopK on both backends (GPU output poisoned) and compares exactly.
@@ -307,11 +205,9 @@ TEST_F(CudaTopKTest, DecodeShapes) {
   }
 }
 
-// The kernel variants -- the short-row kernel (n <= 8192), then the radix kernel with keys
-// cached in 16 registers (n <= 16384 and T <= 128) or re-read from global memory in batches
-// of 8 (otherwise) -- on both sides of each limit, with k = 512 and k = 1, every row kind.
-// (The radix kernel with 4 cached keys, n <= 4096, runs here only for min(k, n) > 1024; the
-// SmallPath tests force it.)
+// The three kernel variants -- keys cached in 4 registers (n <= 4096), in 16 (n <= 16384
+// and T <= 128), or re-read from global memory in batches of 8 (otherwise) -- on both sides
+// of each limit, with k = 512 and k = 1, every row kind.
 TEST_F(CudaTopKTest, KernelVariantLimits) {
   struct Case {
     int64_t T, n;
@@ -376,58 +272,6 @@ TEST_F(CudaTopKTest, SignedZerosAreEqual) {
   EXPECT_EQ(FromGpu(idx, k), (std::vector<int32_t>{0, 1, 2, 4, 6, 5, -1, -1, -1}));
 }
 
-// The short-row kernel and the radix path against the key-order reference: the task's
-// grid of lengths (around 512 and 1024, 4096, the short-row limit 8192 and one beyond), k
-// and T, every row kind including NaN rows.
-TEST_F(CudaTopKTest, SmallPathMatchesRadixPathAndReference) {
-  for (int64_t n : {1, 7, 511, 512, 513, 1000, 1024, 4096, 8192, 8193}) {
-    for (int64_t k : {1, 5, 512}) {
-      for (int64_t T : {1, 3, 33}) {
-        for (RowKind kind : kKindsWithNan) CheckBothPaths(kind, T, n, k);
-      }
-    }
-  }
-}
-
-// Both sides of each limit of the short-row kernel: keys per thread 2 / 4 / 8 / 16 (n 1024,
-// 2048, 4096, 8192), the sort width (min(k, n) 128 / 129, 256 / 257, 512 / 513) and the
-// selection limit (min(k, n) 1024 / 1025 take the short-row / radix kernel), n not a power
-// of two, k not a power of two, k = n and k > n.
-TEST_F(CudaTopKTest, SmallPathLimits) {
-  struct Case {
-    int64_t T, n, k;
-  };
-  for (const Case& c : std::vector<Case>{
-           {2, 1024, 512},  {2, 1025, 512}, {2, 2048, 512},  {2, 2049, 512},  {2, 4096, 1},
-           {2, 4097, 1},    {2, 8191, 300}, {2, 600, 128},   {2, 600, 129},   {3, 3000, 256},
-           {3, 3000, 257},  {3, 777, 513},  {2, 5000, 1024}, {2, 5000, 1025}, {2, 1024, 1024},
-           {2, 1025, 1025}, {2, 700, 700},  {2, 700, 2000},  {5, 2, 3},       {4, 33, 31},
-           {3, 6000, 999}}) {
-    for (RowKind kind : kKindsWithNan) CheckBothPaths(kind, c.T, c.n, c.k);
-  }
-}
-
-// NaN scores keep the radix kernels' order (the key order): +NaN above +inf (by payload bits),
-// -NaN below -inf, with its id (only -inf itself maps to -1); on both paths.
-TEST_F(CudaTopKTest, NanScoresFollowKeyOrder) {
-  const std::vector<float> s = {1.0f,
-                                FromBits(0x7fc00000u),  // +NaN, key 0xffc00000
-                                -kInf,
-                                FromBits(0xffc00000u),  // -NaN, key 0x003fffff
-                                kInf,
-                                -0.0f,
-                                FromBits(0x7f800001u),  // +NaN, key 0xff800001
-                                0.0f,
-                                FromBits(0xff800001u)};  // -NaN, key 0x007ffffe
-  const int64_t n = static_cast<int64_t>(s.size()), k = 10;
-  const std::vector<int32_t> expected = {1, 6, 4, 0, 5, 7, -1, 8, 3, -1};
-  EXPECT_EQ(KeyOrderTopK(s, 1, n, k), expected);
-  const float* scores = ToGpu(s);
-  EXPECT_EQ(GpuTopK(scores, 1, n, k), expected) << "(default path)";
-  ScopedSmallRowLimit radix_only(0);
-  EXPECT_EQ(GpuTopK(scores, 1, n, k), expected) << "(radix path)";
-}
-
 // V4.1 candidate blocks: block 8, keep 2048, ratio 1 and 2 (and 4), rows whose positions
 // give different visible lengths: nothing visible, a partial block, the newest block at
 // several places, more visible than n (no forced block), and rows with more than 2048
@@ -473,29 +317,20 @@ TEST_F(CudaTopKTest, CandidateMaskSmallShapes) {
   }
 }
 
-// Device time per TopK call at decode shapes (k = 512 of the indexer's 1K..32K scores per
-// row, T = 1, 8, 32, 256): the default path and, for rows the short-row kernel takes, the
-// radix path forced on the same rows; and per CandidateMask call at V4.1 shapes (block 8,
-// keep 2048, T = 1 and 32).
+// Device time per TopK call at decode shapes (k = 512 of the indexer's 2K..32K scores per
+// row, T = 1, 8, 32) and per CandidateMask call at V4.1 shapes (block 8, keep 2048).
 TEST_F(CudaTopKTest, DISABLED_BenchDecodeSelection) {
   const int64_t k = 512, block = 8, keep = 2048, ratio = 4;
-  for (int64_t T : {1, 8, 32, 256}) {
-    for (int64_t n : {1024, 2048, 4096, 8192, 16384, 32768}) {
+  for (int64_t T : {1, 8, 32}) {
+    for (int64_t n : {2048, 4096, 16384, 32768}) {
       const float* scores = ToGpu(Normal(T * n));
       int32_t* idx = PoisonedInts(T * k);
       const double topk_us = DeviceMicrosPerCall([&] { gpu_->TopK(scores, T, n, k, idx); });
-      double radix_us = topk_us;
-      if (n <= 8192) {
-        ScopedSmallRowLimit radix_only(0);
-        radix_us = DeviceMicrosPerCall([&] { gpu_->TopK(scores, T, n, k, idx); });
-      }
-      std::printf("TopK T=%lld n=%lld k=%lld: %.2f us/call (radix path %.2f us/call)\n",
-                  static_cast<long long>(T), static_cast<long long>(n), static_cast<long long>(k),
-                  topk_us, radix_us);
+      std::printf("TopK T=%lld n=%lld k=%lld: %.2f us/call\n", static_cast<long long>(T),
+                  static_cast<long long>(n), static_cast<long long>(k), topk_us);
       EXPECT_GT(topk_us, 0.0);
     }
-  }
-  for (int64_t T : {1, 32}) {
+    if (T == 8) continue;  // CandidateMask as before: T = 1 and 32
     for (int64_t entries : {int64_t{16384}, int64_t{32768}}) {
       std::vector<int32_t> q_pos(T);
       for (int64_t t = 0; t < T; ++t) q_pos[t] = static_cast<int32_t>(ratio * entries - T + t);
