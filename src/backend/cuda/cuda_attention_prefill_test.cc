@@ -11,10 +11,7 @@
 //   * relative L2 <= kRelL2Tol (the roundings are independent, ~2^-9 / sqrt(3) = 1.1e-3
 //     expected; SparseAttentionMma's bf16_rounded test uses 4e-3), far below the effect of a
 //     missed or extra row (~1 / sqrt(candidates) relative);
-//   * a clean error word, and bitwise the same output when run twice (deterministic);
-//   * the two kernel variants (AttnPrefillVariant kSerial and kPipelined: different warp
-//     tiles and staging, the same float operations per element) agree bitwise, with the
-//     same error word.
+//   * a clean error word, and bitwise the same output when run twice (deterministic).
 //
 // Filter: --gtest_filter='CudaAttentionPrefillTest.*:AttnPrefill*.*'; the timing:
 // --gtest_also_run_disabled_tests --gtest_filter='AttnPrefillBench.DISABLED_V41Prefill'.
@@ -37,11 +34,7 @@
 namespace deepinfer::backend::cuda::testing {
 namespace {
 
-using kernels::AttnPrefillVariant;
 using model::FakeQuantKind;
-
-constexpr AttnPrefillVariant kVariants[] = {AttnPrefillVariant::kSerial,
-                                            AttnPrefillVariant::kPipelined};
 
 constexpr double kPAbsTolOfV = 1.1 / 256.0;  // 2^-8 with 10% margin (see the top)
 constexpr double kAbsTolOfMax = 1e-5;
@@ -66,12 +59,8 @@ struct PrefillRun {
 class CudaAttentionPrefillTest : public CudaAttentionTestBase {
  protected:
   // Runs SparseAttentionPrefill on device args `g` (the case must be applicable).
-  PrefillRun RunPrefill(const model::SparseAttentionArgs& g,
-                        AttnPrefillVariant variant = AttnPrefillVariant::kDefault);
-  PrefillRun RunPrefill(const Inputs& in,
-                        AttnPrefillVariant variant = AttnPrefillVariant::kDefault) {
-    return RunPrefill(GpuArgs(in), variant);
-  }
+  PrefillRun RunPrefill(const model::SparseAttentionArgs& g);
+  PrefillRun RunPrefill(const Inputs& in) { return RunPrefill(GpuArgs(in)); }
   std::vector<float> RunCpu(const Inputs& in) {
     std::vector<float> expected(in.out_size());
     cpu_.SparseAttention(in.HostArgs(expected.data()));
@@ -79,19 +68,16 @@ class CudaAttentionPrefillTest : public CudaAttentionTestBase {
   }
   // `run` against the CPU on `reference` (the bounds at the top).
   void ExpectClose(const PrefillRun& run, const Inputs& reference);
-  // Runs the inputs twice, checks the bounds, a clean error word and identical bits (also
-  // between the variants).
+  // Runs the inputs twice, checks the bounds, a clean error word and identical bits.
   void CheckInputs(const Inputs& in, const std::string& name);
   void Check(const Case& c) { CheckInputs(MakeInputs(c), c.name); }
 };
 
-PrefillRun CudaAttentionPrefillTest::RunPrefill(const model::SparseAttentionArgs& g,
-                                                AttnPrefillVariant variant) {
+PrefillRun CudaAttentionPrefillTest::RunPrefill(const model::SparseAttentionArgs& g) {
   EXPECT_TRUE(kernels::SparseAttentionPrefillApplicable(g));
   int32_t* err = ToGpu(std::vector<int32_t>{0});
-  EXPECT_EQ(
-      kernels::SparseAttentionPrefill(g, reinterpret_cast<int*>(err), gpu_->stream(), variant),
-      cudaSuccess);
+  EXPECT_EQ(kernels::SparseAttentionPrefill(g, reinterpret_cast<int*>(err), gpu_->stream()),
+            cudaSuccess);
   PrefillRun run;
   run.got = FromGpu(g.out, g.tokens * g.heads * g.head_dim);
   run.error_word = FromGpu(err, 1)[0];
@@ -118,12 +104,8 @@ void CudaAttentionPrefillTest::CheckInputs(const Inputs& in, const std::string& 
   EXPECT_EQ(run.error_word, 0);
   ExpectClose(run, in);
   const PrefillRun again = RunPrefill(g);
+  EXPECT_EQ(again.error_word, run.error_word);
   EXPECT_TRUE(BitExact(again.got, run.got));
-  for (AttnPrefillVariant v : kVariants) {
-    const PrefillRun other = RunPrefill(g, v);
-    EXPECT_EQ(other.error_word, run.error_word) << "variant " << static_cast<int>(v);
-    EXPECT_TRUE(BitExact(other.got, run.got)) << "variant " << static_cast<int>(v);
-  }
 }
 
 // Token counts 1, 7 and 200 (a causal window: later rows are masked by position) with
@@ -142,8 +124,9 @@ TEST_F(CudaAttentionPrefillTest, SmallShapeWindowSelectionBoth) {
   }
 }
 
-// Candidate counts around the 32-row chunk (1 to 5 chunks: the pipelined variant's
-// prologue, steady state and last chunks), window rows only and selected entries only.
+// Candidate counts around the 32-row chunk (1 to 5 chunks: the kernel's prologue, which
+// stages chunks 0 and 1, its steady state and last chunks), window rows only and selected
+// entries only.
 TEST_F(CudaAttentionPrefillTest, ChunkCounts) {
   for (int64_t rows : {1, 31, 32, 33, 64, 65, 96, 97, 160}) {
     Case c;
@@ -231,23 +214,18 @@ TEST_F(CudaAttentionPrefillTest, OutOfRangeIdSetsErrorAndSkipsRow) {
   in.selection[40 * 16 + 3] = 1 << 20;  // a token of the second sequence
   Inputs skipped = in;
   skipped.selection[5] = -1, skipped.selection[40 * 16 + 3] = -1;
-  for (AttnPrefillVariant v : kVariants) {
-    SCOPED_TRACE(::testing::Message() << "variant " << static_cast<int>(v));
-    const PrefillRun run = RunPrefill(in, v);
-    EXPECT_EQ(run.error_word, kernels::kErrSelectionOutOfRange);
-    ExpectClose(run, skipped);
-  }
+  const PrefillRun run = RunPrefill(in);
+  EXPECT_EQ(run.error_word, kernels::kErrSelectionOutOfRange);
+  ExpectClose(run, skipped);
   c.seqs = {{3, 20, 30}}, c.varlen = false, c.name = "plain id == n_comp";
   in = MakeInputs(c);
   in.selection[2 * 16 + 9] = 30;
-  for (AttnPrefillVariant v : kVariants) {
-    EXPECT_EQ(RunPrefill(in, v).error_word, kernels::kErrSelectionOutOfRange);
-  }
+  EXPECT_EQ(RunPrefill(in).error_word, kernels::kErrSelectionOutOfRange);
 }
 
 // A row that is not exactly bf16 is rounded to nearest and flagged kErrAttnKvNotBf16; the
 // result then matches the reference on the rounded rows. Once a window row (chunk 0), once
-// a selected entry behind 70 window rows (chunk 2: converted inside the pipelined loop).
+// a selected entry behind 70 window rows (chunk 2: converted inside the chunk loop).
 TEST_F(CudaAttentionPrefillTest, InexactRowIsFlaggedAndRounded) {
   for (bool in_window : {true, false}) {
     Case c;
@@ -268,15 +246,9 @@ TEST_F(CudaAttentionPrefillTest, InexactRowIsFlaggedAndRounded) {
     float* rounded_row = in_window ? rounded.window_kv.data() + (in.n_window - 2) * in.d
                                    : rounded.comp_kv.data() + (in.n_comp - 1) * in.d;
     for (int64_t i = 0; i < in.d; ++i) rounded_row[i] = RoundBf16(rounded_row[i]);
-    std::vector<float> first;
-    for (AttnPrefillVariant v : kVariants) {
-      SCOPED_TRACE(::testing::Message() << "variant " << static_cast<int>(v));
-      const PrefillRun run = RunPrefill(in, v);
-      EXPECT_EQ(run.error_word, kernels::kErrAttnKvNotBf16);
-      ExpectClose(run, rounded);
-      if (first.empty()) first = run.got;
-      EXPECT_TRUE(BitExact(run.got, first));
-    }
+    const PrefillRun run = RunPrefill(in);
+    EXPECT_EQ(run.error_word, kernels::kErrAttnKvNotBf16);
+    ExpectClose(run, rounded);
   }
 }
 
@@ -314,9 +286,9 @@ TEST_F(CudaAttentionPrefillTest, BackendDispatch) {
 
 // Device time per call at the V4.1 prefill shape (64 heads x 512, T = 4096, each token
 // attending the 128 window rows ending at its position and 512 selected entries of 1024:
-// 640 candidates), SparseAttentionPrefill's two variants (bitwise equal) against
-// SparseAttentionMma(bf16_rounded). The outputs must agree to the P rounding of each
-// (~1.1e-3 relative L2 each). Run with --gtest_also_run_disabled_tests
+// 640 candidates), SparseAttentionPrefill against SparseAttentionMma(bf16_rounded). The
+// outputs must agree to the P rounding of each (~1.1e-3 relative L2 each). Run with
+// --gtest_also_run_disabled_tests
 // --gtest_filter='AttnPrefillBench.*'.
 class AttnPrefillBench : public CudaVsCpuTest {};
 
@@ -341,31 +313,22 @@ TEST_F(AttnPrefillBench, DISABLED_V41Prefill) {
   int* err = reinterpret_cast<int*>(ToGpu(std::vector<int32_t>{0}));
   ASSERT_TRUE(kernels::SparseAttentionPrefillApplicable(a));
   const double flops = 4.0 * T * heads * (window + n_select) * d;
-  std::vector<float> outputs[2];
-  double micros[2];
-  for (int i = 0; i < 2; ++i) {
-    const AttnPrefillVariant v = kVariants[i];
-    micros[i] = DeviceMicrosPerCall([&] {
-      EXPECT_EQ(kernels::SparseAttentionPrefill(a, err, gpu_->stream(), v), cudaSuccess);
-    });
-    outputs[i] = FromGpu(a.out, T * heads * d);
-  }
-  EXPECT_TRUE(BitExact(outputs[1], outputs[0]));
+  const double prefill_us = DeviceMicrosPerCall(
+      [&] { EXPECT_EQ(kernels::SparseAttentionPrefill(a, err, gpu_->stream()), cudaSuccess); });
+  const std::vector<float> prefill = FromGpu(a.out, T * heads * d);
   const double mma_us = DeviceMicrosPerCall([&] {
     EXPECT_EQ(kernels::SparseAttentionMma(a, err, gpu_->stream(), /*bf16_rounded=*/true),
               cudaSuccess);
   });
   const std::vector<float> mma = FromGpu(a.out, T * heads * d);
   EXPECT_EQ(FromGpu(reinterpret_cast<int32_t*>(err), 1)[0], 0);
-  EXPECT_TRUE(RelL2Close(outputs[1], mma, 6e-3));
+  EXPECT_TRUE(RelL2Close(prefill, mma, 6e-3));
   std::printf(
-      "SparseAttention V4.1 prefill T=%lld x %lld candidates: serial (old) %.1f us (%.1f "
-      "TFLOP/s), pipelined (new) %.1f us (%.1f TFLOP/s), mma bf16 %.1f us (%.1f TFLOP/s); "
-      "new vs old %.2fx\n",
-      static_cast<long long>(T), static_cast<long long>(window + n_select), micros[0],
-      flops / micros[0] / 1e6, micros[1], flops / micros[1] / 1e6, mma_us, flops / mma_us / 1e6,
-      micros[0] / micros[1]);
-  EXPECT_GT(micros[1], 0.0);
+      "SparseAttention V4.1 prefill T=%lld x %lld candidates: prefill kernel %.1f us (%.1f "
+      "TFLOP/s), mma bf16 %.1f us (%.1f TFLOP/s); prefill vs mma %.2fx\n",
+      static_cast<long long>(T), static_cast<long long>(window + n_select), prefill_us,
+      flops / prefill_us / 1e6, mma_us, flops / mma_us / 1e6, mma_us / prefill_us);
+  EXPECT_GT(prefill_us, 0.0);
 }
 
 // Which shapes the kernel takes (host-only).

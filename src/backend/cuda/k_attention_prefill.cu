@@ -1,6 +1,14 @@
 // Sparse sink attention for prefill in the FP8-activation mode (see kernels_attn_prefill.h for
 // the contract).
 //
+// MEASURED (H200, AttnPrefillBench.DISABLED_V41Prefill, 64 heads x 512, T = 4096 x 640
+// candidates): 4199 us per call (82 TFLOP/s), against 4525 us (76 TFLOP/s) for the serial
+// kernel it replaced (one block barrier pair per chunk with the conversion between them; the
+// same bits); 4-layer model prefill (FP8 mode) 4k tokens 48.9k -> 49.3k tok/s, 16k tokens
+// 45.5k -> 46.0k tok/s. History: the serial kernel, first measured at 5.2 ms per call
+// (SparseAttentionMma bf16_rounded: 13.3 ms), took the 4-layer prefill's attention from 47 to
+// 16 ms.
+//
 // Roofline, DeepSeek-V4.1 prefill (H = 64 heads, D = 512, N = 640 candidates per token = 128
 // window rows + 512 selected entries, T = 4096; H200: ~4.8 TB/s HBM, mma.sync bf16 roughly
 // 0.5-0.65 PFLOP/s dense, shared memory 128 B/clk/SM ~ 30 TB/s in all):
@@ -10,88 +18,51 @@
 //     prefill are a few MiB (read from HBM once, then L2 hits)
 //   L2: each token's rows gathered ONCE for all 64 heads as fp32, N D 4 = 1.25 MiB per token
 //     -> 5.4 GB -> ~1 ms at ~5.5 TB/s (the decode kernel gathers them 4 times, 21 GB)
-//   shared memory per 32-row chunk: cp.async 64 KiB in, fp32 -> bf16 conversion 64 + 32 KiB,
-//     S: 8 warps x (q 16 + K 16 KiB) = 256 KiB, P V: 8 x (P 1 + V 16 KiB) = 136 KiB
-//     -> ~550 KiB x 20 chunks x 4096 tokens = 45 GB -> ~1.5 ms
-// Expected 2-3 ms per call at T = 4096. MEASURED (H200, AttnPrefillBench.DISABLED_V41Prefill,
-// serial variant): 5.2 ms per call at T = 4096 x 640 candidates (66 TFLOP/s),
-// SparseAttentionMma bf16_rounded 13.3 ms; in the 4-layer prefill 47 -> 16 ms; ~3.5 ms per
-// layer in the FP8 prefill of session 11 (~5.6 us per chunk per SM: 4096 x 20 chunks over
-// 132 SMs = 620 chunks per SM).
+//   shared memory per 32-row chunk: 64 KiB (cp.async) + 96 (conversion) + 176 (S: 128 of
+//     ldmatrix, 48 to sum the chains) + 80 (P V) = ~420 KiB = ~3400 clk = 1.85 us
+//     -> 1.15 ms per call (4096 x 20 chunks over 132 SMs = 620 chunks per SM)
+// The measured 4199 us is ~6.8 us per chunk per SM, far above each of these floors (and the
+// ~0.9 us of MMAs per chunk); where the rest goes has not been profiled.
 //
-// Two variants (AttnPrefillVariant; the same bits, compared bitwise by the tests).
+// Structure. Grid (tokens, heads / 64); a block (8 warps, 256 threads, ~224 KiB of shared
+// memory at D = 512: one block per SM) serves one token and 64 heads. q of the 64 heads is
+// rounded to bf16 once into shared memory. The token's candidates (TokenRows after Trim: its
+// window rows, then its selection slots, in the order of the CPU reference) run in chunks of
+// kChunk = 32 rows; chunk c's bf16 rows live in kv slot c % 2 (double-buffered). Each thread
+// copies (cp.async, fp32 into `raw`) and later converts exactly its own bytes of a chunk, so
+// no barrier sits between copy and conversion. Per chunk c:
+//   1. [block barrier: slot c complete, every warp done with chunk c - 1 (its slot, P, alpha)]
+//   2. S = q K^T (ScoreChunkChain): the k-steps of every score form kChains = 4 MMA chains
+//      (k-step mod 4); warp w = (head half w / 4, chain w % 4) computes its chain for 32
+//      heads x 32 rows (per k-step 4 ldmatrix.x4 feed 8 MMAs); SumChainsAcrossWarps adds the
+//      chains of the head half's four warps (float4 per lane through shared memory, a
+//      128-thread barrier, the fixed order (c0 + c1) + (c2 + c3));
+//   3. online softmax (SoftmaxChunk), warp w = (head tile w / 2, row half w % 2), a thread
+//      holding heads g and g + 8 of the tile: scaled scores, masked rows -inf, the chunk max
+//      exchanged with the partner warp (a 64-thread barrier), m_new = max(m, chunk max) (m
+//      starts at the finite sink logit, so it stays finite), p = bf16(exp(s - m_new)) written
+//      to `p`, the partial denominator over the thread's rows l = l alpha + sum p (the rounded
+//      p: the weights that are applied); alpha published in shared memory;
+//   4. each thread converts its share of chunk c + 1 into the other slot and issues its copies
+//      of chunk c + 2 (a chunk's copies get ~one chunk of time to land), so the conversion of
+//      early warps overlaps the MMAs of late ones;
+//   5. [128-thread barrier: P and alpha of the head half] P V (AccumulateChunk): warp w =
+//      (head half w / 4, dim quarter w % 4) computes o = o alpha + P V for 32 heads x D / 4
+//      dims (128 fp32 per thread at D = 512), each V fragment (ldmatrix.trans) feeding two
+//      m-tiles, each chunk's P V a fresh fragment (two k-steps).
+// At the end (WriteOutput) the partial denominators are summed (quad shuffle, then the warp
+// pair, in a fixed order), l = exp(sink - m) + sum, out = o / l. Every token is computed by
+// one block in a fixed order: deterministic, but a token's bits differ from
+// SparseAttentionMma's (different chunking and P rounding). ptxas (sm_90a): 239 registers,
+// no spills.
 //
-// Serial variant (the first kernel). A block (8 warps, 256 threads, one per SM: ~167 KiB of
-// shared memory) serves one token and 64 heads (grid: tokens x heads / 64). q of the 64
-// heads is rounded to bf16 once into shared memory. The token's candidates (TokenRows after
-// Trim: its window rows, then its selection slots, in the order of the CPU reference) run in
-// chunks of kChunk = 32 rows:
-//   1. [barrier] the chunk's fp32 rows, copied by cp.async into `raw` during the previous
-//      chunk, are converted to bf16 `kv` (rows not attended: zero) [barrier, or-reduces the
-//      "not exact bf16" flag]; the next chunk's copies are issued;
-//   2. warp w = (head tile ht = w / 2, half = w % 2) computes S = q K^T for heads
-//      [16 ht, 16 ht + 16) and chunk rows [16 half, 16 half + 16) over the whole D (two
-//      n-tiles, the k-steps in kChains = 4 chains by k-step mod 4 added at the end; no
-//      cross-warp partial sums);
-//   3. online softmax in registers (thread: heads g and g + 8 of the tile): scaled scores,
-//      masked rows -inf, the chunk max of the head tile is exchanged with the partner warp
-//      through shared memory (a 64-thread named barrier), m_new = max(m, chunk max) (m
-//      starts at the (finite) sink logit, so it stays finite), p = bf16(exp(s - m_new)) written to
-//      `p`; each thread keeps its partial denominator over its own rows (l = l alpha + p,
-//      with the rounded p: the weights that are actually applied) [named barrier];
-//   4. warp w accumulates O[16 ht .. + 16][half D / 2 .. + D / 2] (128 fp32 per thread at
-//      D = 512): o = o alpha + P V, each chunk's P V a fresh fragment (two k-steps).
-// At the end the partial denominators are summed (quad shuffle, then the warp pair, in a
-// fixed order), l = exp(sink - m) + sum, out = o / l. Two block barriers and two 64-thread
-// barriers per chunk. Every token is computed by one block in a fixed order: deterministic,
-// but a token's bits differ from SparseAttentionMma's (different chunking and P rounding).
-// ptxas (sm_90a): 222 registers, no spills; one block per SM.
-//
-// Why the serial variant is slow: per chunk the steps are serialised by the two block
-// barriers, and the shared-memory traffic (~550 KiB per chunk at 128 B/clk = ~4400 clk =
-// 2.4 us) is the largest cost; the MMAs (1024 m16n8k16 per chunk, ~0.9 us at the mma.sync
-// rate) and the conversion never overlap.
-//
-// Pipelined variant (the default; ~224 KiB of shared memory at D = 512, 8 warps). The same
-// softmax step (SoftmaxChunk: the same warp tiles), and:
-//   * bf16 rows double-buffered (kv slot c % 2 holds chunk c). Each thread copies (cp.async)
-//     and later converts exactly its own bytes of a chunk, so no barrier sits between copy
-//     and conversion. During chunk c, between the softmax and P V, each warp converts its
-//     share of chunk c + 1 into the other slot and issues its copies of chunk c + 2 (a
-//     chunk's copies get ~one chunk of time to land: ~1.5 us of L2 traffic at the fair
-//     share of ~42 GB/s per SM). One block barrier per chunk (at the top: slot c complete,
-//     every warp done with chunk c - 1) instead of two; the conversion of early warps
-//     overlaps the MMAs of late ones.
-//   * S with wide warp tiles (ScoreChunkChain): the k-steps of every score form kChains = 4
-//     MMA chains (k-step mod 4; the serial variant computes the same chains in one warp);
-//     warp w = (head half w / 4, chain w % 4) computes its chain for 32 heads x 32 rows, so
-//     per k-step 4 ldmatrix.x4 feed 8 MMAs (serial: 2 feed 2): 128 KiB of ldmatrix per
-//     chunk instead of 256, plus 48 KiB to sum the chains across the four warps of the head
-//     half (SumChainsAcrossWarps, float4 per lane through shared memory, a 128-thread
-//     barrier, fixed order (c0 + c1) + (c2 + c3)).
-//   * P V with wide warp tiles (AccumulateChunkWide): warp w = (head half w / 4, dim quarter
-//     w % 4) accumulates 32 heads x D / 4 dims (the same 128 fp32 per thread), so every V
-//     fragment (ldmatrix.trans) feeds two m-tiles: per chunk 8 x 20 ldmatrix.x4 (80 KiB)
-//     instead of 8 x 34 (136 KiB). The warps of a head half are exactly the S warps of its
-//     two head tiles, so a 128-thread barrier (QuadBarrier) publishes P and the rescale
-//     factors alpha (through shared memory); the same MMAs and FMAs per element.
-//   Estimate: shared-memory traffic per chunk 64 (cp.async) + 96 (conversion) + 176 (S) +
-//   80 (P V) = ~420 KiB = ~3400 clk = 1.85 us floor per chunk (1.15 ms per call at T = 4096
-//   x 640, 620 chunks per SM); the MMAs (~0.9 us per chunk) overlap it in part. With one
-//   block barrier (plus two 128-thread and one 64-thread barriers) per chunk and the
-//   conversion of some warps overlapping the MMAs of others, ~2.6-3.2 us per chunk achieved
-//   is expected: ~1.6-2.0 ms per call (vs ~3.5 ms serial). NOT MEASURED yet (written without
-//   a GPU). ptxas (sm_90a): 240 registers, no spills (serial: 244 with the 4 chains).
-// What is left: the L2 gather (64 KiB of fp32 per chunk, ~1.5 us at the fair share) is now
-// close to the shared-memory floor; staging bf16 instead of fp32 would need the producer to
-// hold a chunk in registers (64 per thread at 256 threads: no room next to O). Two tokens
-// per block (sharing 127 of their 128 window rows) would cut the window part of the L2
-// traffic but not the S / P V traffic, and complicate the trim and masking: not done.
+// Not done: staging bf16 instead of fp32 rows would need the producer to hold a chunk in
+// registers (64 per thread at 256 threads: no room next to O); two tokens per block (sharing
+// 127 of their 128 window rows) would cut the window part of the L2 traffic but not the S /
+// P V traffic, and complicate the trim and masking.
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
@@ -114,23 +85,29 @@ using mma::LdMatrixX4;
 using mma::LdMatrixX4Trans;
 using mma::MmaBf16;
 using mma::MmaBf16First;
-using mma::SharedAddress;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kHeads = static_cast<int>(kAttnPrefillHeadsPerBlock);
 constexpr int kChunk = 32;                     // candidate rows per round
-constexpr int kRowsPerWarp = kChunk / kWarps;  // staging: rows issued per warp
+constexpr int kRowsPerWarp = kChunk / kWarps;  // staging: rows copied and converted per warp
 constexpr int kPStride = kChunk + 8;           // bf16 P row: 80 bytes (ldmatrix conflict-free)
-constexpr int kMaxPairs = static_cast<int>(kAttnPrefillMaxHeadDim) / 2 / 16;  // PV n-tile pairs
-static_assert(kHeads == 16 * kWarps / 2, "a warp pair per 16-head tile");
-static_assert(kChunk == 32, "S: 16 rows per warp of the pair; PV: two k-steps");
-constexpr int kChains = 4;  // MMA chains per score of S (see SumChains)
-static_assert(kChains * 2 == kWarps, "pipelined S: one chain per warp of a head half");
+constexpr int kSlots = 2;                      // chunks of bf16 rows (double buffer)
+constexpr int kChains = 4;                     // MMA chains per score of S (see SumChains)
+constexpr int kPairsPerWarp = static_cast<int>(kAttnPrefillMaxHeadDim) / 4 / 16;  // P V
+static_assert(kHeads == 16 * kWarps / 2, "softmax: a warp pair per 16-head tile");
+static_assert(kChunk == 32, "softmax: 16 rows per warp of the pair; P V: two k-steps");
+static_assert(kChains * 2 == kWarps, "S: one chain per warp of a head half");
 
 // Barrier of the two warps of head tile `tile` (ids 1..4; 0 is __syncthreads).
 __device__ __forceinline__ void PairBarrier(int tile) {
   asm volatile("bar.sync %0, 64;\n" ::"r"(tile + 1) : "memory");
+}
+
+// Barrier of the four warps 4 hh .. 4 hh + 3 (ids 5, 6): the softmax head tiles 2 hh, 2 hh + 1
+// (their P, alpha and 1 / l) and the S / P V warps of head half hh.
+__device__ __forceinline__ void QuadBarrier(int head_half) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(head_half + 5) : "memory");
 }
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
@@ -138,34 +115,31 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
          (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
 }
 
-// --- shared memory ---------------------------------------------------------------------
+// --- shared memory (every array starts 16-byte aligned: D % 64 == 0) --------------------
 __host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf16 elements
 
 struct Smem {
   uint16_t* q;      // [kHeads][d + 8] bf16 q of the block's heads
   float* raw;       // [kChunk][d] fp32 rows in flight (cp.async)
-  uint16_t* kv;     // [slots][kChunk][d + 8] bf16 rows of a chunk (zero if not attended)
+  uint16_t* kv;     // [kSlots][kChunk][d + 8] bf16 rows of a chunk (zero if not attended)
   uint16_t* p;      // [kHeads][kPStride] bf16 probabilities of the current chunk
   float* part;      // [kWarps][16] per-warp chunk max (loop), partial denominator (end)
   long long* trim;  // [4] TokenRows::Trim scratch
-  int* raw_valid;   // [kChunk] 1 if the row in `raw` is attended (serial variant)
-  int* kv_valid;    // [slots][kChunk] 1 if the row in `kv` is attended
-  float* alpha;     // [kHeads] O rescale factor of the current chunk (pipelined variant)
-  float* inv;       // [kHeads] 1 / denominator at the end (pipelined variant)
-  float4* xchg;     // [2][kChains][kChains - 1][2][32] chains of S (pipelined, ChainSlot)
+  int* kv_valid;    // [kSlots][kChunk] 1 if the row in `kv` is attended
+  float* alpha;     // [kHeads] O rescale factor of the current chunk
+  float* inv;       // [kHeads] 1 / denominator at the end
+  float4* xchg;     // [2][kChains][kChains - 1][2][32] chains of S (ChainSlot)
 
-  // slots: chunks of bf16 rows (1: serial variant, 2: pipelined variant).
-  __device__ Smem(unsigned char* base, int64_t d, int slots) {
+  __device__ Smem(unsigned char* base, int64_t d) {
     const int64_t rs = RowStride(d);
     q = reinterpret_cast<uint16_t*>(base);
     raw = reinterpret_cast<float*>(q + kHeads * rs);
     kv = reinterpret_cast<uint16_t*>(raw + kChunk * d);
-    p = kv + slots * kChunk * rs;
+    p = kv + kSlots * kChunk * rs;
     part = reinterpret_cast<float*>(p + kHeads * kPStride);
     trim = reinterpret_cast<long long*>(part + kWarps * 16);
-    raw_valid = reinterpret_cast<int*>(trim + 4);
-    kv_valid = raw_valid + kChunk;
-    alpha = reinterpret_cast<float*>(kv_valid + slots * kChunk);
+    kv_valid = reinterpret_cast<int*>(trim + 4);
+    alpha = reinterpret_cast<float*>(kv_valid + kSlots * kChunk);
     inv = alpha + kHeads;
     xchg = reinterpret_cast<float4*>(inv + kHeads);
   }
@@ -180,41 +154,11 @@ struct Smem {
   }
 };
 
-constexpr int64_t kXchgBytes = 2 * kChains * (kChains - 1) * 2 * 32 * 16;  // Smem::xchg
-
-int64_t SharedBytes(int64_t d, int slots) {
+int64_t SharedBytes(int64_t d) {
   const int64_t rs = RowStride(d);
-  return kHeads * rs * 2 + kChunk * d * 4 + slots * kChunk * rs * 2 + kHeads * kPStride * 2 +
-         kWarps * 16 * 4 + 4 * 8 + (1 + slots) * kChunk * 4 + 2 * kHeads * 4 +
-         (slots > 1 ? kXchgBytes : 0);
-}
-
-// Issues the cp.async copies of candidate rows [row0, row0 + kChunk) (clipped to row_end)
-// into s.raw; warp w stages rows w * kRowsPerWarp ..; s.raw_valid says which are attended.
-__device__ void IssueChunk(const model::SparseAttentionArgs& a, int64_t t, const TokenRows& rows,
-                           int64_t row0, int64_t row_end, const Smem& s, bool report,
-                           int* error_word) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t d = a.head_dim;
-#pragma unroll
-  for (int k = 0; k < kRowsPerWarp; ++k) {
-    const int r = warp * kRowsPerWarp + k;
-    const int64_t j = row0 + r;
-    const float* row =
-        j < row_end ? CandidateRow(a, t, rows, j, report && lane == 0, error_word) : nullptr;
-    if (row != nullptr) {
-      for (int64_t c = 4 * lane; c < d; c += 128) CpAsync16(s.raw + r * d + c, row + c);
-    }
-    if (lane == 0) s.raw_valid[r] = row != nullptr;
-  }
-  CpAsyncCommit();
-}
-
-// s.kv = bf16(s.raw) for attended rows, zero for the others. Returns true if this thread
-// saw a value that is not exactly bf16.
-__device__ bool ConvertChunk(const Smem& s, int64_t d) {
-  return attention::ConvertRowsToBf16<kChunk>(s.raw, s.raw_valid, d, RowStride(d), s.kv,
-                                              s.kv_valid);
+  const int64_t xchg = 2 * kChains * (kChains - 1) * 2 * 32 * 16;
+  return kHeads * rs * 2 + kChunk * d * 4 + kSlots * kChunk * rs * 2 + kHeads * kPStride * 2 +
+         kWarps * 16 * 4 + 4 * 8 + kSlots * kChunk * 4 + 2 * kHeads * 4 + xchg;
 }
 
 // Per-thread softmax state of heads g (lo) and g + 8 (hi) of the warp's head tile.
@@ -224,250 +168,16 @@ struct HeadState {
 };
 
 // The k-steps of S form kChains independent MMA chains per score: chain c takes the k-steps
-// ks = c (mod kChains) in ascending order from zero, and the score is
-// (chain 0 + chain 1) + (chain 2 + chain 3). Both variants compute exactly these chains and
-// this sum (ScoreChunk in one warp, ScoreChunkChain one chain per warp), so their bits agree.
+// ks = c (mod kChains) in ascending order from zero (ScoreChunkChain), and the score is
+// (chain 0 + chain 1) + (chain 2 + chain 3).
 __device__ __forceinline__ float SumChains(float c0, float c1, float c2, float c3) {
   return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
 }
 
-// Step 2 (serial variant): S for the warp's head tile and its 16 rows of the chunk over the
-// whole D, the kChains chains in one warp. acc[n][0..1]: head g, rows 16 half + 8 n + 2 q4 +
-// {0, 1}; acc[n][2..3]: head g + 8. ksteps is a multiple of kChains (D % 64 == 0).
-__device__ __forceinline__ void ScoreChunk(const Smem& s, int64_t d, int tile, int half,
-                                           float (&acc)[2][4]) {
-  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
-  const int64_t rs = RowStride(d);
-  const int ksteps = static_cast<int>(d / 16);
-  const uint16_t* q_row = s.q + (16 * tile + mrow + 8 * (mat & 1)) * rs + 8 * (mat >> 1);
-  const uint16_t* k_row = s.kv + (16 * half + mrow + 8 * (mat >> 1)) * rs + 8 * (mat & 1);
-  float chain[kChains][2][4];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) {
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) chain[c][n][i] = 0.0f;
-    }
-  }
-#pragma unroll 1
-  for (int ks = 0; ks < ksteps; ks += kChains) {
-#pragma unroll
-    for (int c = 0; c < kChains; ++c) {
-      uint32_t a[4], b[4];
-      LdMatrixX4(a, q_row + 16 * (ks + c));
-      LdMatrixX4(b, k_row + 16 * (ks + c));
-      MmaBf16(chain[c][0], a, b[0], b[1]);
-      MmaBf16(chain[c][1], a, b[2], b[3]);
-    }
-  }
-#pragma unroll
-  for (int n = 0; n < 2; ++n) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      acc[n][i] = SumChains(chain[0][n][i], chain[1][n][i], chain[2][n][i], chain[3][n][i]);
-    }
-  }
-}
-
-// Step 3: online softmax of the chunk for the thread's two heads; writes bf16 P to s.p and
-// returns the rescale factors of O in alpha_lo / alpha_hi. Contains one pair barrier.
-__device__ __forceinline__ void SoftmaxChunk(const Smem& s, float scale, int tile, int half,
-                                             const float (&acc)[2][4], HeadState& st,
-                                             float& alpha_lo, float& alpha_hi) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, q4 = lane & 3;
-  float sc[2][4];
-  float max_lo = NegInf(), max_hi = NegInf();
-#pragma unroll
-  for (int n = 0; n < 2; ++n) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const bool valid = s.kv_valid[16 * half + 8 * n + 2 * q4 + i] != 0;
-      // __fmul_rn: never contracted into the exp argument, so both kernel variants (which
-      // inline this in different code) round the same way.
-      sc[n][i] = valid ? __fmul_rn(acc[n][i], scale) : NegInf();
-      sc[n][i + 2] = valid ? __fmul_rn(acc[n][i + 2], scale) : NegInf();
-      max_lo = fmaxf(max_lo, sc[n][i]);
-      max_hi = fmaxf(max_hi, sc[n][i + 2]);
-    }
-  }
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
-    max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
-  }
-  if (q4 == 0) s.part[warp * 16 + g] = max_lo, s.part[warp * 16 + g + 8] = max_hi;
-  PairBarrier(tile);
-  const float* other = s.part + (warp ^ 1) * 16;
-  // Both warps of the pair compute the same m_new (max is exact and order-free).
-  const float m_lo = fmaxf(st.m_lo, fmaxf(max_lo, other[g]));
-  const float m_hi = fmaxf(st.m_hi, fmaxf(max_hi, other[g + 8]));
-  alpha_lo = expf(st.m_lo - m_lo);
-  alpha_hi = expf(st.m_hi - m_hi);
-  st.m_lo = m_lo, st.m_hi = m_hi;
-  float sum_lo = 0.0f, sum_hi = 0.0f;
-  uint16_t* p_lo = s.p + (16 * tile + g) * kPStride + 16 * half + 2 * q4;
-  uint16_t* p_hi = p_lo + 8 * kPStride;
-#pragma unroll
-  for (int n = 0; n < 2; ++n) {
-    // exp(-inf - m) = 0 for masked rows (m is finite).
-    const uint32_t lo = PackBf16(expf(sc[n][0] - m_lo), expf(sc[n][1] - m_lo));
-    const uint32_t hi = PackBf16(expf(sc[n][2] - m_hi), expf(sc[n][3] - m_hi));
-    sum_lo += __uint_as_float(lo << 16) + __uint_as_float(lo & 0xFFFF0000u);
-    sum_hi += __uint_as_float(hi << 16) + __uint_as_float(hi & 0xFFFF0000u);
-    *reinterpret_cast<uint32_t*>(p_lo + 8 * n) = lo;
-    *reinterpret_cast<uint32_t*>(p_hi + 8 * n) = hi;
-  }
-  st.l_lo = fmaf(st.l_lo, alpha_lo, sum_lo);
-  st.l_hi = fmaf(st.l_hi, alpha_hi, sum_hi);
-}
-
-// Step 4: o = o alpha + P V for the warp's head tile and dims [half D / 2, (half + 1) D / 2)
-// (n-tile pair i: dims + 16 i .. + 16; o[2 i + j]: n-tile j of the pair).
-__device__ __forceinline__ void AccumulateChunk(const Smem& s, int64_t d, int tile, int half,
-                                                float alpha_lo, float alpha_hi,
-                                                float (&o)[2 * kMaxPairs][4]) {
-  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
-  const int64_t rs = RowStride(d);
-  const int pairs = static_cast<int>(d / 32);
-  uint32_t a[2][4];
-#pragma unroll
-  for (int kk = 0; kk < 2; ++kk) {
-    LdMatrixX4(a[kk],
-               s.p + (16 * tile + mrow + 8 * (mat & 1)) * kPStride + 16 * kk + 8 * (mat >> 1));
-  }
-  // B = V [k = row][n = dim]: matrices (rows 0-7 | 8-15) x (n-tile 2 i | 2 i + 1), transposed.
-  const uint16_t* v_row = s.kv + (mrow + 8 * (mat & 1)) * rs + half * (d / 2) + 8 * (mat >> 1);
-#pragma unroll
-  for (int i = 0; i < kMaxPairs; ++i) {
-    if (i < pairs) {
-      float part[2][4];
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        uint32_t b[4];
-        LdMatrixX4Trans(b, v_row + 16 * kk * rs + 16 * i);
-        if (kk == 0) {
-          MmaBf16First(part[0], a[0], b[0], b[1]);
-          MmaBf16First(part[1], a[0], b[2], b[3]);
-        } else {
-          MmaBf16(part[0], a[1], b[0], b[1]);
-          MmaBf16(part[1], a[1], b[2], b[3]);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        float* acc = o[2 * i + j];
-        acc[0] = fmaf(acc[0], alpha_lo, part[j][0]);
-        acc[1] = fmaf(acc[1], alpha_lo, part[j][1]);
-        acc[2] = fmaf(acc[2], alpha_hi, part[j][2]);
-        acc[3] = fmaf(acc[3], alpha_hi, part[j][3]);
-      }
-    }
-  }
-}
-
-// End: l = exp(sink - m) + the partial denominators of the head's 8 threads (quad shuffle,
-// then even warp + odd warp of the pair), out = o / l.
-__device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int64_t head0,
-                            const Smem& s, int tile, int half, const HeadState& st,
-                            const float (&o)[2 * kMaxPairs][4]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, q4 = lane & 3;
-  const int64_t d = a.head_dim;
-  float l_lo = st.l_lo, l_hi = st.l_hi;
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
-  }
-  // The partner read this warp's last chunk max before the last chunk's second pair
-  // barrier, so s.part is free.
-  if (q4 == 0) s.part[warp * 16 + g] = l_lo, s.part[warp * 16 + g + 8] = l_hi;
-  PairBarrier(tile);
-  const float* even = s.part + (warp & ~1) * 16;
-  const float* odd = even + 16;
-  const int64_t h_lo = head0 + 16 * tile + g;
-  const float inv_lo = 1.0f / (expf(a.sinks[h_lo] - st.m_lo) + (even[g] + odd[g]));
-  const float inv_hi = 1.0f / (expf(a.sinks[h_lo + 8] - st.m_hi) + (even[g + 8] + odd[g + 8]));
-  const int pairs = static_cast<int>(d / 32);
-  float* out_lo = a.out + (t * a.heads + h_lo) * d + half * (d / 2) + 2 * q4;
-  float* out_hi = out_lo + 8 * d;
-#pragma unroll
-  for (int n = 0; n < 2 * kMaxPairs; ++n) {
-    if (n < 2 * pairs) {
-      *reinterpret_cast<float2*>(out_lo + 8 * n) = make_float2(o[n][0] * inv_lo, o[n][1] * inv_lo);
-      *reinterpret_cast<float2*>(out_hi + 8 * n) = make_float2(o[n][2] * inv_hi, o[n][3] * inv_hi);
-    }
-  }
-}
-
-// Grid (tokens, heads / 64); see the top of the file.
-__global__ void __launch_bounds__(kThreads, 1)
-    SparseAttentionPrefillKernel(model::SparseAttentionArgs a, int* error_word) {
-  pdl::WaitThenAllowNext();
-  extern __shared__ __align__(16) unsigned char smem_bytes[];
-  const int64_t d = a.head_dim, rs = RowStride(d);
-  const Smem s(smem_bytes, d, 1);
-  const int64_t t = blockIdx.x, head0 = int64_t{blockIdx.y} * kHeads;
-  const bool report = blockIdx.y == 0;  // one block per token reports range errors
-  TokenRows rows(a, t, report && threadIdx.x == 0, error_word);
-  rows.Trim(a, t, s.trim);
-  const int64_t total = rows.candidates();
-  const int64_t n_chunks = (total + kChunk - 1) / kChunk;
-  if (n_chunks > 0) IssueChunk(a, t, rows, 0, total, s, report, error_word);
-
-  const float* q = a.q + (t * a.heads + head0) * d;
-  const int half_d = static_cast<int>(d / 2);
-  for (int e = threadIdx.x; e < kHeads * half_d; e += kThreads) {
-    const int h = e / half_d, c = 2 * (e - h * half_d);
-    *reinterpret_cast<uint32_t*>(s.q + h * rs + c) = PackBf16(q[h * d + c], q[h * d + c + 1]);
-  }
-
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int tile = warp >> 1, half = warp & 1, g = lane >> 2;
-  HeadState st;
-  st.m_lo = a.sinks[head0 + 16 * tile + g];
-  st.m_hi = a.sinks[head0 + 16 * tile + g + 8];
-  st.l_lo = 0.0f, st.l_hi = 0.0f;
-  float o[2 * kMaxPairs][4];
-#pragma unroll
-  for (int n = 0; n < 2 * kMaxPairs; ++n) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
-  }
-
-  for (int64_t ch = 0; ch < n_chunks; ++ch) {
-    CpAsyncWaitAll();
-    __syncthreads();  // raw(ch) landed; q set; every warp is done with the last kv and p
-    const bool inexact = ConvertChunk(s, d);
-    if (__syncthreads_or(inexact) && threadIdx.x == 0) atomicOr(error_word, kErrAttnKvNotBf16);
-    if (ch + 1 < n_chunks) {  // raw is free: copy the next chunk during this one's math
-      IssueChunk(a, t, rows, (ch + 1) * kChunk, total, s, report, error_word);
-    }
-    float acc[2][4];
-    ScoreChunk(s, d, tile, half, acc);
-    float alpha_lo, alpha_hi;
-    SoftmaxChunk(s, a.scale, tile, half, acc, st, alpha_lo, alpha_hi);
-    PairBarrier(tile);  // both halves of the tile's P are written
-    AccumulateChunk(s, d, tile, half, alpha_lo, alpha_hi, o);
-  }
-  WriteOutput(a, t, head0, s, tile, half, st, o);
-}
-
-// --- pipelined variant ---------------------------------------------------------------
-constexpr int kWidePairs = static_cast<int>(kAttnPrefillMaxHeadDim) / 4 / 16;  // PV pairs/warp
-
-// Barrier of the four warps 4 hh .. 4 hh + 3 (ids 5, 6): the S head tiles 2 hh, 2 hh + 1
-// (their P, alpha and 1 / l) and the P V warps of head half hh.
-__device__ __forceinline__ void QuadBarrier(int head_half) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(head_half + 5) : "memory");
-}
-
-// Issues the cp.async copies of this thread's share of candidate rows [row0, row0 + kChunk)
-// (clipped to row_end) into `raw`: rows warp * kRowsPerWarp + k, columns 4 lane + 128 i
-// (IssueChunk's mapping). Returns bit k set if that row is attended. The thread later
-// converts exactly the bytes it copied (ConvertOwnRows), so no barrier is needed between.
+// Staging (before the loop, and step 4). Issues the cp.async copies of this thread's share of
+// candidate rows [row0, row0 + kChunk) (clipped to row_end) into `raw`: rows warp * kRowsPerWarp +
+// k, columns 4 lane + 128 i. Returns bit k set if that row is attended. The thread later converts
+// exactly the bytes it copied (ConvertOwnRows), so no barrier is needed between.
 __device__ uint32_t IssueOwnRows(const model::SparseAttentionArgs& a, int64_t t,
                                  const TokenRows& rows, int64_t row0, int64_t row_end, float* raw,
                                  bool report, int* error_word) {
@@ -513,65 +223,10 @@ __device__ void ConvertOwnRows(const float* raw, uint32_t attended, int64_t d, u
   }
 }
 
-// P V with wide warp tiles: warp w = (head half hh = w / 4, dim quarter dq = w % 4)
-// accumulates O[32 hh .. + 32][dq D / 4 .. + D / 4] (two m-tiles x D / 32 n-tiles: 128 fp32
-// per thread at D = 512), so every V fragment feeds both m-tiles. Per element the same MMAs
-// and FMA as AccumulateChunk (the same bits). alpha[m][0 / 1]: heads g / g + 8 of m-tile m.
-// o[m][2 i + j]: m-tile m, n-tile j of pair i (dims dq D / 4 + 16 i + 8 j ..).
-__device__ __forceinline__ void AccumulateChunkWide(const Smem& s, int64_t d, int hh, int dq,
-                                                    const float (&alpha)[2][2],
-                                                    float (&o)[2][2 * kWidePairs][4]) {
-  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
-  const int64_t rs = RowStride(d);
-  const int pairs = static_cast<int>(d / 64);
-  uint32_t a[2][2][4];  // [m-tile][k-step]
-#pragma unroll
-  for (int m = 0; m < 2; ++m) {
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      LdMatrixX4(a[m][kk], s.p + (32 * hh + 16 * m + mrow + 8 * (mat & 1)) * kPStride + 16 * kk +
-                               8 * (mat >> 1));
-    }
-  }
-  const uint16_t* v_row = s.kv + (mrow + 8 * (mat & 1)) * rs + dq * (d / 4) + 8 * (mat >> 1);
-#pragma unroll
-  for (int i = 0; i < kWidePairs; ++i) {
-    if (i < pairs) {
-      float part[2][2][4];  // [m-tile][n-tile of the pair]
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        uint32_t b[4];
-        LdMatrixX4Trans(b, v_row + 16 * kk * rs + 16 * i);
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          if (kk == 0) {
-            MmaBf16First(part[m][0], a[m][0], b[0], b[1]);
-            MmaBf16First(part[m][1], a[m][0], b[2], b[3]);
-          } else {
-            MmaBf16(part[m][0], a[m][1], b[0], b[1]);
-            MmaBf16(part[m][1], a[m][1], b[2], b[3]);
-          }
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          float* acc = o[m][2 * i + j];
-          acc[0] = fmaf(acc[0], alpha[m][0], part[m][j][0]);
-          acc[1] = fmaf(acc[1], alpha[m][0], part[m][j][1]);
-          acc[2] = fmaf(acc[2], alpha[m][1], part[m][j][2]);
-          acc[3] = fmaf(acc[3], alpha[m][1], part[m][j][3]);
-        }
-      }
-    }
-  }
-}
-
-// Step 2 (pipelined variant): warp w = (head half hh = w / 4, chain c = w % 4) computes
-// chain c of S for 32 heads x all 32 rows of the chunk (two m-tiles x four n-tiles: one
-// ldmatrix.x4 per two MMAs instead of one per MMA). chain[m][n]: m-tile m (heads
-// 32 hh + 16 m + g, + 8), rows 8 n + 2 q4 + {0, 1}.
+// Step 2a: warp w = (head half hh = w / 4, chain c = w % 4) computes chain c of S (see
+// SumChains) for 32 heads x all 32 rows of the chunk (two m-tiles x four n-tiles: one
+// ldmatrix.x4 per two MMAs). chain[m][n]: m-tile m (heads 32 hh + 16 m + g, + 8), rows
+// 8 n + 2 q4 + {0, 1}. ksteps = D / 16 is a multiple of kChains (D % 64 == 0).
 __device__ __forceinline__ void ScoreChunkChain(const Smem& s, int64_t d, int hh, int c,
                                                 float (&chain)[2][4][4]) {
   const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
@@ -614,11 +269,12 @@ __device__ __forceinline__ float4* ChainSlot(const Smem& s, int hh, int quarter,
                    static_cast<int>(threadIdx.x & 31));
 }
 
-// Sums the chains of S across the four warps of head half hh. Warp (hh, c) owns quarter
-// c = (m-tile c / 2, rows 16 (c % 2) ..): exactly SoftmaxChunk's (tile, half) of the same
-// warp (w = 4 hh + c: tile = w / 2, half = w % 2). It leaves its chain of the other three
-// quarters in s.xchg, and after the barrier sums the four chains of its own quarter
-// (SumChains, chain order) into acc (ScoreChunk's layout). Contains one QuadBarrier.
+// Step 2b: sums the chains of S across the four warps of head half hh. Warp (hh, c) owns
+// quarter c = (m-tile c / 2, rows 16 (c % 2) ..): exactly SoftmaxChunk's (tile, half) of the
+// same warp (w = 4 hh + c: tile = w / 2, half = w % 2). It leaves its chain of the other
+// three quarters in s.xchg, and after the barrier sums the four chains of its own quarter
+// (SumChains, chain order) into acc: acc[n][0..1] head g, rows 16 half + 8 n + 2 q4 + {0, 1};
+// acc[n][2..3] head g + 8. Contains one QuadBarrier.
 __device__ __forceinline__ void SumChainsAcrossWarps(const Smem& s, int hh, int c,
                                                      const float (&chain)[2][4][4],
                                                      float (&acc)[2][4]) {
@@ -656,11 +312,122 @@ __device__ __forceinline__ void SumChainsAcrossWarps(const Smem& s, int hh, int 
   }
 }
 
-// End of the pipelined variant: the S warps (tile, half) form 1 / l of their heads exactly
-// as WriteOutput does and publish it in s.inv; the P V warps (hh, dq) write out = o / l.
-__device__ void WriteOutputWide(const model::SparseAttentionArgs& a, int64_t t, int64_t head0,
-                                const Smem& s, int tile, int half, const HeadState& st,
-                                const float (&o)[2][2 * kWidePairs][4]) {
+// Step 3: online softmax of the chunk for the thread's two heads (warp = (tile, half); acc as
+// SumChainsAcrossWarps leaves it); writes bf16 P to s.p and returns the rescale factors of O
+// in alpha_lo / alpha_hi. Contains one pair barrier.
+__device__ __forceinline__ void SoftmaxChunk(const Smem& s, float scale, int tile, int half,
+                                             const float (&acc)[2][4], HeadState& st,
+                                             float& alpha_lo, float& alpha_hi) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q4 = lane & 3;
+  float sc[2][4];
+  float max_lo = NegInf(), max_hi = NegInf();
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const bool valid = s.kv_valid[16 * half + 8 * n + 2 * q4 + i] != 0;
+      // __fmul_rn: never contracted into the exp argument (the same rounding wherever the
+      // compiler inlines this).
+      sc[n][i] = valid ? __fmul_rn(acc[n][i], scale) : NegInf();
+      sc[n][i + 2] = valid ? __fmul_rn(acc[n][i + 2], scale) : NegInf();
+      max_lo = fmaxf(max_lo, sc[n][i]);
+      max_hi = fmaxf(max_hi, sc[n][i + 2]);
+    }
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
+    max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
+  }
+  if (q4 == 0) s.part[warp * 16 + g] = max_lo, s.part[warp * 16 + g + 8] = max_hi;
+  PairBarrier(tile);
+  const float* other = s.part + (warp ^ 1) * 16;
+  // Both warps of the pair compute the same m_new (max is exact and order-free).
+  const float m_lo = fmaxf(st.m_lo, fmaxf(max_lo, other[g]));
+  const float m_hi = fmaxf(st.m_hi, fmaxf(max_hi, other[g + 8]));
+  alpha_lo = expf(st.m_lo - m_lo);
+  alpha_hi = expf(st.m_hi - m_hi);
+  st.m_lo = m_lo, st.m_hi = m_hi;
+  float sum_lo = 0.0f, sum_hi = 0.0f;
+  uint16_t* p_lo = s.p + (16 * tile + g) * kPStride + 16 * half + 2 * q4;
+  uint16_t* p_hi = p_lo + 8 * kPStride;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    // exp(-inf - m) = 0 for masked rows (m is finite).
+    const uint32_t lo = PackBf16(expf(sc[n][0] - m_lo), expf(sc[n][1] - m_lo));
+    const uint32_t hi = PackBf16(expf(sc[n][2] - m_hi), expf(sc[n][3] - m_hi));
+    sum_lo += __uint_as_float(lo << 16) + __uint_as_float(lo & 0xFFFF0000u);
+    sum_hi += __uint_as_float(hi << 16) + __uint_as_float(hi & 0xFFFF0000u);
+    *reinterpret_cast<uint32_t*>(p_lo + 8 * n) = lo;
+    *reinterpret_cast<uint32_t*>(p_hi + 8 * n) = hi;
+  }
+  st.l_lo = fmaf(st.l_lo, alpha_lo, sum_lo);
+  st.l_hi = fmaf(st.l_hi, alpha_hi, sum_hi);
+}
+
+// Step 5: o = o alpha + P V. Warp w = (head half hh = w / 4, dim quarter dq = w % 4)
+// accumulates O[32 hh .. + 32][dq D / 4 .. + D / 4] (two m-tiles x D / 32 n-tiles: 128 fp32
+// per thread at D = 512), so every V fragment (B = V [k = row][n = dim], ldmatrix.trans)
+// feeds both m-tiles; the chunk's P V is a fresh fragment (two k-steps) added by one FMA per
+// element. alpha[m][0 / 1]: heads g / g + 8 of m-tile m. o[m][2 i + j]: m-tile m, n-tile j
+// of pair i (dims dq D / 4 + 16 i + 8 j ..).
+__device__ __forceinline__ void AccumulateChunk(const Smem& s, int64_t d, int hh, int dq,
+                                                const float (&alpha)[2][2],
+                                                float (&o)[2][2 * kPairsPerWarp][4]) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
+  const int64_t rs = RowStride(d);
+  const int pairs = static_cast<int>(d / 64);
+  uint32_t a[2][2][4];  // [m-tile][k-step]
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      LdMatrixX4(a[m][kk], s.p + (32 * hh + 16 * m + mrow + 8 * (mat & 1)) * kPStride + 16 * kk +
+                               8 * (mat >> 1));
+    }
+  }
+  const uint16_t* v_row = s.kv + (mrow + 8 * (mat & 1)) * rs + dq * (d / 4) + 8 * (mat >> 1);
+#pragma unroll
+  for (int i = 0; i < kPairsPerWarp; ++i) {
+    if (i < pairs) {
+      float part[2][2][4];  // [m-tile][n-tile of the pair]
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, v_row + 16 * kk * rs + 16 * i);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          if (kk == 0) {
+            MmaBf16First(part[m][0], a[m][0], b[0], b[1]);
+            MmaBf16First(part[m][1], a[m][0], b[2], b[3]);
+          } else {
+            MmaBf16(part[m][0], a[m][1], b[0], b[1]);
+            MmaBf16(part[m][1], a[m][1], b[2], b[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float* acc = o[m][2 * i + j];
+          acc[0] = fmaf(acc[0], alpha[m][0], part[m][j][0]);
+          acc[1] = fmaf(acc[1], alpha[m][0], part[m][j][1]);
+          acc[2] = fmaf(acc[2], alpha[m][1], part[m][j][2]);
+          acc[3] = fmaf(acc[3], alpha[m][1], part[m][j][3]);
+        }
+      }
+    }
+  }
+}
+
+// End: the softmax warps (tile, half) sum their partial denominators (quad shuffle, then
+// even warp + odd warp of the pair), form 1 / l = 1 / (exp(sink - m) + sum) of their heads
+// and publish it in s.inv; the P V warps (hh, dq) write out = o / l.
+__device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int64_t head0,
+                            const Smem& s, int tile, int half, const HeadState& st,
+                            const float (&o)[2][2 * kPairsPerWarp][4]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q4 = lane & 3;
   const int64_t d = a.head_dim;
@@ -691,7 +458,7 @@ __device__ void WriteOutputWide(const model::SparseAttentionArgs& a, int64_t t, 
     float* out_lo = a.out + (t * a.heads + head0 + h) * d + dq * (d / 4) + 2 * q4;
     float* out_hi = out_lo + 8 * d;
 #pragma unroll
-    for (int n = 0; n < 2 * kWidePairs; ++n) {
+    for (int n = 0; n < 2 * kPairsPerWarp; ++n) {
       if (n < 2 * pairs) {
         const float* v = o[m][n];
         *reinterpret_cast<float2*>(out_lo + 8 * n) = make_float2(v[0] * inv_lo, v[1] * inv_lo);
@@ -701,17 +468,16 @@ __device__ void WriteOutputWide(const model::SparseAttentionArgs& a, int64_t t, 
   }
 }
 
-// Pipelined variant (grid as the serial one; the same bits): chunk c's bf16 rows live in
-// kv slot c % 2. During chunk c each thread converts its own cp.async share of chunk c + 1
-// into the other slot and issues its copies of chunk c + 2, between the softmax and P V,
-// so one block barrier per chunk remains and the conversion of some warps overlaps the
-// MMAs of others; P V runs with the wide tiles of AccumulateChunkWide.
+// Grid (tokens, heads / 64), kThreads threads, SharedBytes(D); see the top of the file.
+// Chunk c's bf16 rows live in kv slot c % 2; during chunk c each thread converts its own
+// cp.async share of chunk c + 1 into the other slot and issues its copies of chunk c + 2,
+// between the softmax and P V, so one block barrier per chunk remains.
 __global__ void __launch_bounds__(kThreads, 1)
-    SparseAttentionPrefillPipelinedKernel(model::SparseAttentionArgs a, int* error_word) {
+    SparseAttentionPrefillKernel(model::SparseAttentionArgs a, int* error_word) {
   pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const int64_t d = a.head_dim, rs = RowStride(d);
-  const Smem s(smem_bytes, d, 2);
+  const Smem s(smem_bytes, d);
   const int64_t t = blockIdx.x, head0 = int64_t{blockIdx.y} * kHeads;
   const bool report = blockIdx.y == 0;  // one block per token reports range errors
   TokenRows rows(a, t, report && threadIdx.x == 0, error_word);
@@ -741,11 +507,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   st.m_lo = a.sinks[head0 + 16 * tile + g];
   st.m_hi = a.sinks[head0 + 16 * tile + g + 8];
   st.l_lo = 0.0f, st.l_hi = 0.0f;
-  float o[2][2 * kWidePairs][4];
+  float o[2][2 * kPairsPerWarp][4];
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
 #pragma unroll
-    for (int n = 0; n < 2 * kWidePairs; ++n) {
+    for (int n = 0; n < 2 * kPairsPerWarp; ++n) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[m][n][i] = 0.0f;
     }
@@ -780,10 +546,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       alpha[m][0] = s.alpha[32 * hh + 16 * m + g];
       alpha[m][1] = s.alpha[32 * hh + 16 * m + g + 8];
     }
-    AccumulateChunkWide(cur, d, hh, dq, alpha, o);
+    AccumulateChunk(cur, d, hh, dq, alpha, o);
   }
   if (__any_sync(0xffffffffu, inexact) && lane == 0) atomicOr(error_word, kErrAttnKvNotBf16);
-  WriteOutputWide(a, t, head0, s, tile, half, st, o);
+  WriteOutput(a, t, head0, s, tile, half, st, o);
 }
 
 }  // namespace
@@ -797,30 +563,17 @@ bool SparseAttentionPrefillApplicable(const model::SparseAttentionArgs& a) {
          (reinterpret_cast<uintptr_t>(a.out) & 7u) == 0;  // float2 stores
 }
 
-AttnPrefillVariant AttnPrefillVariantFromEnv() {
-  static const AttnPrefillVariant variant = [] {
-    const char* v = std::getenv("DEEPINFER_ATTN_PREFILL_VARIANT");
-    return v != nullptr && (std::strcmp(v, "old") == 0 || std::strcmp(v, "serial") == 0)
-               ? AttnPrefillVariant::kSerial
-               : AttnPrefillVariant::kPipelined;
-  }();
-  return variant;
-}
-
 cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* error_word,
-                                   cudaStream_t stream, AttnPrefillVariant variant) {
+                                   cudaStream_t stream) {
   if (!SparseAttentionPrefillApplicable(args)) return cudaErrorInvalidValue;
   if (args.tokens == 0) return cudaSuccess;
-  if (variant == AttnPrefillVariant::kDefault) variant = AttnPrefillVariantFromEnv();
-  const bool pipelined = variant == AttnPrefillVariant::kPipelined;
-  const auto kernel =
-      pipelined ? SparseAttentionPrefillPipelinedKernel : SparseAttentionPrefillKernel;
-  const int64_t smem = SharedBytes(args.head_dim, pipelined ? 2 : 1);
-  const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
+  const int64_t smem = SharedBytes(args.head_dim);
+  const cudaError_t e =
+      launch::RaiseMaxDynamicSmem(SparseAttentionPrefillKernel, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(args.tokens),
                   static_cast<unsigned>(args.heads / kAttnPrefillHeadsPerBlock));
-  pdl::Launch(kernel, grid, kThreads, smem, stream, args, error_word);
+  pdl::Launch(SparseAttentionPrefillKernel, grid, kThreads, smem, stream, args, error_word);
   return cudaGetLastError();
 }
 

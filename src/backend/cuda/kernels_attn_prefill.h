@@ -32,16 +32,6 @@ inline constexpr int64_t kAttnPrefillMaxHeadDim = 512;
 // Host-side check only; the arrays are not read.
 bool SparseAttentionPrefillApplicable(const model::SparseAttentionArgs& args);
 
-// Kernel variants (the same bits; an A/B switch): kSerial, one block barrier pair per chunk
-// and the conversion of the chunk's rows between them; kPipelined, the next chunk converted
-// inside the current one (double-buffered bf16 rows) and P V with wider warp tiles.
-// kDefault: kPipelined unless the environment variable DEEPINFER_ATTN_PREFILL_VARIANT is
-// "old" (or "serial"), read once per process.
-enum class AttnPrefillVariant { kDefault, kSerial, kPipelined };
-
-// The variant kDefault resolves to (the environment, read once).
-AttnPrefillVariant AttnPrefillVariantFromEnv();
-
 // out = SparseAttention(args) (see model/backend.h) with the numerics above. Device
 // pointers. Selection ids >= the token's comp_len (n_comp without varlen) and varlen ranges
 // outside the buffers set kErrSelectionOutOfRange in *error_word (those rows are not
@@ -49,7 +39,6 @@ AttnPrefillVariant AttnPrefillVariantFromEnv();
 // cudaErrorInvalidValue when !SparseAttentionPrefillApplicable(args) (cudaSuccess for
 // tokens == 0).
 cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* error_word,
-                                   cudaStream_t stream,
-                                   AttnPrefillVariant variant = AttnPrefillVariant::kDefault);
+                                   cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda::kernels
