@@ -29,8 +29,8 @@ namespace moe_bf16 = kernels::moe_bf16;
 using moe_bf16::WgmmaVariant;
 
 // kSs first: the others are compared with it.
-constexpr WgmmaVariant kWgmmaVariants[] = {WgmmaVariant::kSs, WgmmaVariant::kRs, WgmmaVariant::kRs2,
-                                           WgmmaVariant::kRsNoFence, WgmmaVariant::kRs2NoFence};
+constexpr WgmmaVariant kWgmmaVariants[] = {WgmmaVariant::kSs, WgmmaVariant::kRs,
+                                           WgmmaVariant::kRs2};
 
 // Sets (value non-null) or unsets an environment variable for its lifetime (restores the
 // previous value).
@@ -302,8 +302,8 @@ TEST(WgmmaVariantTest, PickedByOverrideThenEnvironment) {
   EXPECT_EQ(moe_bf16::ParseWgmmaVariant("ss"), WgmmaVariant::kSs);
   EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs"), WgmmaVariant::kRs);
   EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs2"), WgmmaVariant::kRs2);
-  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs-nofence"), WgmmaVariant::kRsNoFence);
-  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs2-nofence"), WgmmaVariant::kRs2NoFence);
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs-nofence"), WgmmaVariant::kRs);  // removed: unknown
+  EXPECT_EQ(moe_bf16::ParseWgmmaVariant("rs2-nofence"), WgmmaVariant::kRs);
   for (WgmmaVariant v : kWgmmaVariants) {
     EXPECT_EQ(moe_bf16::ParseWgmmaVariant(moe_bf16::WgmmaVariantName(v)), v);
   }
@@ -320,9 +320,10 @@ TEST(WgmmaVariantTest, PickedByOverrideThenEnvironment) {
   EXPECT_EQ(moe_bf16::PickWgmmaVariant(96), WgmmaVariant::kRs2);
   EXPECT_EQ(moe_bf16::PickWgmmaVariant(128), WgmmaVariant::kRs);
   {
-    const ForcedWgmmaVariant forced(WgmmaVariant::kRs2NoFence);
-    EXPECT_EQ(moe_bf16::PickWgmmaVariant(96), WgmmaVariant::kRs2NoFence);
-    EXPECT_EQ(moe_bf16::PickWgmmaVariant(128), WgmmaVariant::kRsNoFence);
+    const ForcedWgmmaVariant forced(WgmmaVariant::kRs2);
+    const ScopedEnv ss(moe_bf16::kWgmmaVariantEnv, "ss");  // the override wins
+    EXPECT_EQ(moe_bf16::PickWgmmaVariant(96), WgmmaVariant::kRs2);
+    EXPECT_EQ(moe_bf16::PickWgmmaVariant(128), WgmmaVariant::kRs);
   }
   {
     const ForcedWgmmaVariant forced(WgmmaVariant::kSs);

@@ -105,6 +105,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <string_view>
+#include <type_traits>
 
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/fp8_gemm_core.cuh"
@@ -520,7 +521,38 @@ __device__ __forceinline__ ScaleFactors FactorsOf(uint32_t S) {
 template <int kRowTiles>
 using StageFragments = uint32_t[kRowTiles][kBK / 16][4];
 
-// Register-A expert GEMM (same items, arguments, activation layout, ring copies and outputs as
+// The fast path's factor (every scale byte of the block <= 128): FactorsOf(S).f1 = 2^(S - 1) as
+// bf16x2 for byte b (0..3) of the scale word w: the byte spread to bytes 0 and 2 (one PRMT),
+// times 128 plus 126 << 7 in each half (one IMAD; S + 126 <= 254 stays in the exponent field).
+__device__ __forceinline__ uint32_t FastFactor(uint32_t w, int b) {
+  const uint32_t spread = __byte_perm(w, 0u, static_cast<uint32_t>(b | 4 << 4 | b << 8 | 4 << 12));
+  return spread * 128u + 0x3F003F00u;
+}
+
+// cp.async of 16 bytes that reads src_bytes of them: 16, or 0 (nothing read, the 16 shared bytes
+// zeroed; the source must still be a mapped address). Rows and tokens past the job need no
+// branch that way. kL2Prefetch: the L2 256-byte prefetch of CpAsync16Prefetch.
+template <bool kL2Prefetch>
+__device__ __forceinline__ void CpAsync16Fill(uint32_t smem_addr, const void* gmem,
+                                              uint32_t src_bytes) {
+  if constexpr (kL2Prefetch) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(smem_addr),
+                 "l"(gmem), "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr), "l"(gmem),
+                 "r"(src_bytes));
+  }
+}
+// CpAsync16Fill<false> issued only where `exists` (a predicated instruction, no branch).
+__device__ __forceinline__ void CpAsync16FillIf(bool exists, uint32_t smem_addr, const void* gmem,
+                                                uint32_t src_bytes) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n"
+      "@p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(smem_addr),
+      "l"(gmem), "r"(src_bytes), "r"(static_cast<uint32_t>(exists)));
+}
+
+// Register-A expert GEMM (same items, arguments, activation layout and outputs as
 // ExpertGemmBf16Kernel; the same bits). Per 64-value stage each lane (g, t) of warp w of
 // warpgroup wg reads the raw 32 bytes of its rows 64 (kRowTiles wg + h) + 16 w + g (+ 8) from
 // the ring (16-byte loads, the quad's 4 lanes broadcast), dequantises pair t of each of the 8
@@ -532,9 +564,14 @@ using StageFragments = uint32_t[kRowTiles][kBK / 16][4];
 // (every thread passed wait_group 1 of iteration i - 1: stage i - 2's wgmmas are done in every
 // warpgroup), dequantise stage i into fragment buffer i % 2 (stage i - 1's wgmmas, reading the
 // other buffer, still run), issue stage i's wgmmas, wait until only they are pending.
+// Two copies of the loop, chosen once per block after the scale bytes landed: the fast one when
+// every scale byte of the block's rows is <= 128 (real checkpoints): one multiply per pair, the
+// factors from one 4-byte scale load per row per two stages (FastFactor); the general one (any
+// byte > 128): per stage 2-byte scale loads, FactorsOf and two multiplies per pair (f2 = 1.0
+// where S <= 128: exact, the same bits).
 template <int kBN, int kRowTiles>
 __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
-    ExpertGemmRsKernel(GemmArgs a, bool proxy_fence) {
+    ExpertGemmRsKernel(GemmArgs a) {
   pdl::WaitThenAllowNext();
   extern __shared__ __align__(16) char smem[];
   using S = RsShape<kBN, kRowTiles>;
@@ -547,7 +584,7 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
   const int tid = threadIdx.x;
   const int64_t n_rows = a.up ? 2 * a.I : a.D, part_rows = a.up ? a.I : a.D;
   const int64_t K = a.up ? a.D : a.I, kblocks = K / 32;
-  const int64_t v0 = int64_t{blockIdx.x} * kBM;
+  const int64_t v0 = int64_t{blockIdx.x} * kBM;  // < n_rows: the grid has ceil(rows / kBM) blocks
   const int32_t* act_rows = a.order + item.start;
   const int act_div = a.up ? static_cast<int>(a.k) : 1;
   const int m0 = a.up ? 0 : 1, m1 = a.up ? 2 : 1;
@@ -555,20 +592,19 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     *part = v >= part_rows ? 1 : 0;
     return *part ? v - part_rows : v;
   };
-  // Weight copies: chunks c = tid + j kThreadsRs (row c / 2, K half c % 2) of every stage.
+  // Weight copies: chunks c = tid + j kThreadsRs (row c / 2, K half c % 2) of every stage; rows
+  // past the matrix read nothing (source clamped to row v0, 0 bytes: zeros in the ring).
   const uint8_t* w_src[S::kWChunks];
-  uint32_t w_dst[S::kWChunks];
+  uint32_t w_dst[S::kWChunks], w_bytes[S::kWChunks];
 #pragma unroll
   for (int j = 0; j < S::kWChunks; ++j) {
     const int c = tid + j * kThreadsRs;
-    w_src[j] = nullptr;
+    const bool ok = v0 + c / 2 < n_rows;
+    int part = 0;
+    const int64_t row = row_of(ok ? v0 + c / 2 : v0, &part);
+    w_src[j] = static_cast<const uint8_t*>(ep.data[part ? m1 : m0]) + row * (K / 2) + (c % 2) * 16;
     w_dst[j] = RawOffset(c / 2, c % 2);
-    if (v0 + c / 2 < n_rows) {
-      int part = 0;
-      const int64_t row = row_of(v0 + c / 2, &part);
-      w_src[j] =
-          static_cast<const uint8_t*>(ep.data[part ? m1 : m0]) + row * (K / 2) + (c % 2) * 16;
-    }
+    w_bytes[j] = ok ? 16u : 0u;
   }
   // All of the block's scale bytes ([kBM][kblocks], after the ring) once, with stage 0's copies.
   static_assert(kBM <= kThreadsRs, "one scale row per thread");
@@ -581,30 +617,40 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     const unsigned dst = smem_base + S::kSmemBytes + tid * static_cast<unsigned>(kblocks);
     for (int64_t b = 0; b < kblocks; b += 4) fp8::CpAsync4(dst + b, src + b);
   }
+  // Activation copies: token n = c / 8, 16-byte chunk c % 8; tokens past the item read nothing
+  // (source row 0 of act, 0 bytes). Chunks c >= kXChunks (the last i, BN 96 only) do not exist.
+  // Copy i's token is token(0) + i kThreadsRs / 8 (a multiple of 8 rows): its shared offset is
+  // x_dst0 + i kXStep.
+  static_assert(kThreadsRs % 64 == 0, "copy i + 1 lands whole core matrices further");
+  constexpr uint32_t kXStep = CoreOffset(kThreadsRs / 8, 0);
+  const uint32_t x_dst0 = CoreOffset(tid / 8, tid % 8);
   const uint16_t* x_src[kNX];
-  uint32_t x_dst[kNX];
+  uint32_t x_bytes[kNX];
 #pragma unroll
   for (int i = 0; i < kNX; ++i) {
     const int c = tid + i * kThreadsRs;
     const int n = c / (kBK * 2 / 16), chunk = c % (kBK * 2 / 16);
-    const bool ok = c < kXChunks && n < item.count;
-    x_src[i] = ok ? a.act + int64_t{act_rows[n] / act_div} * K + chunk * 8 : nullptr;
-    x_dst[i] = CoreOffset(n, chunk);
+    const bool ok = n < item.count;  // false for c >= kXChunks (count <= kBN)
+    x_src[i] = a.act + (ok ? int64_t{act_rows[n] / act_div} * K : 0) + chunk * 8;
+    x_bytes[i] = ok ? 16u : 0u;
   }
-  // Copies of K stage st into the ring slot at byte offset slot_off. Rows past the job are not
-  // copied: their stale shared bytes reach only accumulator rows / token columns never stored.
+  const bool x_last_exists = kXChunks % kThreadsRs == 0 || tid + (kNX - 1) * kThreadsRs < kXChunks;
+  // Copies of K stage st into the ring slot at byte offset slot_off.
   auto load = [&](int st, uint32_t slot_off) {
     const unsigned base = smem_base + slot_off;
 #pragma unroll
     for (int j = 0; j < S::kWChunks; ++j) {
-      if (w_src[j] != nullptr) {
-        fp8::CpAsync16Prefetch(base + w_dst[j], w_src[j] + int64_t{st} * (kBK / 2));
-      }
+      CpAsync16Fill<true>(base + w_dst[j], w_src[j] + static_cast<uint32_t>(st) * (kBK / 2),
+                          w_bytes[j]);
     }
 #pragma unroll
     for (int i = 0; i < kNX; ++i) {
-      if (x_src[i] != nullptr) {
-        fp8::CpAsync16(base + kWRawBytes + x_dst[i], x_src[i] + int64_t{st} * kBK);
+      const uint32_t dst = base + kWRawBytes + x_dst0 + i * kXStep;
+      const uint16_t* src = x_src[i] + static_cast<uint32_t>(st) * kBK;
+      if (i < kNX - 1 || kXChunks % kThreadsRs == 0) {
+        CpAsync16Fill<false>(dst, src, x_bytes[i]);
+      } else {
+        CpAsync16FillIf(x_last_exists, dst, src, x_bytes[i]);
       }
     }
   };
@@ -616,23 +662,33 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     return 64 * (kRowTiles * wg + h) + 16 * (warp % 4) + g + 8 * sel;
   };
   const uint32_t pick_shift = 4u * static_cast<uint32_t>(t4);  // PickPairBits
-  // Dequantises stage st (ring slot at byte offset slot_off) into the lane's A fragments.
-  auto dequant = [&](int st, uint32_t slot_off, StageFragments<kRowTiles>& frag) {
+  // Per row tile: ring offset of the lane's raw bytes of row g, K half 0 / 1 (row g + 8: 256
+  // bytes further), and the shared offset of row g's scale bytes (row g + 8: 8 kblocks further).
+  uint32_t raw_off[kRowTiles][2], scale_off[kRowTiles];
+#pragma unroll
+  for (int h = 0; h < kRowTiles; ++h) {
+    const int r = frag_row(h, 0);
+    raw_off[h][0] = RawOffset(r, 0);
+    raw_off[h][1] = RawOffset(r, 1);
+    scale_off[h] = S::kSmemBytes + static_cast<uint32_t>(r * kblocks);
+  }
+  const uint32_t scale_rows8 = static_cast<uint32_t>(8 * kblocks);
+  // Fast dequantisation of a stage (ring slot at slot_off) into the lane's A fragments: sw holds
+  // the scale bytes of the stage pair (blocks 2 i .. 2 i + 3 of rows g, g + 8 of each tile), kP the
+  // stage's place in the pair.
+  auto dequant_fast = [&](uint32_t slot_off, const uint32_t(&sw)[kRowTiles][2], auto parity,
+                          StageFragments<kRowTiles>& frag) {
+    constexpr int kP = decltype(parity)::value;
     const char* raw = smem + slot_off;
-    uint32_t s2[kRowTiles][2];  // scale bytes of blocks 2 st (low) and 2 st + 1 of each row
-    bool two_step = false;
 #pragma unroll
     for (int h = 0; h < kRowTiles; ++h) {
 #pragma unroll
       for (int sel = 0; sel < 2; ++sel) {
-        const int r = frag_row(h, 0);  // row g; row g + 8 is 8 scale rows / 256 bytes further
-        s2[h][sel] = *reinterpret_cast<const uint16_t*>(scales + (r + 8 * sel) * kblocks + 2 * st);
-        two_step |= (s2[h][sel] & 0xFFu) > 128 || s2[h][sel] > (128u << 8) + 0xFFu;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const uint4 raw16 = *reinterpret_cast<const uint4*>(raw + RawOffset(r, half) + 256 * sel);
+          const uint32_t f1 = FastFactor(sw[h][sel], 2 * kP + half);
+          const uint4 raw16 = *reinterpret_cast<const uint4*>(raw + raw_off[h][half] + 256 * sel);
           const uint32_t* w = &raw16.x;
-          const uint32_t f1 = FactorsOf((s2[h][sel] >> (8 * half)) & 0xFFu).f1;
 #pragma unroll
           for (int j = 0; j < 4; ++j) {  // word q = 4 half + j: k16 step q / 2
             frag[h][2 * half + j / 2][2 * (j % 2) + sel] =
@@ -641,20 +697,25 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
         }
       }
     }
-    // Scale bytes > 128 (none in real checkpoints): the second factor, for the whole warp.
-    if (__any_sync(0xFFFFFFFFu, two_step)) {
+  };
+  // General dequantisation of stage st (any scale byte): FactorsOf, two multiplies per pair.
+  auto dequant_general = [&](int st, uint32_t slot_off, StageFragments<kRowTiles>& frag) {
+    const char* raw = smem + slot_off;
 #pragma unroll
-      for (int h = 0; h < kRowTiles; ++h) {
+    for (int h = 0; h < kRowTiles; ++h) {
 #pragma unroll
-        for (int sel = 0; sel < 2; ++sel) {
+      for (int sel = 0; sel < 2; ++sel) {
+        const uint32_t s2 =
+            *reinterpret_cast<const uint16_t*>(smem + scale_off[h] + sel * scale_rows8 + 2 * st);
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const uint32_t f2 = FactorsOf((s2[h][sel] >> (8 * half)) & 0xFFu).f2;
+        for (int half = 0; half < 2; ++half) {
+          const ScaleFactors f = FactorsOf((s2 >> (8 * half)) & 0xFFu);
+          const uint4 raw16 = *reinterpret_cast<const uint4*>(raw + raw_off[h][half] + 256 * sel);
+          const uint32_t* w = &raw16.x;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              uint32_t& v = frag[h][2 * half + j / 2][2 * (j % 2) + sel];
-              v = MulBf16x2(v, f2);
-            }
+          for (int j = 0; j < 4; ++j) {
+            frag[h][2 * half + j / 2][2 * (j % 2) + sel] =
+                MulBf16x2(MulBf16x2(PickPairBits(w[j], pick_shift), f.f1), f.f2);
           }
         }
       }
@@ -662,12 +723,21 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
   };
   // Warpgroup accumulators: rows frag_row(h, *) x the BN tokens (wgmma_bf16.cuh layout).
   float acc[kRowTiles][kBN / 2];
-  auto issue = [&](int st, uint32_t slot_off, const StageFragments<kRowTiles>& frag) {
-    const uint32_t x_base = smem_base + slot_off + kWRawBytes;
+  // B descriptors: the low word of slot 0's k16 step 0 (start address field (addr >> 4) < 2^14
+  // for any shared address, so slot and step offsets are plain adds), the high word constant.
+  const uint64_t desc0 = wgmma::Descriptor(smem_base + kWRawBytes, 128, kKBlocks * 128);
+  const uint32_t desc0_lo = static_cast<uint32_t>(desc0),
+                 desc_hi = static_cast<uint32_t>(desc0 >> 32);
+  // The low word of the current slot's B descriptor (k16 step 0), advanced with cur: kept apart
+  // from cur (a warp-uniform value the compiler can hold in a uniform register).
+  uint32_t desc_lo = desc0_lo;
+  auto issue = [&](int st, const StageFragments<kRowTiles>& frag) {
+    const uint32_t lo = desc_lo;
     wgmma::Fence();  // the fragments were just written
 #pragma unroll
     for (int ks = 0; ks < kBK / 16; ++ks) {
-      const uint64_t db = wgmma::Descriptor(x_base + CoreOffset(0, 2 * ks), 128, kKBlocks * 128);
+      // CoreOffset(0, 2 ks) = 256 ks bytes: 16 ks in the address field.
+      const uint64_t db = (uint64_t{desc_hi} << 32) | (lo + 16u * ks);
 #pragma unroll
       for (int h = 0; h < kRowTiles; ++h) {
         wgmma::WgmmaBf16Rs<kBN>(acc[h], frag[h][ks], db, st > 0 || ks > 0 ? 1 : 0);
@@ -684,26 +754,60 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     off += S::kStageBytes;
     return off == static_cast<uint32_t>(S::kSmemBytes) ? 0u : off;
   };
-  auto step = [&](int i, StageFragments<kRowTiles>& frag) {
-    fp8::CpAsyncWait<kStages - 3>();            // stage i landed (this thread's copies)
-    if (proxy_fence) wgmma::FenceProxyAsync();  // the copies, to the wgmma's async proxy
-    __syncthreads();  // every thread's copies of stage i; stage i - 2 retired everywhere
-    if (i + kStages - 2 < n_stages) load(i + kStages - 2, next_load);
-    fp8::CpAsyncCommit();
-    dequant(i, cur, frag);
-    issue(i, cur, frag);
-    cur = advance(cur);
-    next_load = advance(next_load);
-  };
 #pragma unroll
   for (int st = 0; st < kStages - 2; ++st) {
     if (st < n_stages) load(st, st * S::kStageBytes);
     fp8::CpAsyncCommit();
   }
-  StageFragments<kRowTiles> frag0, frag1;
-  for (int i = 0; i < n_stages; i += 2) {
-    step(i, frag0);
-    step(i + 1, frag1);
+  // Stage 0 and the scale bytes landed (group 0); any scale byte > 128 in the block's rows (rows
+  // past the matrix hold stale bytes and are not looked at) picks the general loop.
+  fp8::CpAsyncWait<kStages - 3>();
+  __syncthreads();
+  bool big_scale = false;
+  if (tid < kBM && v0 + tid < n_rows) {
+    const auto* row = reinterpret_cast<const uint32_t*>(scales + tid * kblocks);
+    for (int64_t b = 0; b < kblocks / 4; ++b) big_scale |= __vcmpgtu4(row[b], 0x80808080u) != 0;
+  }
+  const bool general = __syncthreads_or(big_scale) != 0;
+
+  auto run = [&](auto general_tag) {
+    constexpr bool kGeneral = decltype(general_tag)::value;
+    StageFragments<kRowTiles> frag0, frag1;
+    uint32_t sw[kRowTiles][2];  // fast loop: scale bytes of the stage pair
+    auto step = [&](int i, auto parity, StageFragments<kRowTiles>& frag) {
+      fp8::CpAsyncWait<kStages - 3>();  // stage i landed (this thread's copies)
+      wgmma::FenceProxyAsync();         // the copies, to the wgmma's async proxy
+      __syncthreads();  // every thread's copies of stage i; stage i - 2 retired everywhere
+      if (i + kStages - 2 < n_stages) load(i + kStages - 2, next_load);
+      fp8::CpAsyncCommit();
+      if constexpr (kGeneral) {
+        dequant_general(i, cur, frag);
+      } else {
+        if constexpr (decltype(parity)::value == 0) {  // i even: 4-byte aligned
+#pragma unroll
+          for (int h = 0; h < kRowTiles; ++h) {
+            const char* row_g = smem + scale_off[h] + 2 * i;
+            sw[h][0] = *reinterpret_cast<const uint32_t*>(row_g);
+            sw[h][1] = *reinterpret_cast<const uint32_t*>(row_g + scale_rows8);
+          }
+        }
+        dequant_fast(cur, sw, parity, frag);
+      }
+      issue(i, frag);
+      cur = advance(cur);
+      next_load = advance(next_load);
+      desc_lo += S::kStageBytes / 16;
+      if (desc_lo == desc0_lo + S::kSmemBytes / 16) desc_lo = desc0_lo;
+    };
+    for (int i = 0; i < n_stages; i += 2) {
+      step(i, std::integral_constant<int, 0>{}, frag0);
+      step(i + 1, std::integral_constant<int, 1>{}, frag1);
+    }
+  };
+  if (general) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
   }
   wgmma::WaitGroup<0>();
   fp8::CpAsyncWait<0>();
@@ -721,8 +825,7 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
 }
 
 template <int kBN, int kRowTiles>
-cudaError_t LaunchRsGemm(const GemmArgs& a, bool proxy_fence, int64_t max_items,
-                         cudaStream_t stream) {
+cudaError_t LaunchRsGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   using S = RsShape<kBN, kRowTiles>;
   const int64_t K = a.up ? a.D : a.I;
   const int smem = S::kSmemBytes + static_cast<int>(kBM * (K / 32));
@@ -731,7 +834,7 @@ cudaError_t LaunchRsGemm(const GemmArgs& a, bool proxy_fence, int64_t max_items,
   const int64_t rows = a.up ? 2 * a.I : a.D;
   const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
   return pdl::Launch(ExpertGemmRsKernel<kBN, kRowTiles>, grid, S::kThreads,
-                     static_cast<size_t>(smem), stream, a, proxy_fence);
+                     static_cast<size_t>(smem), stream, a);
 }
 
 template <int kBN>
@@ -755,14 +858,13 @@ cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_
     if (bn == 96) return LaunchSsGemm<96>(a, max_items, stream);
     return LaunchSsGemm<128>(a, max_items, stream);
   }
-  const bool fence = v == WgmmaVariant::kRs || v == WgmmaVariant::kRs2;
-  if (v == WgmmaVariant::kRs2 || v == WgmmaVariant::kRs2NoFence) {  // PickWgmmaVariant: bn <= 96
-    if (bn == 64) return LaunchRsGemm<64, 2>(a, fence, max_items, stream);
-    return LaunchRsGemm<96, 2>(a, fence, max_items, stream);
+  if (v == WgmmaVariant::kRs2) {  // PickWgmmaVariant: bn <= 96
+    if (bn == 64) return LaunchRsGemm<64, 2>(a, max_items, stream);
+    return LaunchRsGemm<96, 2>(a, max_items, stream);
   }
-  if (bn == 64) return LaunchRsGemm<64, 1>(a, fence, max_items, stream);
-  if (bn == 96) return LaunchRsGemm<96, 1>(a, fence, max_items, stream);
-  return LaunchRsGemm<128, 1>(a, fence, max_items, stream);
+  if (bn == 64) return LaunchRsGemm<64, 1>(a, max_items, stream);
+  if (bn == 96) return LaunchRsGemm<96, 1>(a, max_items, stream);
+  return LaunchRsGemm<128, 1>(a, max_items, stream);
 }
 
 // SetWgmmaVariantOverride's variant + 1 (0: none).
@@ -782,8 +884,6 @@ constexpr NamedVariant kVariantNames[] = {
     {"ss", WgmmaVariant::kSs},
     {"rs", WgmmaVariant::kRs},
     {"rs2", WgmmaVariant::kRs2},
-    {"rs-nofence", WgmmaVariant::kRsNoFence},
-    {"rs2-nofence", WgmmaVariant::kRs2NoFence},
 };
 
 }  // namespace
@@ -812,7 +912,6 @@ WgmmaVariant PickWgmmaVariant(int bn) {
   const WgmmaVariant v = forced > 0 ? static_cast<WgmmaVariant>(forced - 1)
                                     : ParseWgmmaVariant(std::getenv(kWgmmaVariantEnv));
   if (bn > 96 && v == WgmmaVariant::kRs2) return WgmmaVariant::kRs;
-  if (bn > 96 && v == WgmmaVariant::kRs2NoFence) return WgmmaVariant::kRsNoFence;
   return v;
 }
 

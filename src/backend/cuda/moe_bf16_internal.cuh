@@ -39,16 +39,14 @@ struct GemmArgs {
 // memory; ExpertGemmBf16Kernel). kRs: every thread dequantises its wgmma A fragment straight into
 // registers (wgmma RS form; ExpertGemmRsKernel, one m64 row tile per warpgroup, 4 warpgroups).
 // kRs2: the RS kernel with two m64 row tiles per warpgroup (2 warpgroups), items of <= 96 pairs
-// only (wider items take kRs). kRsNoFence / kRs2NoFence (experiment): kRs / kRs2 without the
-// per-stage fence.proxy.async between the cp.async copies of the activations and the wgmma that
-// reads them (the PTX memory model asks for it; CUTLASS's cp.async GMMA mainloops go without;
-// it compiles to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S). Every variant gives the same bits: each
-// output is the same chain of wgmma k16 steps over the same products (the A fragments hold the
-// values the SS tile holds).
-enum class WgmmaVariant { kSs, kRs, kRs2, kRsNoFence, kRs2NoFence };
+// only (wider items take kRs). Every variant gives the same bits: each output is the same chain
+// of wgmma k16 steps over the same products (the A fragments hold the values the SS tile holds).
+// (Session 12 also had "rs-nofence" / "rs2-nofence", without the per-stage proxy fence: no gain
+// on the H200, removed.)
+enum class WgmmaVariant { kSs, kRs, kRs2 };
 
-// The environment variable that selects a variant by name for every launch ("ss", "rs", "rs2",
-// "rs-nofence", "rs2-nofence"; read on every call; unset, empty or unknown: kRs).
+// The environment variable that selects a variant by name for every launch ("ss", "rs", "rs2";
+// read on every call; unset, empty or unknown: kRs).
 inline constexpr const char* kWgmmaVariantEnv = "DEEPINFER_EXPERTS_WGMMA";
 
 // The variant called `name` (null, empty or unknown: kRs).
@@ -60,7 +58,7 @@ const char* WgmmaVariantName(WgmmaVariant v);
 void SetWgmmaVariantOverride(const WgmmaVariant* v);
 
 // The variant a wgmma launch over items of bn pairs (64, 96 or 128) uses: the override, else the
-// environment; kRs2 (kRs2NoFence) at bn 128 gives kRs (kRsNoFence).
+// environment; kRs2 at bn 128 gives kRs.
 WgmmaVariant PickWgmmaVariant(int bn);
 
 // Items of at most this many pairs run on the streaming kernel (1, 2 or 4 token tiles of 8).
