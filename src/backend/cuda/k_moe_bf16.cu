@@ -25,8 +25,8 @@
 // kDirectMaxPairs pairs (B <= 2 at k = 6) the quantisation kernel writes one item per pair
 // and the two grouping launches are skipped.
 //
-// Launches: every kernel of the path (quantisation, SwiGLU, both GEMM kernels) is launched as a
-// programmatic dependent (pdl.cuh) and calls pdl::WaitThenAllowNext() first.
+// Launches: every kernel of the path is a programmatic dependent (pdl.cuh; WaitThenAllowNext
+// first).
 //
 // K order. Each group of 8 consecutive K values is stored permuted as 0 4 1 5 2 6 3 7 on
 // both sides (weights by the dequantisation, which pairs nibbles k and k + 4 of a 32-bit
@@ -48,55 +48,48 @@
 //   __syncthreads, then four warpgroups (64 rows each) run wgmma m64nBNk16 with both operands
 //   from shared memory; stage i's MMAs run while stage i + 1 is dequantised into the other tile.
 // - RS (ExpertGemmRsKernel, default "rs"; session 12): the dequantised weights never touch shared
-//   memory. Lane (g, t) of warp w of a warpgroup reads the raw bytes of its fragment rows 16 w + g
-//   and + 8 from the ring (16-byte loads, broadcast in the quad, RawOffset's half swap keeps the 8
-//   rows of a load on distinct banks) and dequantises pair t of each 32-bit word (with the 0 4 1 5
-//   2 6 3 7 storage, pair t of group q is logical k 2t, 2t + 1 of that group) into the wgmma A
-//   fragment registers (wgmma_bf16.cuh). Fragments are double-buffered: iteration i waits for
-//   stage i's copies, __syncthreads, refills the slot of stage i - 2 (retired everywhere: each
-//   thread passed wait_group 1 of iteration i - 1), dequantises stage i into buffer i % 2 while
-//   stage i - 1's wgmmas run, issues stage i's 4 k16 wgmmas, commit, wait_group 1. Ring of 8 / 7 /
-//   6 slots at BN 64 / 96 / 128. "rs2": the same kernel with two m64 row tiles per warpgroup (2
-//   warpgroups of 128 rows; items of <= 96 pairs): half the activation (B) shared-memory reads per
-//   weight, half the warps. "rs-nofence" / "rs2-nofence" (experiment): without the per-stage
-//   fence.proxy.async (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in SASS) between the cp.async
-//   activation copies and the wgmma reading them; if a MEMBAR waits for this thread's younger
-//   cp.async groups, it drains the ring every stage (a memory round trip per stage: a candidate
-//   for the SS kernel's unexplained ~1.6 us per stage, which fences likewise).
-// Expected cost per 64-value stage of a block (BN = 96; H200 ~2048 bf16 MAC / clock / SM):
-//   MMA: 16 x m64n96k16 = 1.57 M MAC = ~770 tensor cycles (BN 64: ~510, BN 128: ~1020).
-//   Shared memory: SS writes the 8 KiB raw + 12 KiB activations (cp.async), reads 8 KiB raw,
-//   writes and re-reads a 32 KiB bf16 tile, and the 4 warpgroups read the 12 KiB of B each
-//   (48 KiB): ~140 KiB, ~1100 cycles at 128 B / clock. RS drops the tile (64 KiB): ~76 KiB, ~600
-//   cycles; rs2 reads B twice instead of 4 times: ~52 KiB, ~410 cycles.
-//   Issue (sm_90a SASS of the RS loop, fast path, per warp and stage): ~190 instructions: the
-//   dequantisation ~100 (16 bf16x2 pairs x SHF + LOP3 + IMAD + LOP3 + HMUL2, 4 LDS.128 + 2
-//   LDS.U16 and the scale factors), the ring copies ~35, barrier, fences, waits, descriptors and
-//   4 HGMMA ~55; scale bytes > 128 add a warp-uniform branch of 16 HMUL2. 16 warps on 4
-//   schedulers: ~760 issue cycles per stage, about the MMA time: the two should overlap (the
-//   tensor core runs stage i - 1 while the warps dequantise stage i).
-//   Registers (ptxas sm_90a, launch bound 1 block per SM): SS 71 / 95 / 117 at BN 64 / 96 / 128;
-//   RS 105 / 127 / 128 (BN 128: 24 bytes spilled, 2 L1 reloads of copy addresses per two stages);
-//   rs2 194 / 229 (256 threads), no spills (the nofence variants: the same kernels).
-// MEASURED (RS, rs2): to be measured.
+//   memory. Lane (g, t) of a warp reads the raw bytes of its fragment rows g and g + 8 from the
+//   ring (16-byte loads, broadcast in the quad; RawOffset's half swap keeps 8 rows on distinct
+//   banks) and dequantises pair t of each word (with the 0 4 1 5 2 6 3 7 storage, logical k 2t,
+//   2t + 1 of the group) into the wgmma A fragment registers; fragments double-buffered, so stage
+//   i is dequantised while stage i - 1's wgmmas run. Ring of 8 / 7 / 6 slots at BN 64 / 96 / 128.
+//   "rs2": two m64 row tiles per warpgroup (2 warpgroups; items <= 96 pairs), half the B reads.
+//   (rs-nofence / rs2-nofence, without the per-stage proxy fence, measured no gain: removed.)
+// Per 64-value stage of a block at BN 96: MMA ~770 tensor cycles (2048 bf16 MAC / clock / SM; BN 64
+// ~510, 128 ~1020); shared memory SS ~140 KiB, RS ~76 KiB, rs2 ~52 KiB (128 B / clock).
+// MEASURED (run 106, ncu, 4096-token prefill, 4-layer bench checkpoint): RoutedExperts per layer
+// SS 10.6 ms, RS (the session-12 morning loop) 8.3-8.4 ms (206 TFLOP/s), rs2 9.1 ms. Up GEMM
+// (RS<96, 1>) 5.04 ms: 2.03 G warp instructions = ~209 per warp per stage, issue active 43% of
+// scheduler cycles: issue-bound (time = instructions / (0.43 x 4 x 132)).
+// SASS of the RS<96, 1> loop (sm_90a, cuobjdump -sass; warp instructions per stage = static count
+// of the two-stage loop body / 2; the morning loop's 216 include its S > 128 branch, 21 that the
+// common path skips: ~195 executed), morning -> now (the fast loop: every scale byte <= 128):
+//   dequant bits (SHF, LOP3, IMAD x 0x1040, LOP3 per pair) 64 -> 64; HMUL2 32 -> 16 (the second
+//   multiply only in the general loop); scale factors + the S > 128 test 32.5 -> 4 (PRMT + LEA per
+//   row give both halves' factors, HMUL2 .H0_H0 / .H1_H1; one LDS.32 per row per two stages);
+//   LDS 6 -> 5; wgmma, descriptors, ring offsets 38.5 -> 14.5 (descriptor low word by adds);
+//   address, loop, predicates 18.5 -> 32.5 (copy sources, LDS addresses, descriptor words now in
+//   R registers); cp.async, barrier, waits, proxy fence 8 -> 8.5; NOPs (@!PT LDS before MEMBAR /
+//   LDGSTS) 10 -> 10; branches (load guard, BN 96's third copy) 6.5 -> 4.5. Total 216 -> 159.
+// BN 64: 207 -> 153; BN 128: 223 -> 154 (3 local-memory accesses per stage: the 64 accumulators
+// and 32 fragment registers leave too few of 128); rs2 (per warp-stage of 2 row tiles) at BN 96 /
+// 64: 386 / 370 -> 253 / 256. Registers (ptxas): RS 111 / 128 / 128 at BN 64 / 96 / 128 (BN 128:
+// 52 bytes spilled), rs2 185 / 224, SS 71 / 95 / 117; no other spills.
+// Left: the dequantisation (80 of 159), at its floor for this K order, 4 ALU + 1 HMUL2 per pair
+// (the sign moves 12 bits and e1 e0 m 6: a clean nibble (LOP3), IMAD x 0x1040, LOP3; lane t's
+// nibbles sit 4t bits up: SHF, since lanes 2 and 3 need a right shift that no IMAD gives). Next:
+// a 64-value stage permutation of the activations (quantisation kernels, SS store) in which lane
+// t owns words 2t, 2t + 1 of its rows: compile-time nibble positions (~3.25 ALU per pair), one
+// LDS.64 per row and one scale byte per row and stage: ~145 per stage.
+// MEASURED (this loop): to be measured.
 //
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
 // per expert): 1.74 TFLOP per layer; every expert's 18.8 MB read once per item (7.2 GB,
 // 1.6 ms at 4.5 TB/s); ~2-3 ms per layer at the bf16 tensor rate.
 // MEASURED (SS; H200, session 6; RoutedExperts of a 4096-token prefill, 4 layers): 62 ms with the
-// FP8 tile; with the SS kernel 44.7-47 ms in every variant tried: mma.sync with 8 or 4 warps
-// (ncu: shared-memory pipe 75%, tensor 52%), 64/96/128-wide items, double-buffered
-// dequantisation, wgmma with two warpgroups of 128 rows, scales loaded once (ncu had counted
-// 44% excess sectors from per-stage 4-byte scale copies), four warpgroups (16 warps per SM:
-// 45.6 ms), the L2 prefetch on the weight copies (45.3 ms). ~10.9 ms per layer in the two
-// GEMMs, ~1.6 us per 64-value stage of a block whatever the MMA work, ~170 TFLOP/s of useful
-// work. ncu stall reasons (two-warpgroup wgmma kernel), cycles per issued instruction: long
-// scoreboard 1.21, short scoreboard (the dequantisation's shared loads) 1.16, barrier 0.90,
-// wait 0.69, dispatch 0.48, math throttle 0.33; wgmma 0: the tensor cores wait for operands.
-// The bound is not understood yet (neither MMA work, warp count, shared-memory traffic nor
-// the weight access pattern moved it). Next: a warp-specialised pipeline (producer warps
-// dequantising several stages ahead behind mbarriers, consumer warpgroups issuing wgmma) and
-// a per-stage timeline (clock64 stamps) to find the serialising step.
+// FP8 tile, 44.7-47 ms with the SS kernel in every variant tried (mma.sync, 64/96/128-wide items,
+// two or four warpgroups, scales loaded once, the L2 prefetch): ~1.6 us per 64-value stage of a
+// block whatever the MMA work, ~170 TFLOP/s of useful work (history: git log of this file).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -299,18 +292,6 @@ __host__ __device__ constexpr uint32_t CoreOffset(int r, int kb) {
   return static_cast<uint32_t>(((r / 8) * kKBlocks + kb) * 128 + (r % 8) * 16);
 }
 
-// Shared-memory slices of ring slot `slot`.
-struct StageSmem {
-  uint8_t* w;
-  uint16_t* x;
-};
-
-template <int kBN>
-__device__ __forceinline__ StageSmem SlotAt(char* smem, int slot) {
-  char* base = smem + slot * Shape<kBN>::kStageBytes;
-  return {reinterpret_cast<uint8_t*>(base), reinterpret_cast<uint16_t*>(base + kWRawBytes)};
-}
-
 template <int kBN>
 __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs a) {
   pdl::WaitThenAllowNext();
@@ -399,12 +380,12 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   // Dequantises stage st (in ring slot st % kStages) into bf16 tile st % 2: the thread's
   // copied chunks, 32 weights each (row c / 2, K half c % 2: one scale block).
   auto dequant = [&](int st) {
-    const StageSmem raw = SlotAt<kBN>(smem, st % kStages);
+    const char* raw_w = smem + (st % kStages) * S::kStageBytes;  // the slot's e2m1 bytes
     char* tile = reinterpret_cast<char*>(a_tiles) + (st % 2) * kABytes;
 #pragma unroll
     for (int j = 0; j < kWChunksPerThread; ++j) {
       const int c = tid + j * kGemmThreads, r = c / 2, h = c % 2;
-      const uint4 w = *reinterpret_cast<const uint4*>(raw.w + c * 16);
+      const uint4 w = *reinterpret_cast<const uint4*>(raw_w + c * 16);
       const uint32_t scale = scales[r * kblocks + 2 * st + h];
       DequantE2m1x32(w, scale, reinterpret_cast<uint16_t*>(tile + CoreOffset(r, 4 * h)), 64);
     }
@@ -505,8 +486,7 @@ __device__ __forceinline__ uint32_t PickPairBits(uint32_t w, uint32_t shift) {
 }
 
 // DequantE2m1x32's factors of scale byte S as bf16x2: f1 = 2^(S - 1) (2^126 when S > 128) and
-// f2 = 2^(S - 127) when S > 128, else 1.0 (multiplying by 1 is exact, so a warp takes the
-// second multiply for all its lanes when any lane needs it).
+// f2 = 2^(S - 127) when S > 128, else 1.0 (exact: the general loop multiplies by both).
 struct ScaleFactors {
   uint32_t f1, f2;
 };
@@ -521,12 +501,32 @@ __device__ __forceinline__ ScaleFactors FactorsOf(uint32_t S) {
 template <int kRowTiles>
 using StageFragments = uint32_t[kRowTiles][kBK / 16][4];
 
-// The fast path's factor (every scale byte of the block <= 128): FactorsOf(S).f1 = 2^(S - 1) as
-// bf16x2 for byte b (0..3) of the scale word w: the byte spread to bytes 0 and 2 (one PRMT),
-// times 128 plus 126 << 7 in each half (one IMAD; S + 126 <= 254 stays in the exponent field).
-__device__ __forceinline__ uint32_t FastFactor(uint32_t w, int b) {
-  const uint32_t spread = __byte_perm(w, 0u, static_cast<uint32_t>(b | 4 << 4 | b << 8 | 4 << 12));
+// The fast loop's factors (every scale byte of the block <= 128): FactorsOf(S).f1 = 2^(S - 1) of
+// bytes b (low half) and b + 1 (high half) of the scale word w: the two bytes spread to bytes 0
+// and 2 (one PRMT), times 128 plus 126 << 7 in each half (one LEA; S + 126 <= 254 stays in the
+// exponent field).
+__device__ __forceinline__ uint32_t FastFactorPair(uint32_t w, int b) {
+  const uint32_t spread =
+      __byte_perm(w, 0u, static_cast<uint32_t>(b | 4 << 4 | (b + 1) << 8 | 4 << 12));
   return spread * 128u + 0x3F003F00u;
+}
+// a * (the low (kHigh false) or high half of pair, in both halves): bf16x2 multiply by a
+// broadcast half (HMUL2 with an .H0_H0 / .H1_H1 operand).
+template <bool kHigh>
+__device__ __forceinline__ uint32_t MulBf16x2ByHalf(uint32_t a, uint32_t pair) {
+  uint32_t d;
+  if constexpr (kHigh) {
+    asm("{\n.reg .b16 lo, hi;\n.reg .b32 b;\nmov.b32 {lo, hi}, %2;\nmov.b32 b, {hi, hi};\n"
+        "mul.rn.bf16x2 %0, %1, b;\n}\n"
+        : "=r"(d)
+        : "r"(a), "r"(pair));
+  } else {
+    asm("{\n.reg .b16 lo, hi;\n.reg .b32 b;\nmov.b32 {lo, hi}, %2;\nmov.b32 b, {lo, lo};\n"
+        "mul.rn.bf16x2 %0, %1, b;\n}\n"
+        : "=r"(d)
+        : "r"(a), "r"(pair));
+  }
+  return d;
 }
 
 // cp.async of 16 bytes that reads src_bytes of them: 16, or 0 (nothing read, the 16 shared bytes
@@ -553,22 +553,14 @@ __device__ __forceinline__ void CpAsync16FillIf(bool exists, uint32_t smem_addr,
 }
 
 // Register-A expert GEMM (same items, arguments, activation layout and outputs as
-// ExpertGemmBf16Kernel; the same bits). Per 64-value stage each lane (g, t) of warp w of
-// warpgroup wg reads the raw 32 bytes of its rows 64 (kRowTiles wg + h) + 16 w + g (+ 8) from
-// the ring (16-byte loads, the quad's 4 lanes broadcast), dequantises pair t of each of the 8
-// words (word q = natural values 8q .. 8q + 7; with the 0 4 1 5 2 6 3 7 storage, pair t is the
-// logical k 2t, 2t + 1 of group q) times the row's block scale into the A fragment of k16
-// step q / 2 (register 0/1 for even q, 2/3 for odd q), and issues the stage's wgmmas with B
-// (activations) from the ring as in the SS kernel.
-// Pipeline, iteration i: wait for stage i's copies, barrier, refill the slot of stage i - 2
-// (every thread passed wait_group 1 of iteration i - 1: stage i - 2's wgmmas are done in every
-// warpgroup), dequantise stage i into fragment buffer i % 2 (stage i - 1's wgmmas, reading the
-// other buffer, still run), issue stage i's wgmmas, wait until only they are pending.
-// Two copies of the loop, chosen once per block after the scale bytes landed: the fast one when
-// every scale byte of the block's rows is <= 128 (real checkpoints): one multiply per pair, the
-// factors from one 4-byte scale load per row per two stages (FastFactor); the general one (any
-// byte > 128): per stage 2-byte scale loads, FactorsOf and two multiplies per pair (f2 = 1.0
-// where S <= 128: exact, the same bits).
+// ExpertGemmBf16Kernel; the same bits; the top comment describes the fragments). Iteration i:
+// wait for stage i's copies, barrier, refill the slot of stage i - 2 (every thread passed
+// wait_group 1 of iteration i - 1: its wgmmas are done in every warpgroup), dequantise stage i
+// into fragment buffer i % 2 (stage i - 1's wgmmas still read the other), issue stage i's
+// wgmmas, wait until only they are pending. Two copies of the loop, chosen once per block after
+// the scale bytes landed: the fast one when every scale byte of the block's rows is <= 128 (real
+// checkpoints; one multiply per pair, FastFactorPair), else the general one (per stage 2-byte
+// scale loads, FactorsOf, two multiplies per pair: f2 = 1.0 where S <= 128, exact).
 template <int kBN, int kRowTiles>
 __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     ExpertGemmRsKernel(GemmArgs a) {
@@ -684,15 +676,16 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     for (int h = 0; h < kRowTiles; ++h) {
 #pragma unroll
       for (int sel = 0; sel < 2; ++sel) {
+        const uint32_t f_pair = FastFactorPair(sw[h][sel], 2 * kP);  // halves 0 and 1
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const uint32_t f1 = FastFactor(sw[h][sel], 2 * kP + half);
           const uint4 raw16 = *reinterpret_cast<const uint4*>(raw + raw_off[h][half] + 256 * sel);
           const uint32_t* w = &raw16.x;
 #pragma unroll
           for (int j = 0; j < 4; ++j) {  // word q = 4 half + j: k16 step q / 2
+            const uint32_t bits = PickPairBits(w[j], pick_shift);
             frag[h][2 * half + j / 2][2 * (j % 2) + sel] =
-                MulBf16x2(PickPairBits(w[j], pick_shift), f1);
+                half ? MulBf16x2ByHalf<true>(bits, f_pair) : MulBf16x2ByHalf<false>(bits, f_pair);
           }
         }
       }
