@@ -373,9 +373,10 @@ class CudaWgmmaVariantTest : public CudaFp8ExpertsTest {
 };
 
 // Short K (4 and 6 stages: the ring never wraps), 16 experts: T 7 and 101 (items of 64 pairs),
-// 203 (96), 601 (128), scale bytes on both dequantisation branches (S <= 128 and S > 128).
+// 203 (96), 601 (128), scale bytes on both dequantisation branches (S <= 128 and S > 128) and
+// up to exactly 128 (the RS kernel's fast loop at its largest factor, 2^127).
 TEST_F(CudaWgmmaVariantTest, ShortKAllItemWidths) {
-  for (const auto& [lo, hi] : {std::pair{118, 124}, std::pair{100, 140}}) {
+  for (const auto& [lo, hi] : {std::pair{118, 124}, std::pair{100, 140}, std::pair{123, 128}}) {
     const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384, lo, hi);
     for (int64_t T : {7, 101, 203, 601}) {
       SCOPED_TRACE(::testing::Message() << "scales " << lo << ".." << hi << " T " << T);
