@@ -721,8 +721,8 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
   const uint64_t desc0 = wgmma::Descriptor(smem_base + kWRawBytes, 128, kKBlocks * 128);
   const uint32_t desc0_lo = static_cast<uint32_t>(desc0),
                  desc_hi = static_cast<uint32_t>(desc0 >> 32);
-  // The low word of the current slot's B descriptor (k16 step 0), advanced with cur: kept apart
-  // from cur (a warp-uniform value the compiler can hold in a uniform register).
+  // The low word of the current slot's B descriptor (k16 step 0), advanced like cur (ptxas keeps
+  // it in a vector register either way: an R2UR per wgmma).
   uint32_t desc_lo = desc0_lo;
   auto issue = [&](int st, const StageFragments<kRowTiles>& frag) {
     const uint32_t lo = desc_lo;
