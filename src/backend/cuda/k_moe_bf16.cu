@@ -80,7 +80,8 @@
 // nibbles sit 4t bits up: SHF, since lanes 2 and 3 need a right shift that no IMAD gives). Next:
 // a 64-value stage permutation of the activations (quantisation kernels, SS store) in which lane
 // t owns words 2t, 2t + 1 of its rows: compile-time nibble positions (~3.25 ALU per pair), one
-// LDS.64 per row and one scale byte per row and stage: ~145 per stage.
+// LDS.64 per row and one scale byte per row and stage. A prototype of its RS fast loop (SASS
+// only, the activations not reordered) counted 144 per stage at BN 96 (64, 128: 135; rs2 222).
 // MEASURED (this loop): to be measured.
 //
 // Roofline (V4.1-Flash, T = 4096, k = 6, 384 experts of [2304, 5120] x 3 MXFP4: ~64 pairs
