@@ -54,8 +54,7 @@ TEST_F(CudaFp8Test, QuantizeBf16MatchesFakeQuantBitwise) {
   struct Case {
     int64_t T, K, ldx;
   };
-  // Several blocks per warp and step (kQuantUnroll): partial last steps (3 and 21 blocks),
-  // an odd row stride, and the wide rows of wo_a at prefill (32,768 values).
+  // Also an odd row stride and the wide rows of wo_a at prefill (32,768 values).
   for (const Case c : {Case{1, 32, 32}, Case{3, 32, 40}, Case{37, 256, 300}, Case{5, 5120, 5120},
                        Case{7, 96, 97}, Case{34, 32768, 32768}}) {
     SCOPED_TRACE(::testing::Message() << "T " << c.T << " K " << c.K << " ldx " << c.ldx);

@@ -237,29 +237,6 @@ __device__ __forceinline__ void StoreQuantizedBlock(float v, uint8_t* q_block, f
   if (lane == 0) *scale = s;
 }
 
-// A grid-stride loop over 32-value blocks, one warp per block and lane l holding value l,
-// that takes kUnroll consecutive blocks per warp and step and issues their loads before their
-// bodies: a warp then has kUnroll 128-byte loads in flight instead of one (one per step ran
-// the activation quantisations at ~1 TB/s). load(b) returns this lane's value of block b;
-// body(b, v) consumes it (called by every lane of the warp, blocks in ascending order; blocks
-// >= n_blocks are skipped warp-uniformly). Launch with WarpPerBlockGrid(ceil(n_blocks /
-// kUnroll)) blocks of 256 threads (any grid is correct).
-template <int kUnroll, class Load, class Body>
-__device__ __forceinline__ void ForEachWarpBlock(int64_t n_blocks, Load load, Body body) {
-  const int64_t warps_per_block = blockDim.x / 32;
-  const int64_t warps = int64_t{gridDim.x} * warps_per_block;
-  const int64_t warp = blockIdx.x * warps_per_block + threadIdx.x / 32;
-  for (int64_t first = warp * kUnroll; first < n_blocks; first += warps * kUnroll) {
-    float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = first + u < n_blocks ? load(first + u) : 0.0f;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (first + u < n_blocks) body(first + u, v[u]);
-    }
-  }
-}
-
 // Warps (one per 32-value block, grid-stride) of 256-thread blocks: a grid for n_blocks.
 inline unsigned WarpPerBlockGrid(int64_t n_blocks) {
   const int64_t blocks = (n_blocks + 7) / 8;

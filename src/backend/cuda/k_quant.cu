@@ -172,27 +172,22 @@ __global__ void SplitBf16Kernel(const float* x, int64_t T, int64_t K, int64_t ld
   }
 }
 
-// One warp per 32-value block (grid-stride, kQuantUnroll blocks per warp and step: see
-// fp8::ForEachWarpBlock), lane l holding value l: the bf16 bits of the block's kFp8Block32Pow2
-// value, decoded from the e4m3 byte QuantizeLaneE4m3 gives the FP8 path (e4m3 value times a
-// power of two: exact in bf16).
-constexpr int kQuantUnroll = 8;
-
+// One warp per 32-value block (grid-stride), lane l holding value l: the bf16 bits of the
+// block's kFp8Block32Pow2 value, decoded from the e4m3 byte QuantizeLaneE4m3 gives the FP8
+// path (e4m3 value times a power of two: exact in bf16).
 __global__ void QuantizeFp8Bf16Kernel(const float* x, int64_t rows, int64_t K, int64_t ldx,
                                       uint16_t* out) {
   pdl::WaitThenAllowNext();
   const int lane = threadIdx.x % 32;
   const int64_t blocks_per_row = K / 32;
-  auto offset = [&](int64_t b, int64_t ld) {
-    return (b / blocks_per_row) * ld + (b % blocks_per_row) * 32 + lane;
-  };
-  fp8::ForEachWarpBlock<kQuantUnroll>(
-      rows * blocks_per_row, [&](int64_t b) { return x[offset(b, ldx)]; },
-      [&](int64_t b, float v) {
-        float scale;
-        const uint8_t byte = fp8::QuantizeLaneE4m3(v, &scale);
-        out[offset(b, K)] = __bfloat16_as_ushort(__float2bfloat16_rn(E4m3ToF32(byte) * scale));
-      });
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  for (int64_t b = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+       b < rows * blocks_per_row; b += warps) {
+    const int64_t row = b / blocks_per_row, col = (b % blocks_per_row) * 32 + lane;
+    float scale;
+    const uint8_t byte = fp8::QuantizeLaneE4m3(x[row * ldx + col], &scale);
+    out[row * K + col] = __bfloat16_as_ushort(__float2bfloat16_rn(E4m3ToF32(byte) * scale));
+  }
 }
 
 __global__ void GatherWeightRowsKernel(DeviceWeight w, const int64_t* ids, int64_t n, float* out) {
@@ -274,10 +269,8 @@ cudaError_t QuantizeFp8ActivationsBf16(const float* x, int64_t rows, int64_t K, 
   if (rows <= 0 || K <= 0) return cudaSuccess;
   if (K % 32 != 0) return cudaErrorInvalidValue;
   static_assert(kThreads == 256, "fp8::WarpPerBlockGrid assumes 256-thread blocks");
-  const int64_t n_blocks = rows * (K / 32);
-  pdl::Launch(QuantizeFp8Bf16Kernel,
-              fp8::WarpPerBlockGrid((n_blocks + kQuantUnroll - 1) / kQuantUnroll), kThreads, 0,
-              stream, x, rows, K, ldx, out);
+  pdl::Launch(QuantizeFp8Bf16Kernel, fp8::WarpPerBlockGrid(rows * (K / 32)), kThreads, 0, stream, x,
+              rows, K, ldx, out);
   return cudaGetLastError();
 }
 
