@@ -32,33 +32,6 @@ using moe_bf16::WgmmaVariant;
 constexpr WgmmaVariant kWgmmaVariants[] = {WgmmaVariant::kSs, WgmmaVariant::kRs,
                                            WgmmaVariant::kRs2};
 
-// Sets (value non-null) or unsets an environment variable for its lifetime (restores the
-// previous value).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* var, const char* value) : var_(var) {
-    if (const char* old = std::getenv(var)) previous_ = old;
-    if (value != nullptr) {
-      setenv(var, value, 1);
-    } else {
-      unsetenv(var);
-    }
-  }
-  ~ScopedEnv() {
-    if (previous_) {
-      setenv(var_, previous_->c_str(), 1);
-    } else {
-      unsetenv(var_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* var_;
-  std::optional<std::string> previous_;
-};
-
 // The streaming kernel switched off: the bf16 path runs its wgmma kernel at every T.
 class WgmmaAtEveryT : public ScopedEnv {
  public:

@@ -27,33 +27,6 @@ namespace moe_bf16 = kernels::moe_bf16;
 
 constexpr const char* kStreamVar = "DEEPINFER_EXPERTS_STREAM_MAX_PAIRS";
 
-// Sets (value non-null) or unsets an environment variable for its lifetime (restores the
-// previous value).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* var, const char* value) : var_(var) {
-    if (const char* old = std::getenv(var)) previous_ = old;
-    if (value != nullptr) {
-      setenv(var, value, 1);
-    } else {
-      unsetenv(var);
-    }
-  }
-  ~ScopedEnv() {
-    if (previous_) {
-      setenv(var_, previous_->c_str(), 1);
-    } else {
-      unsetenv(var_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* var_;
-  std::optional<std::string> previous_;
-};
-
 // Sets DEEPINFER_EXPERTS_STREAM_MAX_PAIRS for its lifetime.
 class StreamMode : public ScopedEnv {
  public:

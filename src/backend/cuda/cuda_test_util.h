@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -89,5 +91,32 @@ std::vector<float> RoutedExpertsReference(cpu::CpuBackend& cpu,
                                           const std::vector<int32_t>& ids,
                                           const std::vector<float>& weights, int64_t k, float limit,
                                           bool fp8_activations);
+
+// Sets (value non-null) or unsets an environment variable for its lifetime (restores the
+// previous value).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* var, const char* value) : var_(var) {
+    if (const char* old = std::getenv(var)) previous_ = old;
+    if (value != nullptr) {
+      setenv(var, value, 1);
+    } else {
+      unsetenv(var);
+    }
+  }
+  ~ScopedEnv() {
+    if (previous_) {
+      setenv(var_, previous_->c_str(), 1);
+    } else {
+      unsetenv(var_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* var_;
+  std::optional<std::string> previous_;
+};
 
 }  // namespace deepinfer::backend::cuda::testing

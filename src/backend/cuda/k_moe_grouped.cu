@@ -341,24 +341,40 @@ __global__ void __launch_bounds__(kThreads, kTileBlocksPerSm) ExpertTileKernel(T
 // --- 4. combine ----------------------------------------------------------------------
 
 // y[t, d] = sum over slots i in order of part[(t*k + i), d]; NaN if a slot's id is out of
-// range. Block (column quads, token t): a thread owns 4 consecutive columns (float4; D % 4 == 0
-// and 16-byte aligned part / y, checked by the launch) and issues the loads of up to
-// kCombineBatch slots before adding them in slot order, so each thread keeps several 16-byte
-// loads in flight (one 4-byte load per slot in turn ran at ~1 TB/s at prefill). The sums are
-// the same fp32 additions in the same order as the scalar kernel: bitwise equal.
+// range. Block (column vectors, token t): a thread owns one V of columns (V = float4 when
+// D % 4 == 0 and part / y are 16-byte aligned, checked by the launch; else float) and issues
+// the loads of up to kCombineBatch slots before adding them in slot order, so it keeps several
+// loads in flight. The sums are the same fp32 additions in slot order whatever V: bitwise.
 constexpr int kCombineBatch = 8;
 
+__device__ __forceinline__ void AddTo(float& a, float b) { a += b; }
+__device__ __forceinline__ void AddTo(float4& a, float4 b) {
+  a.x += b.x;
+  a.y += b.y;
+  a.z += b.z;
+  a.w += b.w;
+}
+template <class V>
+__device__ __forceinline__ V Filled(float v) {
+  if constexpr (sizeof(V) == sizeof(float4)) {
+    return make_float4(v, v, v, v);
+  } else {
+    return v;
+  }
+}
+
+template <class V>
 __global__ void __launch_bounds__(kCombineThreads)
-    CombineSlotsVec4Kernel(const float4* part, const int32_t* experts, int64_t k, int64_t n_experts,
-                           int64_t D4, float4* y) {
+    CombineSlotsKernel(const V* part, const int32_t* experts, int64_t k, int64_t n_experts,
+                       int64_t cols, V* y) {
   pdl::WaitThenAllowNext();
   const int64_t t = blockIdx.y;
   const int64_t d = static_cast<int64_t>(blockIdx.x) * kCombineThreads + threadIdx.x;
-  if (d >= D4) return;
+  if (d >= cols) return;
   bool bad = false;
-  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  V sum = Filled<V>(0.0f);
   for (int64_t i0 = 0; i0 < k; i0 += kCombineBatch) {
-    float4 v[kCombineBatch];
+    V v[kCombineBatch];
     bool ok[kCombineBatch];
 #pragma unroll
     for (int j = 0; j < kCombineBatch; ++j) {
@@ -366,40 +382,14 @@ __global__ void __launch_bounds__(kCombineThreads)
       const int32_t e = i < k ? experts[t * k + i] : 0;
       ok[j] = i < k && e >= 0 && e < n_experts;
       bad = bad || (i < k && !ok[j]);
-      if (ok[j]) v[j] = __ldg(&part[(t * k + i) * D4 + d]);
+      if (ok[j]) v[j] = __ldg(&part[(t * k + i) * cols + d]);
     }
 #pragma unroll
     for (int j = 0; j < kCombineBatch; ++j) {
-      if (!ok[j]) continue;
-      sum.x += v[j].x;
-      sum.y += v[j].y;
-      sum.z += v[j].z;
-      sum.w += v[j].w;
+      if (ok[j]) AddTo(sum, v[j]);
     }
   }
-  const float nan = NaNf();
-  y[t * D4 + d] = bad ? make_float4(nan, nan, nan, nan) : sum;
-}
-
-// The scalar form for D % 4 != 0 or unaligned rows (one column per thread).
-__global__ void __launch_bounds__(kCombineThreads)
-    CombineSlotsKernel(const float* part, const int32_t* experts, int64_t k, int64_t n_experts,
-                       int64_t D, float* y) {
-  pdl::WaitThenAllowNext();
-  const int64_t t = blockIdx.y;
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * kCombineThreads + threadIdx.x;
-  if (d >= D) return;
-  bool bad = false;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < k; ++i) {
-    const int32_t e = experts[t * k + i];
-    if (e < 0 || e >= n_experts) {
-      bad = true;
-    } else {
-      sum += part[(t * k + i) * D + d];
-    }
-  }
-  y[t * D + d] = bad ? NaNf() : sum;
+  y[t * cols + d] = bad ? Filled<V>(NaNf()) : sum;
 }
 
 // --- launch helpers ------------------------------------------------------------------
@@ -538,12 +528,12 @@ cudaError_t CombineSlots(const float* part, const int32_t* experts, int64_t T, i
     const dim3 grid(static_cast<unsigned>((cols + kCombineThreads - 1) / kCombineThreads),
                     static_cast<unsigned>(n));
     if (vec4) {
-      pdl::Launch(CombineSlotsVec4Kernel, grid, kCombineThreads, 0, stream,
+      pdl::Launch(CombineSlotsKernel<float4>, grid, kCombineThreads, 0, stream,
                   reinterpret_cast<const float4*>(p), experts + t0 * k, k, n_experts, cols,
                   reinterpret_cast<float4*>(out));
     } else {
-      pdl::Launch(CombineSlotsKernel, grid, kCombineThreads, 0, stream, p, experts + t0 * k, k,
-                  n_experts, D, out);
+      pdl::Launch(CombineSlotsKernel<float>, grid, kCombineThreads, 0, stream, p, experts + t0 * k,
+                  k, n_experts, cols, out);
     }
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
