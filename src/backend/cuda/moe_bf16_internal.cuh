@@ -1,5 +1,6 @@
-// Internal interface between the two GEMM kernels of RoutedExpertsBf16 (kernels_fp8.h): the
-// wgmma tile kernel for wide items (k_moe_bf16.cu) and the weight-streaming kernel for items
+// Internal interface between the GEMM kernels of RoutedExpertsBf16 (kernels_fp8.h) and its host
+// flow (k_moe_bf16.cu): the wgmma tile kernels for wide items (shared-tile SS in k_moe_bf16.cu,
+// register-A RS and the variant picking in k_moe_rs.cu) and the weight-streaming kernel for items
 // of <= 32 pairs (k_moe_stream.cu, stream_mma.cuh). Host-only declarations and constants: the
 // .cu files and the tests (cuda_moe_stream_test.cc: the shape sweep) include it.
 #pragma once
@@ -60,6 +61,12 @@ void SetWgmmaVariantOverride(const WgmmaVariant* v);
 // The variant a wgmma launch over items of bn pairs (64, 96 or 128) uses: the override, else the
 // environment; kRs2 at bn 128 gives kRs.
 WgmmaVariant PickWgmmaVariant(int bn);
+
+// The RS kernel (k_moe_rs.cu) for items of <= bn pairs (bn 64, 96 or 128) with row_tiles m64 row
+// tiles per warpgroup (1: kRs; 2: kRs2, bn <= 96 only); grid y = max_items, items past *n_items
+// exit. Needs the weight rows (2I or D) and K (D or I) multiples of 128, K <= 8192.
+cudaError_t LaunchRsGemm(int bn, int row_tiles, const GemmArgs& a, int64_t max_items,
+                         cudaStream_t stream);
 
 // Items of at most this many pairs run on the streaming kernel (1, 2 or 4 token tiles of 8).
 inline constexpr int kStreamMaxItemPairs = 32;
