@@ -287,9 +287,8 @@ TEST_F(CudaAttentionPrefillTest, BackendDispatch) {
 // Device time per call at the V4.1 prefill shape (64 heads x 512, T = 4096, each token
 // attending the 128 window rows ending at its position and 512 selected entries of 1024:
 // 640 candidates), SparseAttentionPrefill against SparseAttentionMma(bf16_rounded). The
-// outputs must agree to the P rounding of each (~1.1e-3 relative L2 each). Run with
-// --gtest_also_run_disabled_tests
-// --gtest_filter='AttnPrefillBench.*'.
+// outputs must agree to the P rounding of each (~1.1e-3 relative L2 each). Run with:
+//   cuda_backend_test --gtest_also_run_disabled_tests --gtest_filter='AttnPrefillBench.*'
 class AttnPrefillBench : public CudaVsCpuTest {};
 
 TEST_F(AttnPrefillBench, DISABLED_V41Prefill) {

@@ -14,7 +14,6 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -198,7 +197,7 @@ TEST_F(CudaFp8ExpertsTest, Bf16PathMatchesCpuReference) {
 // streaming kernel (which T 8 would take by default) is switched off; cuda_moe_stream_test.cc tests
 // it.
 TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
-  setenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS", "0", 1);
+  const WgmmaAtEveryT wgmma_only;
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
   const int64_t k = 6, T = 600;
   const std::vector<float> x = Normal(T * ex.D, 4.0f);
@@ -211,7 +210,6 @@ TEST_F(CudaFp8ExpertsTest, Bf16PathRowsIndependentOfBatch) {
     ExpectTailsMatchFullRun(ex, x, T, ids, weights, k, {8, 100, 200});
   }
   gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
-  unsetenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS");
 }
 
 // Batch-invariant mode never takes the bf16 path: the FP8 tile's bits at any threshold.
@@ -361,10 +359,14 @@ TEST_F(CudaWgmmaVariantTest, ShortKAllItemWidths) {
 // Long K (18 stages up, 10 down: the ring wraps), a partial 256-row block (D = 1152 rows in the
 // down GEMM), 8 experts: T 41 (items of 64 pairs), 91 (96), 151 (128).
 TEST_F(CudaWgmmaVariantTest, LongKPartialRowBlock) {
-  const Experts ex = MakeExperts(8, WeightFormat::kMxFp4, 1152, 640, 110, 132);
-  for (int64_t T : {41, 91, 151}) {
-    SCOPED_TRACE(::testing::Message() << "T " << T);
-    ExpectVariantsAgree(ex, T, 6);
+  // Scale bytes 110..132 take the RS kernel's general loop (some byte > 128), 118..124 its fast
+  // loop (every byte <= 128: the real checkpoints' case).
+  for (const auto& [lo, hi] : {std::pair{110, 132}, std::pair{118, 124}}) {
+    const Experts ex = MakeExperts(8, WeightFormat::kMxFp4, 1152, 640, lo, hi);
+    for (int64_t T : {41, 91, 151}) {
+      SCOPED_TRACE(::testing::Message() << "scales " << lo << ".." << hi << " T " << T);
+      ExpectVariantsAgree(ex, T, 6);
+    }
   }
 }
 

@@ -2,12 +2,12 @@
 // the contract).
 //
 // MEASURED (H200, AttnPrefillBench.DISABLED_V41Prefill, 64 heads x 512, T = 4096 x 640
-// candidates): 4199 us per call (82 TFLOP/s), against 4525 us (76 TFLOP/s) for the serial
-// kernel it replaced (one block barrier pair per chunk with the conversion between them; the
-// same bits); 4-layer model prefill (FP8 mode) 4k tokens 48.9k -> 49.3k tok/s, 16k tokens
-// 45.5k -> 46.0k tok/s. History: the serial kernel, first measured at 5.2 ms per call
-// (SparseAttentionMma bf16_rounded: 13.3 ms), took the 4-layer prefill's attention from 47 to
-// 16 ms.
+// candidates): 4199-4285 us per call (82-80 TFLOP/s; runs 106 and 106b), against 4525 us (76
+// TFLOP/s, run 106) for the serial kernel it replaced (one block barrier pair per chunk with the
+// conversion between them; the same bits); 4-layer model prefill (FP8 mode, run 106, stdout in
+// bench/gpu/results/2026-12-01-n/run106) 4k tokens 48.9k -> 49.3k tok/s, 16k tokens 45.5k -> 46.0k
+// tok/s. History: the serial kernel, first measured at 5.2 ms per call (SparseAttentionMma
+// bf16_rounded: 13.3 ms), took the 4-layer prefill's attention from 47 to 16 ms.
 //
 // Roofline, DeepSeek-V4.1 prefill (H = 64 heads, D = 512, N = 640 candidates per token = 128
 // window rows + 512 selected entries, T = 4096; H200: ~4.8 TB/s HBM, mma.sync bf16 roughly

@@ -111,7 +111,8 @@ struct Shape {
   static_assert(kBN == 64 || kBN == 96 || kBN == 128, "wgmma m64nBNk16 shapes instantiated");
   static constexpr int kXBytes = kBN * kBK * 2;
   static constexpr int kStageBytes = kWRawBytes + kXBytes;
-  // cp.async ring depth: 4 stages, 3 at BN 128 (two blocks per SM with two bf16 tiles).
+  // cp.async ring depth: 4 stages, 3 at BN 128 (the ring and the two bf16 tiles fit one block
+  // per SM's shared memory).
   static constexpr int kStages = kBN == 128 ? 3 : 4;
   // Ring, two bf16 tiles, then the block's scale bytes (ScaleBytes(K), by launch).
   static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kABytes;
@@ -274,8 +275,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   const int act_div = a.up ? static_cast<int>(a.k) : 1;
   const int m0 = a.up ? 0 : 1, m1 = a.up ? 2 : 1;
 
-  // Copy plan. Weight bytes: thread tid copies the 16-byte chunks c = tid + j * 256 (row
-  // c / 2, half c % 2; j < 2) of every stage and later dequantises exactly them. Scales: all
+  // Copy plan. Weight bytes: thread tid copies the 16-byte chunks c = tid + j * kGemmThreads
+  // (row c / 2, half c % 2; j < kWChunksPerThread = 1) of every stage and later dequantises
+  // exactly them. Scales: all
   // of row tid's at the start (kblocks % 4 == 0 and the scale base 4-byte aligned).
   // Activations: 16-byte chunks of the item's rows.
   const moe_bf16::PartRowOf row_of{part_rows};
@@ -383,9 +385,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
     __syncthreads();
   }
   fp8::CpAsyncWait<0>();
-  // Epilogue (wgmma_bf16.cuh accumulator layout): acc[h][4 j + e] is row 64 (kRowHalves wg + h) +
-  // 16 w + g
-  // (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e); w the warp within warpgroup wg.
+  // Epilogue (wgmma_bf16.cuh accumulator layout): acc[h][4 j + e] is row
+  // 64 (kRowHalves wg + h) + 16 w + g (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e); w the
+  // warp within warpgroup wg.
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
 #pragma unroll
   for (int h = 0; h < kRowHalves; ++h) {

@@ -12,10 +12,13 @@
 //   i is dequantised while stage i - 1's wgmmas run. Ring of 8 / 7 / 6 slots at BN 64 / 96 / 128.
 //   "rs2": two m64 row tiles per warpgroup (2 warpgroups; items <= 96 pairs), half the B reads.
 //   (rs-nofence / rs2-nofence, without the per-stage proxy fence, measured no gain: removed.)
-// MEASURED (run 106, ncu, 4096-token prefill, 4-layer bench checkpoint): RoutedExperts per layer
-// SS 10.6 ms, RS (the session-12 morning loop) 8.3-8.4 ms (206 TFLOP/s), rs2 9.1 ms. Up GEMM
-// (RS<96, 1>) 5.04 ms: 2.03 G warp instructions = ~209 per warp per stage, issue active 43% of
-// scheduler cycles: issue-bound (time = instructions / (0.43 x 4 x 132)).
+// MEASURED (H200). One layer's RoutedExperts at the V4.1 shape (CudaWgmmaVariantTest.
+// DISABLED_Bench), the morning loop (runs 104-105): T 4096 SS 10.6-10.7 ms, RS 8.30-8.44 ms
+// (~206 TFLOP/s of useful work), rs2 9.1 ms. ncu of the 4-layer bench checkpoint's 4096-token
+// prefill (run 106): the up GEMM (RS<96, 1>) 5.04 ms and the down GEMM 2.67 ms (SS: 6.96 and
+// 3.62); the up GEMM ran 2.03 G warp instructions = ~209 per warp per stage, issue active 43% of
+// scheduler cycles; stalls per issued instruction: wait 1.36, mio throttle 1.30, not selected
+// 1.23, barrier 1.16, long scoreboard 0.84, math pipe 0.84, dispatch 0.83.
 // SASS of the RS<96, 1> loop (sm_90a, cuobjdump -sass; warp instructions per stage = static count
 // of the two-stage loop body / 2; the morning loop's 216 include its S > 128 branch, 21 that the
 // common path skips: ~195 executed), morning -> now (the fast loop: every scale byte <= 128):
@@ -37,7 +40,9 @@
 // t owns words 2t, 2t + 1 of its rows: compile-time nibble positions (~3.25 ALU per pair), one
 // LDS.64 per row and one scale byte per row and stage. A prototype of its RS fast loop (SASS
 // only, the activations not reordered) counted 144 per stage at BN 96 (64, 128: 135; rs2 222).
-// MEASURED (this loop): to be measured.
+// MEASURED (this loop, DISABLED_Bench, runs 107 and 111): T 1024 6.11 ms (SS 7.98), T 4096
+// 8.15 ms (SS 10.69; ~2% better than the morning loop), T 8192 15.30 ms (SS 17.41): 159
+// instructions per stage instead of 216 bought little, so instruction count is not the only bound.
 // (History before this file was split from k_moe_bf16.cu: git log of k_moe_bf16.cu.)
 #include <cuda_runtime.h>
 
@@ -452,13 +457,16 @@ namespace moe_bf16 {
 
 cudaError_t LaunchRsGemm(int bn, int row_tiles, const GemmArgs& a, int64_t max_items,
                          cudaStream_t stream) {
-  if (row_tiles == 2) {  // PickWgmmaVariant: bn <= 96
+  if (row_tiles == 2) {  // two row tiles exist for items of <= 96 pairs only
     if (bn == 64) return LaunchRs<64, 2>(a, max_items, stream);
-    return LaunchRs<96, 2>(a, max_items, stream);
+    if (bn == 96) return LaunchRs<96, 2>(a, max_items, stream);
+    return cudaErrorInvalidValue;
   }
+  if (row_tiles != 1) return cudaErrorInvalidValue;
   if (bn == 64) return LaunchRs<64, 1>(a, max_items, stream);
   if (bn == 96) return LaunchRs<96, 1>(a, max_items, stream);
-  return LaunchRs<128, 1>(a, max_items, stream);
+  if (bn == 128) return LaunchRs<128, 1>(a, max_items, stream);
+  return cudaErrorInvalidValue;
 }
 
 namespace {

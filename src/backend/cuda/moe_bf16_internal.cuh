@@ -2,7 +2,8 @@
 // flow (k_moe_bf16.cu): the wgmma tile kernels for wide items (shared-tile SS in k_moe_bf16.cu,
 // register-A RS and the variant picking in k_moe_rs.cu) and the weight-streaming kernel for items
 // of <= 32 pairs (k_moe_stream.cu, stream_mma.cuh). Host-only declarations and constants: the
-// .cu files and the tests (cuda_moe_stream_test.cc: the shape sweep) include it.
+// .cu files and the tests (cuda_moe_stream_test.cc: the shape sweep; cuda_fp8_experts_test.cc:
+// the wgmma variants) include it.
 #pragma once
 
 #include <cuda_runtime.h>

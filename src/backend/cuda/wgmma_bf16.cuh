@@ -1,6 +1,6 @@
 // wgmma (Hopper warpgroup MMA) wrappers for bf16 x bf16 -> fp32, K-major, no swizzle
-// (k_moe_bf16.cu): both operands in shared memory (SS, WgmmaBf16) or A in registers and B in
-// shared memory (RS, WgmmaBf16Rs). Include from .cu files only; sm_90a.
+// (k_moe_bf16.cu, k_moe_rs.cu): both operands in shared memory (SS, WgmmaBf16) or A in registers
+// and B in shared memory (RS, WgmmaBf16Rs). Include from .cu files only; sm_90a.
 //
 // Shared-memory layout both operands use (the "canonical" no-swizzle K-major layout): the
 // tile is cut into core matrices of 8 rows x 8 bf16 (16 bytes per row, the 8 rows contiguous:
