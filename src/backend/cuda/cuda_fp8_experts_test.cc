@@ -48,33 +48,6 @@ class ForcedWgmmaVariant {
 
 class CudaFp8ExpertsTest : public CudaFp8Test {
  protected:
-  // n experts of [I, D] / [D, I] / [I, D] in format f, scale bytes in [scale_lo, scale_hi]; with
-  // pool > 0 only `pool` distinct weight sets, expert e using set e % pool (benchmarks).
-  Experts MakeExperts(int64_t n, WeightFormat f, int64_t D, int64_t I, int scale_lo = 118,
-                      int scale_hi = 124, int64_t pool = 0) {
-    Experts ex;
-    ex.D = D, ex.I = I;
-    const int64_t distinct = pool > 0 ? std::min(pool, n) : n;
-    ex.mats.reserve(3 * distinct);
-    for (int64_t e = 0; e < distinct; ++e) {
-      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
-      ex.mats.push_back(MakeWeight(f, D, I, scale_lo, scale_hi));
-      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
-    }
-    for (int64_t e = 0; e < n; ++e) {
-      const int64_t set = e % distinct;
-      ExpertWeights w;
-      w.w1 = ex.mats[3 * set].ref;
-      w.w2 = ex.mats[3 * set + 1].ref;
-      w.w3 = ex.mats[3 * set + 2].ref;
-      w.w1.name = std::to_string(e) + ".w1";
-      w.w2.name = std::to_string(e) + ".w2";
-      w.w3.name = std::to_string(e) + ".w3";
-      ex.table.push_back(w);
-    }
-    return ex;
-  }
-
   // Runs all T tokens, then for each n in `tails` the last n of them alone: each such run
   // must give bitwise the full run's last n rows (a token's row depends on no other token).
   void ExpectTailsMatchFullRun(const Experts& ex, const std::vector<float>& x, int64_t T,

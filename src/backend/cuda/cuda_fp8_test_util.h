@@ -197,6 +197,33 @@ class CudaFp8Test : public CudaVsCpuTest {
     int64_t D = 0, I = 0;
   };
 
+  // n experts of [I, D] / [D, I] / [I, D] in format f, scale bytes in [scale_lo, scale_hi]; with
+  // pool > 0 only `pool` distinct weight sets, expert e using set e % pool (benchmarks).
+  Experts MakeExperts(int64_t n, WeightFormat f, int64_t D, int64_t I, int scale_lo = 118,
+                      int scale_hi = 124, int64_t pool = 0) {
+    Experts ex;
+    ex.D = D, ex.I = I;
+    const int64_t distinct = pool > 0 ? std::min(pool, n) : n;
+    ex.mats.reserve(3 * distinct);
+    for (int64_t e = 0; e < distinct; ++e) {
+      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
+      ex.mats.push_back(MakeWeight(f, D, I, scale_lo, scale_hi));
+      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
+    }
+    for (int64_t e = 0; e < n; ++e) {
+      const int64_t set = e % distinct;
+      ExpertWeights w;
+      w.w1 = ex.mats[3 * set].ref;
+      w.w2 = ex.mats[3 * set + 1].ref;
+      w.w3 = ex.mats[3 * set + 2].ref;
+      w.w1.name = std::to_string(e) + ".w1";
+      w.w2.name = std::to_string(e) + ".w2";
+      w.w3.name = std::to_string(e) + ".w3";
+      ex.table.push_back(w);
+    }
+    return ex;
+  }
+
   // Random routing: T tokens x k distinct experts of [0, n).
   std::vector<int32_t> Route(int64_t T, int64_t k, int64_t n) {
     std::vector<int32_t> ids(T * k);

@@ -44,32 +44,11 @@ class ShapeVariant : public ScopedEnv {
 
 class CudaMoeStreamTest : public CudaFp8Test {
  protected:
-  // n experts of MXFP4 [I, D] / [D, I] / [I, D] with scale bytes in [lo, hi]; with pool > 0
-  // only `pool` distinct weight sets, expert e using set e % pool (the benchmark's table of
-  // 384 entries without 7 GB of weights).
+  // n MXFP4 experts (CudaFp8Test::MakeExperts); pool > 0: the benchmark's table of 384 entries
+  // without 7 GB of weights.
   Experts MakeExperts(int64_t n, int64_t D, int64_t I, int lo = 118, int hi = 124,
                       int64_t pool = 0) {
-    Experts ex;
-    ex.D = D, ex.I = I;
-    const int64_t distinct = pool > 0 ? std::min(pool, n) : n;
-    ex.mats.reserve(3 * distinct);
-    for (int64_t e = 0; e < distinct; ++e) {
-      ex.mats.push_back(MakeWeight(WeightFormat::kMxFp4, I, D, lo, hi));
-      ex.mats.push_back(MakeWeight(WeightFormat::kMxFp4, D, I, lo, hi));
-      ex.mats.push_back(MakeWeight(WeightFormat::kMxFp4, I, D, lo, hi));
-    }
-    for (int64_t e = 0; e < n; ++e) {
-      const int64_t s = e % distinct;
-      ExpertWeights w;
-      w.w1 = ex.mats[3 * s].ref;
-      w.w2 = ex.mats[3 * s + 1].ref;
-      w.w3 = ex.mats[3 * s + 2].ref;
-      w.w1.name = std::to_string(e) + ".w1";
-      w.w2.name = std::to_string(e) + ".w2";
-      w.w3.name = std::to_string(e) + ".w3";
-      ex.table.push_back(w);
-    }
-    return ex;
+    return CudaFp8Test::MakeExperts(n, WeightFormat::kMxFp4, D, I, lo, hi, pool);
   }
 
   struct Call {
