@@ -388,30 +388,18 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmBf16Kernel(GemmArgs
   // Epilogue (wgmma_bf16.cuh accumulator layout): acc[h][4 j + e] is row
   // 64 (kRowHalves wg + h) + 16 w + g (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e); w the
   // warp within warpgroup wg.
-  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
-#pragma unroll
-  for (int h = 0; h < kRowHalves; ++h) {
-#pragma unroll
-    for (int e = 0; e < kBN / 2; ++e) {
-      const int64_t v =
-          v0 + 64 * (kRowHalves * wg + h) + 16 * (warp % 4) + g + ((e & 3) >= 2 ? 8 : 0);
-      const int n = 8 * (e / 4) + 2 * t4 + (e & 1);
-      if (v >= n_rows || n >= item.count) continue;
-      a.out[int64_t{act_rows[n]} * n_rows + v] = acc[h][e];
-    }
-  }
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4;
+  const auto row_of_fragment = [&](int h, int half) {
+    return 64 * (kRowHalves * wg + h) + 16 * (warp % 4) + g + 8 * half;
+  };
+  moe_bf16::StoreAccumulators<kBN>(acc, row_of_fragment, v0, n_rows, item.count, act_rows, lane % 4,
+                                   a.out);
 }
 
 template <int kBN>
 cudaError_t LaunchSsGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
-  const int64_t K = a.up ? a.D : a.I;
-  const int smem = Shape<kBN>::kSmemBytes + static_cast<int>(kBM * (K / 32));
-  const cudaError_t attr = launch::RaiseMaxDynamicSmem(ExpertGemmBf16Kernel<kBN>, smem);
-  if (attr != cudaSuccess) return attr;
-  const int64_t rows = a.up ? 2 * a.I : a.D;
-  const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
-  return pdl::Launch(ExpertGemmBf16Kernel<kBN>, grid, kGemmThreads, static_cast<size_t>(smem),
-                     stream, a);
+  return moe_bf16::LaunchExpertGemm(ExpertGemmBf16Kernel<kBN>, kGemmThreads, Shape<kBN>::kSmemBytes,
+                                    a, max_items, stream);
 }
 
 // The wgmma kernel of the variant PickWgmmaVariant(bn) for items of bn (64, 96, 128) pairs.

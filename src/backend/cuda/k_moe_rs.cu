@@ -422,30 +422,14 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
   }
   wgmma::WaitGroup<0>();
   fp8::CpAsyncWait<0>();
-  // Epilogue: acc[h][4 j + e] is block row frag_row(h, e & 2 ? 1 : 0), token 8 j + 2 t + (e & 1).
-#pragma unroll
-  for (int h = 0; h < kRowTiles; ++h) {
-#pragma unroll
-    for (int e = 0; e < kBN / 2; ++e) {
-      const int64_t v = v0 + frag_row(h, (e & 3) >= 2 ? 1 : 0);
-      const int n = 8 * (e / 4) + 2 * t4 + (e & 1);
-      if (v >= n_rows || n >= item.count) continue;
-      a.out[int64_t{act_rows[n]} * n_rows + v] = acc[h][e];
-    }
-  }
+  moe_bf16::StoreAccumulators<kBN>(acc, frag_row, v0, n_rows, item.count, act_rows, t4, a.out);
 }
 
 template <int kBN, int kRowTiles>
 cudaError_t LaunchRs(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   using S = RsShape<kBN, kRowTiles>;
-  const int64_t K = a.up ? a.D : a.I;
-  const int smem = S::kSmemBytes + static_cast<int>(kBM * (K / 32));
-  const cudaError_t attr = launch::RaiseMaxDynamicSmem(ExpertGemmRsKernel<kBN, kRowTiles>, smem);
-  if (attr != cudaSuccess) return attr;
-  const int64_t rows = a.up ? 2 * a.I : a.D;
-  const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
-  return pdl::Launch(ExpertGemmRsKernel<kBN, kRowTiles>, grid, S::kThreads,
-                     static_cast<size_t>(smem), stream, a);
+  return moe_bf16::LaunchExpertGemm(ExpertGemmRsKernel<kBN, kRowTiles>, S::kThreads, S::kSmemBytes,
+                                    a, max_items, stream);
 }
 
 // SetWgmmaVariantOverride's variant + 1 (0: none).

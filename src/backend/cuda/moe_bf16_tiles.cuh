@@ -12,6 +12,9 @@
 
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_sink.h"
+#include "backend/cuda/moe_bf16_internal.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels::moe_bf16 {
 
@@ -52,6 +55,40 @@ __device__ __forceinline__ void CopyBlockScales(const ExpertPointers& ep, int m0
     const unsigned row_dst = dst + tid * static_cast<unsigned>(kblocks);
     for (int64_t b = 0; b < kblocks; b += 4) fp8::CpAsync4(row_dst + b, src + b);
   }
+}
+
+// Stores a block's accumulators (wgmma_bf16.cuh layout): acc[h][4 j + e] is block row
+// row_of(h, half) with half = (e & 3) >= 2 (the caller's fragment rows g / g + 8 of row tile h),
+// token 8 j + 2 t4 + (e & 1) of the item, t4 = lane % 4: out[pair, v0 + row] with pair =
+// act_rows[token]; rows >= n_rows and tokens >= count are not written.
+template <int kBN, int kTiles, class RowOf>
+__device__ __forceinline__ void StoreAccumulators(const float (&acc)[kTiles][kBN / 2], RowOf row_of,
+                                                  int64_t v0, int64_t n_rows, int count,
+                                                  const int32_t* act_rows, int t4, float* out) {
+#pragma unroll
+  for (int h = 0; h < kTiles; ++h) {
+#pragma unroll
+    for (int e = 0; e < kBN / 2; ++e) {
+      const int64_t v = v0 + row_of(h, (e & 3) >= 2 ? 1 : 0);
+      const int n = 8 * (e / 4) + 2 * t4 + (e & 1);
+      if (v >= n_rows || n >= count) continue;
+      out[int64_t{act_rows[n]} * n_rows + v] = acc[h][e];
+    }
+  }
+}
+
+// Launches an expert GEMM kernel on a grid of (row blocks of kBM over the launch's weight rows)
+// x max_items, with tile_bytes of shared memory plus the block's scale bytes (kBM x K / 32).
+template <class Kernel>
+cudaError_t LaunchExpertGemm(Kernel kernel, int threads, int tile_bytes, const GemmArgs& a,
+                             int64_t max_items, cudaStream_t stream) {
+  const int64_t K = a.up ? a.D : a.I;
+  const int smem = tile_bytes + static_cast<int>(kBM * (K / 32));
+  const cudaError_t attr = launch::RaiseMaxDynamicSmem(kernel, smem);
+  if (attr != cudaSuccess) return attr;
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  const dim3 grid(static_cast<unsigned>((rows + kBM - 1) / kBM), static_cast<unsigned>(max_items));
+  return pdl::Launch(kernel, grid, threads, static_cast<size_t>(smem), stream, a);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels::moe_bf16
