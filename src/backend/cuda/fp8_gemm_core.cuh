@@ -120,6 +120,29 @@ __device__ __forceinline__ void CpAsync4(unsigned smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem), "l"(gmem));
 }
 
+// cp.async of 16 bytes that reads src_bytes of them: 16, or 0 (nothing read, the 16 shared bytes
+// zeroed; the source must still be a mapped address). Rows and tokens past the job need no
+// branch that way. kL2Prefetch: the L2 256-byte prefetch of CpAsync16Prefetch.
+template <bool kL2Prefetch>
+__device__ __forceinline__ void CpAsync16Fill(uint32_t smem_addr, const void* gmem,
+                                              uint32_t src_bytes) {
+  if constexpr (kL2Prefetch) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(smem_addr),
+                 "l"(gmem), "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr), "l"(gmem),
+                 "r"(src_bytes));
+  }
+}
+// CpAsync16Fill<false> issued only where `exists` (a predicated instruction, no branch).
+__device__ __forceinline__ void CpAsync16FillIf(bool exists, uint32_t smem_addr, const void* gmem,
+                                                uint32_t src_bytes) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n"
+      "@p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(smem_addr),
+      "l"(gmem), "r"(src_bytes), "r"(static_cast<uint32_t>(exists)));
+}
+
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
 
 template <int kPending>

@@ -155,29 +155,6 @@ __device__ __forceinline__ uint32_t MulBf16x2ByHalf(uint32_t a, uint32_t pair) {
   return d;
 }
 
-// cp.async of 16 bytes that reads src_bytes of them: 16, or 0 (nothing read, the 16 shared bytes
-// zeroed; the source must still be a mapped address). Rows and tokens past the job need no
-// branch that way. kL2Prefetch: the L2 256-byte prefetch of CpAsync16Prefetch.
-template <bool kL2Prefetch>
-__device__ __forceinline__ void CpAsync16Fill(uint32_t smem_addr, const void* gmem,
-                                              uint32_t src_bytes) {
-  if constexpr (kL2Prefetch) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(smem_addr),
-                 "l"(gmem), "r"(src_bytes));
-  } else {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr), "l"(gmem),
-                 "r"(src_bytes));
-  }
-}
-// CpAsync16Fill<false> issued only where `exists` (a predicated instruction, no branch).
-__device__ __forceinline__ void CpAsync16FillIf(bool exists, uint32_t smem_addr, const void* gmem,
-                                                uint32_t src_bytes) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n"
-      "@p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(smem_addr),
-      "l"(gmem), "r"(src_bytes), "r"(static_cast<uint32_t>(exists)));
-}
-
 // Register-A expert GEMM (same items, arguments, activation layout and outputs as
 // ExpertGemmBf16Kernel; the same bits; the top comment describes the fragments). Iteration i:
 // wait for stage i's copies, barrier, refill the slot of stage i - 2 (every thread passed
@@ -250,17 +227,17 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
     const unsigned base = smem_base + slot_off;
 #pragma unroll
     for (int j = 0; j < S::kWChunks; ++j) {
-      CpAsync16Fill<true>(base + w_dst[j], w_src[j] + static_cast<uint32_t>(st) * (kBK / 2),
-                          w_bytes[j]);
+      fp8::CpAsync16Fill<true>(base + w_dst[j], w_src[j] + static_cast<uint32_t>(st) * (kBK / 2),
+                               w_bytes[j]);
     }
 #pragma unroll
     for (int i = 0; i < kNX; ++i) {
       const uint32_t dst = base + kWRawBytes + x_dst0 + i * kXStep;
       const uint16_t* src = x_src[i] + static_cast<uint32_t>(st) * kBK;
       if (i < kNX - 1 || kXChunks % kThreadsRs == 0) {
-        CpAsync16Fill<false>(dst, src, x_bytes[i]);
+        fp8::CpAsync16Fill<false>(dst, src, x_bytes[i]);
       } else {
-        CpAsync16FillIf(x_last_exists, dst, src, x_bytes[i]);
+        fp8::CpAsync16FillIf(x_last_exists, dst, src, x_bytes[i]);
       }
     }
   };
