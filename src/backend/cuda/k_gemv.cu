@@ -4,21 +4,42 @@
 // * the pass's x rows are staged in shared memory (padded layout, cuda_dequant.cuh), a
 //   slice of K at a time so that a block needs at most ~46 KiB (several blocks per SM);
 // * each warp owns kRows weight rows and reads them in 16-byte chunks (one chunk per lane
-//   per step), double-buffered: the next step's kRows loads are issued before the current
-//   chunks are dequantised, so 2 x kRows independent 16-byte loads are in flight per lane
-//   (the first ones even before x is staged);
+//   per step) through a ring of kDepth steps: step j + kDepth is issued before step j is
+//   dequantised, so (kDepth + 1) x kRows independent 16-byte loads are in flight per lane;
+//   the first kDepth steps are issued before pdl::WaitThenAllowNext (weights are never
+//   written by a kernel), i.e. while the previous kernel finishes and x is staged;
 // * every float4 of x read from shared memory feeds all kRows rows (DotChunks);
 // * for short weights (few row tiles) `split` warps share a row group, each taking every
-//   split-th chunk step; their sums are added in warp order through shared memory
-//   (deterministic).
+//   split-th chunk step; their sums are added in warp order through shared memory.
 // Tokens beyond kTok run as further passes (each pass reads the weight again). fp32
 // accumulation; the summation order differs from SGEMM (fp32 rounding only).
+//
+// Summation order (the bits of every output; cuda_gemv_test.cc reproduces it on the CPU):
+// for output (row i, token t) of a pass of kTok tokens, with split = OrderSplit(kTok, n_rows)
+// and chunks of ChunkValues(format) values:
+//   1. lane l of part p (l < 32, p < split) sums, starting from 0, the DotChunks terms of
+//      its chunks c = 32 p + l, c + 32 split, c + 64 split, ... in that order;
+//   2. each part's 32 lane sums are added by WarpSum (xor butterfly 16, 8, 4, 2, 1; lane 0);
+//   3. split > 1: the part sums are added to 0.0f in part order; then y (+)= the result.
+// The launch shape (rows per warp, ring depth, staging) never changes this order: kRows and
+// kDepth only decide how many rows a warp holds and how many loads are in flight.
+#include <cstdint>
+
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
+
+// Test hook (declared by cuda_gemv_test.cc): forces the launch shape of later LinearGemv /
+// LinearGemvGrouped calls; every shape gives the same bits. rows_per_warp: 4, 2 or 1 where
+// the pass has that variant (1 token: 4/2/1; 2 tokens: 4/2; 3..8 tokens: 2 only), else the
+// default; 0 = default. depth: ring depth 1 or 4, 0 = default. legacy_staging: x staged by
+// the scalar StagePadded (the pre-session-13 kernel when rows and depth are the old ones:
+// rows_per_warp 0, depth 1). Not thread-safe (tests and benches only).
+void SetGemvLaunchForTesting(int rows_per_warp, int depth, bool legacy_staging);
+
 namespace {
 
 using model::WeightFormat;
@@ -28,10 +49,32 @@ constexpr int kGemvWarps = kGemvThreads / 32;
 constexpr int64_t kMaxXShared = 46 * 1024;  // staged x slice (+ 1 KiB of partial sums)
 constexpr int kMaxPassTokens = 8;
 constexpr int kTargetBlocks = 2 * 132;  // enough row tiles to cover an H200's SMs twice
+// Ring depth for latency-bound launches (split > 1: few row tiles, few warps per SM, few
+// chunk steps per lane); big weights (split 1) keep 1 (many resident warps hide latency).
+constexpr int kDeepRing = 4;
 
-// Weight rows per warp: more rows reuse each x value more; fewer keep registers low when
-// many tokens are accumulated.
+struct LaunchOverride {
+  int rows_per_warp = 0;
+  int depth = 0;
+  bool legacy_staging = false;
+};
+LaunchOverride g_override;
+
+// Weight rows per warp that fix the summation order of a pass of `tokens` (through
+// OrderSplit); the launch may hold fewer rows per warp with the same order.
 __host__ __device__ constexpr int RowsPerWarp(int tokens) { return tokens >= 4 ? 2 : 4; }
+
+// Warps per row group (the `split` of the summation order): the fewest (power of two, <= 8)
+// that give about kTargetBlocks blocks of 8 / split groups of RowsPerWarp(kTok) rows.
+int OrderSplit(int tok, int64_t n_rows) {
+  int split = 1;
+  auto blocks_for = [&](int s) {
+    const int64_t rows_per_block = (kGemvWarps / s) * RowsPerWarp(tok);
+    return (n_rows + rows_per_block - 1) / rows_per_block;
+  };
+  while (split < kGemvWarps && blocks_for(split) < kTargetBlocks) split *= 2;
+  return split;
+}
 
 // Chunks of K staged at once for `tok` tokens: all of K if it fits, else a multiple of 32
 // (whole warp steps) when possible.
@@ -45,18 +88,62 @@ int64_t SliceChunks(int tok, int64_t K) {
 }
 
 template <WeightFormat kFormat>
-int64_t GemvSharedBytes(int tok, int64_t K) {
+int64_t GemvSharedBytes(int tok, int rows_per_warp, int64_t K) {
   return (tok * SliceChunks<kFormat>(tok, K) * PaddedStride(kFormat) +
-          kGemvWarps * RowsPerWarp(tok) * tok) *
+          kGemvWarps * rows_per_warp * tok) *
          4;
 }
 
-template <WeightFormat kFormat, int kTok>
+// Values [0, n) of the T token rows x + t * ldx (16-byte aligned rows; n a multiple of 4)
+// into the padded layout at xs + t * x_stride. All threads call it (no barrier inside);
+// each thread issues up to 8 float4 loads before its first store, so a 5120-value token
+// costs one L2 round trip (StagePadded: three, with four times the load instructions).
+template <WeightFormat kFormat>
+__device__ __forceinline__ void StageTokensVec4(const float* x, int64_t ldx, int T, int n,
+                                                float* xs, int64_t x_stride) {
+  constexpr int kBatch = 8;
+  const int n4 = n / 4, total = T * n4;
+  for (int base = threadIdx.x; base < total; base += kBatch * kGemvThreads) {
+    float4 r[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kGemvThreads;
+      r[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i < total) {
+        const int t = i / n4, k4 = i - t * n4;
+        r[j] = __ldg(reinterpret_cast<const float4*>(x + t * ldx) + k4);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kGemvThreads;
+      if (i < total) {
+        const int t = i / n4, k4 = i - t * n4;
+        *reinterpret_cast<float4*>(xs + t * x_stride + PaddedIndex<kFormat>(int64_t{4} * k4)) =
+            r[j];
+      }
+    }
+  }
+}
+
+// Chunk step c of the warp's rows into dst (zero chunks, scale 0, when c >= chunks).
+template <WeightFormat kFormat, int kRows>
+__device__ __forceinline__ void LoadStep(const DeviceWeight& w, const int64_t (&rows)[kRows],
+                                         int64_t c, int64_t chunks, RawChunk (&dst)[kRows]) {
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) dst[n] = RawChunk{};
+  if (c < chunks) {
+#pragma unroll
+    for (int n = 0; n < kRows; ++n)
+      dst[n] = LoadRawChunk<kFormat>(w.data, w.scale, w.cols, rows[n], c);
+  }
+}
+
+template <WeightFormat kFormat, int kTok, int kRows, int kDepth>
 __global__ void __launch_bounds__(kGemvThreads)
     GemvKernel(DeviceWeight w, int64_t row0, int64_t n_rows, const float* x, int T, int64_t ldx,
                float* y, int64_t ldy, bool accumulate, int split, int64_t slice_chunks,
-               int64_t group_rows, int64_t x_group_stride) {
-  constexpr int kRows = RowsPerWarp(kTok);
+               int64_t group_rows, int64_t x_group_stride, bool x_vec4) {
   constexpr int kValues = ChunkValues(kFormat);
   constexpr int kStride = PaddedStride(kFormat);
   extern __shared__ float4 shared4[];
@@ -80,13 +167,12 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int64_t step = int64_t{32} * split;
   int64_t c = int64_t{32} * part + lane;
 
-  RawChunk cur[kRows] = {};
-  if (c < chunks) {
+  // ring[d] holds chunk step c + d * step. The first weight loads (no kernel writes a
+  // weight: the read pdl.cuh allows before the wait) are in flight while the previous
+  // kernel finishes; x is read after the wait.
+  RawChunk ring[kDepth][kRows];
 #pragma unroll
-    for (int n = 0; n < kRows; ++n) cur[n] = LoadRawChunk<kFormat>(w.data, w.scale, K, rows[n], c);
-  }
-  // The first weight loads (no kernel writes a weight: the read pdl.cuh allows before the
-  // wait) are in flight while the previous kernel finishes; x is read after the wait.
+  for (int d = 0; d < kDepth; ++d) LoadStep<kFormat, kRows>(w, rows, c + d * step, chunks, ring[d]);
   pdl::WaitThenAllowNext();
   float acc[kRows][kTok];
 #pragma unroll
@@ -95,26 +181,31 @@ __global__ void __launch_bounds__(kGemvThreads)
     for (int t = 0; t < kTok; ++t) acc[n][t] = 0.0f;
   }
   // Slices [s0, s1) of chunks: stage x's columns, then each thread's chunks c in the slice
-  // (c runs through 32*part + lane + j*step across slices; the prefetch of the next chunk
-  // may reach into the next slice: it needs no x).
+  // (c runs through 32*part + lane + j*step across slices; the prefetched chunks may reach
+  // into later slices: they need no x).
   for (int64_t s0 = 0; s0 < chunks; s0 += slice_chunks) {
     const int64_t s1 = s0 + slice_chunks < chunks ? s0 + slice_chunks : chunks;
     if (s0 > 0) __syncthreads();  // the previous slice's readers are done
-    for (int t = 0; t < T; ++t) {
-      StagePadded<kFormat>(x + t * ldx + s0 * kValues, (s1 - s0) * kValues, xs + t * x_stride);
+    if (x_vec4) {
+      StageTokensVec4<kFormat>(x + s0 * kValues, ldx, T, static_cast<int>((s1 - s0) * kValues), xs,
+                               x_stride);
+    } else {
+      for (int t = 0; t < T; ++t) {
+        StagePadded<kFormat>(x + t * ldx + s0 * kValues, (s1 - s0) * kValues, xs + t * x_stride);
+      }
     }
     __syncthreads();
     for (; c < s1; c += step) {
-      RawChunk next[kRows] = {};
-      if (c + step < chunks) {
+      RawChunk next[kRows];
+      LoadStep<kFormat, kRows>(w, rows, c + kDepth * step, chunks, next);
+      DotChunks<kFormat, kRows, kTok>(ring[0], xs + (c - s0) * kStride, x_stride, T, acc);
 #pragma unroll
-        for (int n = 0; n < kRows; ++n) {
-          next[n] = LoadRawChunk<kFormat>(w.data, w.scale, K, rows[n], c + step);
-        }
+      for (int d = 0; d + 1 < kDepth; ++d) {
+#pragma unroll
+        for (int n = 0; n < kRows; ++n) ring[d][n] = ring[d + 1][n];
       }
-      DotChunks<kFormat, kRows, kTok>(cur, xs + (c - s0) * kStride, x_stride, T, acc);
 #pragma unroll
-      for (int n = 0; n < kRows; ++n) cur[n] = next[n];
+      for (int n = 0; n < kRows; ++n) ring[kDepth - 1][n] = next[n];
     }
   }
 #pragma unroll
@@ -155,29 +246,76 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
-// Launches one pass of T <= kTok tokens.
-template <WeightFormat kFormat, int kTok>
-cudaError_t LaunchPass(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x, int T,
-                       int64_t ldx, float* y, int64_t ldy, bool accumulate, int64_t group_rows,
-                       int64_t x_group_stride, cudaStream_t stream) {
-  constexpr int kRows = RowsPerWarp(kTok);
-  const int64_t smem = GemvSharedBytes<kFormat>(kTok, w.cols);
-  // Fewest warps per row group that still gives about kTargetBlocks blocks.
-  int split = 1;
-  auto blocks_for = [&](int s) {
-    const int64_t rows_per_block = (kGemvWarps / s) * kRows;
-    return (n_rows + rows_per_block - 1) / rows_per_block;
-  };
-  while (split < kGemvWarps && blocks_for(split) < kTargetBlocks) split *= 2;
-  const int64_t blocks = blocks_for(split);
+// Arguments of one pass, shared by every launch shape.
+struct PassArgs {
+  const DeviceWeight* w;
+  int64_t row0, n_rows;
+  const float* x;
+  int T;
+  int64_t ldx;
+  float* y;
+  int64_t ldy;
+  bool accumulate;
+  int64_t group_rows, x_group_stride;
+  cudaStream_t stream;
+};
+
+// Blocks of `kernel` (kGemvThreads threads, the most shared memory a pass uses) resident at
+// once on the current device; 132 (one per H200 SM) if the runtime cannot tell (the error
+// is cleared: it must not surface as the launch's status).
+int ResidentBlocks(const void* kernel) {
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads,
+                                                    kMaxXShared + 1024) != cudaSuccess ||
+      sms <= 0 || per_sm <= 0) {
+    cudaGetLastError();
+    return 132;
+  }
+  return sms * per_sm;
+}
+
+// Launches one pass with kRows rows per warp; `split` fixes the order. The ring is deep
+// (kDeepRing) for latency-bound launches: split > 1 (few row tiles) and every block resident
+// at once (the deep ring's extra registers must not add a wave); else 1 (many resident warps
+// hide the latency). g_override.depth 1 or kDeepRing forces it.
+template <WeightFormat kFormat, int kTok, int kRows>
+cudaError_t LaunchRows(const PassArgs& a, int split, bool x_vec4) {
+  const int64_t rows_per_block = (kGemvWarps / split) * kRows;
+  const int64_t blocks = (a.n_rows + rows_per_block - 1) / rows_per_block;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  if (group_rows < n_rows && group_rows % ((kGemvWarps / split) * kRows) != 0) {
+  if (a.group_rows < a.n_rows && a.group_rows % rows_per_block != 0) {
     return cudaErrorInvalidValue;  // a block would straddle two groups
   }
-  pdl::Launch(GemvKernel<kFormat, kTok>, static_cast<unsigned>(blocks), kGemvThreads, smem, stream,
-              w, row0, n_rows, x, T, ldx, y, ldy, accumulate, split,
-              SliceChunks<kFormat>(kTok, w.cols), group_rows, x_group_stride);
+  constexpr auto kShallow = GemvKernel<kFormat, kTok, kRows, 1>;
+  constexpr auto kDeep = GemvKernel<kFormat, kTok, kRows, kDeepRing>;
+  static const int deep_resident = ResidentBlocks(reinterpret_cast<const void*>(kDeep));
+  bool deep = split > 1 && blocks <= deep_resident;
+  if (g_override.depth == 1 || g_override.depth == kDeepRing) deep = g_override.depth == kDeepRing;
+  const int64_t smem = GemvSharedBytes<kFormat>(kTok, kRows, a.w->cols);
+  pdl::Launch(deep ? kDeep : kShallow, static_cast<unsigned>(blocks), kGemvThreads, smem, a.stream,
+              *a.w, a.row0, a.n_rows, a.x, a.T, a.ldx, a.y, a.ldy, a.accumulate, split,
+              SliceChunks<kFormat>(kTok, a.w->cols), a.group_rows, a.x_group_stride, x_vec4);
   return cudaGetLastError();
+}
+
+// Launches one pass of T <= kTok tokens. Default shape: RowsPerWarp(kTok) rows per warp,
+// the ring depth of LaunchRows, float4 staging when x's rows are 16-byte aligned.
+template <WeightFormat kFormat, int kTok>
+cudaError_t LaunchPass(const PassArgs& a) {
+  const int split = OrderSplit(kTok, a.n_rows);
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 && a.x_group_stride % 4 == 0;
+  const bool x_vec4 = aligned && !g_override.legacy_staging;
+  const int rows = g_override.rows_per_warp;
+  if constexpr (kTok <= 2) {
+    if (rows == 2) return LaunchRows<kFormat, kTok, 2>(a, split, x_vec4);
+  }
+  if constexpr (kTok == 1) {
+    if (rows == 1) return LaunchRows<kFormat, kTok, 1>(a, split, x_vec4);
+  }
+  return LaunchRows<kFormat, kTok, RowsPerWarp(kTok)>(a, split, x_vec4);
 }
 
 template <WeightFormat kFormat>
@@ -186,21 +324,17 @@ cudaError_t GemvAllTokens(const DeviceWeight& w, int64_t row0, int64_t n_rows, c
                           int64_t xs, cudaStream_t stream) {
   for (int64_t t0 = 0; t0 < T;) {
     const int left = static_cast<int>(T - t0 < kMaxPassTokens ? T - t0 : kMaxPassTokens);
-    const float* xp = x + t0 * ldx;
-    float* yp = y + t0 * ldy;
+    const PassArgs a{&w,  row0,       n_rows, x + t0 * ldx, left,  ldx, y + t0 * ldy,
+                     ldy, accumulate, g,      xs,           stream};
     cudaError_t e;
     if (left == 1) {  // smallest pass that holds `left` tokens
-      e = LaunchPass<kFormat, 1>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, g, xs,
-                                 stream);
+      e = LaunchPass<kFormat, 1>(a);
     } else if (left == 2) {
-      e = LaunchPass<kFormat, 2>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, g, xs,
-                                 stream);
+      e = LaunchPass<kFormat, 2>(a);
     } else if (left <= 4) {
-      e = LaunchPass<kFormat, 4>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, g, xs,
-                                 stream);
+      e = LaunchPass<kFormat, 4>(a);
     } else {
-      e = LaunchPass<kFormat, 8>(w, row0, n_rows, xp, left, ldx, yp, ldy, accumulate, g, xs,
-                                 stream);
+      e = LaunchPass<kFormat, 8>(a);
     }
     if (e != cudaSuccess) return e;
     t0 += left;
@@ -209,6 +343,10 @@ cudaError_t GemvAllTokens(const DeviceWeight& w, int64_t row0, int64_t n_rows, c
 }
 
 }  // namespace
+
+void SetGemvLaunchForTesting(int rows_per_warp, int depth, bool legacy_staging) {
+  g_override = LaunchOverride{rows_per_warp, depth, legacy_staging};
+}
 
 bool GemvApplicable(const DeviceWeight& w, int64_t T) {
   if (T < 1 || T > kMaxGemvTokens) return false;
