@@ -201,10 +201,10 @@ __device__ __forceinline__ void IssueStepCopies(unsigned slot, const uint8_t* w0
   if (st < s1) {
     const int lane = static_cast<int>(threadIdx.x % 32);
     const int64_t off = st * kStepK;
-    fp8::CpAsync16(slot + 0 * 512 + 16 * lane, w0 + off);
-    fp8::CpAsync16(slot + 1 * 512 + 16 * lane, w0 + off + 16);
-    fp8::CpAsync16(slot + 2 * 512 + 16 * lane, w1 + off);
-    fp8::CpAsync16(slot + 3 * 512 + 16 * lane, w1 + off + 16);
+    fp8::CpAsync16Prefetch(slot + 0 * 512 + 16 * lane, w0 + off);  // (L2::256B, as the
+    fp8::CpAsync16Prefetch(slot + 1 * 512 + 16 * lane, w0 + off + 16);  // register loads)
+    fp8::CpAsync16Prefetch(slot + 2 * 512 + 16 * lane, w1 + off);
+    fp8::CpAsync16Prefetch(slot + 3 * 512 + 16 * lane, w1 + off + 16);
     fp8::CpAsync4(slot + 2048 + 4 * lane, sc_word + st * 4);
   }
   fp8::CpAsyncCommit();
@@ -535,6 +535,7 @@ template <int NT>
 cudaError_t LaunchRing(int ring, dim3 grid, const StreamMany& m, cudaStream_t stream) {
   if (ring == 6) return LaunchWithSmem<NT, 6>(grid, m, stream);
   if (ring == 4) return LaunchWithSmem<NT, 4>(grid, m, stream);
+  if (ring == 3) return LaunchWithSmem<NT, 3>(grid, m, stream);
   return LaunchWithSmem<NT, 0>(grid, m, stream);
 }
 
@@ -626,7 +627,7 @@ int LinearStreamSplit(int64_t n_rows, int64_t K) {
 namespace {
 constexpr int kDefaultRing = 0;
 int ring_override = -1;
-bool ValidRing(int v) { return v == 0 || v == 4 || v == 6; }
+bool ValidRing(int v) { return v == 0 || v == 3 || v == 4 || v == 6; }
 }  // namespace
 
 int LinearStreamRing() {
