@@ -98,7 +98,7 @@ int64_t GemvSharedBytes(int tok, int rows_per_warp, int64_t K) {
 // into the padded layout at xs + t * x_stride. All threads call it (no barrier inside);
 // each thread issues up to 8 float4 loads before its first store, so a 5120-value token
 // costs one L2 round trip (StagePadded: three, with four times the load instructions).
-template <WeightFormat kFormat>
+template <WeightFormat kFormat, int kTok>
 __device__ __forceinline__ void StageTokensVec4(const float* x, int64_t ldx, int T, int n,
                                                 float* xs, int64_t x_stride) {
   constexpr int kBatch = 8;
@@ -110,7 +110,7 @@ __device__ __forceinline__ void StageTokensVec4(const float* x, int64_t ldx, int
       const int i = base + j * kGemvThreads;
       r[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (i < total) {
-        const int t = i / n4, k4 = i - t * n4;
+        const int t = kTok == 1 ? 0 : i / n4, k4 = i - t * n4;
         r[j] = __ldg(reinterpret_cast<const float4*>(x + t * ldx) + k4);
       }
     }
@@ -118,7 +118,7 @@ __device__ __forceinline__ void StageTokensVec4(const float* x, int64_t ldx, int
     for (int j = 0; j < kBatch; ++j) {
       const int i = base + j * kGemvThreads;
       if (i < total) {
-        const int t = i / n4, k4 = i - t * n4;
+        const int t = kTok == 1 ? 0 : i / n4, k4 = i - t * n4;
         *reinterpret_cast<float4*>(xs + t * x_stride + PaddedIndex<kFormat>(int64_t{4} * k4)) =
             r[j];
       }
@@ -152,12 +152,10 @@ __global__ void __launch_bounds__(kGemvThreads)
   float* xs = reinterpret_cast<float*>(shared4);
   float* red = xs + kTok * x_stride;  // [warp][kRows][kTok] partial sums when split > 1
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int group = warp / split, part = warp % split;
-  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) * kRows;
+  const int split_log2 = __ffs(split) - 1;  // split is a power of two
+  const int group = warp >> split_log2, part = warp & (split - 1);
+  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x) * (kGemvWarps >> split_log2) * kRows;
   const int64_t i0 = block_row0 + group * kRows;  // first row
-  // Grouped weights: rows [g*group_rows, (g+1)*group_rows) read x columns from
-  // g*x_group_stride on; a block's rows all lie in one group (checked by the launcher).
-  x += (block_row0 / group_rows) * x_group_stride;
   int64_t rows[kRows];
 #pragma unroll
   for (int n = 0; n < kRows; ++n) {  // rows past the end re-read the last row (not written)
@@ -173,6 +171,10 @@ __global__ void __launch_bounds__(kGemvThreads)
   RawChunk ring[kDepth][kRows];
 #pragma unroll
   for (int d = 0; d < kDepth; ++d) LoadStep<kFormat, kRows>(w, rows, c + d * step, chunks, ring[d]);
+  // Grouped weights: rows [g*group_rows, (g+1)*group_rows) read x columns from
+  // g*x_group_stride on; a block's rows all lie in one group (checked by the launcher).
+  // (After the loads: the 64-bit division is a call; ungrouped launches skip it.)
+  if (block_row0 >= group_rows) x += (block_row0 / group_rows) * x_group_stride;
   pdl::WaitThenAllowNext();
   float acc[kRows][kTok];
 #pragma unroll
@@ -187,8 +189,8 @@ __global__ void __launch_bounds__(kGemvThreads)
     const int64_t s1 = s0 + slice_chunks < chunks ? s0 + slice_chunks : chunks;
     if (s0 > 0) __syncthreads();  // the previous slice's readers are done
     if (x_vec4) {
-      StageTokensVec4<kFormat>(x + s0 * kValues, ldx, T, static_cast<int>((s1 - s0) * kValues), xs,
-                               x_stride);
+      StageTokensVec4<kFormat, kTok>(x + s0 * kValues, ldx, T,
+                                     static_cast<int>((s1 - s0) * kValues), xs, x_stride);
     } else {
       for (int t = 0; t < T; ++t) {
         StagePadded<kFormat>(x + t * ldx + s0 * kValues, (s1 - s0) * kValues, xs + t * x_stride);
