@@ -18,7 +18,10 @@
 // for output (row i, token t) of a pass of kTok tokens, with split = OrderSplit(kTok, n_rows)
 // and chunks of ChunkValues(format) values:
 //   1. lane l of part p (l < 32, p < split) sums, starting from 0, the DotChunks terms of
-//      its chunks c = 32 p + l, c + 32 split, c + 64 split, ... in that order;
+//      its chunks c = 32 p + l, c + 32 split, c + 64 split, ... in that order (per chunk:
+//      acc = fma(part * ValueScale, scale, acc), part = 0 + e_0 + e_1 + ... over groups of 4
+//      values, e = fma(v3, x3, fma(v2, x2, fma(v0, x0, v1 * x1))), as nvcc contracts
+//      DotChunks' expression; cuda_dequant.cuh);
 //   2. each part's 32 lane sums are added by WarpSum (xor butterfly 16, 8, 4, 2, 1; lane 0);
 //   3. split > 1: the part sums are added to 0.0f in part order; then y (+)= the result.
 // The launch shape (rows per warp, ring depth, staging) never changes this order: kRows and
@@ -33,11 +36,11 @@
 namespace deepinfer::backend::cuda::kernels {
 
 // Test hook (declared by cuda_gemv_test.cc): forces the launch shape of later LinearGemv /
-// LinearGemvGrouped calls; every shape gives the same bits. rows_per_warp: 4, 2 or 1 where
-// the pass has that variant (1 token: 4/2/1; 2 tokens: 4/2; 3..8 tokens: 2 only), else the
-// default; 0 = default. depth: ring depth 1 or 4, 0 = default. legacy_staging: x staged by
-// the scalar StagePadded (the pre-session-13 kernel when rows and depth are the old ones:
-// rows_per_warp 0, depth 1). Not thread-safe (tests and benches only).
+// LinearGemvGrouped calls; every shape gives the same bits. rows_per_warp: 0 = default
+// (DefaultRowsPerWarp); 2 or 1 where the pass has that variant (1 token: 4/2/1; 2 tokens:
+// 4/2), any other value RowsPerWarp (4 at 1-2 tokens, 2 at 3-8). depth: ring depth 1 or 4;
+// 0 = default (LaunchRows). legacy_staging: x staged by the scalar StagePadded. (4, 1, true)
+// is the kernel as it was before session 13. Not thread-safe (tests and benches only).
 void SetGemvLaunchForTesting(int rows_per_warp, int depth, bool legacy_staging);
 
 namespace {
@@ -52,6 +55,9 @@ constexpr int kTargetBlocks = 2 * 132;  // enough row tiles to cover an H200's S
 // Ring depth for latency-bound launches (split > 1: few row tiles, few warps per SM, few
 // chunk steps per lane); big weights (split 1) keep 1 (many resident warps hide latency).
 constexpr int kDeepRing = 4;
+// Fewest blocks a 1-2 token pass aims for (about half an H200's SMs): below, warps hold
+// fewer rows (DefaultRowsPerWarp).
+constexpr int64_t kMinBlocks = 64;
 
 struct LaunchOverride {
   int rows_per_warp = 0;
@@ -302,15 +308,32 @@ cudaError_t LaunchRows(const PassArgs& a, int split, bool x_vec4) {
   return cudaGetLastError();
 }
 
-// Launches one pass of T <= kTok tokens. Default shape: RowsPerWarp(kTok) rows per warp,
-// the ring depth of LaunchRows, float4 staging when x's rows are 16-byte aligned.
+// Rows per warp of a pass of kTok tokens: RowsPerWarp(kTok), halved (down to 1 at one token,
+// 2 at two; RowsPerWarp at more) while the launch would have fewer than kMinBlocks blocks:
+// on a weight of few rows, fewer rows per warp spread the bytes over more SMs (a block's
+// bytes are its latency-bound critical path); the order (split) stays.
+template <int kTok>
+int DefaultRowsPerWarp(int split, int64_t n_rows) {
+  const int fewest = kTok == 1 ? 1 : kTok == 2 ? 2 : RowsPerWarp(kTok);
+  int rows = RowsPerWarp(kTok);
+  while (rows > fewest) {
+    const int64_t rows_per_block = (kGemvWarps / split) * rows;
+    if ((n_rows + rows_per_block - 1) / rows_per_block >= kMinBlocks) break;
+    rows /= 2;
+  }
+  return rows;
+}
+
+// Launches one pass of T <= kTok tokens. Default shape: DefaultRowsPerWarp, the ring depth
+// of LaunchRows, float4 staging when x's rows are 16-byte aligned.
 template <WeightFormat kFormat, int kTok>
 cudaError_t LaunchPass(const PassArgs& a) {
   const int split = OrderSplit(kTok, a.n_rows);
   const bool aligned =
       reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 && a.x_group_stride % 4 == 0;
   const bool x_vec4 = aligned && !g_override.legacy_staging;
-  const int rows = g_override.rows_per_warp;
+  const int rows = g_override.rows_per_warp != 0 ? g_override.rows_per_warp
+                                                 : DefaultRowsPerWarp<kTok>(split, a.n_rows);
   if constexpr (kTok <= 2) {
     if (rows == 2) return LaunchRows<kFormat, kTok, 2>(a, split, x_vec4);
   }
