@@ -18,7 +18,10 @@
 // for output (row i, token t) of a pass of kTok tokens, with split = OrderSplit(kTok, n_rows)
 // and chunks of ChunkValues(format) values:
 //   1. lane l of part p (l < 32, p < split) sums, starting from 0, the DotChunks terms of
-//      its chunks c = 32 p + l, c + 32 split, c + 64 split, ... in that order;
+//      its chunks c = 32 p + l, c + 32 split, c + 64 split, ... in that order (per chunk:
+//      acc = fma(part * ValueScale, scale, acc), part = 0 + e_0 + e_1 + ... over groups of 4
+//      values, e = fma(v3, x3, fma(v2, x2, fma(v0, x0, v1 * x1))), as nvcc contracts
+//      DotChunks' expression; cuda_dequant.cuh);
 //   2. each part's 32 lane sums are added by WarpSum (xor butterfly 16, 8, 4, 2, 1; lane 0);
 //   3. split > 1: the part sums are added to 0.0f in part order; then y (+)= the result.
 // The launch shape (rows per warp, ring depth, staging) never changes this order: kRows and
@@ -33,11 +36,11 @@
 namespace deepinfer::backend::cuda::kernels {
 
 // Test hook (declared by cuda_gemv_test.cc): forces the launch shape of later LinearGemv /
-// LinearGemvGrouped calls; every shape gives the same bits. rows_per_warp: 4, 2 or 1 where
-// the pass has that variant (1 token: 4/2/1; 2 tokens: 4/2; 3..8 tokens: 2 only), else the
-// default; 0 = default. depth: ring depth 1 or 4, 0 = default. legacy_staging: x staged by
-// the scalar StagePadded (the pre-session-13 kernel when rows and depth are the old ones:
-// rows_per_warp 0, depth 1). Not thread-safe (tests and benches only).
+// LinearGemvGrouped calls; every shape gives the same bits. rows_per_warp: 0 = default
+// (DefaultRowsPerWarp); 2 or 1 where the pass has that variant (1 token: 4/2/1; 2 tokens:
+// 4/2), any other value RowsPerWarp (4 at 1-2 tokens, 2 at 3-8). depth: ring depth 1 or 4;
+// 0 = default (LaunchRows). legacy_staging: x staged by the scalar StagePadded. (4, 1, true)
+// is the kernel as it was before session 13. Not thread-safe (tests and benches only).
 void SetGemvLaunchForTesting(int rows_per_warp, int depth, bool legacy_staging);
 
 namespace {
@@ -52,6 +55,9 @@ constexpr int kTargetBlocks = 2 * 132;  // enough row tiles to cover an H200's S
 // Ring depth for latency-bound launches (split > 1: few row tiles, few warps per SM, few
 // chunk steps per lane); big weights (split 1) keep 1 (many resident warps hide latency).
 constexpr int kDeepRing = 4;
+// Fewest blocks a 1-2 token pass aims for (about half an H200's SMs): below, warps hold
+// fewer rows (DefaultRowsPerWarp).
+constexpr int64_t kMinBlocks = 64;
 
 struct LaunchOverride {
   int rows_per_warp = 0;
@@ -98,7 +104,7 @@ int64_t GemvSharedBytes(int tok, int rows_per_warp, int64_t K) {
 // into the padded layout at xs + t * x_stride. All threads call it (no barrier inside);
 // each thread issues up to 8 float4 loads before its first store, so a 5120-value token
 // costs one L2 round trip (StagePadded: three, with four times the load instructions).
-template <WeightFormat kFormat>
+template <WeightFormat kFormat, int kTok>
 __device__ __forceinline__ void StageTokensVec4(const float* x, int64_t ldx, int T, int n,
                                                 float* xs, int64_t x_stride) {
   constexpr int kBatch = 8;
@@ -110,7 +116,7 @@ __device__ __forceinline__ void StageTokensVec4(const float* x, int64_t ldx, int
       const int i = base + j * kGemvThreads;
       r[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (i < total) {
-        const int t = i / n4, k4 = i - t * n4;
+        const int t = kTok == 1 ? 0 : i / n4, k4 = i - t * n4;
         r[j] = __ldg(reinterpret_cast<const float4*>(x + t * ldx) + k4);
       }
     }
@@ -118,7 +124,7 @@ __device__ __forceinline__ void StageTokensVec4(const float* x, int64_t ldx, int
     for (int j = 0; j < kBatch; ++j) {
       const int i = base + j * kGemvThreads;
       if (i < total) {
-        const int t = i / n4, k4 = i - t * n4;
+        const int t = kTok == 1 ? 0 : i / n4, k4 = i - t * n4;
         *reinterpret_cast<float4*>(xs + t * x_stride + PaddedIndex<kFormat>(int64_t{4} * k4)) =
             r[j];
       }
@@ -152,12 +158,10 @@ __global__ void __launch_bounds__(kGemvThreads)
   float* xs = reinterpret_cast<float*>(shared4);
   float* red = xs + kTok * x_stride;  // [warp][kRows][kTok] partial sums when split > 1
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int group = warp / split, part = warp % split;
-  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) * kRows;
+  const int split_log2 = __ffs(split) - 1;  // split is a power of two
+  const int group = warp >> split_log2, part = warp & (split - 1);
+  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x) * (kGemvWarps >> split_log2) * kRows;
   const int64_t i0 = block_row0 + group * kRows;  // first row
-  // Grouped weights: rows [g*group_rows, (g+1)*group_rows) read x columns from
-  // g*x_group_stride on; a block's rows all lie in one group (checked by the launcher).
-  x += (block_row0 / group_rows) * x_group_stride;
   int64_t rows[kRows];
 #pragma unroll
   for (int n = 0; n < kRows; ++n) {  // rows past the end re-read the last row (not written)
@@ -173,6 +177,10 @@ __global__ void __launch_bounds__(kGemvThreads)
   RawChunk ring[kDepth][kRows];
 #pragma unroll
   for (int d = 0; d < kDepth; ++d) LoadStep<kFormat, kRows>(w, rows, c + d * step, chunks, ring[d]);
+  // Grouped weights: rows [g*group_rows, (g+1)*group_rows) read x columns from
+  // g*x_group_stride on; a block's rows all lie in one group (checked by the launcher).
+  // (After the loads: the 64-bit division is a call; ungrouped launches skip it.)
+  if (block_row0 >= group_rows) x += (block_row0 / group_rows) * x_group_stride;
   pdl::WaitThenAllowNext();
   float acc[kRows][kTok];
 #pragma unroll
@@ -187,8 +195,8 @@ __global__ void __launch_bounds__(kGemvThreads)
     const int64_t s1 = s0 + slice_chunks < chunks ? s0 + slice_chunks : chunks;
     if (s0 > 0) __syncthreads();  // the previous slice's readers are done
     if (x_vec4) {
-      StageTokensVec4<kFormat>(x + s0 * kValues, ldx, T, static_cast<int>((s1 - s0) * kValues), xs,
-                               x_stride);
+      StageTokensVec4<kFormat, kTok>(x + s0 * kValues, ldx, T,
+                                     static_cast<int>((s1 - s0) * kValues), xs, x_stride);
     } else {
       for (int t = 0; t < T; ++t) {
         StagePadded<kFormat>(x + t * ldx + s0 * kValues, (s1 - s0) * kValues, xs + t * x_stride);
@@ -300,15 +308,32 @@ cudaError_t LaunchRows(const PassArgs& a, int split, bool x_vec4) {
   return cudaGetLastError();
 }
 
-// Launches one pass of T <= kTok tokens. Default shape: RowsPerWarp(kTok) rows per warp,
-// the ring depth of LaunchRows, float4 staging when x's rows are 16-byte aligned.
+// Rows per warp of a pass of kTok tokens: RowsPerWarp(kTok), halved (down to 1 at one token,
+// 2 at two; RowsPerWarp at more) while the launch would have fewer than kMinBlocks blocks:
+// on a weight of few rows, fewer rows per warp spread the bytes over more SMs (a block's
+// bytes are its latency-bound critical path); the order (split) stays.
+template <int kTok>
+int DefaultRowsPerWarp(int split, int64_t n_rows) {
+  const int fewest = kTok == 1 ? 1 : kTok == 2 ? 2 : RowsPerWarp(kTok);
+  int rows = RowsPerWarp(kTok);
+  while (rows > fewest) {
+    const int64_t rows_per_block = (kGemvWarps / split) * rows;
+    if ((n_rows + rows_per_block - 1) / rows_per_block >= kMinBlocks) break;
+    rows /= 2;
+  }
+  return rows;
+}
+
+// Launches one pass of T <= kTok tokens. Default shape: DefaultRowsPerWarp, the ring depth
+// of LaunchRows, float4 staging when x's rows are 16-byte aligned.
 template <WeightFormat kFormat, int kTok>
 cudaError_t LaunchPass(const PassArgs& a) {
   const int split = OrderSplit(kTok, a.n_rows);
   const bool aligned =
       reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 && a.x_group_stride % 4 == 0;
   const bool x_vec4 = aligned && !g_override.legacy_staging;
-  const int rows = g_override.rows_per_warp;
+  const int rows = g_override.rows_per_warp != 0 ? g_override.rows_per_warp
+                                                 : DefaultRowsPerWarp<kTok>(split, a.n_rows);
   if constexpr (kTok <= 2) {
     if (rows == 2) return LaunchRows<kFormat, kTok, 2>(a, split, x_vec4);
   }
