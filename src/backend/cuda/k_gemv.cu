@@ -27,6 +27,8 @@
 // The launch shape (rows per warp, ring depth, staging) never changes this order: kRows and
 // kDepth only decide how many rows a warp holds and how many loads are in flight.
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
@@ -40,7 +42,8 @@ namespace deepinfer::backend::cuda::kernels {
 // (DefaultRowsPerWarp); 2 or 1 where the pass has that variant (1 token: 4/2/1; 2 tokens:
 // 4/2), any other value RowsPerWarp (4 at 1-2 tokens, 2 at 3-8). depth: ring depth 1 or 4;
 // 0 = default (LaunchRows). legacy_staging: x staged by the scalar StagePadded. (4, 1, true)
-// is the kernel as it was before session 13. Not thread-safe (tests and benches only).
+// is the kernel as it was before session 13 (also what DEEPINFER_CUDA_GEMV_LEGACY=1 selects
+// until the hook is called). Not thread-safe (tests and benches only).
 void SetGemvLaunchForTesting(int rows_per_warp, int depth, bool legacy_staging);
 
 namespace {
@@ -65,6 +68,18 @@ struct LaunchOverride {
   bool legacy_staging = false;
 };
 LaunchOverride g_override;
+bool g_override_set = false;  // SetGemvLaunchForTesting was called
+
+// The launch shape override in force: the test hook's once called, else the pre-session-13
+// shape when DEEPINFER_CUDA_GEMV_LEGACY=1 (read once; same bits, for A/B timing of whole
+// decode steps), else none.
+const LaunchOverride& Override() {
+  static const LaunchOverride from_env = [] {
+    const char* v = std::getenv("DEEPINFER_CUDA_GEMV_LEGACY");
+    return v != nullptr && std::strcmp(v, "1") == 0 ? LaunchOverride{4, 1, true} : LaunchOverride{};
+  }();
+  return g_override_set ? g_override : from_env;
+}
 
 // Weight rows per warp that fix the summation order of a pass of `tokens` (through
 // OrderSplit); the launch may hold fewer rows per warp with the same order.
@@ -287,7 +302,7 @@ int ResidentBlocks(const void* kernel) {
 // Launches one pass with kRows rows per warp; `split` fixes the order. The ring is deep
 // (kDeepRing) for latency-bound launches: split > 1 (few row tiles) and every block resident
 // at once (the deep ring's extra registers must not add a wave); else 1 (many resident warps
-// hide the latency). g_override.depth 1 or kDeepRing forces it.
+// hide the latency). An override depth of 1 or kDeepRing forces it.
 template <WeightFormat kFormat, int kTok, int kRows>
 cudaError_t LaunchRows(const PassArgs& a, int split, bool x_vec4) {
   const int64_t rows_per_block = (kGemvWarps / split) * kRows;
@@ -300,7 +315,8 @@ cudaError_t LaunchRows(const PassArgs& a, int split, bool x_vec4) {
   constexpr auto kDeep = GemvKernel<kFormat, kTok, kRows, kDeepRing>;
   static const int deep_resident = ResidentBlocks(reinterpret_cast<const void*>(kDeep));
   bool deep = split > 1 && blocks <= deep_resident;
-  if (g_override.depth == 1 || g_override.depth == kDeepRing) deep = g_override.depth == kDeepRing;
+  const int forced = Override().depth;
+  if (forced == 1 || forced == kDeepRing) deep = forced == kDeepRing;
   const int64_t smem = GemvSharedBytes<kFormat>(kTok, kRows, a.w->cols);
   pdl::Launch(deep ? kDeep : kShallow, static_cast<unsigned>(blocks), kGemvThreads, smem, a.stream,
               *a.w, a.row0, a.n_rows, a.x, a.T, a.ldx, a.y, a.ldy, a.accumulate, split,
@@ -331,8 +347,8 @@ cudaError_t LaunchPass(const PassArgs& a) {
   const int split = OrderSplit(kTok, a.n_rows);
   const bool aligned =
       reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 && a.x_group_stride % 4 == 0;
-  const bool x_vec4 = aligned && !g_override.legacy_staging;
-  const int rows = g_override.rows_per_warp != 0 ? g_override.rows_per_warp
+  const bool x_vec4 = aligned && !Override().legacy_staging;
+  const int rows = Override().rows_per_warp != 0 ? Override().rows_per_warp
                                                  : DefaultRowsPerWarp<kTok>(split, a.n_rows);
   if constexpr (kTok <= 2) {
     if (rows == 2) return LaunchRows<kFormat, kTok, 2>(a, split, x_vec4);
@@ -371,6 +387,7 @@ cudaError_t GemvAllTokens(const DeviceWeight& w, int64_t row0, int64_t n_rows, c
 
 void SetGemvLaunchForTesting(int rows_per_warp, int depth, bool legacy_staging) {
   g_override = LaunchOverride{rows_per_warp, depth, legacy_staging};
+  g_override_set = true;
 }
 
 bool GemvApplicable(const DeviceWeight& w, int64_t T) {
