@@ -125,67 +125,6 @@ TEST_F(CudaLinearStreamTest, TokenRowsIndependentOfTBitwise) {
   EXPECT_TRUE(BitExact(all16, rows(all32, 0, 16)));
 }
 
-// The weight ring (kernels::LinearStreamRing: 0, 4 or 6 slots per warp) changes only how the
-// weight bytes travel, so every ring gives bitwise the same y: token tiles 1..4, splits 1..8
-// (short and long K, steps per part not a multiple of the ring, fewer steps than slots), both
-// scale branches, accumulate, and grouped weights.
-TEST_F(CudaLinearStreamTest, RingVariantsBitwise) {
-  struct RingGuard {
-    ~RingGuard() { kernels::SetLinearStreamRing(-1); }
-  } guard;
-  struct Case {
-    int64_t T, K, N;
-    int scale_lo, scale_hi;
-    bool accumulate;
-  };
-  const Case cases[] = {
-      {1, 640, 64, 112, 124, false},    {1, 8192, 64, 110, 140, true},
-      {5, 384, 1280, 112, 124, false},  {8, 2304, 320, 130, 140, false},
-      {12, 1280, 512, 112, 124, true},  {17, 5120, 96, 112, 124, false},
-      {24, 896, 2048, 110, 140, false}, {32, 8192, 160, 112, 124, true},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "T=" << c.T << " K=" << c.K << " N=" << c.N << " split "
-                                      << kernels::LinearStreamSplit(c.N, c.K));
-    const HostWeight w = MakeFp8Weight(c.N, c.K, c.scale_lo, c.scale_hi);
-    const std::vector<float> x = Activations(c.T, c.K);
-    const std::vector<float> y0 = Normal(c.T * c.N);
-    std::vector<float> ref;
-    for (int ring : {0, 4, 6}) {
-      kernels::SetLinearStreamRing(ring);
-      ASSERT_EQ(kernels::LinearStreamRing(), ring);
-      const std::vector<float> got = RunStream(w, 0, c.N, x, c.T, y0, c.N, c.accumulate);
-      if (ring == 0) {
-        ref = got;
-      } else {
-        EXPECT_TRUE(BitExact(got, ref)) << "ring " << ring;
-      }
-    }
-  }
-  const int64_t groups = 8, R = 64, K = 640, N = groups * R;
-  const HostWeight w = MakeFp8Weight(N, K, 110, 140);
-  for (int64_t T : {1, 9, 32}) {
-    SCOPED_TRACE("grouped T=" + std::to_string(T));
-    const std::vector<float> x = Activations(T, groups * K);
-    std::vector<float> ref;
-    for (int ring : {0, 4, 6}) {
-      kernels::SetLinearStreamRing(ring);
-      uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, groups * K));
-      float* y = PoisonedFloats(T * N);
-      ASSERT_EQ(kernels::LinearStreamGrouped(w.device, groups, ToGpu(x), T, groups * K, y, N,
-                                             scratch, gpu_->stream()),
-                cudaSuccess);
-      const std::vector<float> got = FromGpu(y, T * N);
-      if (ring == 0) {
-        ref = got;
-        ExpectGroupedMatchesCpu(w, groups, FakeQuantized(x, T, groups * K), T, got);
-      } else {
-        EXPECT_TRUE(BitExact(got, ref)) << "ring " << ring;
-      }
-    }
-  }
-}
-
 TEST_F(CudaLinearStreamTest, GroupedMatchesCpu) {
   const int64_t groups = 8, R = 64, K = 512, N = groups * R;
   const HostWeight w = MakeFp8Weight(N, K, 110, 140);

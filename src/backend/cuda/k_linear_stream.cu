@@ -43,12 +43,10 @@
 #include <cuda_fp8.h>
 
 #include <cstdlib>
-#include <type_traits>
 
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels_stream.h"
-#include "backend/cuda/launch_sink.h"
 #include "backend/cuda/mma_bf16.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -177,59 +175,6 @@ __device__ __forceinline__ void LoadStep(StepRegs<NT>& s, const uint8_t* w0, con
   LoadWeights(s, w0, w1, sc, st);
   LoadActivations(s, xp, x_st);
 }
-
-// --- the weight ring (kRing > 0) ----------------------------------------------------------
-//
-// Each warp owns kRing slots of shared memory; step st's weight bytes are copied into slot
-// (st - s0) % kRing by cp.async kRing steps ahead of their use, so kRing steps of weights are
-// in flight per warp without holding registers (the register double buffer then reads the
-// slot). Every lane reads back only the bytes it copied itself (lane-private, so no barrier:
-// its own cp.async.wait_group makes them visible to it). Slot layout: piece q (0..3) of lane l
-// at q * 512 + 16 l (conflict-free 16-byte reads), then the lane's 4-byte scale word at
-// 2048 + 4 l (the word holding the 4 scale bytes of the step; the lane takes byte c).
-constexpr int kSlotBytes = 2048 + 128;
-
-template <int kRing>
-constexpr int RingWarpBytes() {
-  return kRing * kSlotBytes;
-}
-
-// Issues step st's copies into `slot` (a shared address) and commits them as one group (an
-// empty group past s1, so that the group count stays one per step).
-__device__ __forceinline__ void IssueStepCopies(unsigned slot, const uint8_t* w0, const uint8_t* w1,
-                                                const uint8_t* sc_word, int64_t st, int64_t s1) {
-  if (st < s1) {
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const int64_t off = st * kStepK;
-    fp8::CpAsync16Prefetch(slot + 0 * 512 + 16 * lane, w0 + off);  // (L2::256B, as the
-    fp8::CpAsync16Prefetch(slot + 1 * 512 + 16 * lane, w0 + off + 16);  // register loads)
-    fp8::CpAsync16Prefetch(slot + 2 * 512 + 16 * lane, w1 + off);
-    fp8::CpAsync16Prefetch(slot + 3 * 512 + 16 * lane, w1 + off + 16);
-    fp8::CpAsync4(slot + 2048 + 4 * lane, sc_word + st * 4);
-  }
-  fp8::CpAsyncCommit();
-}
-
-// Reads step data copied by IssueStepCopies back from `slot` (generic pointer) into s.
-template <typename Regs>
-__device__ __forceinline__ void ReadSlot(Regs& s, const char* slot) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) s.w[q] = *reinterpret_cast<const uint4*>(slot + q * 512 + 16 * lane);
-  const uint32_t word = *reinterpret_cast<const uint32_t*>(slot + 2048 + 4 * lane);
-  s.scale = (word >> (8 * (lane % 4))) & 0xFFu;
-}
-
-// The warp's ring: kRing slots from `base` (this warp's shared bytes), the next slot to read.
-template <int kRing>
-struct WeightRing {
-  char* base;
-  int read = 0;  // slot of the oldest step not read yet
-  __device__ __forceinline__ const char* Slot(int i) const { return base + i * kSlotBytes; }
-  __device__ __forceinline__ unsigned SlotAddr(int i) const {
-    return mma::SharedAddress(base + i * kSlotBytes);
-  }
-};
 
 // The bf16x2 factors that take an e4m3 pair (value * 2^-120) to value * 2^(S - 127): f1,
 // then f2 where !one (S > 134); all_one: no lane of the warp needs f2.
@@ -384,63 +329,6 @@ __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r
   }
 }
 
-// AccumulateRows (NT <= 2) and AccumulateRowsJit (NT >= 3) with the weights through the warp's
-// shared-memory ring (kRing >= 2 slots; see "the weight ring"): the same steps, MMAs and
-// order, so the same bits. Step st + 1 is read from its slot while step st computes; slot
-// (st - s0) % kRing is refilled with step st + kRing after step st's MMAs (which consumed
-// the registers read from it).
-template <int kRing>
-__device__ __forceinline__ void RingWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kRing - 2) : "memory");
-}
-
-template <int NT, int kRing>
-__device__ __forceinline__ void AccumulateRowsRing(const StreamArgs& a, int64_t r, int64_t s0,
-                                                   int64_t s1, WeightRing<kRing>& ring,
-                                                   float (&acc)[NT][4]) {
-  const LaneRows p = LaneRowsOf(a, r);
-  const uint8_t *w0 = p.w0, *w1 = p.w1;
-  const int64_t x0 = p.x0;
-  const uint4* xp = p.xp;
-  const uint8_t* sc_word = p.sc - threadIdx.x % 4;  // the step's 4 scale bytes (4-byte aligned)
-#pragma unroll
-  for (int i = 0; i < kRing; ++i) IssueStepCopies(ring.SlotAddr(i), w0, w1, sc_word, s0 + i, s1);
-  pdl::WaitThenAllowNext();
-  if (s0 >= s1) return;
-  using Regs = std::conditional_t<(NT <= 2), StepRegs<NT>, WeightRegs>;
-  Regs buf[2];
-  asm volatile("cp.async.wait_group %0;" ::"n"(kRing - 1) : "memory");
-  ReadSlot(buf[0], ring.Slot(0));
-  uint4 x[2][NT];
-  if constexpr (NT <= 2) {
-    LoadActivations(buf[0], xp, x0 + s0);
-  } else {
-    LoadUnit<NT>(x[0], xp, x0 + s0, 0);
-  }
-  int slot = 0;  // slot of step st
-  // One step: cur holds step st; next receives step st + 1 (two calls per loop iteration with
-  // the buffers swapped, so that the register buffers are indexed by constants).
-  auto step = [&](Regs& cur, Regs& next, int64_t st) {
-    const int next_slot = slot + 1 == kRing ? 0 : slot + 1;
-    if (st + 1 < s1) {
-      RingWait<kRing>();
-      ReadSlot(next, ring.Slot(next_slot));
-      if constexpr (NT <= 2) LoadActivations(next, xp, x0 + st + 1);
-    }
-    if constexpr (NT <= 2) {
-      ComputeStep(cur, acc);
-    } else {
-      ComputeStepJit<NT>(cur, xp, x0 + st, st + 1 < s1, x, acc);
-    }
-    IssueStepCopies(ring.SlotAddr(slot), w0, w1, sc_word, st + kRing, s1);
-    slot = next_slot;
-  };
-  for (int64_t st = s0; st < s1; st += 2) {
-    step(buf[0], buf[1], st);
-    if (st + 1 < s1) step(buf[1], buf[0], st + 1);
-  }
-}
-
 // Up to kMaxStreamTargets weights (row ranges) over the same activations in one launch:
 // blocks [block_end[i - 1], block_end[i]) compute target i exactly as a launch of its own
 // would (same split, same warps' row groups), so the bits do not depend on the grouping.
@@ -450,22 +338,10 @@ struct StreamMany {
   int n;
 };
 
-// Dynamic shared memory of LinearStreamKernel<NT, kRing>: per warp its ring (kRing > 0) or,
-// after the K loop, its [NT * 4][32] partial sums (split > 1), which reuse the ring's bytes.
-template <int NT, int kRing>
-constexpr int StreamWarpSmemBytes() {
-  constexpr int partial = NT * 4 * 32 * 4;
-  return RingWarpBytes<kRing>() > partial ? RingWarpBytes<kRing>() : partial;
-}
-
-template <int NT, int kRing>
+template <int NT>
 __global__ void __launch_bounds__(kThreads, 2)
     LinearStreamKernel(const __grid_constant__ StreamMany m) {
-  extern __shared__ __align__(16) char stream_smem[];
-  constexpr int kWarpBytes = StreamWarpSmemBytes<NT, kRing>();
-  auto partial_of = [&](int w) {  // [NT * 4][32] floats of warp w
-    return reinterpret_cast<float(*)[32]>(stream_smem + w * kWarpBytes);
-  };
+  __shared__ float partial[kWarps][NT * 4][32];
   int target = 0;
   while (target + 1 < m.n && int64_t{blockIdx.x} >= m.block_end[target]) ++target;
   const StreamArgs& a = m.a[target];
@@ -480,10 +356,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (active) {
     const int64_t r = a.row0 + rg * kWarpRows, s0 = part * steps / a.split,
                   s1 = (part + 1) * steps / a.split;
-    if constexpr (kRing > 0) {
-      WeightRing<kRing> ring{stream_smem + warp * kWarpBytes};
-      AccumulateRowsRing<NT, kRing>(a, r, s0, s1, ring, acc);
-    } else if constexpr (NT <= 2) {
+    if constexpr (NT <= 2) {
       AccumulateRows<NT>(a, r, s0, s1, acc);
     } else {
       AccumulateRowsJit<NT>(a, r, s0, s1, acc);
@@ -493,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) partial_of(warp)[nt * 4 + i][lane] = acc[nt][i];
+      for (int i = 0; i < 4; ++i) partial[warp][nt * 4 + i][lane] = acc[nt][i];
     }
     __syncthreads();
     if (part != 0) return;
@@ -501,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[nt][i] += partial_of(warp + p)[nt * 4 + i][lane];
+        for (int i = 0; i < 4; ++i) acc[nt][i] += partial[warp + p][nt * 4 + i][lane];
       }
     }
   }
@@ -518,25 +391,6 @@ __global__ void __launch_bounds__(kThreads, 2)
       *dst = a.accumulate ? *dst + acc[nt][i] : acc[nt][i];
     }
   }
-}
-
-template <int NT, int kRing>
-cudaError_t LaunchWithSmem(dim3 grid, const StreamMany& m, cudaStream_t stream) {
-  constexpr auto kernel = LinearStreamKernel<NT, kRing>;
-  constexpr int kSmem = kWarps * StreamWarpSmemBytes<NT, kRing>();
-  if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, kSmem);
-    if (e != cudaSuccess) return e;
-  }
-  return pdl::Launch(kernel, grid, kThreads, kSmem, stream, m);
-}
-
-template <int NT>
-cudaError_t LaunchRing(int ring, dim3 grid, const StreamMany& m, cudaStream_t stream) {
-  if (ring == 6) return LaunchWithSmem<NT, 6>(grid, m, stream);
-  if (ring == 4) return LaunchWithSmem<NT, 4>(grid, m, stream);
-  if (ring == 3) return LaunchWithSmem<NT, 3>(grid, m, stream);
-  return LaunchWithSmem<NT, 0>(grid, m, stream);
 }
 
 // Quantises x once into scratch, then runs every target in one LinearStreamKernel launch.
@@ -563,16 +417,15 @@ cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_col
     m.block_end[i] = blocks;
   }
   const dim3 grid(static_cast<unsigned>(blocks));
-  const int ring = LinearStreamRing();
   switch (nts) {
     case 1:
-      return LaunchRing<1>(ring, grid, m, stream);
+      return pdl::Launch(LinearStreamKernel<1>, grid, kThreads, 0, stream, m);
     case 2:
-      return LaunchRing<2>(ring, grid, m, stream);
+      return pdl::Launch(LinearStreamKernel<2>, grid, kThreads, 0, stream, m);
     case 3:
-      return LaunchRing<3>(ring, grid, m, stream);
+      return pdl::Launch(LinearStreamKernel<3>, grid, kThreads, 0, stream, m);
     default:
-      return LaunchRing<4>(ring, grid, m, stream);
+      return pdl::Launch(LinearStreamKernel<4>, grid, kThreads, 0, stream, m);
   }
 }
 
@@ -601,8 +454,7 @@ StreamArgs RowsArgs(const DeviceWeight& w, int64_t row0, int64_t n_rows, int64_t
 
 bool WeightOk(const DeviceWeight& w) {
   return w.format == WeightFormat::kFp8Block32 && w.cols > 0 && w.cols % kStepK == 0 &&
-         w.data != nullptr && w.scale != nullptr && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w.scale) % 4 == 0;
+         w.data != nullptr && w.scale != nullptr && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
 }
 
 }  // namespace
@@ -623,23 +475,6 @@ int LinearStreamSplit(int64_t n_rows, int64_t K) {
   }
   return split;
 }
-
-namespace {
-constexpr int kDefaultRing = 0;
-int ring_override = -1;
-bool ValidRing(int v) { return v == 0 || v == 3 || v == 4 || v == 6; }
-}  // namespace
-
-int LinearStreamRing() {
-  static const int from_env = [] {
-    const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_RING");
-    const int v = env != nullptr ? std::atoi(env) : kDefaultRing;
-    return ValidRing(v) ? v : kDefaultRing;
-  }();
-  return ring_override >= 0 ? ring_override : from_env;
-}
-
-void SetLinearStreamRing(int ring) { ring_override = ValidRing(ring) ? ring : -1; }
 
 bool LinearStreamApplicable(const DeviceWeight& w, int64_t row0, int64_t n_rows, int64_t T) {
   return WeightOk(w) && T >= 1 && T <= kStreamMaxTokens && row0 >= 0 && n_rows > 0 &&

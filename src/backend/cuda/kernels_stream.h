@@ -69,11 +69,4 @@ cudaError_t LinearStreamGrouped(const DeviceWeight& w, int64_t groups, const flo
 // The number of warps that split K for a weight of n_rows x K (1, 2, 4 or 8; shape only).
 int LinearStreamSplit(int64_t n_rows, int64_t K);
 
-// Weight-ring slots per warp of LinearStream's kernels (0: the weights go straight to a
-// register double buffer; 4 or 6: also through a shared-memory ring of that many K steps):
-// DEEPINFER_LINEAR_STREAM_RING, read once. Every value gives bitwise the same results.
-int LinearStreamRing();
-// Overrides the ring for the rest of the process (tests; 0, 4 or 6; -1 restores the default).
-void SetLinearStreamRing(int ring);
-
 }  // namespace deepinfer::backend::cuda::kernels
