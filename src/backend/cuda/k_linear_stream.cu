@@ -176,6 +176,17 @@ __device__ __forceinline__ void LoadStep(StepRegs<NT>& s, const uint8_t* w0, con
   LoadActivations(s, xp, x_st);
 }
 
+// L2 prefetches of this lane's weight bytes of steps [first, last) (rows g and g + 8),
+// issued before the PDL wait so that HBM streams the start of the weight while the previous
+// kernel (the activation quantisation) runs.
+__device__ __forceinline__ void PrefetchStepsL2(const uint8_t* w0, const uint8_t* w1,
+                                                int64_t first, int64_t last) {
+  for (int64_t st = first; st < last; ++st) {
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(w0 + st * kStepK));
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(w1 + st * kStepK));
+  }
+}
+
 // The bf16x2 factors that take an e4m3 pair (value * 2^-120) to value * 2^(S - 127): f1,
 // then f2 where !one (S > 134); all_one: no lane of the warp needs f2.
 struct ScaleFactors {
@@ -249,11 +260,12 @@ __device__ __forceinline__ LaneRows LaneRowsOf(const StreamArgs& a, int64_t r) {
 // acc += rows [r, r + 16) of the weight times the activations over K steps [s0, s1).
 template <int NT>
 __device__ __forceinline__ void AccumulateRows(const StreamArgs& a, int64_t r, int64_t s0,
-                                               int64_t s1, float (&acc)[NT][4]) {
+                                               int64_t s1, int l2_head, float (&acc)[NT][4]) {
   const auto [w0, w1, sc, x0, xp] = LaneRowsOf(a, r);
   StepRegs<NT> buf[2];
   if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
   if (s0 + 1 < s1) LoadWeights(buf[1], w0, w1, sc, s0 + 1);
+  PrefetchStepsL2(w0, w1, s0 + 2, s0 + 2 + l2_head < s1 ? s0 + 2 + l2_head : s1);
   pdl::WaitThenAllowNext();
   if (s0 < s1) LoadActivations(buf[0], xp, x0 + s0);
   if (s0 + 1 < s1) LoadActivations(buf[1], xp, x0 + s0 + 1);
@@ -311,11 +323,12 @@ __device__ __forceinline__ void ComputeStepJit(const WeightRegs& s, const uint4*
 // of a step are loaded within it (ComputeStepJit), the next step's first unit ahead.
 template <int NT>
 __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r, int64_t s0,
-                                                  int64_t s1, float (&acc)[NT][4]) {
+                                                  int64_t s1, int l2_head, float (&acc)[NT][4]) {
   const auto [w0, w1, sc, x0, xp] = LaneRowsOf(a, r);
   WeightRegs buf[2];
   if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
   if (s0 + 1 < s1) LoadWeights(buf[1], w0, w1, sc, s0 + 1);
+  PrefetchStepsL2(w0, w1, s0 + 2, s0 + 2 + l2_head < s1 ? s0 + 2 + l2_head : s1);
   pdl::WaitThenAllowNext();
   uint4 x[2][NT];
   if (s0 < s1) LoadUnit<NT>(x[0], xp, x0 + s0, 0);
@@ -336,6 +349,7 @@ struct StreamMany {
   StreamArgs a[kMaxStreamTargets];
   int64_t block_end[kMaxStreamTargets];
   int n;
+  int l2_head;  // K steps after the first two prefetched into L2 before the PDL wait
 };
 
 template <int NT>
@@ -357,9 +371,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t r = a.row0 + rg * kWarpRows, s0 = part * steps / a.split,
                   s1 = (part + 1) * steps / a.split;
     if constexpr (NT <= 2) {
-      AccumulateRows<NT>(a, r, s0, s1, acc);
+      AccumulateRows<NT>(a, r, s0, s1, m.l2_head, acc);
     } else {
-      AccumulateRowsJit<NT>(a, r, s0, s1, acc);
+      AccumulateRowsJit<NT>(a, r, s0, s1, m.l2_head, acc);
     }
   }
   if (a.split > 1) {  // the parts' sums, added in part order by part 0
@@ -393,6 +407,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// Steps prefetched into L2 before the PDL wait: DEEPINFER_LINEAR_STREAM_L2HEAD (read once,
+// 0..32), default kDefaultL2Head.
+constexpr int kDefaultL2Head = 0;
+int LinearStreamL2Head() {
+  static const int head = [] {
+    const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_L2HEAD");
+    const int v = env != nullptr ? std::atoi(env) : kDefaultL2Head;
+    return v < 0 ? 0 : v > 32 ? 32 : v;
+  }();
+  return head;
+}
+
 // Quantises x once into scratch, then runs every target in one LinearStreamKernel launch.
 // targets[i].split and .xf are set here; all targets share T and the activations' K.
 cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_cols, int64_t ldx,
@@ -406,6 +432,7 @@ cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_col
   if (e != cudaSuccess) return e;
   StreamMany m{};
   m.n = n;
+  m.l2_head = LinearStreamL2Head();
   int64_t blocks = 0;
   for (int i = 0; i < n; ++i) {
     StreamArgs& a = targets[i];
