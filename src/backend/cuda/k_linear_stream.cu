@@ -179,8 +179,8 @@ __device__ __forceinline__ void LoadStep(StepRegs<NT>& s, const uint8_t* w0, con
 // L2 prefetches of this lane's weight bytes of steps [first, last) (rows g and g + 8),
 // issued before the PDL wait so that HBM streams the start of the weight while the previous
 // kernel (the activation quantisation) runs.
-__device__ __forceinline__ void PrefetchStepsL2(const uint8_t* w0, const uint8_t* w1,
-                                                int64_t first, int64_t last) {
+__device__ __forceinline__ void PrefetchStepsL2(const uint8_t* w0, const uint8_t* w1, int64_t first,
+                                                int64_t last) {
   for (int64_t st = first; st < last; ++st) {
     asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(w0 + st * kStepK));
     asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(w1 + st * kStepK));
@@ -409,7 +409,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // Steps prefetched into L2 before the PDL wait: DEEPINFER_LINEAR_STREAM_L2HEAD (read once,
 // 0..32), default kDefaultL2Head.
-constexpr int kDefaultL2Head = 0;
+constexpr int kDefaultL2Head =
+    4;  // run 116: B=8 2.74 vs 2.77-2.78 ms, B=32 5.92 vs 5.99-6.01; 8 and 16 slower
 int LinearStreamL2Head() {
   static const int head = [] {
     const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_L2HEAD");
