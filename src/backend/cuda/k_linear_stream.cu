@@ -408,9 +408,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // Steps prefetched into L2 before the PDL wait: DEEPINFER_LINEAR_STREAM_L2HEAD (read once,
-// 0..32), default kDefaultL2Head.
-constexpr int kDefaultL2Head =
-    4;  // run 116: B=8 2.74 vs 2.77-2.78 ms, B=32 5.92 vs 5.99-6.01; 8 and 16 slower
+// 0..32), default kDefaultL2Head. MEASURED (H200, run 116, decode 4k, FP8 mode): 4 steps
+// B = 1 / 8 / 32 1.45 / 2.74 / 5.92 ms against 1.45 / 2.77-2.78 / 5.99-6.01 with none; 8 and
+// 16 steps slower (B = 1 1.50 / 1.52 ms), like an in-loop prefetch ahead (run 112).
+constexpr int kDefaultL2Head = 4;
 int LinearStreamL2Head() {
   static const int head = [] {
     const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_L2HEAD");
