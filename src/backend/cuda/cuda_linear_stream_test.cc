@@ -8,11 +8,16 @@
 // within a step: another register plan, same MMA order).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
+#include <limits>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_fp8_test_util.h"
@@ -321,6 +326,336 @@ TEST_F(CudaLinearStreamTest, BackendLinearManyEqualsLinearEach) {
   }
   gpu_->set_batch_invariant(false);
   gpu_->set_fp8_activations(false);
+}
+
+// --- fused quantisation (T <= LinearStreamFuseMaxTokens: one launch, x quantised per block) ---
+
+// Forces the fusion threshold (and the fused quantiser) for a scope, then restores both.
+class FuseOverride {
+ public:
+  explicit FuseOverride(int max_tokens, bool quant_warp = false) {
+    kernels::SetLinearStreamFuseMaxTokens(max_tokens);
+    kernels::SetLinearStreamFusedQuantWarp(quant_warp);
+  }
+  ~FuseOverride() {
+    kernels::SetLinearStreamFuseMaxTokens(-1);
+    kernels::SetLinearStreamFusedQuantWarp(false);
+  }
+};
+
+// How a call ran: its y, and whether it wrote its scratch (the two-kernel path does, the
+// fused one never).
+struct StreamRun {
+  std::vector<float> y;
+  bool used_scratch = false;
+};
+
+class CudaLinearStreamFusedTest : public CudaLinearStreamTest {
+ protected:
+  // kernels::LinearStream with the threshold `fuse_max` (0: never fused) and the fused
+  // quantiser (quant_warp: the two-kernel path's per-warp code). x is [T, ldx].
+  StreamRun Run(int fuse_max, bool quant_warp, const HostWeight& w, int64_t row0, int64_t n_rows,
+                const std::vector<float>& x, int64_t T, int64_t ldx, const std::vector<float>& y0,
+                int64_t ldy, bool accumulate) {
+    const FuseOverride fuse(fuse_max, quant_warp);
+    const int64_t bytes = kernels::LinearStreamScratchBytes(T, w.device.cols);
+    uint8_t* scratch = PoisonedBytes(bytes);
+    float* y = ToGpu(y0);
+    const cudaError_t e = kernels::LinearStream(w.device, row0, n_rows, ToGpu(x), T, ldx, y, ldy,
+                                                accumulate, scratch, gpu_->stream());
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    StreamRun run;
+    run.y = FromGpu(y, T * ldy);
+    for (uint8_t b : BytesFromGpu(scratch, bytes)) run.used_scratch |= b != 0xAB;
+    return run;
+  }
+
+  // Fused (fast and per-warp quantiser) against the two-kernel path, bitwise; whether the
+  // threshold 8 fused is what the rules say (T <= 8, T * K * 2 <= 64 KiB).
+  void ExpectFusedBitwise(const HostWeight& w, int64_t row0, int64_t n_rows,
+                          const std::vector<float>& x, int64_t T, int64_t ldx, bool accumulate,
+                          int64_t ldy_pad = 0) {
+    const int64_t K = w.device.cols, ldy = n_rows + ldy_pad;
+    SCOPED_TRACE(::testing::Message()
+                 << "T=" << T << " K=" << K << " ldx=" << ldx << " rows " << row0 << "+" << n_rows
+                 << " ldy=" << ldy << (accumulate ? " accumulate" : "") << " split "
+                 << kernels::LinearStreamSplit(n_rows, K));
+    const std::vector<float> y0 = Normal(T * ldy);
+    const StreamRun unfused = Run(0, false, w, row0, n_rows, x, T, ldx, y0, ldy, accumulate);
+    const StreamRun fast = Run(8, false, w, row0, n_rows, x, T, ldx, y0, ldy, accumulate);
+    const StreamRun warp = Run(8, true, w, row0, n_rows, x, T, ldx, y0, ldy, accumulate);
+    const bool fits = T <= 8 && T * K * 2 <= 64 * 1024;
+    EXPECT_TRUE(unfused.used_scratch);
+    EXPECT_EQ(fast.used_scratch, !fits);
+    EXPECT_EQ(warp.used_scratch, !fits);
+    EXPECT_TRUE(BitExact(fast.y, unfused.y)) << "fused (thread per 8 values) vs two kernels";
+    EXPECT_TRUE(BitExact(warp.y, unfused.y)) << "fused (warp per block) vs two kernels";
+  }
+
+  // [T, ldx] activations (Activations() in the first K columns, 1e30 in the padding: a
+  // kernel reading past K would show).
+  std::vector<float> PaddedActivations(int64_t T, int64_t K, int64_t ldx) {
+    const std::vector<float> dense = Activations(T, K);
+    std::vector<float> x(T * ldx, 1e30f);
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy(dense.begin() + t * K, dense.begin() + (t + 1) * K, x.begin() + t * ldx);
+    }
+    return x;
+  }
+
+  // 32 values of block scenario `kind` (see SpecialValuesBitwise), times 2^e.
+  std::vector<float> SpecialBlock(int kind, int e) {
+    std::vector<float> v = Normal(32);
+    const float inf = std::numeric_limits<float>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (int i = 0; i < 32; ++i) {
+      switch (kind) {
+        case 0:  // plain
+          v[i] = std::ldexp(v[i], e);
+          break;
+        case 1:  // zeros of both signs
+          v[i] = i % 3 == 0 ? -0.0f : 0.0f;
+          break;
+        case 2:  // a fine grid: many exact ties of the e4m3 rounding
+          v[i] = std::ldexp(std::round(v[i] * 700.0f), e - 6);
+          break;
+        case 3:  // float subnormals beside one normal value
+          v[i] = i == 7 ? 1.0f : (i % 2 ? -1.0f : 1.0f) * (i % 4 < 2 ? 1e-40f : 1.4e-45f);
+          break;
+        case 4:  // all below the 1e-4 amax floor
+          v[i] = std::ldexp(v[i], -100);
+          break;
+        case 5:  // near the float maximum
+          v[i] = i % 5 == 0 ? (i % 2 ? -3.3e38f : 3.3e38f) : std::ldexp(v[i], 120);
+          break;
+        case 6: {  // the top of the e4m3 range and its ties (448, 464, 232, ...), times 2^e
+          const float top[8] = {448.0f, -448.0f, 464.0f, 432.0f, 232.0f, -232.0f, 40.0f, 36.0f};
+          v[i] = std::ldexp(i < 8 ? top[i] : v[i], e);
+          break;
+        }
+        case 7:  // negative values and one -0
+          v[i] = i == 3 ? -0.0f : -std::fabs(std::ldexp(v[i], e));
+          break;
+        case 8:  // an infinity
+          v[i] = i == 9 ? -inf : std::ldexp(v[i], e);
+          break;
+        default:  // a NaN at lane 0, 5, 16 or 31 (kinds 9 .. 12; see below)
+          v[i] = std::ldexp(v[i], e);
+          break;
+      }
+    }
+    // The warp butterfly of the two-kernel path gives lanes different amax around a NaN.
+    if (kind >= 9) v[std::vector<int>{0, 5, 16, 31}[(kind - 9) % 4]] = nan;
+    return v;
+  }
+};
+
+// Fused vs two kernels, bitwise: T = 1 .. 8 (fused up to the 64 KiB of x), K from one step to
+// 5120, splits 1, 2, 4, 8, row counts that leave warps of the last block without rows, row
+// offsets, padded and accumulated y, x rows with ldx > K (also ldx % 4 != 0: scalar loads).
+TEST_F(CudaLinearStreamFusedTest, FusedEqualsUnfusedBitwise) {
+  struct Shape {
+    int64_t K, N, row0, n_rows;
+  };
+  const Shape shapes[] = {{128, 64, 0, 64},       // one K step, split 1
+                          {640, 96, 16, 80},      // 5 steps, 5 row groups
+                          {1024, 208, 0, 208},    // split 2, 13 row groups
+                          {2048, 48, 0, 48},      // split 4
+                          {4096, 96, 0, 96},      // split 8, T = 8 exactly 64 KiB
+                          {5120, 1280, 0, 1280},  // wq_a: split 8, T = 7, 8 not fused
+                          {5120, 176, 32, 144}};  // 9 row groups
+  std::set<int> splits;
+  for (const Shape& s : shapes) {
+    const HostWeight w = MakeFp8Weight(s.N, s.K, 112, 124);
+    splits.insert(kernels::LinearStreamSplit(s.n_rows, s.K));
+    for (int64_t T : {1, 2, 3, 5, 7, 8}) {
+      for (int64_t pad : {0, 3, 4}) {
+        const int64_t ldx = s.K + pad;
+        const std::vector<float> x = PaddedActivations(T, s.K, ldx);
+        ExpectFusedBitwise(w, s.row0, s.n_rows, x, T, ldx, /*accumulate=*/pad == 3, pad);
+      }
+    }
+  }
+  EXPECT_EQ(splits, (std::set<int>{1, 2, 4, 8}));
+}
+
+TEST_F(CudaLinearStreamFusedTest, BothScaleBranchesBitwise) {
+  for (auto [lo, hi] : {std::pair{126, 142}, std::pair{135, 150}, std::pair{100, 110}}) {
+    const HostWeight w = MakeFp8Weight(128, 1280, lo, hi);
+    for (int64_t T : {1, 2, 6}) {
+      ExpectFusedBitwise(w, 0, 128, Activations(T, 1280), T, 1280, T == 2);
+    }
+  }
+}
+
+// x blocks of every kind: zeros of both signs, e4m3 rounding ties, float subnormals, an amax
+// under the 1e-4 floor, values near the float maximum, the top of the e4m3 range, -0 among
+// negatives, and (in token 1 only, and a T = 1 run of its own) Inf and NaN at lanes 0, 5, 16,
+// 31 of a block. Every token row bitwise as the two kernels give it (Inf / NaN rows too).
+TEST_F(CudaLinearStreamFusedTest, SpecialValuesBitwise) {
+  const int64_t K = 1024, N = 128, per_row = K / 32;
+  const HostWeight w = MakeFp8Weight(N, K, 112, 124);
+  const std::vector<int32_t> exps = Ints(8 * per_row, -20, 20);
+  auto make_x = [&](int64_t T, bool specials_in_token1) {
+    std::vector<float> x;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t kb = 0; kb < per_row; ++kb) {
+        const bool special = specials_in_token1 && t == 1;
+        const int kind = special ? 8 + static_cast<int>(kb % 5) : static_cast<int>((kb + t) % 8);
+        const std::vector<float> v = SpecialBlock(kind, exps[t * per_row + kb]);
+        x.insert(x.end(), v.begin(), v.end());
+      }
+    }
+    return x;
+  };
+  for (int64_t T : {1, 2, 3, 8}) {
+    ExpectFusedBitwise(w, 0, N, make_x(T, false), T, K, false);
+    if (T >= 2) ExpectFusedBitwise(w, 0, N, make_x(T, true), T, K, true);
+  }
+  for (int kind = 8; kind <= 12; ++kind) {  // T = 1 with an Inf / NaN block
+    std::vector<float> x = make_x(1, false);
+    const std::vector<float> v = SpecialBlock(kind, 3);
+    std::copy(v.begin(), v.end(), x.begin() + 5 * 32);
+    ExpectFusedBitwise(w, 0, N, x, 1, K, false);
+  }
+}
+
+// The dispatch (scratch written = two kernels): the threshold, its clamp to 0..8, the 64 KiB
+// of x, two token tiles, grouped weights; the default threshold is kFusedMaxTokens.
+TEST_F(CudaLinearStreamFusedTest, FuseThresholdDispatch) {
+  const HostWeight w = MakeFp8Weight(64, 4096, 112, 124);
+  const HostWeight wide = MakeFp8Weight(64, 4224, 112, 124);
+  auto used_scratch = [&](int fuse_max, const HostWeight& hw, int64_t T) {
+    const int64_t K = hw.device.cols;
+    return Run(fuse_max, false, hw, 0, 64, Activations(T, K), T, K, std::vector<float>(T * 64), 64,
+               false)
+        .used_scratch;
+  };
+  EXPECT_FALSE(used_scratch(2, w, 1));
+  EXPECT_FALSE(used_scratch(2, w, 2));
+  EXPECT_TRUE(used_scratch(2, w, 3));
+  EXPECT_TRUE(used_scratch(0, w, 1));
+  EXPECT_FALSE(used_scratch(8, w, 8));     // 8 x 4096 x 2 bytes = 64 KiB
+  EXPECT_TRUE(used_scratch(8, wide, 8));   // 66 KiB
+  EXPECT_FALSE(used_scratch(8, wide, 7));  // 58 KiB
+  EXPECT_TRUE(used_scratch(8, w, 9));      // two token tiles
+  EXPECT_TRUE(used_scratch(20, w, 9));     // the threshold is clamped to 8
+  {
+    const FuseOverride fuse(20);
+    EXPECT_EQ(kernels::LinearStreamFuseMaxTokens(), 8);
+  }
+  {
+    const FuseOverride fuse(0);
+    EXPECT_EQ(kernels::LinearStreamFuseMaxTokens(), 0);
+  }
+  if (std::getenv("DEEPINFER_LINEAR_STREAM_FUSE_MAX_T") == nullptr) {
+    EXPECT_EQ(kernels::LinearStreamFuseMaxTokens(), kernels::kFusedMaxTokens);
+  }
+  // Grouped weights are never fused.
+  const int64_t groups = 4, K = 512;
+  const HostWeight g = MakeFp8Weight(groups * 64, K, 112, 124);
+  const FuseOverride fuse(8);
+  uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(1, groups * K));
+  float* y = PoisonedFloats(groups * 64);
+  ASSERT_EQ(kernels::LinearStreamGrouped(g.device, groups, ToGpu(Activations(1, groups * K)), 1,
+                                         groups * K, y, groups * 64, scratch, gpu_->stream()),
+            cudaSuccess);
+  bool used = false;
+  for (uint8_t b : BytesFromGpu(scratch, kernels::LinearStreamScratchBytes(1, groups * K))) {
+    used |= b != 0xAB;
+  }
+  EXPECT_TRUE(used);
+}
+
+// LinearStreamMany fused (every block quantises the same x) vs two kernels, bitwise: three
+// weights of different splits, a padded accumulated output, x with ldx > K.
+TEST_F(CudaLinearStreamFusedTest, ManyFusedEqualsUnfusedBitwise) {
+  const int64_t K = 1280, ldx = K + 4;
+  const HostWeight a = MakeFp8Weight(256, K, 112, 124);
+  const HostWeight b = MakeFp8Weight(48, K, 126, 142);
+  const HostWeight c = MakeFp8Weight(2048, K, 112, 124);
+  struct Out {
+    const HostWeight* w;
+    int64_t row0, n_rows, ldy;
+    bool accumulate;
+  };
+  const Out outs[] = {{&a, 0, 256, 259, true}, {&b, 16, 32, 32, false}, {&c, 0, 2048, 2048, false}};
+  for (int64_t T : {1, 2, 5, 8}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> x = PaddedActivations(T, K, ldx);
+    const float* dx = ToGpu(x);
+    std::vector<std::vector<float>> y0;
+    for (const Out& o : outs) y0.push_back(Normal(T * o.ldy));
+    auto run = [&](int fuse_max, bool quant_warp, bool* used_scratch) {
+      const FuseOverride fuse(fuse_max, quant_warp);
+      std::vector<float*> dy;
+      std::vector<kernels::LinearStreamTarget> targets;
+      for (size_t i = 0; i < std::size(outs); ++i) {
+        const Out& o = outs[i];
+        dy.push_back(ToGpu(y0[i]));
+        targets.push_back({&o.w->device, o.row0, o.n_rows, dy.back(), o.ldy, o.accumulate});
+      }
+      const int64_t bytes = kernels::LinearStreamScratchBytes(T, K);
+      uint8_t* scratch = PoisonedBytes(bytes);
+      EXPECT_EQ(kernels::LinearStreamMany(targets.data(), 3, dx, T, ldx, scratch, gpu_->stream()),
+                cudaSuccess);
+      std::vector<std::vector<float>> y;
+      for (size_t i = 0; i < std::size(outs); ++i) y.push_back(FromGpu(dy[i], T * outs[i].ldy));
+      *used_scratch = false;
+      for (uint8_t v : BytesFromGpu(scratch, bytes)) *used_scratch |= v != 0xAB;
+      return y;
+    };
+    bool used_unfused = false, used_fast = true, used_warp = true;
+    const auto unfused = run(0, false, &used_unfused);
+    const auto fast = run(8, false, &used_fast);
+    const auto warp = run(8, true, &used_warp);
+    EXPECT_TRUE(used_unfused);
+    EXPECT_FALSE(used_fast);
+    EXPECT_FALSE(used_warp);
+    for (size_t i = 0; i < std::size(outs); ++i) {
+      EXPECT_TRUE(BitExact(fast[i], unfused[i])) << "output " << i;
+      EXPECT_TRUE(BitExact(warp[i], unfused[i])) << "output " << i;
+    }
+  }
+}
+
+// Device time, fused (both quantisers) vs two kernels at T = 1, 2, 4, for the decode Linears
+// at B = 1 and one LinearStreamMany pair (shared w1 + w3). Run with
+// --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_BenchFused*'.
+TEST_F(CudaLinearStreamFusedTest, DISABLED_BenchFused) {
+  struct Shape {
+    const char* name;
+    int64_t rows, K;
+    int targets;  // 2: the weight twice through LinearStreamMany (w1 + w3)
+  };
+  const Shape shapes[] = {{"wq_a", 1280, 5120, 1},         {"wq_b", 32768, 1280, 1},
+                          {"wkv", 512, 5120, 1},           {"shared w1", 2304, 5120, 1},
+                          {"shared w1+w3", 2304, 5120, 2}, {"shared w2", 5120, 2304, 1},
+                          {"idx wq_b", 4096, 1280, 1},     {"engram wkv", 25600, 6144, 1}};
+  for (const Shape& s : shapes) {
+    const HostWeight w = MakeFp8Weight(s.rows, s.K, 112, 124);
+    const double bytes = double(s.rows) * s.K * s.targets * (1.0 + 1.0 / 1024.0);
+    for (int64_t T : {1, 2, 4}) {
+      const float* dx = ToGpu(Activations(T, s.K));
+      float* y0 = PoisonedFloats(T * s.rows);
+      float* y1 = PoisonedFloats(T * s.rows);
+      uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, s.K));
+      const kernels::LinearStreamTarget targets[2] = {{&w.device, 0, s.rows, y0, s.rows, false},
+                                                      {&w.device, 0, s.rows, y1, s.rows, false}};
+      auto time = [&](int fuse_max, bool quant_warp) {
+        const FuseOverride fuse(fuse_max, quant_warp);
+        return DeviceMicrosPerCall([&] {
+          kernels::LinearStreamMany(targets, s.targets, dx, T, s.K, scratch, gpu_->stream());
+        });
+      };
+      const double two = time(0, false), fast = time(8, false), warp = time(8, true);
+      std::printf(
+          "%-13s T=%lld split %d: two kernels %7.2f us  fused %7.2f us (%5.0f GB/s)  fused "
+          "warp-quant %7.2f us\n",
+          s.name, static_cast<long long>(T), kernels::LinearStreamSplit(s.rows, s.K), two, fast,
+          bytes / fast * 1e-3, warp);
+    }
+  }
 }
 
 // Device time of the V4.1-Flash decode Linears (run with --gtest_also_run_disabled_tests):

@@ -23,6 +23,21 @@ namespace deepinfer::backend::cuda::kernels {
 // Linears up to this many tokens by default (CudaBackend::set_linear_stream_max_tokens).
 inline constexpr int64_t kStreamMaxTokens = 32;
 
+// Few tokens: LinearStream and LinearStreamMany quantise x inside the streaming kernel (one
+// launch instead of two; scratch is left untouched) when T <= LinearStreamFuseMaxTokens(),
+// T <= 8, T * K * 2 <= 64 KiB (each block's shared copy of x) -- never LinearStreamGrouped.
+// The results are bitwise those of the two-kernel path. The threshold:
+// DEEPINFER_LINEAR_STREAM_FUSE_MAX_T (read once, clamped to 0..8; 0 = never fuse), default
+// kFusedMaxTokens.
+inline constexpr int64_t kFusedMaxTokens = 2;
+int LinearStreamFuseMaxTokens();
+// Tests and benchmarks: overrides the threshold for the process (clamped to 0..8; -1 goes
+// back to the environment / default).
+void SetLinearStreamFuseMaxTokens(int max_tokens);
+// Tests and benchmarks: the fused kernel quantises with the two-kernel path's code (one warp
+// per 32-value block, fp8::QuantizeLaneBf16) instead of its thread-per-8-values code.
+void SetLinearStreamFusedQuantWarp(bool on);
+
 // True if LinearStream handles rows [row0, row0 + n_rows) of w for T tokens: FP8 block-32
 // weight, K = w.cols a positive multiple of 128, row0 and n_rows multiples of 16 (so a warp's
 // 16 rows share one 32-row scale block), 1 <= T <= kStreamMaxTokens, data 16-byte aligned.
