@@ -22,7 +22,8 @@
 
 namespace deepinfer::backend::cuda::kernels {
 // Defined in k_gemv.cu (test hook; see there): forces rows per warp (0 = default), ring depth
-// (1 or 4; 0 = default) and the scalar x staging of later LinearGemv calls.
+// (1 or 4; 0 = default) and the scalar x staging of later LinearGemv calls; (0, 0, false)
+// removes the override (so under DEEPINFER_CUDA_GEMV_LEGACY=1 "default" is the legacy shape).
 void SetGemvLaunchForTesting(int rows_per_warp, int depth, bool legacy_staging);
 }  // namespace deepinfer::backend::cuda::kernels
 
@@ -39,8 +40,8 @@ struct LaunchShape {
   bool legacy_staging;
 };
 
-// rows 4 (RowsPerWarp: 2 at 3+ tokens) / depth 1 / scalar staging: the kernel as it was
-// before session 13.
+// rows 4 (RowsPerWarp: 2 at 3+ tokens) / depth 1 / scalar staging: the launch shape of before
+// session 13 (DEEPINFER_CUDA_GEMV_LEGACY=1).
 constexpr LaunchShape kShapes[] = {
     {"default", 0, 0, false},
     {"legacy", 4, 1, true},
@@ -361,7 +362,8 @@ TEST_F(CudaGemvTest, EveryFormatAndTokenCountMatchesTheOrderBitwise) {
 TEST_F(CudaGemvTest, AccumulateAndMultiPassMatchTheOrderBitwise) {
   for (const WeightFormat f : kFormats) {
     const int64_t K = 33 * ChunkValues(f);
-    for (const int64_t T : {1, 4, 9, 17}) {  // 9 and 17: passes of 8 then 1
+    // Passes: 9 = 8 + 1, 11 = 8 + 3 (a 4-token pass), 17 = 8 + 8 + 1.
+    for (const int64_t T : {1, 4, 9, 11, 17}) {
       CheckCase(f, T, K, 70, 0, 70, 0, 3, /*accumulate=*/true);
       if (HasFatalFailure()) return;
     }
@@ -404,7 +406,7 @@ TEST_F(CudaGemvTest, EverySplitMatchesTheOrderBitwise) {
   }
 }
 
-// The V4.1 decode shapes (5120 columns) at one token, every format, against the emulation.
+// V4.1 decode shapes (5120 columns), mostly at one token, against the emulation.
 TEST_F(CudaGemvTest, RealShapesMatchTheOrderBitwise) {
   if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
   CheckCase(WeightFormat::kBF16, 1, 5120, 384, 0, 384, 0, 0, false);

@@ -42,8 +42,9 @@ namespace deepinfer::backend::cuda::kernels {
 // (DefaultRowsPerWarp); 2 or 1 where the pass has that variant (1 token: 4/2/1; 2 tokens:
 // 4/2), any other value RowsPerWarp (4 at 1-2 tokens, 2 at 3-8). depth: ring depth 1 or 4;
 // 0 = default (LaunchRows). legacy_staging: x staged by the scalar StagePadded. (4, 1, true)
-// is the kernel as it was before session 13 (also what DEEPINFER_CUDA_GEMV_LEGACY=1 selects
-// until the hook is called). Not thread-safe (tests and benches only).
+// is the launch shape of before session 13 (what DEEPINFER_CUDA_GEMV_LEGACY=1 selects; the
+// code around the first loads is the current one). (0, 0, false) removes the override (the
+// environment's choice again). Not thread-safe (tests and benches only).
 void SetGemvLaunchForTesting(int rows_per_warp, int depth, bool legacy_staging);
 
 namespace {
@@ -68,11 +69,11 @@ struct LaunchOverride {
   bool legacy_staging = false;
 };
 LaunchOverride g_override;
-bool g_override_set = false;  // SetGemvLaunchForTesting was called
+bool g_override_set = false;  // SetGemvLaunchForTesting set a shape (not (0, 0, false))
 
-// The launch shape override in force: the test hook's once called, else the pre-session-13
-// shape when DEEPINFER_CUDA_GEMV_LEGACY=1 (read once; same bits, for A/B timing of whole
-// decode steps), else none.
+// The launch shape override in force: the test hook's while it sets one, else the
+// pre-session-13 shape when DEEPINFER_CUDA_GEMV_LEGACY=1 (read once; same bits, for A/B
+// timing of whole decode steps), else none.
 const LaunchOverride& Override() {
   static const LaunchOverride from_env = [] {
     const char* v = std::getenv("DEEPINFER_CUDA_GEMV_LEGACY");
@@ -85,15 +86,25 @@ const LaunchOverride& Override() {
 // OrderSplit); the launch may hold fewer rows per warp with the same order.
 __host__ __device__ constexpr int RowsPerWarp(int tokens) { return tokens >= 4 ? 2 : 4; }
 
+// Weight rows of a block whose row groups of `split` warps hold rows_per_warp rows each.
+int64_t RowsPerBlock(int split, int rows_per_warp) {
+  return int64_t{kGemvWarps / split} * rows_per_warp;
+}
+
+// Blocks of such a launch over n_rows rows.
+int64_t BlocksFor(int split, int rows_per_warp, int64_t n_rows) {
+  const int64_t rows_per_block = RowsPerBlock(split, rows_per_warp);
+  return (n_rows + rows_per_block - 1) / rows_per_block;
+}
+
 // Warps per row group (the `split` of the summation order): the fewest (power of two, <= 8)
-// that give about kTargetBlocks blocks of 8 / split groups of RowsPerWarp(kTok) rows.
+// that give at least kTargetBlocks blocks of 8 / split groups of RowsPerWarp(tok) rows (8 if
+// none does).
 int OrderSplit(int tok, int64_t n_rows) {
   int split = 1;
-  auto blocks_for = [&](int s) {
-    const int64_t rows_per_block = (kGemvWarps / s) * RowsPerWarp(tok);
-    return (n_rows + rows_per_block - 1) / rows_per_block;
-  };
-  while (split < kGemvWarps && blocks_for(split) < kTargetBlocks) split *= 2;
+  while (split < kGemvWarps && BlocksFor(split, RowsPerWarp(tok), n_rows) < kTargetBlocks) {
+    split *= 2;
+  }
   return split;
 }
 
@@ -305,10 +316,9 @@ int ResidentBlocks(const void* kernel) {
 // hide the latency). An override depth of 1 or kDeepRing forces it.
 template <WeightFormat kFormat, int kTok, int kRows>
 cudaError_t LaunchRows(const PassArgs& a, int split, bool x_vec4) {
-  const int64_t rows_per_block = (kGemvWarps / split) * kRows;
-  const int64_t blocks = (a.n_rows + rows_per_block - 1) / rows_per_block;
+  const int64_t blocks = BlocksFor(split, kRows, a.n_rows);
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  if (a.group_rows < a.n_rows && a.group_rows % rows_per_block != 0) {
+  if (a.group_rows < a.n_rows && a.group_rows % RowsPerBlock(split, kRows) != 0) {
     return cudaErrorInvalidValue;  // a block would straddle two groups
   }
   constexpr auto kShallow = GemvKernel<kFormat, kTok, kRows, 1>;
@@ -332,11 +342,7 @@ template <int kTok>
 int DefaultRowsPerWarp(int split, int64_t n_rows) {
   const int fewest = kTok == 1 ? 1 : kTok == 2 ? 2 : RowsPerWarp(kTok);
   int rows = RowsPerWarp(kTok);
-  while (rows > fewest) {
-    const int64_t rows_per_block = (kGemvWarps / split) * rows;
-    if ((n_rows + rows_per_block - 1) / rows_per_block >= kMinBlocks) break;
-    rows /= 2;
-  }
+  while (rows > fewest && BlocksFor(split, rows, n_rows) < kMinBlocks) rows /= 2;
   return rows;
 }
 
@@ -387,7 +393,7 @@ cudaError_t GemvAllTokens(const DeviceWeight& w, int64_t row0, int64_t n_rows, c
 
 void SetGemvLaunchForTesting(int rows_per_warp, int depth, bool legacy_staging) {
   g_override = LaunchOverride{rows_per_warp, depth, legacy_staging};
-  g_override_set = true;
+  g_override_set = rows_per_warp != 0 || depth != 0 || legacy_staging;
 }
 
 bool GemvApplicable(const DeviceWeight& w, int64_t T) {
