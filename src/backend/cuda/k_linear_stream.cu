@@ -25,8 +25,14 @@
 // (WeightRegs) and load the activations within the step, unit by unit, one unit ahead
 // (ComputeStepJit). Every NT issues a tile's MMAs in the same order (steps ascending, m =
 // 0..7 within a step), so a token's bits do not depend on NT, i.e. on T. Registers at
-// __launch_bounds__(256, 2) (ptxas, CUDA 13.0, sm_90a): NT 1: 111, 2: 128 (80 bytes spill
-// stores, as before NT 3/4 existed), 3: 113, 4: 124 (no spills).
+// __launch_bounds__(256, 2) (ptxas, CUDA 13.0, sm_90a, session 13): NT 1: 104, 2: 128 (36
+// bytes spill stores; 80 before the weight preload moved out of AccumulateRows), 3: 112, 4:
+// 126 (no spills); NT 1 fused: 111 (no spills, 4 KiB static + T * K * 2 dynamic smem).
+//
+// Fused quantisation (T <= LinearStreamFuseMaxTokens, default 2; see the section below): one
+// launch instead of QuantizeStreamKernel + LinearStreamKernel. Each block, after its weight
+// preload and the PDL wait, quantises all of x into shared memory (T * K * 2 bytes: 10 KiB
+// at T = 1, K = 5120) and reads its B units from there; bitwise the two-kernel result.
 //
 // Roofline (per warp step: 2 KB of weight, 8 MMAs per 8 tokens): ~4.5 integer / bf16 ops per
 // weight pair, so ~170 warp instructions per 2 KB (~12 bytes per instruction): 4.5 TB/s needs
@@ -421,7 +427,7 @@ __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r
 // - a block whose 32 values are all finite: amax is their plain maximum (the warp butterfly
 //   of fp8::QuantizeLaneE4m3 takes the same maximum in any order: MaxF of non-NaN values
 //   is max, and |-0| = +0), taken as the maximum of the magnitude bits. Then with s =
-//   Pow2Ceil(MaxF(amax, 1e-4) / 448) = 2^e, e in [-21, 120], and r = v / s = v * (1 / s)
+//   Pow2Ceil(MaxF(amax, 1e-4) / 448) = 2^e, e in [-22, 120], and r = v / s = v * (1 / s)
 //   (1 / s exact, one rounding of the same quotient), QuantizeLaneBf16's
 //   RoundToE4m3(ClampF(r)) (round half even on the e4m3 grid, subnormals on 2^-9, |r| <=
 //   448) is exactly the hardware cvt.rn.satfinite.e4m3x2 of ClampF(r); the e4m3 -> f16 ->
@@ -501,7 +507,7 @@ __device__ __forceinline__ void QuantizeRound(const StreamMany& m, int b0, int n
   }
   if (b >= n_blocks) return;
   const float s = Pow2Ceil(MaxF(__uint_as_float(mag), 1e-4f) * (1.0f / 448.0f));
-  // 1 / s exactly: s = 2^e with e in [-21, 120] (a normal float without mantissa bits).
+  // 1 / s exactly: s = 2^e with e in [-22, 120] (a normal float without mantissa bits).
   const float inv = __uint_as_float(0x7F000000u - __float_as_uint(s));
   // bf16x2 word k of the unit: values (4(k/2) + k%2, 4(k/2) + k%2 + 2) of the 8.
   const uint4 u =
