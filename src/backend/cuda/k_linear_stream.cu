@@ -460,6 +460,14 @@ __device__ __noinline__ void QuantizeBlocksWarp(const StreamMany& m, int b0, int
   for (int b = b0; b < b0 + count && b < n_blocks; ++b) QuantizeBlockWarp(m, b, units);
 }
 
+// Pow2Ceil (cuda_numerics.cuh) for a normal t whose result is a normal float (here t in
+// [2^-23, 2^120): the block scales of finite x), without its ldexpf: the biased exponent of t,
+// plus one when t has mantissa bits, as an exponent field.
+__device__ __forceinline__ float Pow2CeilNormal(float t) {
+  const uint32_t bits = __float_as_uint(t);
+  return __uint_as_float(((bits >> 23) + ((bits & 0x7FFFFFu) != 0 ? 1u : 0u)) << 23);
+}
+
 // Values lo and hi (finite) of a block with scale s = 2^e (inv = 1 / s) as the bf16x2 of
 // QuantizeLaneBf16's results (lo in the low half).
 __device__ __forceinline__ uint32_t QuantizePairBf16x2(float lo, float hi, float s, float inv) {
@@ -506,7 +514,7 @@ __device__ __forceinline__ void QuantizeRound(const StreamMany& m, int b0, int n
     return;
   }
   if (b >= n_blocks) return;
-  const float s = Pow2Ceil(MaxF(__uint_as_float(mag), 1e-4f) * (1.0f / 448.0f));
+  const float s = Pow2CeilNormal(MaxF(__uint_as_float(mag), 1e-4f) * (1.0f / 448.0f));
   // 1 / s exactly: s = 2^e with e in [-22, 120] (a normal float without mantissa bits).
   const float inv = __uint_as_float(0x7F000000u - __float_as_uint(s));
   // bf16x2 word k of the unit: values (4(k/2) + k%2, 4(k/2) + k%2 + 2) of the 8.
