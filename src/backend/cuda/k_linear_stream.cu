@@ -27,7 +27,7 @@
 // 0..7 within a step), so a token's bits do not depend on NT, i.e. on T. Registers at
 // __launch_bounds__(256, 2) (ptxas, CUDA 13.0, sm_90a, session 13): NT 1: 104, 2: 128 (36
 // bytes spill stores; 80 before the weight preload moved out of AccumulateRows), 3: 112, 4:
-// 126 (no spills); NT 1 fused: 111 (no spills, 4 KiB static + T * K * 2 dynamic smem).
+// 126 (no spills); NT 1 fused: 112 (no spills, 4 KiB static + T * K * 2 dynamic smem).
 //
 // Fused quantisation (T <= LinearStreamFuseMaxTokens, default 2; see the section below): one
 // launch instead of QuantizeStreamKernel + LinearStreamKernel. Each block, after its weight
