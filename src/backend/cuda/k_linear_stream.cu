@@ -150,7 +150,6 @@ struct StreamMany {
   int64_t block_end[kMaxStreamTargets];
   int n;
   int l2_head;  // K steps after the first two prefetched into L2 before the PDL wait
-  int x_ahead;  // NT >= 3: activations prefetched into L1 this many steps ahead (0: none)
   // Fused only: x [x_tokens, x_cols] fp32 with row stride ldx (x_cols = every target's K).
   const float* x;
   int64_t ldx;
@@ -373,28 +372,11 @@ __device__ __forceinline__ void ComputeStepJit(const WeightRegs& s, const uint4*
   }
 }
 
-// NT >= 3 loads a step's activations within the step, one 16-byte unit ahead, so their L2
-// latency is exposed. An L1 prefetch of x step x_st (when `valid`) makes those loads L1 hits:
-// the step's units are NT * 2 KiB contiguous at xp - lane + x_st * 4 * NT * 32 (uint4s), two
-// 128-byte lines per lane (NT * 16 lines).
-template <int NT>
-__device__ __forceinline__ void PrefetchActivationsL1(const uint4* xp, int64_t x_st, bool valid) {
-  if (!valid) return;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const char* step = reinterpret_cast<const char*>(xp - lane + x_st * 4 * NT * 32);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int line = lane + 32 * i;
-    if (line < NT * 16) asm volatile("prefetch.global.L1 [%0];" ::"l"(step + line * 128));
-  }
-}
-
 // AccumulateRows for NT >= 3: the same weight double buffer and step order; the activations
 // of a step are loaded within it (ComputeStepJit), the next step's first unit ahead.
 template <int NT>
 __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r, int64_t s0,
-                                                  int64_t s1, int l2_head, int x_ahead,
-                                                  float (&acc)[NT][4]) {
+                                                  int64_t s1, int l2_head, float (&acc)[NT][4]) {
   const auto [w0, w1, sc, x0, xp] = LaneRowsOf(a, r);
   WeightRegs buf[2];
   if (s0 < s1) LoadWeights(buf[0], w0, w1, sc, s0);
@@ -404,10 +386,6 @@ __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r
   uint4 x[2][NT];
   if (s0 < s1) LoadUnit<NT>(x[0], xp, x0 + s0, 0);
   for (int64_t st = s0; st < s1; st += 2) {
-    if (x_ahead > 0) {
-      PrefetchActivationsL1<NT>(xp, x0 + st + x_ahead, st + x_ahead < s1);
-      PrefetchActivationsL1<NT>(xp, x0 + st + 1 + x_ahead, st + 1 + x_ahead < s1);
-    }
     ComputeStepJit<NT>(buf[0], xp, x0 + st, st + 1 < s1, x, acc);
     if (st + 2 < s1) LoadWeights(buf[0], w0, w1, sc, st + 2);
     if (st + 1 < s1) {
@@ -603,7 +581,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   } else {
     static_assert(!kFused, "the fused quantisation is for one token tile");
     if (!active) pdl::WaitThenAllowNext();  // (an active warp waits in AccumulateRowsJit)
-    if (active) AccumulateRowsJit<NT>(a, r, s0, s1, m.l2_head, m.x_ahead, acc);
+    if (active) AccumulateRowsJit<NT>(a, r, s0, s1, m.l2_head, acc);
   }
   if (a.split > 1) {  // the parts' sums, added in part order by part 0
 #pragma unroll
@@ -650,18 +628,6 @@ int LinearStreamL2Head() {
   return head;
 }
 
-// NT >= 3: steps of activations prefetched into L1 ahead of their loads:
-// DEEPINFER_LINEAR_STREAM_XAHEAD (read once, 0..4), default kDefaultXAhead.
-constexpr int kDefaultXAhead = 0;
-int LinearStreamXAhead() {
-  static const int ahead = [] {
-    const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_XAHEAD");
-    const int v = env != nullptr ? std::atoi(env) : kDefaultXAhead;
-    return v < 0 ? 0 : v > 4 ? 4 : v;
-  }();
-  return ahead;
-}
-
 // Test / benchmark overrides (kernels_stream.h): -1 = none.
 std::atomic<int> fuse_max_tokens_override{-1};
 std::atomic<bool> fused_quant_warp{false};
@@ -701,7 +667,6 @@ cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_col
   StreamMany m{};
   m.n = n;
   m.l2_head = LinearStreamL2Head();
-  m.x_ahead = LinearStreamXAhead();
   int64_t blocks = 0;
   for (int i = 0; i < n; ++i) {
     StreamArgs& a = targets[i];
