@@ -1,0 +1,371 @@
+// The TMA-bulk-fed streaming Linear (kernels_bulk.h: LinearBulkMany) against the register-fed
+// one (kernels_stream.h), BITWISE: LinearStream, LinearStreamMany and LinearStreamGrouped for
+// T = 1, 3, 8 (one token tile) over K from one step to 8192, row counts giving splits 1, 2, 4
+// and 8, row offsets, padded and accumulated y, several targets, grouped weights, both scale
+// branches (ue8m0 bytes above and below 134), every compiled ring shape (also warps with fewer
+// steps than the ring holds); its applicability rules; a DISABLED_Bench of the decode shapes.
+//
+// The activations in fragment order (LinearBulkMany's input) are taken from LinearStream's own
+// scratch: with the fusion threshold at 0, LinearStream quantises x with QuantizeStreamKernel
+// into its scratch, which for T <= 8 is exactly that layout (uint4 (st * 4 + q) * 32 + 4n + c,
+// tokens T..7 zeros). The comparisons are therefore of the two weight paths on identical B
+// operands.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_fp8_test_util.h"
+#include "backend/cuda/kernels_bulk.h"
+#include "backend/cuda/kernels_stream.h"
+
+namespace deepinfer::backend::cuda::testing {
+namespace {
+
+// Sets the bulk ring shape for a scope, then restores the default.
+class RingOverride {
+ public:
+  explicit RingOverride(kernels::BulkRing ring) { kernels::SetLinearBulkRing(ring); }
+  ~RingOverride() { kernels::SetLinearBulkRing(kernels::BulkRing::kDefault); }
+};
+
+constexpr kernels::BulkRing kAllRings[] = {
+    kernels::BulkRing::kDefault, kernels::BulkRing::kStages2x2, kernels::BulkRing::kStages5x1};
+
+class CudaLinearBulkTest : public CudaFp8Test {
+ protected:
+  // An FP8 block-32 weight whose scale bytes are drawn from [scale_lo, scale_hi].
+  HostWeight MakeFp8Weight(int64_t rows, int64_t cols, int scale_lo, int scale_hi) {
+    HostWeight w = MakeWeight(WeightFormat::kFp8Block32, rows, cols);
+    w.scale = Bytes(static_cast<int64_t>(w.scale.size()), scale_lo, scale_hi);
+    w.ref.scale = w.scale.data();
+    w.device.scale = BytesToGpu(w.scale);
+    return w;
+  }
+
+  // x [T, K] (device) quantised into fragment order for one token tile (device, 16 * K bytes),
+  // by LinearStream's two-kernel path on a 16-row weight of K columns (see the file comment).
+  const void* Fragments(const float* dx, int64_t T, int64_t K) {
+    const HostWeight dummy = MakeFp8Weight(16, K, 112, 124);
+    kernels::SetLinearStreamFuseMaxTokens(0);
+    uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, K));
+    float* y = PoisonedFloats(T * 16);
+    const cudaError_t e =
+        kernels::LinearStream(dummy.device, 0, 16, dx, T, K, y, 16, false, scratch, gpu_->stream());
+    kernels::SetLinearStreamFuseMaxTokens(-1);
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    EXPECT_EQ(kernels::LinearStreamScratchBytes(T, K), 16 * K);  // one token tile
+    return scratch;
+  }
+
+  // The bulk target of rows [row0, row0 + n_rows) of an ungrouped weight.
+  static kernels::BulkTarget Target(const HostWeight& w, int64_t row0, int64_t n_rows, float* y,
+                                    int64_t ldy, bool accumulate) {
+    return kernels::BulkTarget{static_cast<const uint8_t*>(w.device.data),
+                               w.device.scale,
+                               w.device.cols,
+                               row0,
+                               n_rows,
+                               w.device.rows,
+                               0,
+                               y,
+                               ldy,
+                               accumulate};
+  }
+
+  // y [T, ldy] of LinearBulkMany with the one target on the device copy of y0.
+  std::vector<float> RunBulk(const HostWeight& w, int64_t row0, int64_t n_rows, const void* xf,
+                             int64_t T, const std::vector<float>& y0, int64_t ldy,
+                             bool accumulate) {
+    float* y = ToGpu(y0);
+    const kernels::BulkTarget t = Target(w, row0, n_rows, y, ldy, accumulate);
+    EXPECT_TRUE(kernels::LinearBulkApplicable(&t, 1, xf, static_cast<int>(T)));
+    const cudaError_t e = kernels::LinearBulkMany(&t, 1, xf, static_cast<int>(T), gpu_->stream());
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    return FromGpu(y, T * ldy);
+  }
+
+  // y [T, ldy] of kernels::LinearStream (default dispatch) on the device copy of y0.
+  std::vector<float> RunStream(const HostWeight& w, int64_t row0, int64_t n_rows, const float* dx,
+                               int64_t T, const std::vector<float>& y0, int64_t ldy,
+                               bool accumulate) {
+    const int64_t K = w.device.cols;
+    uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, K));
+    float* y = ToGpu(y0);
+    const cudaError_t e = kernels::LinearStream(w.device, row0, n_rows, dx, T, K, y, ldy,
+                                                accumulate, scratch, gpu_->stream());
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    return FromGpu(y, T * ldy);
+  }
+
+  // Bulk vs LinearStream on the same x, bitwise, for the current ring shape; returns the split.
+  int ExpectBulkEqualsStream(const HostWeight& w, int64_t row0, int64_t n_rows, int64_t T,
+                             int64_t ldy_pad, bool accumulate) {
+    const int64_t K = w.device.cols, ldy = n_rows + ldy_pad;
+    const int split = kernels::LinearStreamSplit(n_rows, K);
+    SCOPED_TRACE(::testing::Message() << "T=" << T << " K=" << K << " rows " << row0 << "+"
+                                      << n_rows << " of " << w.device.rows << " ldy=" << ldy
+                                      << (accumulate ? " accumulate" : "") << " split " << split);
+    const float* dx = ToGpu(Activations(T, K));
+    const void* xf = Fragments(dx, T, K);
+    const std::vector<float> y0 = Normal(T * ldy);
+    const std::vector<float> stream = RunStream(w, row0, n_rows, dx, T, y0, ldy, accumulate);
+    const std::vector<float> bulk = RunBulk(w, row0, n_rows, xf, T, y0, ldy, accumulate);
+    EXPECT_TRUE(BitExact(bulk, stream));
+    // Not vacuous: the written rows changed (y0 is normal(0, 1), the sums are not 0).
+    int changed = 0;
+    for (int64_t i = 0; i < T * ldy; ++i) changed += bulk[i] != y0[i];
+    EXPECT_GE(changed, T * n_rows * 9 / 10);
+    return split;
+  }
+};
+
+// One target: K from one step (128) to 8192, 16 .. 5120 rows (splits 1, 2, 4, 8), row
+// offsets inside the weight, padded / accumulated y, T = 1, 3, 8.
+TEST_F(CudaLinearBulkTest, EqualsLinearStreamBitwise) {
+  struct Shape {
+    int64_t K, N, row0, n_rows;
+    bool real;  // real V4.1 size (skipped with DEEPINFER_CUDA_TEST_SMALL)
+  };
+  const Shape shapes[] = {{128, 16, 0, 16, false},       // one step, one row group: split 1
+                          {128, 64, 16, 48, false},      // one step, 3 row groups from row 16
+                          {640, 96, 16, 80, false},      // 5 steps: split 1
+                          {1280, 16, 0, 16, false},      // split 2 (5 steps per part)
+                          {1280, 512, 32, 448, false},   // 28 row groups, split 2
+                          {2048, 48, 0, 48, false},      // split 4
+                          {5120, 48, 0, 48, false},      // split 8 (5 steps per part)
+                          {5120, 1280, 0, 1280, true},   // wq_a: split 8
+                          {1280, 5120, 0, 5120, true},   // split 2, 40 blocks
+                          {8192, 5120, 0, 5120, true},   // wo_b: split 4
+                          {5120, 576, 0, 576, false},    // wkv
+                          {8192, 160, 48, 112, false}};  // split 8, 8 steps per part, row0 48
+  std::set<int> splits;
+  for (const Shape& s : shapes) {
+    if (s.real && SmallOnly()) continue;
+    const HostWeight w = MakeFp8Weight(s.N, s.K, 112, 124);
+    for (int64_t T : {1, 3, 8}) {
+      splits.insert(ExpectBulkEqualsStream(w, s.row0, s.n_rows, T, T == 3 ? 5 : 0, T == 3));
+    }
+  }
+  EXPECT_EQ(splits, (std::set<int>{1, 2, 4, 8}));
+}
+
+// ue8m0 bytes up to 134 take one bf16 multiply, above two; warps mixing both.
+TEST_F(CudaLinearBulkTest, BothScaleBranchesBitwise) {
+  const int ranges[][2] = {{126, 142}, {135, 150}, {100, 110}};
+  for (const auto& range : ranges) {
+    const HostWeight w = MakeFp8Weight(128, 1280, range[0], range[1]);
+    for (int64_t T : {1, 3, 8}) ExpectBulkEqualsStream(w, 0, 128, T, 0, T == 8);
+  }
+}
+
+// Every compiled ring shape: parts shorter than the ring (1, 2, 5 steps), odd step counts
+// (the last fill of a stage of 2 steps is half full), several laps of the ring.
+TEST_F(CudaLinearBulkTest, EveryRingShapeBitwise) {
+  struct Shape {
+    int64_t K, N;
+  };
+  const Shape shapes[] = {{128, 64}, {256, 32}, {640, 48}, {1920, 32}, {4096, 16}, {2304, 1024}};
+  for (kernels::BulkRing ring : kAllRings) {
+    const RingOverride use(ring);
+    SCOPED_TRACE("ring " + std::to_string(static_cast<int>(ring)));
+    for (const Shape& s : shapes) {
+      const HostWeight w = MakeFp8Weight(s.N, s.K, 120, 140);
+      for (int64_t T : {1, 8}) ExpectBulkEqualsStream(w, 0, s.N, T, 1, T == 1);
+    }
+  }
+}
+
+// Several targets in one launch = LinearStreamMany (and so each target's own call), bitwise:
+// two row ranges of one weight (the second accumulated into a padded y), a weight of other
+// scales from row 16, a 2048-row weight of another split.
+TEST_F(CudaLinearBulkTest, ManyEqualsLinearStreamManyBitwise) {
+  const int64_t K = 1280;
+  const HostWeight a = MakeFp8Weight(256, K, 112, 124);
+  const HostWeight b = MakeFp8Weight(64, K, 126, 142);
+  const HostWeight c = MakeFp8Weight(2048, K, 112, 124);
+  struct Out {
+    const HostWeight* w;
+    int64_t row0, n_rows, ldy;
+    bool accumulate;
+  };
+  const Out outs[] = {{&a, 0, 128, 128, false},
+                      {&a, 128, 128, 131, true},
+                      {&b, 16, 48, 48, false},
+                      {&c, 0, 2048, 2048, false}};
+  for (int n : {2, 3, 4}) {
+    for (int64_t T : {1, 3, 8}) {
+      SCOPED_TRACE(::testing::Message() << "targets " << n << " T=" << T);
+      const float* dx = ToGpu(Activations(T, K));
+      const void* xf = Fragments(dx, T, K);
+      std::vector<std::vector<float>> y0;
+      std::vector<float*> y_stream, y_bulk;
+      std::vector<kernels::LinearStreamTarget> stream_targets;
+      std::vector<kernels::BulkTarget> bulk_targets;
+      for (int i = 0; i < n; ++i) {
+        const Out& o = outs[i];
+        y0.push_back(Normal(T * o.ldy));
+        y_stream.push_back(ToGpu(y0.back()));
+        y_bulk.push_back(ToGpu(y0.back()));
+        stream_targets.push_back(
+            {&o.w->device, o.row0, o.n_rows, y_stream.back(), o.ldy, o.accumulate});
+        bulk_targets.push_back(Target(*o.w, o.row0, o.n_rows, y_bulk.back(), o.ldy, o.accumulate));
+      }
+      uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, K));
+      ASSERT_EQ(
+          kernels::LinearStreamMany(stream_targets.data(), n, dx, T, K, scratch, gpu_->stream()),
+          cudaSuccess);
+      ASSERT_TRUE(kernels::LinearBulkApplicable(bulk_targets.data(), n, xf, static_cast<int>(T)));
+      ASSERT_EQ(
+          kernels::LinearBulkMany(bulk_targets.data(), n, xf, static_cast<int>(T), gpu_->stream()),
+          cudaSuccess);
+      for (int i = 0; i < n; ++i) {
+        const int64_t size = T * outs[i].ldy;
+        EXPECT_TRUE(BitExact(FromGpu(y_bulk[i], size), FromGpu(y_stream[i], size)))
+            << "output " << i;
+      }
+    }
+  }
+}
+
+// Block-diagonal weights (8 groups of 64 rows; x step offset g * K / 128 per group) =
+// LinearStreamGrouped, bitwise.
+TEST_F(CudaLinearBulkTest, GroupedEqualsLinearStreamGroupedBitwise) {
+  const int64_t groups = 8, R = 64;
+  for (int64_t K : {512, 1280}) {
+    const int64_t N = groups * R;
+    const HostWeight w = MakeFp8Weight(N, K, 110, 140);
+    for (int64_t T : {1, 3, 8}) {
+      SCOPED_TRACE(::testing::Message() << "K=" << K << " T=" << T);
+      const float* dx = ToGpu(Activations(T, groups * K));
+      const void* xf = Fragments(dx, T, groups * K);
+      uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, groups * K));
+      float* y_stream = PoisonedFloats(T * N);
+      ASSERT_EQ(kernels::LinearStreamGrouped(w.device, groups, dx, T, groups * K, y_stream, N,
+                                             scratch, gpu_->stream()),
+                cudaSuccess);
+      float* y_bulk = PoisonedFloats(T * N);
+      kernels::BulkTarget t = Target(w, 0, N, y_bulk, N, false);
+      t.group_rows = R;
+      t.group_steps = K / 128;
+      ASSERT_EQ(kernels::LinearBulkMany(&t, 1, xf, static_cast<int>(T), gpu_->stream()),
+                cudaSuccess);
+      const std::vector<float> bulk = FromGpu(y_bulk, T * N);
+      EXPECT_TRUE(BitExact(bulk, FromGpu(y_stream, T * N)));
+      for (float v : bulk) ASSERT_FALSE(std::isnan(v)) << "an output left unwritten";
+    }
+  }
+}
+
+TEST_F(CudaLinearBulkTest, Applicability) {
+  const HostWeight w = MakeFp8Weight(128, 256, 112, 124);
+  float* y = PoisonedFloats(8 * 128);
+  const void* xf = PoisonedBytes(16 * 256);
+  const kernels::BulkTarget ok = Target(w, 0, 128, y, 128, false);
+  const kernels::BulkTarget five[5] = {ok, ok, ok, ok, ok};
+  EXPECT_TRUE(kernels::LinearBulkApplicable(&ok, 1, xf, 1));
+  EXPECT_TRUE(kernels::LinearBulkApplicable(&ok, 1, xf, 8));
+  EXPECT_TRUE(kernels::LinearBulkApplicable(five, 4, xf, 5));
+  EXPECT_FALSE(kernels::LinearBulkApplicable(five, 5, xf, 1));  // more than 4 targets
+  EXPECT_FALSE(kernels::LinearBulkApplicable(five, 0, xf, 1));  // none
+  EXPECT_FALSE(kernels::LinearBulkApplicable(&ok, 1, xf, 0));   // no tokens
+  EXPECT_FALSE(kernels::LinearBulkApplicable(&ok, 1, xf, 9));   // two token tiles
+  EXPECT_FALSE(kernels::LinearBulkApplicable(&ok, 1, nullptr, 1));
+  EXPECT_FALSE(kernels::LinearBulkApplicable(&ok, 1, static_cast<const uint8_t*>(xf) + 8,
+                                             1));  // xf not 16-byte aligned
+  auto with = [&](auto change) {
+    kernels::BulkTarget t = ok;
+    change(t);
+    return kernels::LinearBulkApplicable(&t, 1, xf, 1);
+  };
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.w = nullptr; }));
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.w += 8; }));  // not 16-byte aligned
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.scale = nullptr; }));
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.y = nullptr; }));
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.K = 96; }));  // K % 128
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.K = 0; }));
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.row0 = 8; }));  // row0 % 16
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.row0 = -16; }));
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.n_rows = 40; }));  // n_rows % 16
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.n_rows = 0; }));
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.group_rows = 0; }));
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.group_steps = -1; }));
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) {  // groups of 8 rows
+    t.group_rows = 8;
+    t.group_steps = 2;
+  }));
+  EXPECT_TRUE(with([](kernels::BulkTarget& t) {
+    t.group_rows = 32;
+    t.group_steps = 2;
+  }));
+  EXPECT_FALSE(with([](kernels::BulkTarget& t) { t.ldy = 100; }));  // ldy < n_rows
+  kernels::BulkTarget bad = ok;
+  bad.row0 = 8;
+  EXPECT_EQ(kernels::LinearBulkMany(&bad, 1, xf, 1, gpu_->stream()), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::LinearBulkMany(&ok, 1, xf, 9, gpu_->stream()), cudaErrorInvalidValue);
+}
+
+// Device time per call and GB/s of the weight bytes (data + scales) of the V4.1-Flash decode
+// Linears: LinearStreamMany (default dispatch: fused quantisation at T <= 2, else
+// QuantizeStreamKernel + the stream kernel), the bulk kernel on ready fragments for every ring
+// shape, and the quantisation alone (LinearStream of a 16-row weight, two kernels): bulk +
+// that is the bulk path's full cost. Run with --gtest_also_run_disabled_tests
+// --gtest_filter='CudaLinearBulkTest.DISABLED_Bench'.
+TEST_F(CudaLinearBulkTest, DISABLED_Bench) {
+  struct Shape {
+    const char* name;
+    int64_t rows, K;
+    int64_t rows2;  // a second target of the same K (0: none)
+  };
+  const Shape shapes[] = {{"wq_a", 1280, 5120, 0},       {"wq_a+wkv", 1280, 5120, 576},
+                          {"wkv", 576, 5120, 0},         {"wq_b", 32768, 1280, 0},
+                          {"wo_b", 5120, 8192, 0},       {"shared w1+w3", 2304, 5120, 2304},
+                          {"shared w2", 5120, 2304, 0},  {"idx wq_b", 8192, 1280, 0},
+                          {"engram wkv", 25600, 6144, 0}};
+  for (const Shape& s : shapes) {
+    const HostWeight w = MakeFp8Weight(s.rows, s.K, 112, 124);
+    const HostWeight w2 = MakeFp8Weight(s.rows2 > 0 ? s.rows2 : 16, s.K, 112, 124);
+    const int n = s.rows2 > 0 ? 2 : 1;
+    const double bytes = double(s.rows + s.rows2) * s.K * (1.0 + 1.0 / 1024.0);
+    const HostWeight dummy = MakeFp8Weight(16, s.K, 112, 124);
+    for (int64_t T : {1, 8}) {
+      const float* dx = ToGpu(Activations(T, s.K));
+      const void* xf = Fragments(dx, T, s.K);
+      float* y = PoisonedFloats(T * s.rows);
+      float* y2 = PoisonedFloats(T * (s.rows2 + 16));
+      uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, s.K));
+      const kernels::LinearStreamTarget st[2] = {{&w.device, 0, s.rows, y, s.rows, false},
+                                                 {&w2.device, 0, s.rows2, y2, s.rows2, false}};
+      const kernels::BulkTarget bt[2] = {Target(w, 0, s.rows, y, s.rows, false),
+                                         Target(w2, 0, s.rows2, y2, s.rows2, false)};
+      const double us_stream = DeviceMicrosPerCall(
+          [&] { kernels::LinearStreamMany(st, n, dx, T, s.K, scratch, gpu_->stream()); });
+      double us_bulk[std::size(kAllRings)];
+      for (size_t i = 0; i < std::size(kAllRings); ++i) {
+        const RingOverride use(kAllRings[i]);
+        us_bulk[i] = DeviceMicrosPerCall(
+            [&] { kernels::LinearBulkMany(bt, n, xf, static_cast<int>(T), gpu_->stream()); });
+      }
+      kernels::SetLinearStreamFuseMaxTokens(0);
+      const double us_quant = DeviceMicrosPerCall([&] {
+        kernels::LinearStream(dummy.device, 0, 16, dx, T, s.K, y, 16, false, scratch,
+                              gpu_->stream());
+      });
+      kernels::SetLinearStreamFuseMaxTokens(-1);
+      std::printf(
+          "%-13s T=%lld split %d: stream %7.2f us (%5.0f GB/s)  bulk 3x2 %7.2f us (%5.0f GB/s)"
+          "  2x2 %7.2f (%5.0f)  5x1 %7.2f (%5.0f)  quant+16 rows %5.2f us\n",
+          s.name, static_cast<long long>(T), kernels::LinearStreamSplit(s.rows, s.K), us_stream,
+          bytes / us_stream * 1e-3, us_bulk[0], bytes / us_bulk[0] * 1e-3, us_bulk[1],
+          bytes / us_bulk[1] * 1e-3, us_bulk[2], bytes / us_bulk[2] * 1e-3, us_quant);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda::testing
