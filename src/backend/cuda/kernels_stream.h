@@ -28,8 +28,13 @@ inline constexpr int64_t kStreamMaxTokens = 32;
 // T <= 8, T * K * 2 <= 64 KiB (each block's shared copy of x) -- never LinearStreamGrouped.
 // The results are bitwise those of the two-kernel path. The threshold:
 // DEEPINFER_LINEAR_STREAM_FUSE_MAX_T (read once, clamped to 0..8; 0 = never fuse), default
-// kFusedMaxTokens.
-inline constexpr int64_t kFusedMaxTokens = 2;
+// kFusedMaxTokens. MEASURED (H200, run 118): per call faster in isolation (wq_a 8.5 -> 5.9 us,
+// indexer wq_b 8.8 -> 4.8, wq_b 14.9 -> 13.5; engram wkv 44.7 -> 51.1), but the decode step
+// did not move (B = 1 1.48 / 1.48 ms unfused against 1.49 / 1.50 fused; B = 2 1.73 / 1.73
+// against 1.74 / 1.73): with PDL the separate quantisation already overlapped the stream
+// kernel's weight prologue, and every fused block repeats the quantisation after its wait.
+// Hence off by default; kept for the TMA-fed variant, whose prologue differs.
+inline constexpr int64_t kFusedMaxTokens = 0;
 int LinearStreamFuseMaxTokens();
 // Tests and benchmarks: overrides the threshold for the process (clamped to 0..8; -1 goes
 // back to the environment / default).
