@@ -35,7 +35,9 @@ class RingOverride {
 };
 
 constexpr kernels::BulkRing kAllRings[] = {
-    kernels::BulkRing::kDefault, kernels::BulkRing::kStages2x2, kernels::BulkRing::kStages5x1};
+    kernels::BulkRing::kDefault, kernels::BulkRing::kEager2x2, kernels::BulkRing::kLazy3x2,
+    kernels::BulkRing::kLazy2x3};
+constexpr const char* kRingNames[] = {"eager3x2", "eager2x2", "lazy3x2", "lazy2x3"};
 
 class CudaLinearBulkTest : public CudaFp8Test {
  protected:
@@ -164,8 +166,8 @@ TEST_F(CudaLinearBulkTest, BothScaleBranchesBitwise) {
   }
 }
 
-// Every compiled ring shape: parts shorter than the ring (1, 2, 5 steps), odd step counts
-// (the last fill of a stage of 2 steps is half full), several laps of the ring.
+// Every compiled ring: parts shorter than the ring (1, 2, 4, 5 steps), step counts that leave
+// the last fill partly full (stages of 2 and 3 steps), several laps of the ring.
 TEST_F(CudaLinearBulkTest, EveryRingShapeBitwise) {
   struct Shape {
     int64_t K, N;
@@ -357,12 +359,14 @@ TEST_F(CudaLinearBulkTest, DISABLED_Bench) {
                               gpu_->stream());
       });
       kernels::SetLinearStreamFuseMaxTokens(-1);
-      std::printf(
-          "%-13s T=%lld split %d: stream %7.2f us (%5.0f GB/s)  bulk 3x2 %7.2f us (%5.0f GB/s)"
-          "  2x2 %7.2f (%5.0f)  5x1 %7.2f (%5.0f)  quant+16 rows %5.2f us\n",
-          s.name, static_cast<long long>(T), kernels::LinearStreamSplit(s.rows, s.K), us_stream,
-          bytes / us_stream * 1e-3, us_bulk[0], bytes / us_bulk[0] * 1e-3, us_bulk[1],
-          bytes / us_bulk[1] * 1e-3, us_bulk[2], bytes / us_bulk[2] * 1e-3, us_quant);
+      std::printf("%-13s T=%lld split %d: stream %7.2f us (%5.0f GB/s)  quant+16 rows %5.2f us |",
+                  s.name, static_cast<long long>(T), kernels::LinearStreamSplit(s.rows, s.K),
+                  us_stream, bytes / us_stream * 1e-3, us_quant);
+      for (size_t i = 0; i < std::size(kAllRings); ++i) {
+        std::printf("  %s %7.2f us (%5.0f GB/s)", kRingNames[i], us_bulk[i],
+                    bytes / us_bulk[i] * 1e-3);
+      }
+      std::printf("\n");
     }
   }
 }

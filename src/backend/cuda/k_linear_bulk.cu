@@ -218,26 +218,26 @@ __device__ __forceinline__ WarpRing WarpRingOf(unsigned char* smem, int warp) {
 struct RowSource {
   const uint8_t* first;  // byte s0 * 128 of row r
   int64_t K;             // row stride (bytes)
-  int64_t n_steps;       // s1 - s0
+  int n_steps;           // s1 - s0
 };
 
-// Issues fill j (steps s0 + j * kStageSteps .. at most s1) into stage j % kStages: lane 0 arms
-// the barrier, then lanes 0..15 copy a row each. The whole warp calls this (converged).
+// Issues fill j (steps s0 + j * kStageSteps .. at most s1) into stage j % kStages (= stage):
+// lane 0 arms the barrier, then lanes 0..15 copy a row each. The whole warp calls this
+// (converged), only when no lane reads the stage any more.
 template <int kStages, int kStageSteps>
-__device__ __forceinline__ void IssueFill(const WarpRing& ring, const RowSource& src, int64_t j) {
+__device__ __forceinline__ void IssueFill(const WarpRing& ring, const RowSource& src, int j,
+                                          int stage) {
   using R = Ring<kStages, kStageSteps>;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t first = j * kStageSteps, left = src.n_steps - first;
-  const uint32_t bytes =
-      static_cast<uint32_t>(left < kStageSteps ? left : int64_t{kStageSteps}) * kStepK;
-  const int stage = static_cast<int>(j % kStages);
+  const int first = j * kStageSteps, left = src.n_steps - first;
+  const uint32_t bytes = static_cast<uint32_t>(left < kStageSteps ? left : kStageSteps) * kStepK;
   const uint32_t bar = ring.bars + 8u * static_cast<uint32_t>(stage);
   if (lane == 0) ArriveExpectTx(bar, kWarpRows * bytes);
   __syncwarp();  // the transaction count is armed before any copy can complete
   if (lane < kWarpRows) {
     const uint32_t dst =
         ring.data + static_cast<uint32_t>(stage * R::kStageBytes + lane * R::kPitch);
-    BulkCopy(dst, src.first + lane * src.K + first * kStepK, bytes, bar);
+    BulkCopy(dst, src.first + lane * src.K + int64_t{first} * kStepK, bytes, bar);
   }
 }
 
@@ -251,8 +251,8 @@ __device__ __forceinline__ void StartRing(const WarpRing& ring, const RowSource&
     FenceBarrierInit();
   }
   __syncwarp();
-  const int64_t fills = (src.n_steps + kStageSteps - 1) / kStageSteps;
-  for (int64_t j = 0; j < kStages && j < fills; ++j) IssueFill<kStages, kStageSteps>(ring, src, j);
+  const int fills = (src.n_steps + kStageSteps - 1) / kStageSteps;
+  for (int j = 0; j < kStages && j < fills; ++j) IssueFill<kStages, kStageSteps>(ring, src, j, j);
 }
 
 // This lane's 4 B units of x step x_st (zeros for padding tokens: has == false).
@@ -271,47 +271,64 @@ struct LaneInputs {
   int64_t x0;
 };
 
+// The 4 x 16 weight bytes of step u of a stage for this lane (p: row g, byte 32c of the
+// stage's step 0; row g + 8 is 8 rows further).
+template <int kPitch>
+__device__ __forceinline__ void ReadStep(const unsigned char* p, int u, uint4 (&w)[4]) {
+  const unsigned char* q = p + u * kStepK;
+  w[0] = *reinterpret_cast<const uint4*>(q);
+  w[1] = *reinterpret_cast<const uint4*>(q + 16);
+  w[2] = *reinterpret_cast<const uint4*>(q + 8 * kPitch);
+  w[3] = *reinterpret_cast<const uint4*>(q + 8 * kPitch + 16);
+}
+
 // After the PDL wait: acc += rows [r, r + 16) x the activations over the warp's steps, the
-// weights from the ring (first kStages fills already issued by StartRing).
-template <int kStages, int kStageSteps>
+// weights from the ring (the first kStages fills already issued by StartRing). kEager: a
+// stage's steps are all read into registers right after its wait and the stage is refilled
+// at once (kStages fills in flight during the MMAs; 16 kStageSteps registers of weight).
+// Otherwise each step is read just before its MMAs and a stage is refilled after the wait
+// for the next one (kStages - 1 fills in flight; 16 registers of weight).
+template <int kStages, int kStageSteps, bool kEager>
 __device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const RowSource& src,
                                                const LaneInputs& in, int64_t s0, uint32_t scale0,
                                                float (&acc)[4]) {
   using R = Ring<kStages, kStageSteps>;
+  constexpr int kHeld = kEager ? kStageSteps : 1;  // steps of weight registers
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, c = lane % 4;
-  const int64_t n = src.n_steps, fills = (n + kStageSteps - 1) / kStageSteps;
-  // Row g's bytes 32c.. of step 0 of stage 0; row g + 8 is 8 kPitch further.
+  const int n = src.n_steps, fills = (n + kStageSteps - 1) / kStageSteps;
   const unsigned char* lane_row = ring.view + g * R::kPitch + 32 * c;
   uint4 x[4], x_next[4] = {};
   uint32_t scale = scale0, scale_next = 0;
   if (n > 0) LoadActivations(x, in.xp, in.has, in.x0 + s0);
   int stage = 0;
   uint32_t parity = 0;
-  for (int64_t j = 0; j < fills; ++j) {
+  for (int j = 0; j < fills; ++j) {
     WaitPhase(ring.bars + 8u * static_cast<uint32_t>(stage), parity);
     const unsigned char* p = lane_row + stage * R::kStageBytes;
-    uint4 w[kStageSteps][4];
+    uint4 w[kHeld][4];
+    if constexpr (kEager) {
 #pragma unroll
-    for (int u = 0; u < kStageSteps; ++u) {
-      if (j * kStageSteps + u < n) {
-        const unsigned char* q = p + u * kStepK;
-        w[u][0] = *reinterpret_cast<const uint4*>(q);
-        w[u][1] = *reinterpret_cast<const uint4*>(q + 16);
-        w[u][2] = *reinterpret_cast<const uint4*>(q + 8 * R::kPitch);
-        w[u][3] = *reinterpret_cast<const uint4*>(q + 8 * R::kPitch + 16);
+      for (int u = 0; u < kStageSteps; ++u) {
+        if (j * kStageSteps + u < n) ReadStep<R::kPitch>(p, u, w[u]);
       }
+      __syncwarp();  // every lane's reads of the stage are done: it may be refilled
+      if (j + kStages < fills) IssueFill<kStages, kStageSteps>(ring, src, j + kStages, stage);
+    } else if (j > 0) {
+      __syncwarp();  // every lane has read fill j - 1 (its steps' MMAs were issued)
+      const int prev = stage == 0 ? kStages - 1 : stage - 1;
+      if (j - 1 + kStages < fills)
+        IssueFill<kStages, kStageSteps>(ring, src, j - 1 + kStages, prev);
     }
-    __syncwarp();  // every lane's reads of the stage are done: it may be refilled
-    if (j + kStages < fills) IssueFill<kStages, kStageSteps>(ring, src, j + kStages);
 #pragma unroll
     for (int u = 0; u < kStageSteps; ++u) {
-      const int64_t i = j * kStageSteps + u;  // step s0 + i
+      const int i = j * kStageSteps + u;  // step s0 + i
       if (i >= n) break;
+      if constexpr (!kEager) ReadStep<R::kPitch>(p, u, w[0]);
       if (i + 1 < n) {
         LoadActivations(x_next, in.xp, in.has, in.x0 + s0 + i + 1);
         scale_next = __ldg(in.sc + (s0 + i + 1) * 4);
       }
-      ComputeStep(w[u], scale, x, acc);
+      ComputeStep(w[kEager ? u : 0], scale, x, acc);
 #pragma unroll
       for (int q = 0; q < 4; ++q) x[q] = x_next[q];
       scale = scale_next;
@@ -323,7 +340,7 @@ __device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const RowSo
   }
 }
 
-template <int kStages, int kStageSteps>
+template <int kStages, int kStageSteps, bool kEager>
 __global__ void __launch_bounds__(kThreads, 2)
     LinearBulkKernel(const __grid_constant__ BulkMany m) {
   extern __shared__ __align__(16) unsigned char ring_smem[];
@@ -347,14 +364,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   LaneInputs in{};
   uint32_t scale0 = 0;
   if (active) {  // weights and scales before the wait (never written by a kernel)
-    src = RowSource{a.w + r * a.K + s0 * kStepK, a.K, s1 - s0};
+    src = RowSource{a.w + r * a.K + s0 * kStepK, a.K, static_cast<int>(s1 - s0)};
     in = LaneInputs{a.scale + (r / 32) * (a.K / 32) + c, m.xf + lane, g < m.T,
                     (r / a.group_rows) * a.group_steps};
     StartRing<kStages, kStageSteps>(ring, src);
     if (s0 < s1) scale0 = __ldg(in.sc + s0 * 4);
   }
   pdl::WaitThenAllowNext();  // every thread, before any read of x or write of y
-  if (active) AccumulateRing<kStages, kStageSteps>(ring, src, in, s0, scale0, acc);
+  if (active) AccumulateRing<kStages, kStageSteps, kEager>(ring, src, in, s0, scale0, acc);
   if (split > 1) {  // the parts' sums, added in part order by part 0 (as LinearStreamKernel)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
@@ -376,9 +393,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <int kStages, int kStageSteps>
+template <int kStages, int kStageSteps, bool kEager>
 cudaError_t LaunchRing(const BulkMany& m, dim3 grid, cudaStream_t stream) {
-  constexpr auto kernel = LinearBulkKernel<kStages, kStageSteps>;
+  constexpr auto kernel = LinearBulkKernel<kStages, kStageSteps, kEager>;
   constexpr int kSmem = Ring<kStages, kStageSteps>::kSmemBytes;
   static const cudaError_t carveout = cudaFuncSetAttribute(
       kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
@@ -432,12 +449,14 @@ cudaError_t LinearBulkMany(const BulkTarget* targets, int n, const void* xf, int
   }
   const dim3 grid(static_cast<unsigned>(blocks));
   switch (static_cast<BulkRing>(ring_choice.load())) {
-    case BulkRing::kStages2x2:
-      return LaunchRing<2, 2>(m, grid, stream);
-    case BulkRing::kStages5x1:
-      return LaunchRing<5, 1>(m, grid, stream);
+    case BulkRing::kEager2x2:
+      return LaunchRing<2, 2, true>(m, grid, stream);
+    case BulkRing::kLazy3x2:
+      return LaunchRing<3, 2, false>(m, grid, stream);
+    case BulkRing::kLazy2x3:
+      return LaunchRing<2, 3, false>(m, grid, stream);
     default:
-      return LaunchRing<3, 2>(m, grid, stream);
+      return LaunchRing<3, 2, true>(m, grid, stream);
   }
 }
 

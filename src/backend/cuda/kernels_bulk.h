@@ -49,9 +49,12 @@ bool LinearBulkApplicable(const BulkTarget* targets, int n, const void* xf, int 
 cudaError_t LinearBulkMany(const BulkTarget* targets, int n, const void* xf, int T,
                            cudaStream_t stream);
 
-// Tests and benchmarks: the shared-memory ring shape of later launches (process-wide).
-// kDefault = 3 stages of 2 K steps per warp; the others for measurements.
-enum class BulkRing { kDefault = 0, kStages2x2 = 1, kStages5x1 = 2 };
+// Tests and benchmarks: the shared-memory ring of later launches (process-wide; no ring
+// changes the bits). Stages x K steps per stage, per warp. Eager: a stage's weights go to
+// registers right after its wait and it is refilled at once; lazy: each step is read just
+// before its MMAs, a stage refilled after the wait for the next (fewer registers, one stage
+// fewer in flight). kDefault = eager 3 x 2.
+enum class BulkRing { kDefault = 0, kEager2x2 = 1, kLazy3x2 = 2, kLazy2x3 = 3 };
 void SetLinearBulkRing(BulkRing ring);
 
 }  // namespace deepinfer::backend::cuda::kernels
