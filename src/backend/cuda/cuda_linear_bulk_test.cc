@@ -15,9 +15,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_fp8_test_util.h"
@@ -142,7 +144,7 @@ TEST_F(CudaLinearBulkTest, EqualsLinearStreamBitwise) {
                           {2048, 48, 0, 48, false},      // split 4
                           {5120, 48, 0, 48, false},      // split 8 (5 steps per part)
                           {5120, 1280, 0, 1280, true},   // wq_a: split 8
-                          {1280, 5120, 0, 5120, true},   // split 2, 40 blocks
+                          {1280, 5120, 0, 5120, true},   // split 2, 80 blocks
                           {8192, 5120, 0, 5120, true},   // wo_b: split 4
                           {5120, 576, 0, 576, false},    // wkv
                           {8192, 160, 48, 112, false}};  // split 8, 8 steps per part, row0 48
@@ -261,6 +263,39 @@ TEST_F(CudaLinearBulkTest, GroupedEqualsLinearStreamGroupedBitwise) {
       EXPECT_TRUE(BitExact(bulk, FromGpu(y_stream, T * N)));
       for (float v : bulk) ASSERT_FALSE(std::isnan(v)) << "an output left unwritten";
     }
+  }
+}
+
+// Launches back to back on one stream (PDL: the next grid issues its first bulk copies while
+// the previous one runs, and reads y only after it completed): four accumulating calls onto
+// the same y, then one overwriting call, each ring; equal to the same LinearStream sequence.
+TEST_F(CudaLinearBulkTest, BackToBackLaunchesBitwise) {
+  const int64_t K = 2560, N = 640, T = 5;
+  const HostWeight w = MakeFp8Weight(N, K, 112, 124);
+  const float* dx = ToGpu(Activations(T, K));
+  const void* xf = Fragments(dx, T, K);
+  const std::vector<float> y0 = Normal(T * N);
+  auto sequence = [&](const std::function<void(float*, bool)>& call) {
+    float* y = ToGpu(y0);
+    for (int i = 0; i < 4; ++i) call(y, true);
+    const std::vector<float> accumulated = FromGpu(y, T * N);
+    call(y, false);
+    return std::pair{accumulated, FromGpu(y, T * N)};
+  };
+  uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, K));
+  const auto stream = sequence([&](float* y, bool accumulate) {
+    kernels::LinearStream(w.device, 0, N, dx, T, K, y, N, accumulate, scratch, gpu_->stream());
+  });
+  for (kernels::BulkRing ring : kAllRings) {
+    const RingOverride use(ring);
+    SCOPED_TRACE("ring " + std::to_string(static_cast<int>(ring)));
+    const auto bulk = sequence([&](float* y, bool accumulate) {
+      const kernels::BulkTarget t = Target(w, 0, N, y, N, accumulate);
+      EXPECT_EQ(kernels::LinearBulkMany(&t, 1, xf, static_cast<int>(T), gpu_->stream()),
+                cudaSuccess);
+    });
+    EXPECT_TRUE(BitExact(bulk.first, stream.first)) << "after 4 accumulating calls";
+    EXPECT_TRUE(BitExact(bulk.second, stream.second)) << "after the overwriting call";
   }
 }
 
