@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <set>
@@ -43,6 +44,16 @@ constexpr const char* kRingNames[] = {"eager3x2", "eager2x2", "lazy3x2", "lazy2x
 
 class CudaLinearBulkTest : public CudaFp8Test {
  protected:
+  // DEEPINFER_LINEAR_STREAM_BULK=1 makes LinearStream itself launch the bulk kernel (read once
+  // by k_linear_stream.cu): the reference would be the kernel under test.
+  void SetUp() override {
+    CudaFp8Test::SetUp();
+    const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_BULK");
+    if (env != nullptr && std::atoi(env) == 1) {
+      GTEST_SKIP() << "DEEPINFER_LINEAR_STREAM_BULK=1: LinearStream is the bulk kernel itself";
+    }
+  }
+
   // An FP8 block-32 weight whose scale bytes are drawn from [scale_lo, scale_hi].
   HostWeight MakeFp8Weight(int64_t rows, int64_t cols, int scale_lo, int scale_hi) {
     HostWeight w = MakeWeight(WeightFormat::kFp8Block32, rows, cols);
