@@ -26,14 +26,24 @@
 // ahead; lanes of tokens n >= T take zeros without loading (the fragment-order contract says
 // those units are zeros).
 //
-// Bits. Per step the same conversion (E4m3PairA / B, the ScaleFactors) and the same 8 MMAs in
-// the same order (m = 0..7) on the same registers; steps ascending; split parts added in part
+// Bits. Per step the same conversion (stream_fp8.cuh, shared with LinearStream) and the same 8 MMAs
+// in the same order (m = 0..7) on the same registers; steps ascending; split parts added in part
 // order through shared memory; y written as LinearStreamKernel<1> does. So every output equals
 // LinearStream's for the same weight shape (the split is LinearStreamSplit's).
 //
 // Shared memory (kDefault = 3 stages x 2 steps): 8 warps x 3 x 16 x 272 bytes + 24 barriers =
 // 104640 bytes dynamic + 4 KiB static partial sums: two blocks (16 warps) per SM, 12 KiB of
 // weight in flight per warp.
+//
+// MEASURED (H200, run 119; bitwise LinearStream in every test, 230 of 230 backend tests): not
+// faster where it matters. Per call on ready fragments (DISABLED_Bench, T = 1; LinearStream's
+// figure includes its quantisation launch): small weights gain (wq_a 5.0 against 9.7 us,
+// indexer wq_b 4.7 against 8.7, shared w2 6.0 against 8.6), large ones lose (wo_b 18.8 against
+// 17.9, engram wkv 59.3 against 44.7 us: 2.66 against 3.52 TB/s). In the decode step
+// (DEEPINFER_LINEAR_STREAM_BULK=1) B = 1 1.59 against 1.45 ms, B = 8 3.10 against 2.75. The
+// 16 per-row copies per warp and stage compile to a serial loop (~10 instructions each), and
+// each copy moves only 256 bytes; the next form to try is one 2D tensor-map copy per stage.
+// Kept (off by default) as the base of that experiment.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -45,65 +55,21 @@
 #include "backend/cuda/launch_sink.h"
 #include "backend/cuda/mma_bf16.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/stream_fp8.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
+
+using stream_fp8::ScaleFactors;
+using stream_fp8::StepFactors;
+using stream_fp8::WeightFragment;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kStepK = 128;  // K values (= weight bytes of a row) per warp step
 constexpr int kWarpRows = 16;
 
-// --- the step's math: DUPLICATED from k_linear_stream.cu (E4m3PairA/B, Word, ScaleFactors,
-// StepFactors, WeightFragment, ComputeStep for one token tile), which is being edited by
-// another engineer; to be merged into a shared header by the lead. Must stay identical: the
-// tests compare the two kernels bitwise.
-
-// e4m3 bytes 0 and 2 (PairA) or 1 and 3 (PairB) of w as a bf16x2 (the first in the low half)
-// of their values * 2^-120: magnitude bits to bf16 bits 4..10, sign to bit 15.
-__device__ __forceinline__ uint32_t E4m3PairA(uint32_t w) {
-  return ((w << 4) & 0x07F007F0u) | ((w << 8) & 0x80008000u);
-}
-__device__ __forceinline__ uint32_t E4m3PairB(uint32_t w) {
-  return ((w >> 4) & 0x07F007F0u) | (w & 0x80008000u);
-}
-
-__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// The bf16x2 factors that take an e4m3 pair (value * 2^-120) to value * 2^(S - 127): f1,
-// then f2 where !one (S > 134); all_one: no lane of the warp needs f2.
-struct ScaleFactors {
-  uint32_t f1, f2;
-  bool one, all_one;
-};
-
-__device__ __forceinline__ ScaleFactors StepFactors(uint32_t S) {
-  ScaleFactors f;
-  f.one = S <= 134;  // 2^(S - 7) is a normal bf16
-  f.f1 = (f.one ? S + 120 : 247u) * 0x00800080u;
-  f.f2 = E8m0ToBf16x2(S);
-  f.all_one = __all_sync(0xffffffffu, f.one);
-  return f;
-}
-
-// The A registers of MMA m (0..7) of a step from its weight words w: w[0], w[1] = bytes
-// 32c .. 32c + 31 of row g, w[2], w[3] the same of row g + 8.
-__device__ __forceinline__ void WeightFragment(const uint4 (&w)[4], int m, const ScaleFactors& f,
-                                               uint32_t (&a)[4]) {
-  const uint32_t wa = Word(w[m / 4], m % 4), wb = Word(w[2 + m / 4], m % 4);
-  a[0] = E4m3PairA(wa);
-  a[1] = E4m3PairA(wb);
-  a[2] = E4m3PairB(wa);
-  a[3] = E4m3PairB(wb);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f.f1);
-  if (!f.all_one && !f.one) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f.f2);
-  }
-}
+// --- the step's math (stream_fp8.cuh, shared with k_linear_stream.cu) -------------------
 
 // The 8 MMAs of one step for one token tile: weight words w, scale byte S, the step's 4 B
 // units x (unit q feeds MMAs 2q (x, y) and 2q + 1 (z, w)).

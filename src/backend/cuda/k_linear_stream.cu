@@ -58,11 +58,15 @@
 #include "backend/cuda/launch_sink.h"
 #include "backend/cuda/mma_bf16.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/stream_fp8.cuh"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
 using model::WeightFormat;
+using stream_fp8::ScaleFactors;
+using stream_fp8::StepFactors;
+using stream_fp8::WeightFragment;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -111,19 +115,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // --- the streaming GEMM -----------------------------------------------------------------
-
-// e4m3 bytes 0 and 2 (PairA) or 1 and 3 (PairB) of w as a bf16x2 (the first in the low half)
-// of their values * 2^-120: magnitude bits to bf16 bits 4..10, sign to bit 15.
-__device__ __forceinline__ uint32_t E4m3PairA(uint32_t w) {
-  return ((w << 4) & 0x07F007F0u) | ((w << 8) & 0x80008000u);
-}
-__device__ __forceinline__ uint32_t E4m3PairB(uint32_t w) {
-  return ((w >> 4) & 0x07F007F0u) | (w & 0x80008000u);
-}
-
-__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
 
 struct StreamArgs {
   const uint8_t* w;      // e4m3 [rows, K], row-major
@@ -231,38 +222,6 @@ __device__ __forceinline__ void PrefetchStepsL2(const uint8_t* w0, const uint8_t
   for (int64_t st = first; st < last; ++st) {
     asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(w0 + st * kStepK));
     asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(w1 + st * kStepK));
-  }
-}
-
-// The bf16x2 factors that take an e4m3 pair (value * 2^-120) to value * 2^(S - 127): f1,
-// then f2 where !one (S > 134); all_one: no lane of the warp needs f2.
-struct ScaleFactors {
-  uint32_t f1, f2;
-  bool one, all_one;
-};
-
-__device__ __forceinline__ ScaleFactors StepFactors(uint32_t S) {
-  ScaleFactors f;
-  f.one = S <= 134;  // 2^(S - 7) is a normal bf16
-  f.f1 = (f.one ? S + 120 : 247u) * 0x00800080u;
-  f.f2 = E8m0ToBf16x2(S);
-  f.all_one = __all_sync(0xffffffffu, f.one);
-  return f;
-}
-
-// The A registers of MMA m (0..7) of a step from its weight words w (see the file comment).
-__device__ __forceinline__ void WeightFragment(const uint4 (&w)[4], int m, const ScaleFactors& f,
-                                               uint32_t (&a)[4]) {
-  const uint32_t wa = Word(w[m / 4], m % 4), wb = Word(w[2 + m / 4], m % 4);
-  a[0] = E4m3PairA(wa);
-  a[1] = E4m3PairA(wb);
-  a[2] = E4m3PairB(wa);
-  a[3] = E4m3PairB(wb);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f.f1);
-  if (!f.all_one && !f.one) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = MulBf16x2(a[i], f.f2);
   }
 }
 
