@@ -67,33 +67,7 @@ class CudaDenseTest : public CudaVsCpuTest {
  protected:
   RandomWeight MakeWeight(WeightFormat format, int64_t rows, int64_t cols) {
     RandomWeight w;
-    const int64_t cb = (cols + 31) / 32;
-    switch (format) {
-      case WeightFormat::kF32: {
-        const std::vector<float> f = Normal(rows * cols, 0.1f);
-        w.data.resize(f.size() * 4);
-        std::memcpy(w.data.data(), f.data(), w.data.size());
-        break;
-      }
-      case WeightFormat::kBF16: {
-        const std::vector<uint16_t> b = Bf16Bits(rows * cols, 0.1f);
-        w.data.resize(b.size() * 2);
-        std::memcpy(w.data.data(), b.data(), w.data.size());
-        break;
-      }
-      case WeightFormat::kFp8Block32:
-        w.data = Fp8Bytes(rows * cols);
-        w.scale = Bytes(((rows + 31) / 32) * cb, 112, 124);
-        break;
-      case WeightFormat::kFp8Row32:
-        w.data = Fp8Bytes(rows * cols);
-        w.scale = Bytes(rows * cb, 112, 124);
-        break;
-      case WeightFormat::kMxFp4:
-        w.data = Bytes(rows * cols / 2, 0, 255);
-        w.scale = Bytes(rows * (cols / 32), 118, 124);
-        break;
-    }
+    RandomWeightBytes(format, rows, cols, &w.data, &w.scale);
     w.ref = WeightRef{std::string("test.") + FormatName(format), format, rows, cols, w.data.data(),
                       w.scale.empty() ? nullptr : w.scale.data()};
     return w;

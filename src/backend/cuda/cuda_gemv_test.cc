@@ -240,33 +240,7 @@ class CudaGemvTest : public CudaVsCpuTest {
 
   HostWeight MakeWeight(WeightFormat f, int64_t rows, int64_t cols) {
     HostWeight w{f, rows, cols, {}, {}};
-    const int64_t scale_cols = (cols + 31) / 32;
-    switch (f) {
-      case WeightFormat::kF32: {
-        const std::vector<float> v = Normal(rows * cols, 0.1f);
-        w.data.resize(v.size() * 4);
-        std::memcpy(w.data.data(), v.data(), w.data.size());
-        break;
-      }
-      case WeightFormat::kBF16: {
-        const std::vector<uint16_t> b = Bf16Bits(rows * cols, 0.1f);
-        w.data.resize(b.size() * 2);
-        std::memcpy(w.data.data(), b.data(), w.data.size());
-        break;
-      }
-      case WeightFormat::kFp8Block32:
-        w.data = Fp8Bytes(rows * cols);
-        w.scale = Bytes(((rows + 31) / 32) * scale_cols, 112, 124);
-        break;
-      case WeightFormat::kFp8Row32:
-        w.data = Fp8Bytes(rows * cols);
-        w.scale = Bytes(rows * scale_cols, 112, 124);
-        break;
-      case WeightFormat::kMxFp4:
-        w.data = Bytes(rows * cols / 2, 0, 255);
-        w.scale = Bytes(rows * (cols / 32), 118, 124);
-        break;
-    }
+    RandomWeightBytes(f, rows, cols, &w.data, &w.scale);
     return w;
   }
 

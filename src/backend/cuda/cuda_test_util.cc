@@ -91,6 +91,39 @@ std::vector<uint16_t> CudaVsCpuTest::Bf16Bits(int64_t n, float stddev) {
   return v;
 }
 
+void CudaVsCpuTest::RandomWeightBytes(model::WeightFormat format, int64_t rows, int64_t cols,
+                                      std::vector<uint8_t>* data, std::vector<uint8_t>* scale) {
+  using model::WeightFormat;
+  const int64_t scale_cols = (cols + 31) / 32;
+  scale->clear();
+  switch (format) {
+    case WeightFormat::kF32: {
+      const std::vector<float> v = Normal(rows * cols, 0.1f);
+      data->resize(v.size() * 4);
+      std::memcpy(data->data(), v.data(), data->size());
+      break;
+    }
+    case WeightFormat::kBF16: {
+      const std::vector<uint16_t> b = Bf16Bits(rows * cols, 0.1f);
+      data->resize(b.size() * 2);
+      std::memcpy(data->data(), b.data(), data->size());
+      break;
+    }
+    case WeightFormat::kFp8Block32:
+      *data = Fp8Bytes(rows * cols);
+      *scale = Bytes(((rows + 31) / 32) * scale_cols, 112, 124);
+      break;
+    case WeightFormat::kFp8Row32:
+      *data = Fp8Bytes(rows * cols);
+      *scale = Bytes(rows * scale_cols, 112, 124);
+      break;
+    case WeightFormat::kMxFp4:
+      *data = Bytes(rows * cols / 2, 0, 255);
+      *scale = Bytes(rows * (cols / 32), 118, 124);
+      break;
+  }
+}
+
 void* CudaVsCpuTest::AllocBytes(int64_t bytes) {
   float* p = gpu_->AllocFloats((bytes + 3) / 4);
   EXPECT_NE(p, nullptr) << gpu_->status();

@@ -40,6 +40,12 @@ class CudaVsCpuTest : public ::testing::Test {
   std::vector<uint8_t> Fp8Bytes(int64_t n);
   // bf16 bits of normal(0, stddev) values.
   std::vector<uint16_t> Bf16Bits(int64_t n, float stddev = 1.0f);
+  // The stored bytes of a random [rows, cols] weight in `format` (model/backend.h): fp32 /
+  // bf16 normal(0, 0.1); e4m3 without NaN codes with ue8m0 scales 112..124 (per 32 x 32 block
+  // for kFp8Block32, per row and 32 columns for kFp8Row32); e2m1 nibbles with scales 118..124
+  // per row and 32 columns (kMxFp4, cols even). `scale` is empty for fp32 / bf16.
+  void RandomWeightBytes(model::WeightFormat format, int64_t rows, int64_t cols,
+                         std::vector<uint8_t>* data, std::vector<uint8_t>* scale);
 
   // --- device arrays (freed after the test) ------------------------------------------
   float* ToGpu(const std::vector<float>& host);
