@@ -4,6 +4,9 @@
 // and 8, row offsets, padded and accumulated y, several targets, grouped weights, both scale
 // branches (ue8m0 bytes above and below 134), every compiled ring shape (also warps with fewer
 // steps than the ring holds); its applicability rules; a DISABLED_Bench of the decode shapes.
+// The tensor-map rings (kTensor*: one cp.async.bulk.tensor per stage) run through the same
+// comparisons, plus weights whose base is only 16-byte aligned, the map cache, and (no GPU
+// needed: LinearBulkHostTest) the tensor view, the map key and the env choice of the ring.
 //
 // The activations in fragment order (LinearBulkMany's input) are taken from LinearStream's own
 // scratch: with the fusion threshold at 0, LinearStream quantises x with QuantizeStreamKernel
@@ -12,6 +15,7 @@
 // operands.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -38,9 +42,24 @@ class RingOverride {
 };
 
 constexpr kernels::BulkRing kAllRings[] = {
-    kernels::BulkRing::kDefault, kernels::BulkRing::kEager2x2, kernels::BulkRing::kLazy3x2,
-    kernels::BulkRing::kLazy2x3};
-constexpr const char* kRingNames[] = {"eager3x2", "eager2x2", "lazy3x2", "lazy2x3"};
+    kernels::BulkRing::kEager3x2, kernels::BulkRing::kEager2x2,  kernels::BulkRing::kLazy3x2,
+    kernels::BulkRing::kLazy2x3,  kernels::BulkRing::kTensor3x2, kernels::BulkRing::kTensor2x4,
+    kernels::BulkRing::kTensor6x1};
+constexpr const char* kRingNames[] = {"eager3x2",  "eager2x2",  "lazy3x2",  "lazy2x3",
+                                      "tensor3x2", "tensor2x4", "tensor6x1"};
+static_assert(std::size(kAllRings) == std::size(kRingNames));
+// The process default (per-row copies unless DEEPINFER_LINEAR_BULK_TMA2D is set) and every
+// tensor-map ring: the rings the shape-by-shape comparisons run.
+constexpr kernels::BulkRing kDefaultAndTensorRings[] = {
+    kernels::BulkRing::kDefault, kernels::BulkRing::kTensor3x2, kernels::BulkRing::kTensor2x4,
+    kernels::BulkRing::kTensor6x1};
+
+std::string RingName(kernels::BulkRing ring) {
+  for (size_t i = 0; i < std::size(kAllRings); ++i) {
+    if (kAllRings[i] == ring) return kRingNames[i];
+  }
+  return "default";
+}
 
 class CudaLinearBulkTest : public CudaFp8Test {
  protected:
@@ -159,36 +178,47 @@ TEST_F(CudaLinearBulkTest, EqualsLinearStreamBitwise) {
                           {8192, 5120, 0, 5120, true},   // wo_b: split 4
                           {5120, 576, 0, 576, false},    // wkv
                           {8192, 160, 48, 112, false}};  // split 8, 8 steps per part, row0 48
-  std::set<int> splits;
-  for (const Shape& s : shapes) {
-    if (s.real && SmallOnly()) continue;
-    const HostWeight w = MakeFp8Weight(s.N, s.K, 112, 124);
-    for (int64_t T : {1, 3, 8}) {
-      splits.insert(ExpectBulkEqualsStream(w, s.row0, s.n_rows, T, T == 3 ? 5 : 0, T == 3));
+  for (kernels::BulkRing ring : kDefaultAndTensorRings) {
+    const RingOverride use(ring);
+    SCOPED_TRACE("ring " + RingName(ring));
+    std::set<int> splits;
+    for (const Shape& s : shapes) {
+      if (s.real && SmallOnly()) continue;
+      const HostWeight w = MakeFp8Weight(s.N, s.K, 112, 124);
+      for (int64_t T : {1, 3, 8}) {
+        splits.insert(ExpectBulkEqualsStream(w, s.row0, s.n_rows, T, T == 3 ? 5 : 0, T == 3));
+      }
     }
+    EXPECT_EQ(splits, (std::set<int>{1, 2, 4, 8}));
   }
-  EXPECT_EQ(splits, (std::set<int>{1, 2, 4, 8}));
 }
 
 // ue8m0 bytes up to 134 take one bf16 multiply, above two; warps mixing both.
 TEST_F(CudaLinearBulkTest, BothScaleBranchesBitwise) {
   const int ranges[][2] = {{126, 142}, {135, 150}, {100, 110}};
-  for (const auto& range : ranges) {
-    const HostWeight w = MakeFp8Weight(128, 1280, range[0], range[1]);
-    for (int64_t T : {1, 3, 8}) ExpectBulkEqualsStream(w, 0, 128, T, 0, T == 8);
+  for (kernels::BulkRing ring : kDefaultAndTensorRings) {
+    const RingOverride use(ring);
+    SCOPED_TRACE("ring " + RingName(ring));
+    for (const auto& range : ranges) {
+      const HostWeight w = MakeFp8Weight(128, 1280, range[0], range[1]);
+      for (int64_t T : {1, 3, 8}) ExpectBulkEqualsStream(w, 0, 128, T, 0, T == 8);
+    }
   }
 }
 
 // Every compiled ring: parts shorter than the ring (1, 2, 4, 5 steps), step counts that leave
-// the last fill partly full (stages of 2 and 3 steps), several laps of the ring.
+// the last fill partly full (stages of 2, 3 and 4 steps: 1, 2 or 3 steps left), weights of
+// fewer steps than a stage (K = 128, 256, 384 against the tensor 2 x 4 ring), several laps of
+// the ring.
 TEST_F(CudaLinearBulkTest, EveryRingShapeBitwise) {
   struct Shape {
     int64_t K, N;
   };
-  const Shape shapes[] = {{128, 64}, {256, 32}, {640, 48}, {1920, 32}, {4096, 16}, {2304, 1024}};
+  const Shape shapes[] = {{128, 64},  {256, 32},  {384, 32},    {640, 48}, {896, 16},
+                          {1920, 32}, {4096, 16}, {2304, 1024}, {1408, 48}};
   for (kernels::BulkRing ring : kAllRings) {
     const RingOverride use(ring);
-    SCOPED_TRACE("ring " + std::to_string(static_cast<int>(ring)));
+    SCOPED_TRACE("ring " + RingName(ring));
     for (const Shape& s : shapes) {
       const HostWeight w = MakeFp8Weight(s.N, s.K, 120, 140);
       for (int64_t T : {1, 8}) ExpectBulkEqualsStream(w, 0, s.N, T, 1, T == 1);
@@ -213,36 +243,41 @@ TEST_F(CudaLinearBulkTest, ManyEqualsLinearStreamManyBitwise) {
                       {&a, 128, 128, 131, true},
                       {&b, 16, 48, 48, false},
                       {&c, 0, 2048, 2048, false}};
-  for (int n : {2, 3, 4}) {
-    for (int64_t T : {1, 3, 8}) {
-      SCOPED_TRACE(::testing::Message() << "targets " << n << " T=" << T);
-      const float* dx = ToGpu(Activations(T, K));
-      const void* xf = Fragments(dx, T, K);
-      std::vector<std::vector<float>> y0;
-      std::vector<float*> y_stream, y_bulk;
-      std::vector<kernels::LinearStreamTarget> stream_targets;
-      std::vector<kernels::BulkTarget> bulk_targets;
-      for (int i = 0; i < n; ++i) {
-        const Out& o = outs[i];
-        y0.push_back(Normal(T * o.ldy));
-        y_stream.push_back(ToGpu(y0.back()));
-        y_bulk.push_back(ToGpu(y0.back()));
-        stream_targets.push_back(
-            {&o.w->device, o.row0, o.n_rows, y_stream.back(), o.ldy, o.accumulate});
-        bulk_targets.push_back(Target(*o.w, o.row0, o.n_rows, y_bulk.back(), o.ldy, o.accumulate));
-      }
-      uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, K));
-      ASSERT_EQ(
-          kernels::LinearStreamMany(stream_targets.data(), n, dx, T, K, scratch, gpu_->stream()),
-          cudaSuccess);
-      ASSERT_TRUE(kernels::LinearBulkApplicable(bulk_targets.data(), n, xf, static_cast<int>(T)));
-      ASSERT_EQ(
-          kernels::LinearBulkMany(bulk_targets.data(), n, xf, static_cast<int>(T), gpu_->stream()),
-          cudaSuccess);
-      for (int i = 0; i < n; ++i) {
-        const int64_t size = T * outs[i].ldy;
-        EXPECT_TRUE(BitExact(FromGpu(y_bulk[i], size), FromGpu(y_stream[i], size)))
-            << "output " << i;
+  for (kernels::BulkRing ring : kDefaultAndTensorRings) {
+    const RingOverride use(ring);
+    for (int n : {2, 3, 4}) {
+      for (int64_t T : {1, 3, 8}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "ring " << RingName(ring) << " targets " << n << " T=" << T);
+        const float* dx = ToGpu(Activations(T, K));
+        const void* xf = Fragments(dx, T, K);
+        std::vector<std::vector<float>> y0;
+        std::vector<float*> y_stream, y_bulk;
+        std::vector<kernels::LinearStreamTarget> stream_targets;
+        std::vector<kernels::BulkTarget> bulk_targets;
+        for (int i = 0; i < n; ++i) {
+          const Out& o = outs[i];
+          y0.push_back(Normal(T * o.ldy));
+          y_stream.push_back(ToGpu(y0.back()));
+          y_bulk.push_back(ToGpu(y0.back()));
+          stream_targets.push_back(
+              {&o.w->device, o.row0, o.n_rows, y_stream.back(), o.ldy, o.accumulate});
+          bulk_targets.push_back(
+              Target(*o.w, o.row0, o.n_rows, y_bulk.back(), o.ldy, o.accumulate));
+        }
+        uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, K));
+        ASSERT_EQ(
+            kernels::LinearStreamMany(stream_targets.data(), n, dx, T, K, scratch, gpu_->stream()),
+            cudaSuccess);
+        ASSERT_TRUE(kernels::LinearBulkApplicable(bulk_targets.data(), n, xf, static_cast<int>(T)));
+        ASSERT_EQ(kernels::LinearBulkMany(bulk_targets.data(), n, xf, static_cast<int>(T),
+                                          gpu_->stream()),
+                  cudaSuccess);
+        for (int i = 0; i < n; ++i) {
+          const int64_t size = T * outs[i].ldy;
+          EXPECT_TRUE(BitExact(FromGpu(y_bulk[i], size), FromGpu(y_stream[i], size)))
+              << "output " << i;
+        }
       }
     }
   }
@@ -252,27 +287,30 @@ TEST_F(CudaLinearBulkTest, ManyEqualsLinearStreamManyBitwise) {
 // LinearStreamGrouped, bitwise.
 TEST_F(CudaLinearBulkTest, GroupedEqualsLinearStreamGroupedBitwise) {
   const int64_t groups = 8, R = 64;
-  for (int64_t K : {512, 1280}) {
-    const int64_t N = groups * R;
-    const HostWeight w = MakeFp8Weight(N, K, 110, 140);
-    for (int64_t T : {1, 3, 8}) {
-      SCOPED_TRACE(::testing::Message() << "K=" << K << " T=" << T);
-      const float* dx = ToGpu(Activations(T, groups * K));
-      const void* xf = Fragments(dx, T, groups * K);
-      uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, groups * K));
-      float* y_stream = PoisonedFloats(T * N);
-      ASSERT_EQ(kernels::LinearStreamGrouped(w.device, groups, dx, T, groups * K, y_stream, N,
-                                             scratch, gpu_->stream()),
-                cudaSuccess);
-      float* y_bulk = PoisonedFloats(T * N);
-      kernels::BulkTarget t = Target(w, 0, N, y_bulk, N, false);
-      t.group_rows = R;
-      t.group_steps = K / 128;
-      ASSERT_EQ(kernels::LinearBulkMany(&t, 1, xf, static_cast<int>(T), gpu_->stream()),
-                cudaSuccess);
-      const std::vector<float> bulk = FromGpu(y_bulk, T * N);
-      EXPECT_TRUE(BitExact(bulk, FromGpu(y_stream, T * N)));
-      for (float v : bulk) ASSERT_FALSE(std::isnan(v)) << "an output left unwritten";
+  for (kernels::BulkRing ring : kDefaultAndTensorRings) {
+    const RingOverride use(ring);
+    for (int64_t K : {512, 1280}) {
+      const int64_t N = groups * R;
+      const HostWeight w = MakeFp8Weight(N, K, 110, 140);
+      for (int64_t T : {1, 3, 8}) {
+        SCOPED_TRACE(::testing::Message() << "ring " << RingName(ring) << " K=" << K << " T=" << T);
+        const float* dx = ToGpu(Activations(T, groups * K));
+        const void* xf = Fragments(dx, T, groups * K);
+        uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, groups * K));
+        float* y_stream = PoisonedFloats(T * N);
+        ASSERT_EQ(kernels::LinearStreamGrouped(w.device, groups, dx, T, groups * K, y_stream, N,
+                                               scratch, gpu_->stream()),
+                  cudaSuccess);
+        float* y_bulk = PoisonedFloats(T * N);
+        kernels::BulkTarget t = Target(w, 0, N, y_bulk, N, false);
+        t.group_rows = R;
+        t.group_steps = K / 128;
+        ASSERT_EQ(kernels::LinearBulkMany(&t, 1, xf, static_cast<int>(T), gpu_->stream()),
+                  cudaSuccess);
+        const std::vector<float> bulk = FromGpu(y_bulk, T * N);
+        EXPECT_TRUE(BitExact(bulk, FromGpu(y_stream, T * N)));
+        for (float v : bulk) ASSERT_FALSE(std::isnan(v)) << "an output left unwritten";
+      }
     }
   }
 }
@@ -299,7 +337,7 @@ TEST_F(CudaLinearBulkTest, BackToBackLaunchesBitwise) {
   });
   for (kernels::BulkRing ring : kAllRings) {
     const RingOverride use(ring);
-    SCOPED_TRACE("ring " + std::to_string(static_cast<int>(ring)));
+    SCOPED_TRACE("ring " + RingName(ring));
     const auto bulk = sequence([&](float* y, bool accumulate) {
       const kernels::BulkTarget t = Target(w, 0, N, y, N, accumulate);
       EXPECT_EQ(kernels::LinearBulkMany(&t, 1, xf, static_cast<int>(T), gpu_->stream()),
@@ -308,6 +346,53 @@ TEST_F(CudaLinearBulkTest, BackToBackLaunchesBitwise) {
     EXPECT_TRUE(BitExact(bulk.first, stream.first)) << "after 4 accumulating calls";
     EXPECT_TRUE(BitExact(bulk.second, stream.second)) << "after the overwriting call";
   }
+}
+
+// What the tensor maps need of the weight's base: 16-byte alignment only. Weights starting 16
+// and 48 bytes into an allocation (so not 128- or 1024-byte aligned), whole and from row 32,
+// every tensor ring, bitwise against LinearStream on the same shifted weight.
+TEST_F(CudaLinearBulkTest, SixteenByteAlignedWeightsBitwise) {
+  const HostWeight w = MakeFp8Weight(144, 1408, 112, 130);
+  for (int64_t shift : {16, 48}) {
+    HostWeight shifted = w;
+    shifted.device.data = static_cast<const uint8_t*>(w.device.data) + shift;
+    shifted.device.rows = 128;  // the shifted rows 0..127 lie inside the allocation
+    for (kernels::BulkRing ring : kDefaultAndTensorRings) {
+      const RingOverride use(ring);
+      SCOPED_TRACE(::testing::Message() << "ring " << RingName(ring) << " shift " << shift);
+      for (int64_t T : {1, 8}) {
+        ExpectBulkEqualsStream(shifted, 0, 128, T, 0, false);
+        ExpectBulkEqualsStream(shifted, 32, 96, T, 2, true);
+      }
+    }
+  }
+}
+
+// The map cache: a new view is encoded once (tensor 3x2: its 2-step box and its 1-step box),
+// later launches of the same view add none (also another row range of the same extent, and
+// tensor 6x1 whose stage box is the 1-step box), a 4-step box or another row extent adds
+// views, the per-row rings none.
+TEST_F(CudaLinearBulkTest, TensorMapCacheEncodesEachViewOnce) {
+  const int64_t N = 208, K = 1152, T = 2;  // a shape no other test uses: no cached views
+  const HostWeight w = MakeFp8Weight(N, K, 112, 124);
+  const float* dx = ToGpu(Activations(T, K));
+  const void* xf = Fragments(dx, T, K);
+  float* y = PoisonedFloats(T * N);
+  auto added = [&](kernels::BulkRing ring, int64_t row0, int64_t n_rows) {
+    const RingOverride use(ring);
+    const kernels::BulkTarget t = Target(w, row0, n_rows, y, n_rows, false);
+    const int64_t before = kernels::LinearBulkTensorMapsCached();
+    EXPECT_EQ(kernels::LinearBulkMany(&t, 1, xf, static_cast<int>(T), gpu_->stream()), cudaSuccess);
+    return kernels::LinearBulkTensorMapsCached() - before;
+  };
+  EXPECT_EQ(added(kernels::BulkRing::kTensor3x2, 0, N), 2);
+  EXPECT_EQ(added(kernels::BulkRing::kTensor3x2, 0, N), 0);
+  EXPECT_EQ(added(kernels::BulkRing::kTensor3x2, 16, N - 16), 0);  // same extent N
+  EXPECT_EQ(added(kernels::BulkRing::kTensor6x1, 0, N), 0);
+  EXPECT_EQ(added(kernels::BulkRing::kTensor2x4, 0, N), 1);
+  EXPECT_EQ(added(kernels::BulkRing::kTensor3x2, 0, 96), 2);  // extent 96: other views
+  EXPECT_EQ(added(kernels::BulkRing::kEager3x2, 0, N), 0);
+  EXPECT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);
 }
 
 TEST_F(CudaLinearBulkTest, Applicability) {
@@ -356,6 +441,123 @@ TEST_F(CudaLinearBulkTest, Applicability) {
   bad.row0 = 8;
   EXPECT_EQ(kernels::LinearBulkMany(&bad, 1, xf, 1, gpu_->stream()), cudaErrorInvalidValue);
   EXPECT_EQ(kernels::LinearBulkMany(&ok, 1, xf, 9, gpu_->stream()), cudaErrorInvalidValue);
+}
+
+// --- host side, no GPU needed ---------------------------------------------------------------
+
+// A target over fake device addresses (the host functions never dereference them).
+kernels::BulkTarget FakeTarget(int64_t K, int64_t row0, int64_t n_rows) {
+  return kernels::BulkTarget{reinterpret_cast<const uint8_t*>(uintptr_t{0x7f0000001000}),
+                             reinterpret_cast<const uint8_t*>(uintptr_t{0x7f0000800000}),
+                             K,
+                             row0,
+                             n_rows,
+                             row0 + n_rows,
+                             0,
+                             reinterpret_cast<float*>(uintptr_t{0x7f0001000000}),
+                             n_rows,
+                             false};
+}
+
+bool SameView(const kernels::BulkTensorView& a, const kernels::BulkTensorView& b) {
+  return a.base == b.base && a.dims[0] == b.dims[0] && a.dims[1] == b.dims[1] &&
+         a.dims[2] == b.dims[2] && a.strides[0] == b.strides[0] && a.strides[1] == b.strides[1] &&
+         a.box[0] == b.box[0] && a.box[1] == b.box[1] && a.box[2] == b.box[2];
+}
+
+bool HasView(const kernels::BulkTarget& t, int box_steps) {
+  kernels::BulkTensorView v{};
+  return kernels::LinearBulkTensorView(t, box_steps, &v);
+}
+
+// The 3D view: {128 bytes, rows 0 .. row0 + n_rows, K / 128 steps}, strides {K, 128}, box
+// {128, 16, box_steps}; box_steps from 1 to min(8, K / 128).
+TEST(LinearBulkHostTest, TensorViewOfATarget) {
+  const kernels::BulkTarget t = FakeTarget(5120, 32, 96);
+  kernels::BulkTensorView v{};
+  ASSERT_TRUE(kernels::LinearBulkTensorView(t, 2, &v));
+  EXPECT_EQ(v.base, static_cast<const void*>(t.w));
+  EXPECT_EQ(v.dims[0], 128u);
+  EXPECT_EQ(v.dims[1], 128u);  // row0 + n_rows
+  EXPECT_EQ(v.dims[2], 40u);
+  EXPECT_EQ(v.strides[0], 5120u);
+  EXPECT_EQ(v.strides[1], 128u);
+  EXPECT_EQ(v.box[0], 128u);
+  EXPECT_EQ(v.box[1], 16u);
+  EXPECT_EQ(v.box[2], 2u);
+  EXPECT_TRUE(HasView(t, 1));
+  EXPECT_TRUE(HasView(t, kernels::kBulkMaxBoxSteps));
+  EXPECT_FALSE(HasView(t, 0));
+  EXPECT_FALSE(HasView(t, kernels::kBulkMaxBoxSteps + 1));
+  EXPECT_TRUE(HasView(FakeTarget(256, 0, 16), 2));
+  EXPECT_FALSE(HasView(FakeTarget(256, 0, 16), 3));  // more steps than the weight has
+  EXPECT_FALSE(kernels::LinearBulkTensorView(t, 2, nullptr));
+}
+
+// What a map needs of the target, and that LinearBulkApplicable asks the same (every ring
+// takes the same targets): base 16-byte aligned, K a multiple of 128 (so the row stride is a
+// multiple of 16), row0 + n_rows and K / 128 at most INT32_MAX (int box coordinates).
+TEST(LinearBulkHostTest, TensorViewNeedsWhatApplicabilityChecks) {
+  const int64_t kMax = INT32_MAX;
+  const void* xf = reinterpret_cast<const void*>(uintptr_t{0x7f0002000000});
+  auto both = [&](const kernels::BulkTarget& t) {
+    const bool view = HasView(t, 1);
+    EXPECT_EQ(view, kernels::LinearBulkApplicable(&t, 1, xf, 1));
+    return view;
+  };
+  kernels::BulkTarget t = FakeTarget(1280, 0, 64);
+  EXPECT_TRUE(both(t));
+  t.w += 16;  // 16-byte aligned: enough
+  EXPECT_TRUE(both(t));
+  t.w -= 8;
+  EXPECT_FALSE(both(t));
+  EXPECT_FALSE(both(FakeTarget(1280 + 16, 0, 64)));  // row stride a multiple of 16, not 128
+  EXPECT_TRUE(both(FakeTarget(128 * kMax, 0, 16)));
+  EXPECT_FALSE(both(FakeTarget(128 * (kMax + 1), 0, 16)));
+  EXPECT_TRUE(both(FakeTarget(128, (kMax - 31) / 16 * 16, 16)));  // last row INT32_MAX - 16
+  EXPECT_FALSE(both(FakeTarget(128, (kMax + 1) / 16 * 16 - 16, 32)));
+}
+
+// The view is the map cache's key: it depends on the weight (base, K), the rows read (extent
+// row0 + n_rows) and the box, not on y, ldy, accumulation, scales or groups.
+TEST(LinearBulkHostTest, ViewIsTheMapKey) {
+  kernels::BulkTensorView a{}, b{};
+  const kernels::BulkTarget t = FakeTarget(2048, 0, 256);
+  ASSERT_TRUE(kernels::LinearBulkTensorView(t, 2, &a));
+  kernels::BulkTarget u = t;
+  u.row0 = 128;
+  u.n_rows = 128;
+  u.y += 4096;
+  u.ldy = 300;
+  u.accumulate = true;
+  u.scale += 64;
+  u.group_rows = 64;
+  u.group_steps = 16;
+  ASSERT_TRUE(kernels::LinearBulkTensorView(u, 2, &b));
+  EXPECT_TRUE(SameView(a, b));
+  auto differs = [&](kernels::BulkTarget v, int box_steps) {
+    kernels::BulkTensorView c{};
+    EXPECT_TRUE(kernels::LinearBulkTensorView(v, box_steps, &c));
+    return !SameView(a, c);
+  };
+  EXPECT_TRUE(differs(t, 1));
+  EXPECT_TRUE(differs(FakeTarget(2048, 0, 240), 2));
+  EXPECT_TRUE(differs(FakeTarget(4096, 0, 256), 2));
+  kernels::BulkTarget moved = t;
+  moved.w += 2048;
+  EXPECT_TRUE(differs(moved, 2));
+}
+
+// DEEPINFER_LINEAR_BULK_TMA2D's values.
+TEST(LinearBulkHostTest, RingFromEnv) {
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv(nullptr), kernels::BulkRing::kEager3x2);
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv(""), kernels::BulkRing::kEager3x2);
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv("0"), kernels::BulkRing::kEager3x2);
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv("1"), kernels::BulkRing::kTensor3x2);
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv("2"), kernels::BulkRing::kTensor2x4);
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv("3"), kernels::BulkRing::kTensor6x1);
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv("4"), kernels::BulkRing::kEager3x2);
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv("yes"), kernels::BulkRing::kEager3x2);
 }
 
 // Device time per call and GB/s of the weight bytes (data + scales) of the V4.1-Flash decode

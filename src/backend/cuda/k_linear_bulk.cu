@@ -44,10 +44,34 @@
 // 16 per-row copies per warp and stage compile to a serial loop (~10 instructions each), and
 // each copy moves only 256 bytes; the next form to try is one 2D tensor-map copy per stage.
 // Kept (off by default) as the base of that experiment.
+//
+// Tensor-map rings (BulkRing::kTensor*; DEEPINFER_LINEAR_BULK_TMA2D=1/2/3 makes one the
+// default). The same kernel with each stage filled by ONE cp.async.bulk.tensor.3d issued by
+// lane 0 (instead of 16 per-row copies): a box of 16 rows x kStageSteps K steps of a 3D
+// uint8 view of the weight, dims {128 bytes of a step, row, step}, byte strides {K, 128}
+// (rows and steps swapped relative to memory order, so the box lands step-major: step u of a
+// stage at u * 2048, row i of it at i * 128). The map's 128-byte swizzle (unit h of line i at
+// unit h ^ (i % 8); stages 1024-byte aligned) makes the lanes' LDS.128 conflict-free without
+// padding (LaneOffset). A warp's last stage, when fewer than kStageSteps steps are left, is
+// filled by one-step boxes (a second map), so no byte outside the warp's steps is read. The
+// maps are encoded on the host (cuTensorMapEncodeTiled through cudaGetDriverEntryPointByVersion:
+// no libcuda link), cached per view (kernels_bulk.h: BulkTensorView) and passed in the
+// __grid_constant__ parameter (1 KiB for 4 targets). Registers, MMA order, split and output
+// are the bulk kernel's: same bits as LinearStream. Shared memory: kTensor3x2 and kTensor6x1
+// 8 x 12 KiB + 1 KiB alignment (two blocks per SM), kTensor2x4 8 x 16 KiB (one block per SM).
+#include <cuda.h>  // CUtensorMap and its enums only: no libcuda link (see TensorMapEncoder)
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
 
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/kernels_bulk.h"
@@ -117,6 +141,19 @@ __device__ __forceinline__ void BulkCopy(uint32_t dst, const void* src, uint32_t
       : "memory");
 }
 
+// The box of the 3D tensor map `map` (the generic address of a __grid_constant__ kernel
+// parameter; dims: byte of a K step, weight row, K step) at {0, row, step} global -> shared
+// at dst (1024-byte aligned: the 128-byte swizzle is a function of the address bits);
+// completes the box's bytes on `bar`.
+__device__ __forceinline__ void TensorCopy(uint32_t dst, const CUtensorMap* map, int row, int step,
+                                           uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(row), "r"(step), "r"(bar)
+      : "memory");
+}
+
 // Blocks until the phase of `bar` with parity `parity` has completed (its bytes have landed
 // and are visible to this thread). The "memory" clobber keeps the stage's reads after it.
 __device__ __forceinline__ void WaitPhase(uint32_t bar, uint32_t parity) {
@@ -148,19 +185,42 @@ struct BulkMany {
   int T;
 };
 
+// The tensor-map rings' launch parameter: the bulk rings' one plus, per target, the map whose
+// box is one stage (kStageSteps K steps x 16 rows) and the map whose box is one step (for a
+// warp's last fill when fewer steps are left).
+struct TensorMany {
+  BulkMany m;
+  CUtensorMap full[kMaxBulkTargets];
+  CUtensorMap one[kMaxBulkTargets];
+};
+
+template <bool kTensor>
+using KernelParams = std::conditional_t<kTensor, TensorMany, BulkMany>;
+
+__device__ __forceinline__ const BulkMany& ManyOf(const BulkMany& p) { return p; }
+__device__ __forceinline__ const BulkMany& ManyOf(const TensorMany& p) { return p.m; }
+
 // --- the ring -----------------------------------------------------------------------------
 
-template <int kStages, int kStageSteps>
+// A warp's stage layouts. Bulk (per-row copies): row i at i * kPitch, step u of it at u * 128
+// (kPitch = kStageSteps * 128 + 16, see the file comment). Tensor (one box per stage): step u
+// at u * 2048, row i of it at i * 128 (a 128-byte line), the line's 16-byte unit h at
+// (h ^ (i % 8)) * 16 (the TMA's 128-byte swizzle; stages start 1024-byte aligned).
+template <int kStages, int kStageSteps, bool kTensor = false>
 struct Ring {
   static_assert(kStages >= 1 && kStageSteps >= 1, "a ring has stages of steps");
-  static constexpr int kPitch = kStageSteps * kStepK + 16;  // bytes per row of a stage
-  static constexpr int kStageBytes = kWarpRows * kPitch;
+  static constexpr int kPitch = kTensor ? kStepK : kStageSteps * kStepK + 16;  // row to row
+  static constexpr int kStepStride = kTensor ? kWarpRows * kStepK : kStepK;    // step to step
+  static constexpr int kStageBytes =
+      kTensor ? kStageSteps * kWarpRows * kStepK : kWarpRows * kPitch;
   static constexpr int kWarpBytes = kStages * kStageBytes;
   // Dynamic shared memory: the 8-byte barriers of all warps (kWarps * kStages * 8, a
-  // multiple of 16), then each warp's stages.
+  // multiple of 16), then (tensor: from the next 1024-byte boundary) each warp's stages.
   static constexpr int kBarrierBytes = kWarps * kStages * 8;
-  static constexpr int kSmemBytes = kBarrierBytes + kWarps * kWarpBytes;
+  static constexpr int kAlignPad = kTensor ? 1024 : 0;
+  static constexpr int kSmemBytes = kBarrierBytes + kAlignPad + kWarps * kWarpBytes;
   static_assert(kPitch % 16 == 0 && kBarrierBytes % 16 == 0, "16-byte aligned stages");
+  static_assert(!kTensor || kStageBytes % 1024 == 0, "swizzled stages 1024-byte aligned");
 };
 
 // A warp's view of its ring: shared-memory addresses of stage 0's barrier and data (for the
@@ -171,20 +231,37 @@ struct WarpRing {
   const unsigned char* view;  // the same bytes as `data`
 };
 
-template <int kStages, int kStageSteps>
+template <int kStages, int kStageSteps, bool kTensor>
 __device__ __forceinline__ WarpRing WarpRingOf(unsigned char* smem, int warp) {
-  using R = Ring<kStages, kStageSteps>;
+  using R = Ring<kStages, kStageSteps, kTensor>;
   const uint32_t base = mma::SharedAddress(smem);
-  const int data = R::kBarrierBytes + warp * R::kWarpBytes;
-  return WarpRing{base + static_cast<uint32_t>(warp * kStages * 8),
-                  base + static_cast<uint32_t>(data), smem + data};
+  const uint32_t bars = base + static_cast<uint32_t>(warp * kStages * 8);
+  if constexpr (kTensor) {  // the stages from the first 1024-byte boundary after the barriers
+    const uint32_t start = (base + static_cast<uint32_t>(R::kBarrierBytes) + 1023u) & ~1023u;
+    const int data = static_cast<int>(start - base) + warp * R::kWarpBytes;
+    return WarpRing{bars, base + static_cast<uint32_t>(data), smem + data};
+  } else {
+    const int data = R::kBarrierBytes + warp * R::kWarpBytes;
+    return WarpRing{bars, base + static_cast<uint32_t>(data), smem + data};
+  }
 }
 
-// This warp's weight rows from K step s0 and its step range, for issuing fills.
+// This warp's weight rows from K step s0 and its step range, for issuing per-row fills.
 struct RowSource {
+  static constexpr bool kTensor = false;
   const uint8_t* first;  // byte s0 * 128 of row r
   int64_t K;             // row stride (bytes)
   int n_steps;           // s1 - s0
+};
+
+// The same for the tensor-map fills: box coordinates of the warp's rows and first step.
+struct TensorSource {
+  static constexpr bool kTensor = true;
+  const CUtensorMap* full;  // box of kStageSteps steps x 16 rows
+  const CUtensorMap* one;   // box of one step x 16 rows
+  int row;                  // r (rows r .. r + 15)
+  int s0;                   // the warp's first K step
+  int n_steps;              // s1 - s0
 };
 
 // Issues fill j (steps s0 + j * kStageSteps .. at most s1) into stage j % kStages (= stage):
@@ -207,10 +284,36 @@ __device__ __forceinline__ void IssueFill(const WarpRing& ring, const RowSource&
   }
 }
 
+// Tensor form of IssueFill: lane 0 arms the barrier and issues one box copy of the stage's
+// kStageSteps steps, or (last fill, fewer steps left) one one-step box per step left. The
+// expected bytes are the boxes' (never out of bounds: the steps lie inside [s0, s1)).
+template <int kStages, int kStageSteps>
+__device__ __forceinline__ void IssueFill(const WarpRing& ring, const TensorSource& src, int j,
+                                          int stage) {
+  using R = Ring<kStages, kStageSteps, true>;
+  if (threadIdx.x % 32 != 0) return;
+  constexpr uint32_t kStepBytes = kWarpRows * kStepK;
+  const int first = j * kStageSteps, left = src.n_steps - first;
+  const uint32_t bar = ring.bars + 8u * static_cast<uint32_t>(stage);
+  const uint32_t dst = ring.data + static_cast<uint32_t>(stage * R::kStageBytes);
+  if (left >= kStageSteps) {
+    ArriveExpectTx(bar, kStageSteps * kStepBytes);
+    TensorCopy(dst, src.full, src.row, src.s0 + first, bar);
+  } else {
+    ArriveExpectTx(bar, static_cast<uint32_t>(left) * kStepBytes);
+#pragma unroll
+    for (int u = 0; u < kStageSteps - 1; ++u) {  // left < kStageSteps
+      if (u >= left) break;
+      TensorCopy(dst + static_cast<uint32_t>(u) * kStepBytes, src.one, src.row, src.s0 + first + u,
+                 bar);
+    }
+  }
+}
+
 // Before the PDL wait (weights only): the warp's barriers initialised and its first kStages
 // fills issued.
-template <int kStages, int kStageSteps>
-__device__ __forceinline__ void StartRing(const WarpRing& ring, const RowSource& src) {
+template <int kStages, int kStageSteps, class Src>
+__device__ __forceinline__ void StartRing(const WarpRing& ring, const Src& src) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (lane == 0) {
     for (int s = 0; s < kStages; ++s) BarrierInit(ring.bars + 8u * static_cast<uint32_t>(s), 1);
@@ -237,15 +340,32 @@ struct LaneInputs {
   int64_t x0;
 };
 
-// The 4 x 16 weight bytes of step u of a stage for this lane (p: row g, byte 32c of the
-// stage's step 0; row g + 8 is 8 rows further).
-template <int kPitch>
-__device__ __forceinline__ void ReadStep(const unsigned char* p, int u, uint4 (&w)[4]) {
-  const unsigned char* q = p + u * kStepK;
+// The 4 x 16 weight bytes of step u of a stage for this lane: row g bytes 32c .. 32c + 15 at
+// p + u * kStepStride, bytes 32c + 16 .. 32c + 31 `second` bytes further; row g + 8 is
+// 8 * kPitch further (tensor: the same swizzle, as (g + 8) % 8 = g).
+template <class R>
+__device__ __forceinline__ void ReadStep(const unsigned char* p, int u, int second, uint4 (&w)[4]) {
+  const unsigned char* q = p + u * R::kStepStride;
   w[0] = *reinterpret_cast<const uint4*>(q);
-  w[1] = *reinterpret_cast<const uint4*>(q + 16);
-  w[2] = *reinterpret_cast<const uint4*>(q + 8 * kPitch);
-  w[3] = *reinterpret_cast<const uint4*>(q + 8 * kPitch + 16);
+  w[1] = *reinterpret_cast<const uint4*>(q + second);
+  w[2] = *reinterpret_cast<const uint4*>(q + 8 * R::kPitch);
+  w[3] = *reinterpret_cast<const uint4*>(q + 8 * R::kPitch + second);
+}
+
+// This lane's (g, c) offset of row g, bytes 32c .. in a stage's step 0, and the distance to
+// its bytes 32c + 16 ... Tensor: units 2c and 2c + 1 of line g sit at units (2c) ^ g and
+// (2c + 1) ^ g = ((2c) ^ g) ^ 1, i.e. 16 bytes after for even g, 16 before for odd g.
+// Conflict-free LDS.128: a quarter warp (rows g, g + 1, c = 0..3) reads units {0, 2, 4, 6} ^ g
+// and {0, 2, 4, 6} ^ (g + 1), 8 distinct 16-byte units = all 32 banks.
+template <class R>
+__device__ __forceinline__ int LaneOffset(int g, int c) {
+  if constexpr (R::kStepStride == kStepK) return g * R::kPitch + 32 * c;
+  return g * kStepK + ((2 * c) ^ g) * 16;
+}
+template <class R>
+__device__ __forceinline__ int SecondHalf(int g) {
+  if constexpr (R::kStepStride == kStepK) return 16;
+  return g % 2 == 0 ? 16 : -16;
 }
 
 // After the PDL wait: acc += rows [r, r + 16) x the activations over the warp's steps, the
@@ -254,15 +374,16 @@ __device__ __forceinline__ void ReadStep(const unsigned char* p, int u, uint4 (&
 // at once (kStages fills in flight during the MMAs; 16 kStageSteps registers of weight).
 // Otherwise each step is read just before its MMAs and a stage is refilled after the wait
 // for the next one (kStages - 1 fills in flight; 16 registers of weight).
-template <int kStages, int kStageSteps, bool kEager>
-__device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const RowSource& src,
+template <int kStages, int kStageSteps, bool kEager, class Src>
+__device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const Src& src,
                                                const LaneInputs& in, int64_t s0, uint32_t scale0,
                                                float (&acc)[4]) {
-  using R = Ring<kStages, kStageSteps>;
+  using R = Ring<kStages, kStageSteps, Src::kTensor>;
   constexpr int kHeld = kEager ? kStageSteps : 1;  // steps of weight registers
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, c = lane % 4;
   const int n = src.n_steps, fills = (n + kStageSteps - 1) / kStageSteps;
-  const unsigned char* lane_row = ring.view + g * R::kPitch + 32 * c;
+  const unsigned char* lane_row = ring.view + LaneOffset<R>(g, c);
+  const int second = SecondHalf<R>(g);
   uint4 x[4], x_next[4] = {};
   uint32_t scale = scale0, scale_next = 0;
   if (n > 0) LoadActivations(x, in.xp, in.has, in.x0 + s0);
@@ -275,7 +396,7 @@ __device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const RowSo
     if constexpr (kEager) {
 #pragma unroll
       for (int u = 0; u < kStageSteps; ++u) {
-        if (j * kStageSteps + u < n) ReadStep<R::kPitch>(p, u, w[u]);
+        if (j * kStageSteps + u < n) ReadStep<R>(p, u, second, w[u]);
       }
       __syncwarp();  // every lane's reads of the stage are done: it may be refilled
       if (j + kStages < fills) IssueFill<kStages, kStageSteps>(ring, src, j + kStages, stage);
@@ -289,7 +410,7 @@ __device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const RowSo
     for (int u = 0; u < kStageSteps; ++u) {
       const int i = j * kStageSteps + u;  // step s0 + i
       if (i >= n) break;
-      if constexpr (!kEager) ReadStep<R::kPitch>(p, u, w[0]);
+      if constexpr (!kEager) ReadStep<R>(p, u, second, w[0]);
       if (i + 1 < n) {
         LoadActivations(x_next, in.xp, in.has, in.x0 + s0 + i + 1);
         scale_next = __ldg(in.sc + (s0 + i + 1) * 4);
@@ -306,10 +427,11 @@ __device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const RowSo
   }
 }
 
-template <int kStages, int kStageSteps, bool kEager>
+template <int kStages, int kStageSteps, bool kEager, bool kTensor>
 __global__ void __launch_bounds__(kThreads, 2)
-    LinearBulkKernel(const __grid_constant__ BulkMany m) {
+    LinearBulkKernel(const __grid_constant__ KernelParams<kTensor> params) {
   extern __shared__ __align__(16) unsigned char ring_smem[];
+  const BulkMany& m = ManyOf(params);
   __shared__ float partial[kWarps][4][32];
   int target = 0;
   while (target + 1 < m.n && int64_t{blockIdx.x} >= m.block_end[target]) ++target;
@@ -325,12 +447,17 @@ __global__ void __launch_bounds__(kThreads, 2)
                 s1 = (part + 1) * steps / split;
   const int g = lane / 4, c = lane % 4;
   float acc[4] = {};
-  const WarpRing ring = WarpRingOf<kStages, kStageSteps>(ring_smem, warp);
-  RowSource src{};
+  const WarpRing ring = WarpRingOf<kStages, kStageSteps, kTensor>(ring_smem, warp);
+  std::conditional_t<kTensor, TensorSource, RowSource> src{};
   LaneInputs in{};
   uint32_t scale0 = 0;
-  if (active) {  // weights and scales before the wait (never written by a kernel)
-    src = RowSource{a.w + r * a.K + s0 * kStepK, a.K, static_cast<int>(s1 - s0)};
+  if (active) {               // weights and scales before the wait (never written by a kernel)
+    if constexpr (kTensor) {  // the maps' rows are the weight's (row0 + n_rows <= INT32_MAX)
+      src = TensorSource{&params.full[target], &params.one[target], static_cast<int>(r),
+                         static_cast<int>(s0), static_cast<int>(s1 - s0)};
+    } else {
+      src = RowSource{a.w + r * a.K + s0 * kStepK, a.K, static_cast<int>(s1 - s0)};
+    }
     in = LaneInputs{a.scale + (r / 32) * (a.K / 32) + c, m.xf + lane, g < m.T,
                     (r / a.group_rows) * a.group_steps};
     StartRing<kStages, kStageSteps>(ring, src);
@@ -359,10 +486,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <int kStages, int kStageSteps, bool kEager>
-cudaError_t LaunchRing(const BulkMany& m, dim3 grid, cudaStream_t stream) {
-  constexpr auto kernel = LinearBulkKernel<kStages, kStageSteps, kEager>;
-  constexpr int kSmem = Ring<kStages, kStageSteps>::kSmemBytes;
+template <int kStages, int kStageSteps, bool kEager, bool kTensor = false>
+cudaError_t LaunchRing(const KernelParams<kTensor>& m, dim3 grid, cudaStream_t stream) {
+  constexpr auto kernel = LinearBulkKernel<kStages, kStageSteps, kEager, kTensor>;
+  constexpr int kSmem = Ring<kStages, kStageSteps, kTensor>::kSmemBytes;
   static const cudaError_t carveout = cudaFuncSetAttribute(
       kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   if (carveout != cudaSuccess) return carveout;
@@ -375,11 +502,127 @@ cudaError_t LaunchRing(const BulkMany& m, dim3 grid, cudaStream_t stream) {
 
 std::atomic<int> ring_choice{static_cast<int>(BulkRing::kDefault)};
 
+// What kDefault stands for in this process (DEEPINFER_LINEAR_BULK_TMA2D, read once).
+BulkRing ProcessDefaultRing() {
+  static const BulkRing ring = LinearBulkRingFromEnv(std::getenv("DEEPINFER_LINEAR_BULK_TMA2D"));
+  return ring;
+}
+
 bool TargetOk(const BulkTarget& t) {
+  constexpr int64_t kMaxCoordinate = INT32_MAX;  // rows and K steps are int box coordinates
   return t.w != nullptr && reinterpret_cast<uintptr_t>(t.w) % 16 == 0 && t.scale != nullptr &&
-         t.y != nullptr && t.K > 0 && t.K % kStepK == 0 && t.row0 >= 0 && t.row0 % kWarpRows == 0 &&
-         t.n_rows > 0 && t.n_rows % kWarpRows == 0 && t.group_rows > 0 && t.group_steps >= 0 &&
+         t.y != nullptr && t.K > 0 && t.K % kStepK == 0 && t.K / kStepK <= kMaxCoordinate &&
+         t.row0 >= 0 && t.row0 % kWarpRows == 0 && t.n_rows > 0 && t.n_rows % kWarpRows == 0 &&
+         t.n_rows <= kMaxCoordinate - t.row0 && t.group_rows > 0 && t.group_steps >= 0 &&
          (t.group_steps == 0 || t.group_rows % kWarpRows == 0) && t.ldy >= t.n_rows;
+}
+
+// --- tensor maps (host) ---------------------------------------------------------------------
+
+bool SameView(const BulkTensorView& a, const BulkTensorView& b) {
+  return a.base == b.base && a.dims[0] == b.dims[0] && a.dims[1] == b.dims[1] &&
+         a.dims[2] == b.dims[2] && a.strides[0] == b.strides[0] && a.strides[1] == b.strides[1] &&
+         a.box[0] == b.box[0] && a.box[1] == b.box[1] && a.box[2] == b.box[2];
+}
+
+struct ViewHash {
+  size_t operator()(const BulkTensorView& v) const {
+    uint64_t h = reinterpret_cast<uintptr_t>(v.base);
+    for (uint64_t x : {v.dims[1], v.dims[2], uint64_t{v.box[2]}}) h = h * 0x9E3779B97F4A7C15ull ^ x;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+struct ViewEqual {
+  bool operator()(const BulkTensorView& a, const BulkTensorView& b) const { return SameView(a, b); }
+};
+
+// The driver's cuTensorMapEncodeTiled, through the runtime (the target does not link
+// libcuda); null when the driver does not have it.
+PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();  // leave no error behind for the caller's next check
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encoder;
+}
+
+// Encoded maps by view, process-wide. A view fixes its map completely (same view, same
+// bytes), so an entry never goes stale; the cache is emptied when it reaches kMaxMaps views
+// (weights of one model: a few hundred).
+class TensorMapCache {
+ public:
+  static constexpr size_t kMaxMaps = 4096;
+
+  cudaError_t Get(const BulkTensorView& view, CUtensorMap* map) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = maps_.find(view);
+    if (it != maps_.end()) {
+      *map = it->second;
+      return cudaSuccess;
+    }
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
+    if (encode == nullptr) return cudaErrorNotSupported;
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    const CUresult r =
+        encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(view.base), view.dims,
+               view.strides, view.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
+    if (maps_.size() >= kMaxMaps) maps_.clear();
+    maps_.emplace(view, *map);
+    return cudaSuccess;
+  }
+
+  int64_t Size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(maps_.size());
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<BulkTensorView, CUtensorMap, ViewHash, ViewEqual> maps_;
+};
+
+TensorMapCache& Maps() {
+  static TensorMapCache* cache = new TensorMapCache();  // never destroyed (no exit-order issue)
+  return *cache;
+}
+
+// The tensor rings' parameter: m plus each target's stage-box and step-box maps.
+template <int kStageSteps>
+cudaError_t MakeTensorMany(const BulkMany& m, TensorMany* p) {
+  p->m = m;
+  for (int i = 0; i < m.n; ++i) {
+    // A weight of fewer K steps than a stage never takes a full-stage box (every warp's
+    // fills are partial): its "full" map is then the box of all its steps, unused.
+    const BulkTarget& t = m.a[i].t;
+    const int full_steps = static_cast<int>(std::min<int64_t>(kStageSteps, t.K / kStepK));
+    BulkTensorView full{}, one{};
+    if (!LinearBulkTensorView(t, full_steps, &full) || !LinearBulkTensorView(t, 1, &one)) {
+      return cudaErrorInvalidValue;
+    }
+    cudaError_t e = Maps().Get(full, &p->full[i]);
+    if (e == cudaSuccess) e = Maps().Get(one, &p->one[i]);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+template <int kStages, int kStageSteps, bool kEager>
+cudaError_t LaunchTensorRing(const BulkMany& m, dim3 grid, cudaStream_t stream) {
+  static_assert(sizeof(TensorMany) <= 4096, "kernel parameters fit the classic 4 KiB");
+  TensorMany p;
+  const cudaError_t e = MakeTensorMany<kStageSteps>(m, &p);
+  if (e != cudaSuccess) return e;
+  return LaunchRing<kStages, kStageSteps, kEager, true>(p, grid, stream);
 }
 
 }  // namespace
@@ -393,6 +636,35 @@ bool LinearBulkApplicable(const BulkTarget* targets, int n, const void* xf, int 
     if (!TargetOk(targets[i])) return false;
   }
   return true;
+}
+
+bool LinearBulkTensorView(const BulkTarget& t, int box_steps, BulkTensorView* view) {
+  if (view == nullptr || !TargetOk(t) || box_steps < 1 || box_steps > kBulkMaxBoxSteps ||
+      box_steps > t.K / kStepK) {
+    return false;
+  }
+  *view = BulkTensorView{};
+  view->base = t.w;
+  view->dims[0] = kStepK;
+  view->dims[1] = static_cast<uint64_t>(t.row0 + t.n_rows);
+  view->dims[2] = static_cast<uint64_t>(t.K / kStepK);
+  view->strides[0] = static_cast<uint64_t>(t.K);
+  view->strides[1] = kStepK;
+  view->box[0] = kStepK;
+  view->box[1] = kWarpRows;
+  view->box[2] = static_cast<uint32_t>(box_steps);
+  return true;
+}
+
+int64_t LinearBulkTensorMapsCached() { return Maps().Size(); }
+
+BulkRing LinearBulkRingFromEnv(const char* tma2d) {
+  if (tma2d == nullptr) return BulkRing::kEager3x2;
+  const std::string value(tma2d);
+  if (value == "1") return BulkRing::kTensor3x2;
+  if (value == "2") return BulkRing::kTensor2x4;
+  if (value == "3") return BulkRing::kTensor6x1;
+  return BulkRing::kEager3x2;
 }
 
 void SetLinearBulkRing(BulkRing ring) { ring_choice.store(static_cast<int>(ring)); }
@@ -414,13 +686,21 @@ cudaError_t LinearBulkMany(const BulkTarget* targets, int n, const void* xf, int
     m.block_end[i] = blocks;
   }
   const dim3 grid(static_cast<unsigned>(blocks));
-  switch (static_cast<BulkRing>(ring_choice.load())) {
+  BulkRing ring = static_cast<BulkRing>(ring_choice.load());
+  if (ring == BulkRing::kDefault) ring = ProcessDefaultRing();
+  switch (ring) {
     case BulkRing::kEager2x2:
       return LaunchRing<2, 2, true>(m, grid, stream);
     case BulkRing::kLazy3x2:
       return LaunchRing<3, 2, false>(m, grid, stream);
     case BulkRing::kLazy2x3:
       return LaunchRing<2, 3, false>(m, grid, stream);
+    case BulkRing::kTensor3x2:
+      return LaunchTensorRing<3, 2, true>(m, grid, stream);
+    case BulkRing::kTensor2x4:
+      return LaunchTensorRing<2, 4, false>(m, grid, stream);
+    case BulkRing::kTensor6x1:
+      return LaunchTensorRing<6, 1, true>(m, grid, stream);
     default:
       return LaunchRing<3, 2, true>(m, grid, stream);
   }
