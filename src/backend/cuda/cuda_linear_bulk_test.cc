@@ -460,7 +460,7 @@ kernels::BulkTarget FakeTarget(int64_t K, int64_t row0, int64_t n_rows) {
 }
 
 bool SameView(const kernels::BulkTensorView& a, const kernels::BulkTensorView& b) {
-  return a.base == b.base && a.dims[0] == b.dims[0] && a.dims[1] == b.dims[1] &&
+  return a.rank == b.rank && a.base == b.base && a.dims[0] == b.dims[0] && a.dims[1] == b.dims[1] &&
          a.dims[2] == b.dims[2] && a.strides[0] == b.strides[0] && a.strides[1] == b.strides[1] &&
          a.box[0] == b.box[0] && a.box[1] == b.box[1] && a.box[2] == b.box[2];
 }
@@ -470,12 +470,25 @@ bool HasView(const kernels::BulkTarget& t, int box_steps) {
   return kernels::LinearBulkTensorView(t, box_steps, &v);
 }
 
-// The 3D view: {128 bytes, rows 0 .. row0 + n_rows, K / 128 steps}, strides {K, 128}, box
-// {128, 16, box_steps}; box_steps from 1 to min(8, K / 128).
+// The stage view (box_steps > 1): 3D {128 bytes, rows 0 .. row0 + n_rows, K / 128 steps},
+// strides {K, 128}, box {128, 16, box_steps}; the step view (box_steps 1): 2D {K, rows},
+// stride K, box {128, 16}; box_steps from 1 to min(8, K / 128).
 TEST(LinearBulkHostTest, TensorViewOfATarget) {
   const kernels::BulkTarget t = FakeTarget(5120, 32, 96);
   kernels::BulkTensorView v{};
+  ASSERT_TRUE(kernels::LinearBulkTensorView(t, 1, &v));
+  EXPECT_EQ(v.rank, 2);
+  EXPECT_EQ(v.base, static_cast<const void*>(t.w));
+  EXPECT_EQ(v.dims[0], 5120u);
+  EXPECT_EQ(v.dims[1], 128u);  // row0 + n_rows
+  EXPECT_EQ(v.dims[2], 0u);
+  EXPECT_EQ(v.strides[0], 5120u);
+  EXPECT_EQ(v.strides[1], 0u);
+  EXPECT_EQ(v.box[0], 128u);
+  EXPECT_EQ(v.box[1], 16u);
+  EXPECT_EQ(v.box[2], 0u);
   ASSERT_TRUE(kernels::LinearBulkTensorView(t, 2, &v));
+  EXPECT_EQ(v.rank, 3);
   EXPECT_EQ(v.base, static_cast<const void*>(t.w));
   EXPECT_EQ(v.dims[0], 128u);
   EXPECT_EQ(v.dims[1], 128u);  // row0 + n_rows
@@ -496,7 +509,7 @@ TEST(LinearBulkHostTest, TensorViewOfATarget) {
 
 // What a map needs of the target, and that LinearBulkApplicable asks the same (every ring
 // takes the same targets): base 16-byte aligned, K a multiple of 128 (so the row stride is a
-// multiple of 16), row0 + n_rows and K / 128 at most INT32_MAX (int box coordinates).
+// multiple of 16), row0 + n_rows and K at most INT32_MAX (int box coordinates).
 TEST(LinearBulkHostTest, TensorViewNeedsWhatApplicabilityChecks) {
   const int64_t kMax = INT32_MAX;
   const void* xf = reinterpret_cast<const void*>(uintptr_t{0x7f0002000000});
@@ -512,8 +525,8 @@ TEST(LinearBulkHostTest, TensorViewNeedsWhatApplicabilityChecks) {
   t.w -= 8;
   EXPECT_FALSE(both(t));
   EXPECT_FALSE(both(FakeTarget(1280 + 16, 0, 64)));  // row stride a multiple of 16, not 128
-  EXPECT_TRUE(both(FakeTarget(128 * kMax, 0, 16)));
-  EXPECT_FALSE(both(FakeTarget(128 * (kMax + 1), 0, 16)));
+  EXPECT_TRUE(both(FakeTarget((kMax + 1) - 128, 0, 16)));
+  EXPECT_FALSE(both(FakeTarget(kMax + 1, 0, 16)));
   EXPECT_TRUE(both(FakeTarget(128, (kMax - 31) / 16 * 16, 16)));  // last row INT32_MAX - 16
   EXPECT_FALSE(both(FakeTarget(128, (kMax + 1) / 16 * 16 - 16, 32)));
 }

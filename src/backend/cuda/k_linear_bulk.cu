@@ -141,16 +141,25 @@ __device__ __forceinline__ void BulkCopy(uint32_t dst, const void* src, uint32_t
       : "memory");
 }
 
-// The box of the 3D tensor map `map` (the generic address of a __grid_constant__ kernel
-// parameter; dims: byte of a K step, weight row, K step) at {0, row, step} global -> shared
-// at dst (1024-byte aligned: the 128-byte swizzle is a function of the address bits);
-// completes the box's bytes on `bar`.
-__device__ __forceinline__ void TensorCopy(uint32_t dst, const CUtensorMap* map, int row, int step,
-                                           uint32_t bar) {
+// The box of a tensor map (`map`: the generic address of a __grid_constant__ kernel
+// parameter) global -> shared at dst (1024-byte aligned: the 128-byte swizzle is a function
+// of the address bits); completes the box's bytes on `bar`. Stage box (3D map, dims: byte of
+// a K step, weight row, K step): the box at {0, row, step}. Step box (2D map, dims: byte of a
+// row, weight row): the box at {128 step, row}.
+__device__ __forceinline__ void StageBoxCopy(uint32_t dst, const CUtensorMap* map, int row,
+                                             int step, uint32_t bar) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(row), "r"(step), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void StepBoxCopy(uint32_t dst, const CUtensorMap* map, int row, int step,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(step * 128), "r"(row), "r"(bar)
       : "memory");
 }
 
@@ -185,13 +194,15 @@ struct BulkMany {
   int T;
 };
 
-// The tensor-map rings' launch parameter: the bulk rings' one plus, per target, the map whose
-// box is one stage (kStageSteps K steps x 16 rows) and the map whose box is one step (for a
-// warp's last fill when fewer steps are left).
+// The tensor-map rings' launch parameter: the bulk rings' one plus, per target, the 3D map
+// whose box is one stage (kStageSteps K steps x 16 rows; valid if has_full) and the 2D map
+// whose box is one step (a warp's last fill when fewer steps are left; every fill when the
+// ring's stages are one step, or when the driver rejected the 3D map).
 struct TensorMany {
   BulkMany m;
   CUtensorMap full[kMaxBulkTargets];
   CUtensorMap one[kMaxBulkTargets];
+  bool has_full[kMaxBulkTargets];
 };
 
 template <bool kTensor>
@@ -257,8 +268,8 @@ struct RowSource {
 // The same for the tensor-map fills: box coordinates of the warp's rows and first step.
 struct TensorSource {
   static constexpr bool kTensor = true;
-  const CUtensorMap* full;  // box of kStageSteps steps x 16 rows
-  const CUtensorMap* one;   // box of one step x 16 rows
+  const CUtensorMap* full;  // box of kStageSteps steps x 16 rows (3D), or null: none
+  const CUtensorMap* one;   // box of one step x 16 rows (2D)
   int row;                  // r (rows r .. r + 15)
   int s0;                   // the warp's first K step
   int n_steps;              // s1 - s0
@@ -285,8 +296,9 @@ __device__ __forceinline__ void IssueFill(const WarpRing& ring, const RowSource&
 }
 
 // Tensor form of IssueFill: lane 0 arms the barrier and issues one box copy of the stage's
-// kStageSteps steps, or (last fill, fewer steps left) one one-step box per step left. The
-// expected bytes are the boxes' (never out of bounds: the steps lie inside [s0, s1)).
+// kStageSteps steps, or (last fill with fewer steps left, or no stage map) one one-step box
+// per step. The expected bytes are the boxes' (never out of bounds: the steps lie inside
+// [s0, s1)).
 template <int kStages, int kStageSteps>
 __device__ __forceinline__ void IssueFill(const WarpRing& ring, const TensorSource& src, int j,
                                           int stage) {
@@ -296,16 +308,17 @@ __device__ __forceinline__ void IssueFill(const WarpRing& ring, const TensorSour
   const int first = j * kStageSteps, left = src.n_steps - first;
   const uint32_t bar = ring.bars + 8u * static_cast<uint32_t>(stage);
   const uint32_t dst = ring.data + static_cast<uint32_t>(stage * R::kStageBytes);
-  if (left >= kStageSteps) {
+  if (kStageSteps > 1 && left >= kStageSteps && src.full != nullptr) {
     ArriveExpectTx(bar, kStageSteps * kStepBytes);
-    TensorCopy(dst, src.full, src.row, src.s0 + first, bar);
+    StageBoxCopy(dst, src.full, src.row, src.s0 + first, bar);
   } else {
-    ArriveExpectTx(bar, static_cast<uint32_t>(left) * kStepBytes);
+    const int count = left < kStageSteps ? left : kStageSteps;
+    ArriveExpectTx(bar, static_cast<uint32_t>(count) * kStepBytes);
 #pragma unroll
-    for (int u = 0; u < kStageSteps - 1; ++u) {  // left < kStageSteps
-      if (u >= left) break;
-      TensorCopy(dst + static_cast<uint32_t>(u) * kStepBytes, src.one, src.row, src.s0 + first + u,
-                 bar);
+    for (int u = 0; u < kStageSteps; ++u) {
+      if (u >= count) break;
+      StepBoxCopy(dst + static_cast<uint32_t>(u) * kStepBytes, src.one, src.row, src.s0 + first + u,
+                  bar);
     }
   }
 }
@@ -453,8 +466,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint32_t scale0 = 0;
   if (active) {               // weights and scales before the wait (never written by a kernel)
     if constexpr (kTensor) {  // the maps' rows are the weight's (row0 + n_rows <= INT32_MAX)
-      src = TensorSource{&params.full[target], &params.one[target], static_cast<int>(r),
-                         static_cast<int>(s0), static_cast<int>(s1 - s0)};
+      src = TensorSource{params.has_full[target] ? &params.full[target] : nullptr,
+                         &params.one[target], static_cast<int>(r), static_cast<int>(s0),
+                         static_cast<int>(s1 - s0)};
     } else {
       src = RowSource{a.w + r * a.K + s0 * kStepK, a.K, static_cast<int>(s1 - s0)};
     }
@@ -509,10 +523,10 @@ BulkRing ProcessDefaultRing() {
 }
 
 bool TargetOk(const BulkTarget& t) {
-  constexpr int64_t kMaxCoordinate = INT32_MAX;  // rows and K steps are int box coordinates
+  constexpr int64_t kMaxCoordinate = INT32_MAX;  // rows and row bytes are int box coordinates
   return t.w != nullptr && reinterpret_cast<uintptr_t>(t.w) % 16 == 0 && t.scale != nullptr &&
-         t.y != nullptr && t.K > 0 && t.K % kStepK == 0 && t.K / kStepK <= kMaxCoordinate &&
-         t.row0 >= 0 && t.row0 % kWarpRows == 0 && t.n_rows > 0 && t.n_rows % kWarpRows == 0 &&
+         t.y != nullptr && t.K > 0 && t.K % kStepK == 0 && t.K <= kMaxCoordinate && t.row0 >= 0 &&
+         t.row0 % kWarpRows == 0 && t.n_rows > 0 && t.n_rows % kWarpRows == 0 &&
          t.n_rows <= kMaxCoordinate - t.row0 && t.group_rows > 0 && t.group_steps >= 0 &&
          (t.group_steps == 0 || t.group_rows % kWarpRows == 0) && t.ldy >= t.n_rows;
 }
@@ -520,7 +534,7 @@ bool TargetOk(const BulkTarget& t) {
 // --- tensor maps (host) ---------------------------------------------------------------------
 
 bool SameView(const BulkTensorView& a, const BulkTensorView& b) {
-  return a.base == b.base && a.dims[0] == b.dims[0] && a.dims[1] == b.dims[1] &&
+  return a.rank == b.rank && a.base == b.base && a.dims[0] == b.dims[0] && a.dims[1] == b.dims[1] &&
          a.dims[2] == b.dims[2] && a.strides[0] == b.strides[0] && a.strides[1] == b.strides[1] &&
          a.box[0] == b.box[0] && a.box[1] == b.box[1] && a.box[2] == b.box[2];
 }
@@ -528,7 +542,9 @@ bool SameView(const BulkTensorView& a, const BulkTensorView& b) {
 struct ViewHash {
   size_t operator()(const BulkTensorView& v) const {
     uint64_t h = reinterpret_cast<uintptr_t>(v.base);
-    for (uint64_t x : {v.dims[1], v.dims[2], uint64_t{v.box[2]}}) h = h * 0x9E3779B97F4A7C15ull ^ x;
+    for (uint64_t x : {v.dims[0], v.dims[1], v.dims[2], uint64_t{v.box[2]}}) {
+      h = h * 0x9E3779B97F4A7C15ull ^ x;
+    }
     return static_cast<size_t>(h ^ (h >> 29));
   }
 };
@@ -553,9 +569,9 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   return encoder;
 }
 
-// Encoded maps by view, process-wide. A view fixes its map completely (same view, same
-// bytes), so an entry never goes stale; the cache is emptied when it reaches kMaxMaps views
-// (weights of one model: a few hundred).
+// Encoded maps by view, process-wide, and the views the driver rejected (not retried). A
+// view fixes its map completely (same view, same bytes), so an entry never goes stale; the
+// cache is emptied when it reaches kMaxMaps views (weights of one model: a few hundred).
 class TensorMapCache {
  public:
   static constexpr size_t kMaxMaps = 4096;
@@ -564,31 +580,43 @@ class TensorMapCache {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = maps_.find(view);
     if (it != maps_.end()) {
-      *map = it->second;
+      if (!it->second.ok) return cudaErrorInvalidValue;
+      *map = it->second.map;
       return cudaSuccess;
     }
     const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
     if (encode == nullptr) return cudaErrorNotSupported;
     const cuuint32_t element_strides[3] = {1, 1, 1};
-    const CUresult r =
-        encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(view.base), view.dims,
-               view.strides, view.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
-    if (maps_.size() >= kMaxMaps) maps_.clear();
-    maps_.emplace(view, *map);
+    Entry entry{};
+    entry.ok = encode(&entry.map, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<cuuint32_t>(view.rank),
+                      const_cast<void*>(view.base), view.dims, view.strides, view.box,
+                      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    if (maps_.size() >= kMaxMaps) {
+      maps_.clear();
+      encoded_ = 0;
+    }
+    maps_.emplace(view, entry);
+    if (!entry.ok) return cudaErrorInvalidValue;
+    ++encoded_;
+    *map = entry.map;
     return cudaSuccess;
   }
 
-  int64_t Size() {
+  int64_t Encoded() {
     std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int64_t>(maps_.size());
+    return encoded_;
   }
 
  private:
+  struct Entry {
+    CUtensorMap map;
+    bool ok;
+  };
   std::mutex mu_;
-  std::unordered_map<BulkTensorView, CUtensorMap, ViewHash, ViewEqual> maps_;
+  std::unordered_map<BulkTensorView, Entry, ViewHash, ViewEqual> maps_;
+  int64_t encoded_ = 0;  // entries with ok
 };
 
 TensorMapCache& Maps() {
@@ -597,21 +625,24 @@ TensorMapCache& Maps() {
 }
 
 // The tensor rings' parameter: m plus each target's stage-box and step-box maps.
+// The tensor rings' parameter: m plus each target's maps. The step map is required; the stage
+// map (3D, strides {K, 128}: not in memory order) only where a stage has several steps and
+// the weight that many; where the driver rejects it the ring falls back to step boxes for
+// every fill (same bytes, same bits; LinearBulkTensorMapsCached then counts no stage map).
 template <int kStageSteps>
 cudaError_t MakeTensorMany(const BulkMany& m, TensorMany* p) {
   p->m = m;
   for (int i = 0; i < m.n; ++i) {
-    // A weight of fewer K steps than a stage never takes a full-stage box (every warp's
-    // fills are partial): its "full" map is then the box of all its steps, unused.
     const BulkTarget& t = m.a[i].t;
-    const int full_steps = static_cast<int>(std::min<int64_t>(kStageSteps, t.K / kStepK));
-    BulkTensorView full{}, one{};
-    if (!LinearBulkTensorView(t, full_steps, &full) || !LinearBulkTensorView(t, 1, &one)) {
-      return cudaErrorInvalidValue;
-    }
-    cudaError_t e = Maps().Get(full, &p->full[i]);
-    if (e == cudaSuccess) e = Maps().Get(one, &p->one[i]);
+    BulkTensorView one{};
+    if (!LinearBulkTensorView(t, 1, &one)) return cudaErrorInvalidValue;
+    const cudaError_t e = Maps().Get(one, &p->one[i]);
     if (e != cudaSuccess) return e;
+    p->has_full[i] = false;
+    BulkTensorView full{};
+    if (kStageSteps > 1 && LinearBulkTensorView(t, kStageSteps, &full)) {
+      p->has_full[i] = Maps().Get(full, &p->full[i]) == cudaSuccess;
+    }
   }
   return cudaSuccess;
 }
@@ -645,18 +676,24 @@ bool LinearBulkTensorView(const BulkTarget& t, int box_steps, BulkTensorView* vi
   }
   *view = BulkTensorView{};
   view->base = t.w;
-  view->dims[0] = kStepK;
-  view->dims[1] = static_cast<uint64_t>(t.row0 + t.n_rows);
-  view->dims[2] = static_cast<uint64_t>(t.K / kStepK);
-  view->strides[0] = static_cast<uint64_t>(t.K);
-  view->strides[1] = kStepK;
   view->box[0] = kStepK;
   view->box[1] = kWarpRows;
+  view->strides[0] = static_cast<uint64_t>(t.K);
+  view->dims[1] = static_cast<uint64_t>(t.row0 + t.n_rows);
+  if (box_steps == 1) {  // the weight as it is: {K bytes, rows}
+    view->rank = 2;
+    view->dims[0] = static_cast<uint64_t>(t.K);
+    return true;
+  }
+  view->rank = 3;  // {128 bytes, rows, K / 128 steps}, strides {K, 128}
+  view->dims[0] = kStepK;
+  view->dims[2] = static_cast<uint64_t>(t.K / kStepK);
+  view->strides[1] = kStepK;
   view->box[2] = static_cast<uint32_t>(box_steps);
   return true;
 }
 
-int64_t LinearBulkTensorMapsCached() { return Maps().Size(); }
+int64_t LinearBulkTensorMapsCached() { return Maps().Encoded(); }
 
 BulkRing LinearBulkRingFromEnv(const char* tma2d) {
   if (tma2d == nullptr) return BulkRing::kEager3x2;

@@ -41,7 +41,7 @@ struct BulkTarget {
 // kBulkMaxTokens, xf non-null and 16-byte aligned, and every target has non-null w (16-byte
 // aligned), scale and y, K a positive multiple of 128, row0 >= 0 and n_rows > 0 multiples of
 // 16, group_rows > 0 (a multiple of 16 when group_steps != 0), group_steps >= 0, ldy >= n_rows.
-// row0 + n_rows and K / 128 below 2^31 (box coordinates are int). (The weight's own row count
+// row0 + n_rows and K below 2^31 (box coordinates are int). (The weight's own row count
 // is not known here: row0 + n_rows <= rows is the caller's.)
 bool LinearBulkApplicable(const BulkTarget* targets, int n, const void* xf, int T);
 
@@ -57,11 +57,11 @@ cudaError_t LinearBulkMany(const BulkTarget* targets, int n, const void* xf, int
 // registers right after its wait and it is refilled at once; lazy: each step is read just
 // before its MMAs, a stage refilled after the wait for the next (fewer registers, one stage
 // fewer in flight). kEager*/kLazy* fill a stage with one cp.async.bulk per row (16 x 128 *
-// steps bytes); kTensor* with ONE 3D tensor-map copy (cp.async.bulk.tensor: a box of the
-// stage's steps x 16 rows, 128-byte swizzled in shared memory; a warp's last, partial stage
-// one box per step): kTensor3x2 eager 3 x 2 (4 KiB copies), kTensor2x4 lazy 2 x 4 (8 KiB),
-// kTensor6x1 eager 6 x 1 (2 KiB). kDefault = the process default: kEager3x2, or the ring
-// that LinearBulkRingFromEnv gives for DEEPINFER_LINEAR_BULK_TMA2D (read once).
+// steps bytes); kTensor* with ONE tensor-map copy (cp.async.bulk.tensor: a box of the stage's
+// steps x 16 rows, 128-byte swizzled in shared memory; a warp's last, partial stage one 2D
+// box per step): kTensor3x2 eager 3 x 2 (4 KiB copies), kTensor2x4 lazy 2 x 4 (8 KiB),
+// kTensor6x1 eager 6 x 1 (2 KiB, 2D map only). kDefault = the process default: kEager3x2, or the
+// ring that LinearBulkRingFromEnv gives for DEEPINFER_LINEAR_BULK_TMA2D (read once).
 enum class BulkRing {
   kDefault = 0,
   kEager2x2 = 1,
@@ -83,12 +83,15 @@ BulkRing LinearBulkRingFromEnv(const char* tma2d);
 // Most K steps in one box.
 inline constexpr int kBulkMaxBoxSteps = 8;
 
-// The 3D uint8 view of a target's weight that a tensor map encodes: dims {128 bytes of a K
-// step, row (row0 + n_rows of them: the rows the target reads), K step (K / 128)}, byte
-// strides of dims 1 and 2 {K, 128}, box {128, 16, box_steps} (16 rows x box_steps steps:
-// 2 KiB per step). The view determines the map (uint8, no interleave, 128-byte swizzle, L2
-// promotion 256 B, no OOB fill): it is the key of the process-wide map cache.
+// The uint8 view of a target's weight that a tensor map encodes (rows: row0 + n_rows of
+// them, the rows the target reads). box_steps == 1 (the step map): rank 2, dims {K, rows},
+// byte stride of dim 1 K, box {128, 16} (one K step of 16 rows, 2 KiB). box_steps > 1 (the
+// stage map): rank 3, dims {128 bytes of a K step, rows, K / 128 steps}, byte strides of dims
+// 1 and 2 {K, 128}, box {128, 16, box_steps}. Unused entries are 0. The view determines the
+// map (no interleave, 128-byte swizzle, L2 promotion 256 B, no OOB fill): it is the key of
+// the process-wide map cache.
 struct BulkTensorView {
+  int rank;             // 2 or 3
   const void* base;     // the weight (row 0, byte 0): 16-byte aligned
   uint64_t dims[3];     // elements (bytes) per dim
   uint64_t strides[2];  // bytes between consecutive indices of dims 1 and 2
@@ -96,11 +99,12 @@ struct BulkTensorView {
 };
 
 // False (view untouched) unless the target is one LinearBulkApplicable takes (alignment:
-// base 16-byte aligned, row stride K a multiple of 128, rows and steps < 2^31) and 1 <=
+// base 16-byte aligned, row stride K a multiple of 128, rows and K < 2^31) and 1 <=
 // box_steps <= min(kBulkMaxBoxSteps, K / 128).
 bool LinearBulkTensorView(const BulkTarget& t, int box_steps, BulkTensorView* view);
 
-// Tensor maps encoded so far (distinct views; the cache empties itself at 4096).
+// Tensor maps encoded successfully so far (distinct views; the cache empties itself at 4096
+// views). A stage map the driver rejects is not counted (its ring then uses step boxes).
 int64_t LinearBulkTensorMapsCached();
 
 }  // namespace deepinfer::backend::cuda::kernels
