@@ -178,6 +178,26 @@ __device__ __forceinline__ void WaitPhase(uint32_t bar, uint32_t parity) {
   }
 }
 
+// WaitPhase for the tensor rings, which the tests have yet to run on a GPU: a phase that has
+// not completed after ~2^32 clock cycles (about 2 s; a fill takes microseconds) means a
+// transaction count that never arrives (a box's bytes not what was armed, a rejected copy):
+// trap (the launch fails with an error) rather than hang the process.
+__device__ __forceinline__ void WaitPhaseOrTrap(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  const long long start = clock64();
+  while (true) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (done != 0) return;
+    if (clock64() - start > (1ll << 32)) __trap();
+  }
+}
+
 // --- launch arguments ---------------------------------------------------------------------
 
 struct BulkArgs {
@@ -403,7 +423,11 @@ __device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const Src& 
   int stage = 0;
   uint32_t parity = 0;
   for (int j = 0; j < fills; ++j) {
-    WaitPhase(ring.bars + 8u * static_cast<uint32_t>(stage), parity);
+    if constexpr (Src::kTensor) {
+      WaitPhaseOrTrap(ring.bars + 8u * static_cast<uint32_t>(stage), parity);
+    } else {
+      WaitPhase(ring.bars + 8u * static_cast<uint32_t>(stage), parity);
+    }
     const unsigned char* p = lane_row + stage * R::kStageBytes;
     uint4 w[kHeld][4];
     if constexpr (kEager) {
