@@ -42,17 +42,17 @@ class RingOverride {
 };
 
 constexpr kernels::BulkRing kAllRings[] = {
-    kernels::BulkRing::kEager3x2, kernels::BulkRing::kEager2x2,  kernels::BulkRing::kLazy3x2,
-    kernels::BulkRing::kLazy2x3,  kernels::BulkRing::kTensor3x2, kernels::BulkRing::kTensor2x4,
-    kernels::BulkRing::kTensor6x1};
-constexpr const char* kRingNames[] = {"eager3x2",  "eager2x2",  "lazy3x2",  "lazy2x3",
-                                      "tensor3x2", "tensor2x4", "tensor6x1"};
+    kernels::BulkRing::kEager3x2,  kernels::BulkRing::kEager2x2,      kernels::BulkRing::kLazy3x2,
+    kernels::BulkRing::kLazy2x3,   kernels::BulkRing::kTensor3x2,     kernels::BulkRing::kTensor2x4,
+    kernels::BulkRing::kTensor6x1, kernels::BulkRing::kTensorBlock3x2};
+constexpr const char* kRingNames[] = {"eager3x2",  "eager2x2",  "lazy3x2",   "lazy2x3",
+                                      "tensor3x2", "tensor2x4", "tensor6x1", "tblock3x2"};
 static_assert(std::size(kAllRings) == std::size(kRingNames));
 // The process default (per-row copies unless DEEPINFER_LINEAR_BULK_TMA2D is set) and every
 // tensor-map ring: the rings the shape-by-shape comparisons run.
 constexpr kernels::BulkRing kDefaultAndTensorRings[] = {
     kernels::BulkRing::kDefault, kernels::BulkRing::kTensor3x2, kernels::BulkRing::kTensor2x4,
-    kernels::BulkRing::kTensor6x1};
+    kernels::BulkRing::kTensor6x1, kernels::BulkRing::kTensorBlock3x2};
 
 std::string RingName(kernels::BulkRing ring) {
   for (size_t i = 0; i < std::size(kAllRings); ++i) {
@@ -209,13 +209,14 @@ TEST_F(CudaLinearBulkTest, BothScaleBranchesBitwise) {
 // Every compiled ring: parts shorter than the ring (1, 2, 4, 5 steps), step counts that leave
 // the last fill partly full (stages of 2, 3 and 4 steps: 1, 2 or 3 steps left), weights of
 // fewer steps than a stage (K = 128, 256, 384 against the tensor 2 x 4 ring), several laps of
-// the ring.
+// the ring; for the block-box ring (split 1: K < 1024 here) blocks with 1, 3, 4, 5 and 8
+// active warps (the last block of 208 rows: 5).
 TEST_F(CudaLinearBulkTest, EveryRingShapeBitwise) {
   struct Shape {
     int64_t K, N;
   };
-  const Shape shapes[] = {{128, 64},  {256, 32},  {384, 32},    {640, 48}, {896, 16},
-                          {1920, 32}, {4096, 16}, {2304, 1024}, {1408, 48}};
+  const Shape shapes[] = {{128, 64},  {256, 32},  {384, 32},    {640, 48},  {896, 16},
+                          {1920, 32}, {4096, 16}, {2304, 1024}, {1408, 48}, {896, 208}};
   for (kernels::BulkRing ring : kAllRings) {
     const RingOverride use(ring);
     SCOPED_TRACE("ring " + RingName(ring));
@@ -371,9 +372,9 @@ TEST_F(CudaLinearBulkTest, SixteenByteAlignedWeightsBitwise) {
 // The map cache: a new view is encoded once (tensor 3x2: its 2-step box and its 1-step box),
 // later launches of the same view add none (also another row range of the same extent, and
 // tensor 6x1 whose stage box is the 1-step box), a 4-step box or another row extent adds
-// views, the per-row rings none.
+// views, the per-row rings none, the block-box ring its two 128-row views.
 TEST_F(CudaLinearBulkTest, TensorMapCacheEncodesEachViewOnce) {
-  const int64_t N = 208, K = 1152, T = 2;  // a shape no other test uses: no cached views
+  const int64_t N = 208, K = 768, T = 2;  // a shape no other test uses: no cached views
   const HostWeight w = MakeFp8Weight(N, K, 112, 124);
   const float* dx = ToGpu(Activations(T, K));
   const void* xf = Fragments(dx, T, K);
@@ -392,6 +393,10 @@ TEST_F(CudaLinearBulkTest, TensorMapCacheEncodesEachViewOnce) {
   EXPECT_EQ(added(kernels::BulkRing::kTensor2x4, 0, N), 1);
   EXPECT_EQ(added(kernels::BulkRing::kTensor3x2, 0, 96), 2);  // extent 96: other views
   EXPECT_EQ(added(kernels::BulkRing::kEager3x2, 0, N), 0);
+  // The block-box ring (6 steps: split 1): the 16-row maps (cached) and the 128-row ones.
+  ASSERT_EQ(kernels::LinearStreamSplit(N, K), 1);
+  EXPECT_EQ(added(kernels::BulkRing::kTensorBlock3x2, 0, N), 2);
+  EXPECT_EQ(added(kernels::BulkRing::kTensorBlock3x2, 0, N), 0);
   EXPECT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);
 }
 
@@ -505,6 +510,17 @@ TEST(LinearBulkHostTest, TensorViewOfATarget) {
   EXPECT_TRUE(HasView(FakeTarget(256, 0, 16), 2));
   EXPECT_FALSE(HasView(FakeTarget(256, 0, 16), 3));  // more steps than the weight has
   EXPECT_FALSE(kernels::LinearBulkTensorView(t, 2, nullptr));
+  // 128-row boxes (the block-box ring); no other row counts.
+  ASSERT_TRUE(kernels::LinearBulkTensorView(t, 2, &v, 128));
+  EXPECT_EQ(v.box[1], 128u);
+  EXPECT_EQ(v.dims[1], 128u);
+  ASSERT_TRUE(kernels::LinearBulkTensorView(FakeTarget(5120, 0, 48), 1, &v, 128));
+  EXPECT_EQ(v.box[1], 128u);  // more rows than the extent: the box's rest reads as zeros
+  EXPECT_EQ(v.dims[1], 48u);
+  kernels::BulkTensorView untouched{};
+  EXPECT_FALSE(kernels::LinearBulkTensorView(t, 2, &untouched, 32));
+  EXPECT_FALSE(kernels::LinearBulkTensorView(t, 1, &untouched, 0));
+  EXPECT_EQ(untouched.rank, 0);
 }
 
 // What a map needs of the target, and that LinearBulkApplicable asks the same (every ring
@@ -569,7 +585,8 @@ TEST(LinearBulkHostTest, RingFromEnv) {
   EXPECT_EQ(kernels::LinearBulkRingFromEnv("1"), kernels::BulkRing::kTensor3x2);
   EXPECT_EQ(kernels::LinearBulkRingFromEnv("2"), kernels::BulkRing::kTensor2x4);
   EXPECT_EQ(kernels::LinearBulkRingFromEnv("3"), kernels::BulkRing::kTensor6x1);
-  EXPECT_EQ(kernels::LinearBulkRingFromEnv("4"), kernels::BulkRing::kEager3x2);
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv("4"), kernels::BulkRing::kTensorBlock3x2);
+  EXPECT_EQ(kernels::LinearBulkRingFromEnv("5"), kernels::BulkRing::kEager3x2);
   EXPECT_EQ(kernels::LinearBulkRingFromEnv("yes"), kernels::BulkRing::kEager3x2);
 }
 

@@ -59,6 +59,15 @@
 // __grid_constant__ parameter (1 KiB for 4 targets). Registers, MMA order, split and output
 // are the bulk kernel's: same bits as LinearStream. Shared memory: kTensor3x2 and kTensor6x1
 // 8 x 12 KiB + 1 KiB alignment (two blocks per SM), kTensor2x4 8 x 16 KiB (one block per SM).
+// Until run on a GPU the tensor rings' waits trap after ~2 s instead of hanging.
+//
+// Block-box ring (kTensorBlock3x2; launches whose targets all have split 1, else kTensor3x2).
+// All 8 warps of a block walk the same K steps, so the block shares ONE ring of 3 stages x 2
+// steps x 128 rows (the same 96 KiB): thread 0 fills a stage with one box of 128 rows (32
+// KiB; rows past the target's last read as zeros and are not used), every warp waits on the
+// stage's "full" barrier, reads its 16 lines (warp w: lines 16 w .. 16 w + 15 of each step,
+// same swizzle) and arrives on the stage's "empty" barrier (one arrival per active warp);
+// thread 0 waits for "empty" before refilling. 8 times fewer copies than kTensor3x2.
 #include <cuda.h>  // CUtensorMap and its enums only: no libcuda link (see TensorMapEncoder)
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -128,6 +137,11 @@ __device__ __forceinline__ void FenceBarrierInit() {
 __device__ __forceinline__ void ArriveExpectTx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
+}
+
+// One plain arrival on `bar`.
+__device__ __forceinline__ void Arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the TMA
@@ -218,11 +232,17 @@ struct BulkMany {
 // whose box is one stage (kStageSteps K steps x 16 rows; valid if has_full) and the 2D map
 // whose box is one step (a warp's last fill when fewer steps are left; every fill when the
 // ring's stages are one step, or when the driver rejected the 3D map).
+// The block-box ring (kTensorBlock3x2) adds, for targets of split 1, the same two maps with
+// boxes of 128 rows (all 8 warps of a block), used when block_ok.
 struct TensorMany {
   BulkMany m;
   CUtensorMap full[kMaxBulkTargets];
   CUtensorMap one[kMaxBulkTargets];
+  CUtensorMap block_full[kMaxBulkTargets];
+  CUtensorMap block_one[kMaxBulkTargets];
   bool has_full[kMaxBulkTargets];
+  bool block_ok[kMaxBulkTargets];
+  bool block_has_full[kMaxBulkTargets];
 };
 
 template <bool kTensor>
@@ -237,19 +257,23 @@ __device__ __forceinline__ const BulkMany& ManyOf(const TensorMany& p) { return 
 // (kPitch = kStageSteps * 128 + 16, see the file comment). Tensor (one box per stage): step u
 // at u * 2048, row i of it at i * 128 (a 128-byte line), the line's 16-byte unit h at
 // (h ^ (i % 8)) * 16 (the TMA's 128-byte swizzle; stages start 1024-byte aligned).
-template <int kStages, int kStageSteps, bool kTensor = false>
+// kBoxRows: rows of a box (tensor): 16 (a warp's), or 128 (the block-box ring: one ring of
+// the block's 8 x 16 rows, warp w's rows at line 16 w of each step).
+template <int kStages, int kStageSteps, bool kTensor = false, int kBoxRows = kWarpRows>
 struct Ring {
   static_assert(kStages >= 1 && kStageSteps >= 1, "a ring has stages of steps");
+  static_assert(kBoxRows == kWarpRows || (kTensor && kBoxRows == kWarps * kWarpRows), "box rows");
   static constexpr int kPitch = kTensor ? kStepK : kStageSteps * kStepK + 16;  // row to row
-  static constexpr int kStepStride = kTensor ? kWarpRows * kStepK : kStepK;    // step to step
-  static constexpr int kStageBytes =
-      kTensor ? kStageSteps * kWarpRows * kStepK : kWarpRows * kPitch;
-  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kStepStride = kTensor ? kBoxRows * kStepK : kStepK;     // step to step
+  static constexpr int kStageBytes = kTensor ? kStageSteps * kBoxRows * kStepK : kWarpRows * kPitch;
+  static constexpr int kWarpBytes = kStages * kStageBytes;  // per ring
+  static constexpr int kRings = kWarps * kWarpRows / kBoxRows;
   // Dynamic shared memory: the 8-byte barriers of all warps (kWarps * kStages * 8, a
-  // multiple of 16), then (tensor: from the next 1024-byte boundary) each warp's stages.
+  // multiple of 16; the block-box ring uses 2 kStages of them), then (tensor: from the next
+  // 1024-byte boundary) each ring's stages.
   static constexpr int kBarrierBytes = kWarps * kStages * 8;
   static constexpr int kAlignPad = kTensor ? 1024 : 0;
-  static constexpr int kSmemBytes = kBarrierBytes + kAlignPad + kWarps * kWarpBytes;
+  static constexpr int kSmemBytes = kBarrierBytes + kAlignPad + kRings * kWarpBytes;
   static_assert(kPitch % 16 == 0 && kBarrierBytes % 16 == 0, "16-byte aligned stages");
   static_assert(!kTensor || kStageBytes % 1024 == 0, "swizzled stages 1024-byte aligned");
 };
@@ -280,6 +304,7 @@ __device__ __forceinline__ WarpRing WarpRingOf(unsigned char* smem, int warp) {
 // This warp's weight rows from K step s0 and its step range, for issuing per-row fills.
 struct RowSource {
   static constexpr bool kTensor = false;
+  static constexpr int kBoxRows = kWarpRows;
   const uint8_t* first;  // byte s0 * 128 of row r
   int64_t K;             // row stride (bytes)
   int n_steps;           // s1 - s0
@@ -288,11 +313,25 @@ struct RowSource {
 // The same for the tensor-map fills: box coordinates of the warp's rows and first step.
 struct TensorSource {
   static constexpr bool kTensor = true;
+  static constexpr int kBoxRows = kWarpRows;
   const CUtensorMap* full;  // box of kStageSteps steps x 16 rows (3D), or null: none
   const CUtensorMap* one;   // box of one step x 16 rows (2D)
   int row;                  // r (rows r .. r + 15)
   int s0;                   // the warp's first K step
   int n_steps;              // s1 - s0
+};
+
+// The block-box ring's fills: boxes of the block's 128 rows over all K steps (split 1).
+// Barriers: full[s] at bars + 8 s (1 arrival: the producer's, thread 0), empty[s] at
+// bars + 8 (kStages + s) (one arrival per active warp once it has read the stage).
+struct BlockSource {
+  static constexpr bool kTensor = true;
+  static constexpr int kBoxRows = kWarps * kWarpRows;
+  const CUtensorMap* full;  // box of kStageSteps steps x 128 rows (3D), or null: none
+  const CUtensorMap* one;   // box of one step x 128 rows (2D)
+  int row;                  // the block's first row (rows past row0 + n_rows: zeros, unread)
+  int s0;                   // 0
+  int n_steps;              // K / 128
 };
 
 // Issues fill j (steps s0 + j * kStageSteps .. at most s1) into stage j % kStages (= stage):
@@ -339,6 +378,68 @@ __device__ __forceinline__ void IssueFill(const WarpRing& ring, const TensorSour
       if (u >= count) break;
       StepBoxCopy(dst + static_cast<uint32_t>(u) * kStepBytes, src.one, src.row, src.s0 + first + u,
                   bar);
+    }
+  }
+}
+
+// Thread 0 of the block: fill j of the block ring into `stage` (arms full[stage], then one
+// stage box, or one step box per step when fewer are left or there is no stage map).
+template <int kStages, int kStageSteps>
+__device__ __forceinline__ void IssueBlockCopies(const WarpRing& ring, const BlockSource& src,
+                                                 int j, int stage) {
+  using R = Ring<kStages, kStageSteps, true, BlockSource::kBoxRows>;
+  constexpr uint32_t kStepBytes = BlockSource::kBoxRows * kStepK;
+  const int first = j * kStageSteps, left = src.n_steps - first;
+  const uint32_t bar = ring.bars + 8u * static_cast<uint32_t>(stage);
+  const uint32_t dst = ring.data + static_cast<uint32_t>(stage * R::kStageBytes);
+  if (kStageSteps > 1 && left >= kStageSteps && src.full != nullptr) {
+    ArriveExpectTx(bar, kStageSteps * kStepBytes);
+    StageBoxCopy(dst, src.full, src.row, src.s0 + first, bar);
+  } else {
+    const int count = left < kStageSteps ? left : kStageSteps;
+    ArriveExpectTx(bar, static_cast<uint32_t>(count) * kStepBytes);
+#pragma unroll
+    for (int u = 0; u < kStageSteps; ++u) {
+      if (u >= count) break;
+      StepBoxCopy(dst + static_cast<uint32_t>(u) * kStepBytes, src.one, src.row, src.s0 + first + u,
+                  bar);
+    }
+  }
+}
+
+// Block form of IssueFill (every active warp, converged, once its lanes have read fill
+// j - kStages from `stage`): the warp releases the stage; thread 0 then waits until every
+// active warp has released it and refills it with fill j.
+template <int kStages, int kStageSteps>
+__device__ __forceinline__ void IssueFill(const WarpRing& ring, const BlockSource& src, int j,
+                                          int stage) {
+  if (threadIdx.x % 32 != 0) return;
+  const uint32_t empty = ring.bars + 8u * static_cast<uint32_t>(kStages + stage);
+  Arrive(empty);
+  if (threadIdx.x != 0) return;
+  WaitPhaseOrTrap(empty, static_cast<uint32_t>((j - kStages) / kStages) & 1u);
+  IssueBlockCopies<kStages, kStageSteps>(ring, src, j, stage);
+}
+
+// Block ring, before the PDL wait, every thread of the block: thread 0 initialises the
+// barriers (empty ones for `active_warps` arrivals) and, once all threads passed the block
+// barrier that publishes them, issues the first kStages fills.
+template <int kStages, int kStageSteps>
+__device__ __forceinline__ void StartBlockRing(const WarpRing& ring, const BlockSource& src,
+                                               int active_warps) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      BarrierInit(ring.bars + 8u * static_cast<uint32_t>(s), 1);
+      BarrierInit(ring.bars + 8u * static_cast<uint32_t>(kStages + s),
+                  static_cast<uint32_t>(active_warps));
+    }
+    FenceBarrierInit();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int fills = (src.n_steps + kStageSteps - 1) / kStageSteps;
+    for (int j = 0; j < kStages && j < fills; ++j) {
+      IssueBlockCopies<kStages, kStageSteps>(ring, src, j, j);
     }
   }
 }
@@ -411,7 +512,7 @@ template <int kStages, int kStageSteps, bool kEager, class Src>
 __device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const Src& src,
                                                const LaneInputs& in, int64_t s0, uint32_t scale0,
                                                float (&acc)[4]) {
-  using R = Ring<kStages, kStageSteps, Src::kTensor>;
+  using R = Ring<kStages, kStageSteps, Src::kTensor, Src::kBoxRows>;
   constexpr int kHeld = kEager ? kStageSteps : 1;  // steps of weight registers
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, c = lane % 4;
   const int n = src.n_steps, fills = (n + kStageSteps - 1) / kStageSteps;
@@ -464,7 +565,46 @@ __device__ __forceinline__ void AccumulateRing(const WarpRing& ring, const Src& 
   }
 }
 
-template <int kStages, int kStageSteps, bool kEager, bool kTensor>
+// The block-box ring's part of LinearBulkKernel for a block of a split-1 target with block
+// maps: acc of this warp's 16 rows (rows r = the block's first + 16 warp) over all K steps,
+// the weights from the block's ring (one box of 128 rows per stage). Every thread calls it;
+// it calls pdl::WaitThenAllowNext.
+template <int kStages, int kStageSteps>
+__device__ __forceinline__ void AccumulateBlockBox(const TensorMany& params, int target,
+                                                   int64_t block, unsigned char* smem,
+                                                   float (&acc)[4]) {
+  using R = Ring<kStages, kStageSteps, true, BlockSource::kBoxRows>;
+  const BulkMany& m = params.m;
+  const BulkTarget& a = m.a[target].t;
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int g = lane / 4, c = lane % 4;
+  const int64_t first_row = a.row0 + block * BlockSource::kBoxRows;
+  const int64_t r = first_row + warp * kWarpRows, steps = a.K / kStepK;
+  const int64_t rows_left = a.n_rows - block * BlockSource::kBoxRows;  // > 0
+  const int active_warps =
+      static_cast<int>(rows_left >= kWarps * kWarpRows ? kWarps : rows_left / kWarpRows);
+  const bool active = warp < active_warps;
+  const uint32_t base = mma::SharedAddress(smem);
+  const uint32_t start = (base + static_cast<uint32_t>(R::kBarrierBytes) + 1023u) & ~1023u;
+  const int data = static_cast<int>(start - base);
+  // view: this warp's 16 lines of each step (the lanes' reads); data: the ring (the copies).
+  const WarpRing ring{base, start, smem + data + warp * kWarpRows * kStepK};
+  const BlockSource src{params.block_has_full[target] ? &params.block_full[target] : nullptr,
+                        &params.block_one[target], static_cast<int>(first_row), 0,
+                        static_cast<int>(steps)};
+  StartBlockRing<kStages, kStageSteps>(ring, src, active_warps);
+  LaneInputs in{};
+  uint32_t scale0 = 0;
+  if (active) {
+    in = LaneInputs{a.scale + (r / 32) * (a.K / 32) + c, m.xf + lane, g < m.T,
+                    (r / a.group_rows) * a.group_steps};
+    scale0 = __ldg(in.sc);
+  }
+  pdl::WaitThenAllowNext();  // every thread, before any read of x or write of y
+  if (active) AccumulateRing<kStages, kStageSteps, true>(ring, src, in, 0, scale0, acc);
+}
+
+template <int kStages, int kStageSteps, bool kEager, bool kTensor, bool kBlockBox = false>
 __global__ void __launch_bounds__(kThreads, 2)
     LinearBulkKernel(const __grid_constant__ KernelParams<kTensor> params) {
   extern __shared__ __align__(16) unsigned char ring_smem[];
@@ -484,25 +624,30 @@ __global__ void __launch_bounds__(kThreads, 2)
                 s1 = (part + 1) * steps / split;
   const int g = lane / 4, c = lane % 4;
   float acc[4] = {};
-  const WarpRing ring = WarpRingOf<kStages, kStageSteps, kTensor>(ring_smem, warp);
-  std::conditional_t<kTensor, TensorSource, RowSource> src{};
-  LaneInputs in{};
-  uint32_t scale0 = 0;
-  if (active) {               // weights and scales before the wait (never written by a kernel)
-    if constexpr (kTensor) {  // the maps' rows are the weight's (row0 + n_rows <= INT32_MAX)
-      src = TensorSource{params.has_full[target] ? &params.full[target] : nullptr,
-                         &params.one[target], static_cast<int>(r), static_cast<int>(s0),
-                         static_cast<int>(s1 - s0)};
-    } else {
-      src = RowSource{a.w + r * a.K + s0 * kStepK, a.K, static_cast<int>(s1 - s0)};
+  if constexpr (kBlockBox) {  // every target of split 1 with block maps (LaunchTensorRing)
+    static_assert(kTensor && kEager, "the block-box ring is an eager tensor ring");
+    AccumulateBlockBox<kStages, kStageSteps>(params, target, block, ring_smem, acc);
+  } else {
+    const WarpRing ring = WarpRingOf<kStages, kStageSteps, kTensor>(ring_smem, warp);
+    std::conditional_t<kTensor, TensorSource, RowSource> src{};
+    LaneInputs in{};
+    uint32_t scale0 = 0;
+    if (active) {               // weights and scales before the wait (never written by a kernel)
+      if constexpr (kTensor) {  // the maps' rows are the weight's (row0 + n_rows <= INT32_MAX)
+        src = TensorSource{params.has_full[target] ? &params.full[target] : nullptr,
+                           &params.one[target], static_cast<int>(r), static_cast<int>(s0),
+                           static_cast<int>(s1 - s0)};
+      } else {
+        src = RowSource{a.w + r * a.K + s0 * kStepK, a.K, static_cast<int>(s1 - s0)};
+      }
+      in = LaneInputs{a.scale + (r / 32) * (a.K / 32) + c, m.xf + lane, g < m.T,
+                      (r / a.group_rows) * a.group_steps};
+      StartRing<kStages, kStageSteps>(ring, src);
+      if (s0 < s1) scale0 = __ldg(in.sc + s0 * 4);
     }
-    in = LaneInputs{a.scale + (r / 32) * (a.K / 32) + c, m.xf + lane, g < m.T,
-                    (r / a.group_rows) * a.group_steps};
-    StartRing<kStages, kStageSteps>(ring, src);
-    if (s0 < s1) scale0 = __ldg(in.sc + s0 * 4);
+    pdl::WaitThenAllowNext();  // every thread, before any read of x or write of y
+    if (active) AccumulateRing<kStages, kStageSteps, kEager>(ring, src, in, s0, scale0, acc);
   }
-  pdl::WaitThenAllowNext();  // every thread, before any read of x or write of y
-  if (active) AccumulateRing<kStages, kStageSteps, kEager>(ring, src, in, s0, scale0, acc);
   if (split > 1) {  // the parts' sums, added in part order by part 0 (as LinearStreamKernel)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
@@ -524,9 +669,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <int kStages, int kStageSteps, bool kEager, bool kTensor = false>
+template <int kStages, int kStageSteps, bool kEager, bool kTensor = false, bool kBlockBox = false>
 cudaError_t LaunchRing(const KernelParams<kTensor>& m, dim3 grid, cudaStream_t stream) {
-  constexpr auto kernel = LinearBulkKernel<kStages, kStageSteps, kEager, kTensor>;
+  constexpr auto kernel = LinearBulkKernel<kStages, kStageSteps, kEager, kTensor, kBlockBox>;
+  static_assert(Ring<kStages, kStageSteps, kTensor>::kSmemBytes == Ring < kStages, kStageSteps,
+                kTensor, kBlockBox ? kWarps * kWarpRows : kWarpRows > ::kSmemBytes,
+                "the block ring and the warp rings take the same shared memory");
   constexpr int kSmem = Ring<kStages, kStageSteps, kTensor>::kSmemBytes;
   static const cudaError_t carveout = cudaFuncSetAttribute(
       kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
@@ -653,30 +801,41 @@ TensorMapCache& Maps() {
 // map (3D, strides {K, 128}: not in memory order) only where a stage has several steps and
 // the weight that many; where the driver rejects it the ring falls back to step boxes for
 // every fill (same bytes, same bits; LinearBulkTensorMapsCached then counts no stage map).
-template <int kStageSteps>
+// kBlockBox: also the 128-row maps of split-1 targets (block_ok when the step one encodes).
+template <int kStageSteps, bool kBlockBox>
 cudaError_t MakeTensorMany(const BulkMany& m, TensorMany* p) {
   p->m = m;
   for (int i = 0; i < m.n; ++i) {
     const BulkTarget& t = m.a[i].t;
-    BulkTensorView one{};
+    BulkTensorView one{}, full{};
     if (!LinearBulkTensorView(t, 1, &one)) return cudaErrorInvalidValue;
     const cudaError_t e = Maps().Get(one, &p->one[i]);
     if (e != cudaSuccess) return e;
-    p->has_full[i] = false;
-    BulkTensorView full{};
-    if (kStageSteps > 1 && LinearBulkTensorView(t, kStageSteps, &full)) {
-      p->has_full[i] = Maps().Get(full, &p->full[i]) == cudaSuccess;
-    }
+    p->has_full[i] = kStageSteps > 1 && LinearBulkTensorView(t, kStageSteps, &full) &&
+                     Maps().Get(full, &p->full[i]) == cudaSuccess;
+    p->block_ok[i] = p->block_has_full[i] = false;
+    if (!kBlockBox || m.a[i].split != 1) continue;
+    constexpr int kBlockRows = kWarps * kWarpRows;
+    p->block_ok[i] = LinearBulkTensorView(t, 1, &one, kBlockRows) &&
+                     Maps().Get(one, &p->block_one[i]) == cudaSuccess;
+    p->block_has_full[i] = kStageSteps > 1 &&
+                           LinearBulkTensorView(t, kStageSteps, &full, kBlockRows) &&
+                           Maps().Get(full, &p->block_full[i]) == cudaSuccess;
   }
   return cudaSuccess;
 }
 
-template <int kStages, int kStageSteps, bool kEager>
+template <int kStages, int kStageSteps, bool kEager, bool kBlockBox = false>
 cudaError_t LaunchTensorRing(const BulkMany& m, dim3 grid, cudaStream_t stream) {
   static_assert(sizeof(TensorMany) <= 4096, "kernel parameters fit the classic 4 KiB");
   TensorMany p;
-  const cudaError_t e = MakeTensorMany<kStageSteps>(m, &p);
+  const cudaError_t e = MakeTensorMany<kStageSteps, kBlockBox>(m, &p);
   if (e != cudaSuccess) return e;
+  if constexpr (kBlockBox) {  // the block kernel when every target can take it
+    bool all = true;
+    for (int i = 0; i < m.n; ++i) all = all && p.block_ok[i];
+    if (all) return LaunchRing<kStages, kStageSteps, kEager, true, true>(p, grid, stream);
+  }
   return LaunchRing<kStages, kStageSteps, kEager, true>(p, grid, stream);
 }
 
@@ -693,15 +852,15 @@ bool LinearBulkApplicable(const BulkTarget* targets, int n, const void* xf, int 
   return true;
 }
 
-bool LinearBulkTensorView(const BulkTarget& t, int box_steps, BulkTensorView* view) {
+bool LinearBulkTensorView(const BulkTarget& t, int box_steps, BulkTensorView* view, int box_rows) {
   if (view == nullptr || !TargetOk(t) || box_steps < 1 || box_steps > kBulkMaxBoxSteps ||
-      box_steps > t.K / kStepK) {
+      box_steps > t.K / kStepK || (box_rows != kWarpRows && box_rows != kWarps * kWarpRows)) {
     return false;
   }
   *view = BulkTensorView{};
   view->base = t.w;
   view->box[0] = kStepK;
-  view->box[1] = kWarpRows;
+  view->box[1] = static_cast<uint32_t>(box_rows);
   view->strides[0] = static_cast<uint64_t>(t.K);
   view->dims[1] = static_cast<uint64_t>(t.row0 + t.n_rows);
   if (box_steps == 1) {  // the weight as it is: {K bytes, rows}
@@ -725,6 +884,7 @@ BulkRing LinearBulkRingFromEnv(const char* tma2d) {
   if (value == "1") return BulkRing::kTensor3x2;
   if (value == "2") return BulkRing::kTensor2x4;
   if (value == "3") return BulkRing::kTensor6x1;
+  if (value == "4") return BulkRing::kTensorBlock3x2;
   return BulkRing::kEager3x2;
 }
 
@@ -762,6 +922,8 @@ cudaError_t LinearBulkMany(const BulkTarget* targets, int n, const void* xf, int
       return LaunchTensorRing<2, 4, false>(m, grid, stream);
     case BulkRing::kTensor6x1:
       return LaunchTensorRing<6, 1, true>(m, grid, stream);
+    case BulkRing::kTensorBlock3x2:
+      return LaunchTensorRing<3, 2, true, true>(m, grid, stream);
     default:
       return LaunchRing<3, 2, true>(m, grid, stream);
   }

@@ -60,8 +60,12 @@ cudaError_t LinearBulkMany(const BulkTarget* targets, int n, const void* xf, int
 // steps bytes); kTensor* with ONE tensor-map copy (cp.async.bulk.tensor: a box of the stage's
 // steps x 16 rows, 128-byte swizzled in shared memory; a warp's last, partial stage one 2D
 // box per step): kTensor3x2 eager 3 x 2 (4 KiB copies), kTensor2x4 lazy 2 x 4 (8 KiB),
-// kTensor6x1 eager 6 x 1 (2 KiB, 2D map only). kDefault = the process default: kEager3x2, or the
-// ring that LinearBulkRingFromEnv gives for DEEPINFER_LINEAR_BULK_TMA2D (read once).
+// kTensor6x1 eager 6 x 1 (2 KiB, 2D map only). kTensorBlock3x2: for targets of split 1 one
+// ring per BLOCK (its 8 warps' 128 rows) filled by thread 0 with one 128-row box per stage
+// (32 KiB; 3 x 2, eager), each warp releasing a stage through an "empty" barrier after reading
+// its 16 rows; targets of split > 1 take kTensor3x2's per-warp boxes. kDefault = the process
+// default: kEager3x2, or the ring that LinearBulkRingFromEnv gives for DEEPINFER_LINEAR_BULK_TMA2D
+// (read once).
 enum class BulkRing {
   kDefault = 0,
   kEager2x2 = 1,
@@ -70,12 +74,13 @@ enum class BulkRing {
   kEager3x2 = 4,
   kTensor3x2 = 5,
   kTensor2x4 = 6,
-  kTensor6x1 = 7
+  kTensor6x1 = 7,
+  kTensorBlock3x2 = 8
 };
 void SetLinearBulkRing(BulkRing ring);
 
 // The default ring for a value of DEEPINFER_LINEAR_BULK_TMA2D: "1" kTensor3x2, "2"
-// kTensor2x4, "3" kTensor6x1; anything else (or null: unset) kEager3x2.
+// kTensor2x4, "3" kTensor6x1, "4" kTensorBlock3x2; anything else (or null: unset) kEager3x2.
 BulkRing LinearBulkRingFromEnv(const char* tma2d);
 
 // --- the tensor-map rings' host side (exposed for tests) -----------------------------------
@@ -85,11 +90,12 @@ inline constexpr int kBulkMaxBoxSteps = 8;
 
 // The uint8 view of a target's weight that a tensor map encodes (rows: row0 + n_rows of
 // them, the rows the target reads). box_steps == 1 (the step map): rank 2, dims {K, rows},
-// byte stride of dim 1 K, box {128, 16} (one K step of 16 rows, 2 KiB). box_steps > 1 (the
-// stage map): rank 3, dims {128 bytes of a K step, rows, K / 128 steps}, byte strides of dims
-// 1 and 2 {K, 128}, box {128, 16, box_steps}. Unused entries are 0. The view determines the
-// map (no interleave, 128-byte swizzle, L2 promotion 256 B, no OOB fill): it is the key of
-// the process-wide map cache.
+// byte stride of dim 1 K, box {128, box_rows} (one K step of box_rows rows). box_steps > 1
+// (the stage map): rank 3, dims {128 bytes of a K step, rows, K / 128 steps}, byte strides of
+// dims 1 and 2 {K, 128}, box {128, box_rows, box_steps}. box_rows: 16 (a warp's rows) or 128
+// (a block's: kTensorBlock3x2; may pass the last row: zeros). Unused entries are 0. The view
+// determines the map (no interleave, 128-byte swizzle, L2 promotion 256 B, no OOB fill): it is the
+// key of the process-wide map cache.
 struct BulkTensorView {
   int rank;             // 2 or 3
   const void* base;     // the weight (row 0, byte 0): 16-byte aligned
@@ -100,8 +106,9 @@ struct BulkTensorView {
 
 // False (view untouched) unless the target is one LinearBulkApplicable takes (alignment:
 // base 16-byte aligned, row stride K a multiple of 128, rows and K < 2^31) and 1 <=
-// box_steps <= min(kBulkMaxBoxSteps, K / 128).
-bool LinearBulkTensorView(const BulkTarget& t, int box_steps, BulkTensorView* view);
+// box_steps <= min(kBulkMaxBoxSteps, K / 128), box_rows 16 or 128.
+bool LinearBulkTensorView(const BulkTarget& t, int box_steps, BulkTensorView* view,
+                          int box_rows = 16);
 
 // Tensor maps encoded successfully so far (distinct views; the cache empties itself at 4096
 // views). A stage map the driver rejects is not counted (its ring then uses step boxes).
