@@ -26,13 +26,14 @@
 // (ComputeStepJit). Every NT issues a tile's MMAs in the same order (steps ascending, m =
 // 0..7 within a step), so a token's bits do not depend on NT, i.e. on T. Registers at
 // __launch_bounds__(256, 2) (ptxas, CUDA 13.0, sm_90a, session 13): NT 1: 104, 2: 128 (36
-// bytes spill stores; 80 before the weight preload moved out of AccumulateRows), 3: 112, 4:
-// 126 (no spills); NT 1 fused: 112 (no spills, 4 KiB static + T * K * 2 dynamic smem).
+// bytes spill stores; 80 before the weight preload moved out of AccumulateRows), 3: 113, 4:
+// 124 (no spills); NT 1 fused: 112 (no spills, 4 KiB static + T * K * 2 dynamic smem).
 //
-// Fused quantisation (T <= LinearStreamFuseMaxTokens, default 2; see the section below): one
-// launch instead of QuantizeStreamKernel + LinearStreamKernel. Each block, after its weight
-// preload and the PDL wait, quantises all of x into shared memory (T * K * 2 bytes: 10 KiB
-// at T = 1, K = 5120) and reads its B units from there; bitwise the two-kernel result.
+// Fused quantisation (T <= LinearStreamFuseMaxTokens, default 0 = off: no decode-step gain in
+// run 118, see kernels_stream.h; see the section below): one launch instead of
+// QuantizeStreamKernel + LinearStreamKernel. Each block, after its weight preload and the PDL
+// wait, quantises all of x into shared memory (T * K * 2 bytes: 10 KiB at T = 1, K = 5120)
+// and reads its B units from there; bitwise the two-kernel result.
 //
 // Roofline (per warp step: 2 KB of weight, 8 MMAs per 8 tokens): ~4.5 integer / bf16 ops per
 // weight pair, so ~170 warp instructions per 2 KB (~12 bytes per instruction): 4.5 TB/s needs
@@ -72,6 +73,11 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kStepK = 128;  // K values per warp step: 4 lanes x 32
 constexpr int kWarpRows = 16;
+// LinearStreamKernel<1, true>'s static shared memory (the split's partial sums). Without the
+// opt-in a block may hold 48 KiB of shared memory in all, static included: the default
+// dynamic limit of a kernel is 48 KiB minus its static bytes.
+constexpr int kFusedStaticSmemBytes = kWarps * 4 * 32 * static_cast<int>(sizeof(float));
+constexpr int kSmemNoOptIn = 48 * 1024;
 // Blocks resident at once on an H200 (132 SMs x 2 blocks of the one-tile kernel).
 constexpr int64_t kWaveBlocks = 264;
 
@@ -514,6 +520,7 @@ template <int NT, bool kFused>
 __global__ void __launch_bounds__(kThreads, 2)
     LinearStreamKernel(const __grid_constant__ StreamMany m) {
   __shared__ float partial[kWarps][NT * 4][32];
+  static_assert(NT != 1 || sizeof(partial) == kFusedStaticSmemBytes, "the fused opt-in's sum");
   int target = 0;
   while (target + 1 < m.n && int64_t{blockIdx.x} >= m.block_end[target]) ++target;
   const StreamArgs& a = m.a[target];
@@ -609,9 +616,6 @@ bool FuseQuantisation(const StreamArgs* targets, int n, int64_t T, int64_t x_col
   return true;
 }
 
-// Runs every target in one LinearStreamKernel launch: fused (FuseQuantisation), or after
-// QuantizeStreamKernel has quantised x once into scratch. targets[i].split and .xf are set
-// here; all targets share T and the activations' K.
 // Whether the unfused one-tile path (T <= 8) launches the TMA-fed kernel of k_linear_bulk.cu
 // instead of LinearStreamKernel<1>: DEEPINFER_LINEAR_STREAM_BULK=1 (read once; default off).
 bool LinearStreamBulk() {
@@ -639,6 +643,10 @@ BulkTarget ToBulk(const StreamArgs& a) {
   return b;
 }
 
+// Runs every target in one LinearStreamKernel launch: fused (FuseQuantisation), or after
+// QuantizeStreamKernel has quantised x once into scratch (then, one token tile and
+// LinearStreamBulk(), by the TMA-fed kernel where LinearBulkApplicable). targets[i].split
+// and .xf are set here; all targets share T and the activations' K.
 cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_cols, int64_t ldx,
                        void* scratch, cudaStream_t stream) {
   const int T = targets[0].T;
@@ -681,7 +689,7 @@ cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_col
     m.x_vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
     m.x_quant_warp = fused_quant_warp.load();
     const int smem = static_cast<int>(T * x_cols * 2);
-    if (smem > 48 * 1024) {
+    if (smem + kFusedStaticSmemBytes > kSmemNoOptIn) {  // e.g. T = 6, K = 4096: 48 + 4 KiB
       const cudaError_t e = launch::RaiseMaxDynamicSmem(LinearStreamKernel<1, true>, smem);
       if (e != cudaSuccess) return e;
     }

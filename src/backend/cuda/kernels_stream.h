@@ -33,7 +33,8 @@ inline constexpr int64_t kStreamMaxTokens = 32;
 // did not move (B = 1 1.48 / 1.48 ms unfused against 1.49 / 1.50 fused; B = 2 1.73 / 1.73
 // against 1.74 / 1.73): with PDL the separate quantisation already overlapped the stream
 // kernel's weight prologue, and every fused block repeats the quantisation after its wait.
-// Hence off by default; kept for the TMA-fed variant, whose prologue differs.
+// Hence off by default. (A fused launch never goes to the TMA-fed kernel of kernels_bulk.h:
+// that one reads the two-kernel path's scratch.)
 inline constexpr int64_t kFusedMaxTokens = 0;
 int LinearStreamFuseMaxTokens();
 // Tests and benchmarks: overrides the threshold for the process (clamped to 0..8; -1 goes
