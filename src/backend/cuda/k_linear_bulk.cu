@@ -77,6 +77,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -228,22 +229,38 @@ struct BulkMany {
   int T;
 };
 
-// The tensor-map rings' launch parameter: the bulk rings' one plus, per target, the 3D map
-// whose box is one stage (kStageSteps K steps x 16 rows; valid if has_full) and the 2D map
-// whose box is one step (a warp's last fill when fewer steps are left; every fill when the
-// ring's stages are one step, or when the driver rejected the 3D map).
-// The block-box ring (kTensorBlock3x2) adds, for targets of split 1, the same two maps with
-// boxes of 128 rows (all 8 warps of a block), used when block_ok.
+// A CUtensorMap's 128 bytes, 16-byte aligned: the launch recorders (StreamTape) take
+// parameters aligned to 16 bytes at most, and CUtensorMap itself is alignas(64).
+struct alignas(16) MapBytes {
+  unsigned char bytes[sizeof(CUtensorMap)];
+};
+static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
+
+// The tensor-map rings' launch parameter: per target, the 3D map whose box is one stage
+// (kStageSteps K steps x 16 rows; valid if has_full) and the 2D map whose box is one step (a
+// warp's last fill when fewer steps are left; every fill when the ring's stages are one step,
+// or when the driver rejected the 3D map); the block-box ring (kTensorBlock3x2) adds, for
+// targets of split 1, the same two maps with boxes of 128 rows (all 8 warps of a block). The
+// maps come first, at offsets that are multiples of 128 of the kernel's only parameter (at
+// parameter offset 0): the generic address of each is 64-byte aligned, as the TMA requires
+// (MapAt traps otherwise). Value-initialise it (the tape compares parameter bytes).
 struct TensorMany {
+  MapBytes full[kMaxBulkTargets];
+  MapBytes one[kMaxBulkTargets];
+  MapBytes block_full[kMaxBulkTargets];
+  MapBytes block_one[kMaxBulkTargets];
   BulkMany m;
-  CUtensorMap full[kMaxBulkTargets];
-  CUtensorMap one[kMaxBulkTargets];
-  CUtensorMap block_full[kMaxBulkTargets];
-  CUtensorMap block_one[kMaxBulkTargets];
   bool has_full[kMaxBulkTargets];
   bool block_ok[kMaxBulkTargets];
   bool block_has_full[kMaxBulkTargets];
 };
+static_assert(alignof(TensorMany) <= 16, "recordable by the launch sinks");
+
+// The tensor map in `b` (a field of the __grid_constant__ parameter).
+__device__ __forceinline__ const CUtensorMap* MapAt(const MapBytes& b) {
+  if (reinterpret_cast<uintptr_t>(&b) % 64 != 0) __trap();  // see TensorMany
+  return reinterpret_cast<const CUtensorMap*>(&b);
+}
 
 template <bool kTensor>
 using KernelParams = std::conditional_t<kTensor, TensorMany, BulkMany>;
@@ -589,8 +606,8 @@ __device__ __forceinline__ void AccumulateBlockBox(const TensorMany& params, int
   const int data = static_cast<int>(start - base);
   // view: this warp's 16 lines of each step (the lanes' reads); data: the ring (the copies).
   const WarpRing ring{base, start, smem + data + warp * kWarpRows * kStepK};
-  const BlockSource src{params.block_has_full[target] ? &params.block_full[target] : nullptr,
-                        &params.block_one[target], static_cast<int>(first_row), 0,
+  const BlockSource src{params.block_has_full[target] ? MapAt(params.block_full[target]) : nullptr,
+                        MapAt(params.block_one[target]), static_cast<int>(first_row), 0,
                         static_cast<int>(steps)};
   StartBlockRing<kStages, kStageSteps>(ring, src, active_warps);
   LaneInputs in{};
@@ -634,8 +651,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     uint32_t scale0 = 0;
     if (active) {               // weights and scales before the wait (never written by a kernel)
       if constexpr (kTensor) {  // the maps' rows are the weight's (row0 + n_rows <= INT32_MAX)
-        src = TensorSource{params.has_full[target] ? &params.full[target] : nullptr,
-                           &params.one[target], static_cast<int>(r), static_cast<int>(s0),
+        src = TensorSource{params.has_full[target] ? MapAt(params.full[target]) : nullptr,
+                           MapAt(params.one[target]), static_cast<int>(r), static_cast<int>(s0),
                            static_cast<int>(s1 - s0)};
       } else {
         src = RowSource{a.w + r * a.K + s0 * kStepK, a.K, static_cast<int>(s1 - s0)};
@@ -748,12 +765,12 @@ class TensorMapCache {
  public:
   static constexpr size_t kMaxMaps = 4096;
 
-  cudaError_t Get(const BulkTensorView& view, CUtensorMap* map) {
+  cudaError_t Get(const BulkTensorView& view, MapBytes* map) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = maps_.find(view);
     if (it != maps_.end()) {
       if (!it->second.ok) return cudaErrorInvalidValue;
-      *map = it->second.map;
+      std::memcpy(map->bytes, &it->second.map, sizeof(map->bytes));
       return cudaSuccess;
     }
     const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
@@ -772,7 +789,7 @@ class TensorMapCache {
     maps_.emplace(view, entry);
     if (!entry.ok) return cudaErrorInvalidValue;
     ++encoded_;
-    *map = entry.map;
+    std::memcpy(map->bytes, &entry.map, sizeof(map->bytes));
     return cudaSuccess;
   }
 
@@ -828,7 +845,7 @@ cudaError_t MakeTensorMany(const BulkMany& m, TensorMany* p) {
 template <int kStages, int kStageSteps, bool kEager, bool kBlockBox = false>
 cudaError_t LaunchTensorRing(const BulkMany& m, dim3 grid, cudaStream_t stream) {
   static_assert(sizeof(TensorMany) <= 4096, "kernel parameters fit the classic 4 KiB");
-  TensorMany p;
+  TensorMany p{};  // value-initialised: the tape compares parameter bytes, padding included
   const cudaError_t e = MakeTensorMany<kStageSteps, kBlockBox>(m, &p);
   if (e != cudaSuccess) return e;
   if constexpr (kBlockBox) {  // the block kernel when every target can take it
