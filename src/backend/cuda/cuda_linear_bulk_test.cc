@@ -5,7 +5,8 @@
 // branches (ue8m0 bytes above and below 134), every compiled ring shape (also warps with fewer
 // steps than the ring holds); its applicability rules; a DISABLED_Bench of the decode shapes.
 // The tensor-map rings (kTensor*: one cp.async.bulk.tensor per stage) run through the same
-// comparisons, plus weights whose base is only 16-byte aligned, the map cache, and (no GPU
+// comparisons, plus weights whose base is only 16-byte aligned, the map cache, recording on a
+// StreamTape (op by op, captured, replayed), and (no GPU
 // needed: LinearBulkHostTest) the tensor view, the map key and the env choice of the ring.
 //
 // The activations in fragment order (LinearBulkMany's input) are taken from LinearStream's own
@@ -30,6 +31,8 @@
 #include "backend/cuda/cuda_fp8_test_util.h"
 #include "backend/cuda/kernels_bulk.h"
 #include "backend/cuda/kernels_stream.h"
+#include "backend/cuda/launch_sink.h"
+#include "backend/cuda/stream_tape.h"
 
 namespace deepinfer::backend::cuda::testing {
 namespace {
@@ -398,6 +401,54 @@ TEST_F(CudaLinearBulkTest, TensorMapCacheEncodesEachViewOnce) {
   EXPECT_EQ(added(kernels::BulkRing::kTensorBlock3x2, 0, N), 2);
   EXPECT_EQ(added(kernels::BulkRing::kTensorBlock3x2, 0, N), 0);
   EXPECT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);
+}
+
+// Through a StreamTape (the decode step's recorder and its CUDA graphs), every tensor ring:
+// the launch is recorded (its parameter aligned to 16 bytes at most), issued op by op, then
+// captured into a graph, then replayed from it (the tape's bytes equal each time: the
+// parameter is value-initialised); y bitwise LinearStream's after each. K = 768: split 1, so
+// the block-box ring runs its own kernel.
+TEST_F(CudaLinearBulkTest, TensorRingsThroughStreamTapeBitwise) {
+  const int64_t K = 768, N = 384, T = 3;
+  ASSERT_EQ(kernels::LinearStreamSplit(N, K), 1);
+  const HostWeight w = MakeFp8Weight(N, K, 112, 124);
+  const float* dx = ToGpu(Activations(T, K));
+  const void* xf = Fragments(dx, T, K);
+  const std::vector<float> expected = RunStream(w, 0, N, dx, T, Normal(T * N), N, false);
+  const kernels::BulkRing rings[] = {kernels::BulkRing::kTensor3x2, kernels::BulkRing::kTensor2x4,
+                                     kernels::BulkRing::kTensor6x1,
+                                     kernels::BulkRing::kTensorBlock3x2};
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the inputs, made on the backend's stream
+  {
+    StreamTape tape(stream);
+    kernels::launch::RegisterSink(stream, &tape);
+    for (kernels::BulkRing ring : rings) {
+      const RingOverride use(ring);
+      float* y = PoisonedFloats(T * N);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int flush = 0; flush < 3; ++flush) {
+        SCOPED_TRACE(::testing::Message() << "ring " << RingName(ring) << " flush " << flush);
+        ASSERT_EQ(cudaMemsetAsync(y, 0xff, T * N * sizeof(float), stream), cudaSuccess);
+        const kernels::BulkTarget t = Target(w, 0, N, y, N, false);
+        kernels::launch::SetRecordingStream(stream);
+        const cudaError_t e = kernels::LinearBulkMany(&t, 1, xf, static_cast<int>(T), stream);
+        kernels::launch::SetRecordingStream(nullptr);
+        EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+        EXPECT_EQ(tape.recorded_kernels(), 1);
+        ASSERT_EQ(tape.Flush(), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        EXPECT_TRUE(BitExact(FromGpu(y, T * N), expected));
+      }
+    }
+    const int64_t n = static_cast<int64_t>(std::size(rings));
+    EXPECT_EQ(tape.stats().eager_flushes, n);
+    EXPECT_EQ(tape.stats().graph_captures, n);
+    EXPECT_EQ(tape.stats().graph_launches, 2 * n);  // the captured run and the replay
+    kernels::launch::UnregisterSink(stream);
+  }
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 TEST_F(CudaLinearBulkTest, Applicability) {
