@@ -63,7 +63,7 @@ cudaError_t LinearBulkMany(const BulkTarget* targets, int n, const void* xf, int
 // kTensor6x1 eager 6 x 1 (2 KiB, 2D map only). kTensorBlock3x2: for targets of split 1 one
 // ring per BLOCK (its 8 warps' 128 rows) filled by thread 0 with one 128-row box per stage
 // (32 KiB; 3 x 2, eager), each warp releasing a stage through an "empty" barrier after reading
-// its 16 rows; targets of split > 1 take kTensor3x2's per-warp boxes. kDefault = the process
+// its 16 rows (a launch with a target of split > 1 runs as kTensor3x2). kDefault = the process
 // default: kEager3x2, or the ring that LinearBulkRingFromEnv gives for DEEPINFER_LINEAR_BULK_TMA2D
 // (read once).
 enum class BulkRing {
