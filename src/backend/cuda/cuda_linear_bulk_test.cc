@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iterator>
 #include <set>
@@ -407,9 +408,24 @@ TEST_F(CudaLinearBulkTest, TensorMapCacheEncodesEachViewOnce) {
 
 // Through a StreamTape (the decode step's recorder and its CUDA graphs), every tensor ring:
 // the launch is recorded (its parameter aligned to 16 bytes at most), issued op by op, then
-// captured into a graph, then replayed from it (the tape's bytes equal each time: the
-// parameter is value-initialised); y bitwise LinearStream's after each. K = 768: split 1, so
-// the block-box ring runs its own kernel.
+// captured into a graph, then replayed from it (the tape's bytes equal each time, although
+// the caller's target has other padding bytes each time); y bitwise LinearStream's after each. K =
+// 768: split 1, so the block-box ring runs its own kernel. `from`'s fields over an object whose
+// every other byte (padding) is `fill`: what a caller's indeterminate padding may hold.
+void CopyWithPadding(const kernels::BulkTarget& from, unsigned char fill, kernels::BulkTarget* to) {
+  std::memset(to, fill, sizeof(*to));
+  to->w = from.w;
+  to->scale = from.scale;
+  to->K = from.K;
+  to->row0 = from.row0;
+  to->n_rows = from.n_rows;
+  to->group_rows = from.group_rows;
+  to->group_steps = from.group_steps;
+  to->y = from.y;
+  to->ldy = from.ldy;
+  to->accumulate = from.accumulate;
+}
+
 TEST_F(CudaLinearBulkTest, TensorRingsThroughStreamTapeBitwise) {
   const int64_t K = 768, N = 384, T = 3;
   ASSERT_EQ(kernels::LinearStreamSplit(N, K), 1);
@@ -433,7 +449,11 @@ TEST_F(CudaLinearBulkTest, TensorRingsThroughStreamTapeBitwise) {
       for (int flush = 0; flush < 3; ++flush) {
         SCOPED_TRACE(::testing::Message() << "ring " << RingName(ring) << " flush " << flush);
         ASSERT_EQ(cudaMemsetAsync(y, 0xff, T * N * sizeof(float), stream), cudaSuccess);
-        const kernels::BulkTarget t = Target(w, 0, N, y, N, false);
+        // Other padding bytes each flush: the recorded parameter must not carry them (else
+        // the second and third flushes would miss the graph).
+        kernels::BulkTarget t;
+        CopyWithPadding(Target(w, 0, N, y, N, false),
+                        static_cast<unsigned char>(0x35 * (flush + 1)), &t);
         kernels::launch::SetRecordingStream(stream);
         const cudaError_t e = kernels::LinearBulkMany(&t, 1, xf, static_cast<int>(T), stream);
         kernels::launch::SetRecordingStream(nullptr);

@@ -711,6 +711,24 @@ BulkRing ProcessDefaultRing() {
   return ring;
 }
 
+// `from`'s fields into `to`, whose other bytes (padding) are zeros: the caller's padding bytes
+// are indeterminate and would reach the kernel parameter, which a StreamTape compares byte
+// for byte (equal work would then miss its graph).
+static_assert(sizeof(BulkTarget) == 80, "CopyTarget copies every field of BulkTarget");
+void CopyTarget(const BulkTarget& from, BulkTarget* to) {
+  std::memset(to, 0, sizeof(*to));
+  to->w = from.w;
+  to->scale = from.scale;
+  to->K = from.K;
+  to->row0 = from.row0;
+  to->n_rows = from.n_rows;
+  to->group_rows = from.group_rows;
+  to->group_steps = from.group_steps;
+  to->y = from.y;
+  to->ldy = from.ldy;
+  to->accumulate = from.accumulate;
+}
+
 bool TargetOk(const BulkTarget& t) {
   constexpr int64_t kMaxCoordinate = INT32_MAX;  // rows and row bytes are int box coordinates
   return t.w != nullptr && reinterpret_cast<uintptr_t>(t.w) % 16 == 0 && t.scale != nullptr &&
@@ -821,7 +839,7 @@ TensorMapCache& Maps() {
 // kBlockBox: also the 128-row maps of split-1 targets (block_ok when the step one encodes).
 template <int kStageSteps, bool kBlockBox>
 cudaError_t MakeTensorMany(const BulkMany& m, TensorMany* p) {
-  p->m = m;
+  std::memcpy(&p->m, &m, sizeof(m));  // padding included (a plain assignment may skip it)
   for (int i = 0; i < m.n; ++i) {
     const BulkTarget& t = m.a[i].t;
     BulkTensorView one{}, full{};
@@ -845,7 +863,8 @@ cudaError_t MakeTensorMany(const BulkMany& m, TensorMany* p) {
 template <int kStages, int kStageSteps, bool kEager, bool kBlockBox = false>
 cudaError_t LaunchTensorRing(const BulkMany& m, dim3 grid, cudaStream_t stream) {
   static_assert(sizeof(TensorMany) <= 4096, "kernel parameters fit the classic 4 KiB");
-  TensorMany p{};  // value-initialised: the tape compares parameter bytes, padding included
+  TensorMany p;  // every byte defined: the tape compares parameter bytes, padding included
+  std::memset(&p, 0, sizeof(p));
   const cudaError_t e = MakeTensorMany<kStageSteps, kBlockBox>(m, &p);
   if (e != cudaSuccess) return e;
   if constexpr (kBlockBox) {  // the block kernel when every target can take it
@@ -910,7 +929,8 @@ void SetLinearBulkRing(BulkRing ring) { ring_choice.store(static_cast<int>(ring)
 cudaError_t LinearBulkMany(const BulkTarget* targets, int n, const void* xf, int T,
                            cudaStream_t stream) {
   if (!LinearBulkApplicable(targets, n, xf, T)) return cudaErrorInvalidValue;
-  BulkMany m{};
+  BulkMany m;
+  std::memset(&m, 0, sizeof(m));  // every byte defined (see CopyTarget)
   m.n = n;
   m.xf = static_cast<const uint4*>(xf);
   m.T = T;
@@ -920,7 +940,8 @@ cudaError_t LinearBulkMany(const BulkTarget* targets, int n, const void* xf, int
     const int split = LinearStreamSplit(t.n_rows, t.K);
     const int64_t row_groups = t.n_rows / kWarpRows, per_block = kWarps / split;
     blocks += (row_groups + per_block - 1) / per_block;
-    m.a[i] = BulkArgs{t, split};
+    CopyTarget(t, &m.a[i].t);
+    m.a[i].split = split;
     m.block_end[i] = blocks;
   }
   const dim3 grid(static_cast<unsigned>(blocks));
