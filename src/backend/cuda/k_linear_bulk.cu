@@ -56,10 +56,10 @@
 // filled by one-step boxes (a second map), so no byte outside the warp's steps is read. The
 // maps are encoded on the host (cuTensorMapEncodeTiled through cudaGetDriverEntryPointByVersion:
 // no libcuda link), cached per view (kernels_bulk.h: BulkTensorView) and passed in the
-// __grid_constant__ parameter (1 KiB for 4 targets). Registers, MMA order, split and output
-// are the bulk kernel's: same bits as LinearStream. Shared memory: kTensor3x2 and kTensor6x1
-// 8 x 12 KiB + 1 KiB alignment (two blocks per SM), kTensor2x4 8 x 16 KiB (one block per SM).
-// Until run on a GPU the tensor rings' waits trap after ~2 s instead of hanging.
+// __grid_constant__ parameter (4 maps of 128 bytes per target: 2 KiB). Registers, MMA order, split
+// and output are the bulk kernel's: same bits as LinearStream. Shared memory: kTensor3x2 and
+// kTensor6x1 8 x 12 KiB + 1 KiB alignment (two blocks per SM), kTensor2x4 8 x 16 KiB (one block per
+// SM). Until run on a GPU the tensor rings' waits trap after ~2 s instead of hanging.
 //
 // Block-box ring (kTensorBlock3x2; launches whose targets all have split 1, else kTensor3x2).
 // All 8 warps of a block walk the same K steps, so the block shares ONE ring of 3 stages x 2
