@@ -68,8 +68,7 @@
 // stage's "full" barrier, reads its 16 lines (warp w: lines 16 w .. 16 w + 15 of each step,
 // same swizzle) and arrives on the stage's "empty" barrier (one arrival per active warp);
 // thread 0 waits for "empty" before refilling. 8 times fewer copies than kTensor3x2.
-#include <cuda.h>  // CUtensorMap and its enums only: no libcuda link (see TensorMapEncoder)
-#include <cudaTypedefs.h>
+#include <cuda.h>  // CUtensorMap only (the maps are encoded in tensor_map_cache.cc)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -78,10 +77,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/kernels_bulk.h"
@@ -90,6 +87,7 @@
 #include "backend/cuda/mma_bf16.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream_fp8.cuh"
+#include "backend/cuda/tensor_map_cache.h"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -738,100 +736,6 @@ bool TargetOk(const BulkTarget& t) {
          (t.group_steps == 0 || t.group_rows % kWarpRows == 0) && t.ldy >= t.n_rows;
 }
 
-// --- tensor maps (host) ---------------------------------------------------------------------
-
-bool SameView(const BulkTensorView& a, const BulkTensorView& b) {
-  return a.rank == b.rank && a.base == b.base && a.dims[0] == b.dims[0] && a.dims[1] == b.dims[1] &&
-         a.dims[2] == b.dims[2] && a.strides[0] == b.strides[0] && a.strides[1] == b.strides[1] &&
-         a.box[0] == b.box[0] && a.box[1] == b.box[1] && a.box[2] == b.box[2];
-}
-
-struct ViewHash {
-  size_t operator()(const BulkTensorView& v) const {
-    uint64_t h = reinterpret_cast<uintptr_t>(v.base);
-    for (uint64_t x : {v.dims[0], v.dims[1], v.dims[2], uint64_t{v.box[2]}}) {
-      h = h * 0x9E3779B97F4A7C15ull ^ x;
-    }
-    return static_cast<size_t>(h ^ (h >> 29));
-  }
-};
-struct ViewEqual {
-  bool operator()(const BulkTensorView& a, const BulkTensorView& b) const { return SameView(a, b); }
-};
-
-// The driver's cuTensorMapEncodeTiled, through the runtime (the target does not link
-// libcuda); null when the driver does not have it.
-PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();  // leave no error behind for the caller's next check
-      fn = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encoder;
-}
-
-// Encoded maps by view, process-wide, and the views the driver rejected (not retried). A
-// view fixes its map completely (same view, same bytes), so an entry never goes stale; the
-// cache is emptied when it reaches kMaxMaps views (weights of one model: a few hundred).
-class TensorMapCache {
- public:
-  static constexpr size_t kMaxMaps = 4096;
-
-  cudaError_t Get(const BulkTensorView& view, MapBytes* map) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto it = maps_.find(view);
-    if (it != maps_.end()) {
-      if (!it->second.ok) return cudaErrorInvalidValue;
-      std::memcpy(map->bytes, &it->second.map, sizeof(map->bytes));
-      return cudaSuccess;
-    }
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
-    if (encode == nullptr) return cudaErrorNotSupported;
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    Entry entry{};
-    entry.ok = encode(&entry.map, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<cuuint32_t>(view.rank),
-                      const_cast<void*>(view.base), view.dims, view.strides, view.box,
-                      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-    if (maps_.size() >= kMaxMaps) {
-      maps_.clear();
-      encoded_ = 0;
-    }
-    maps_.emplace(view, entry);
-    if (!entry.ok) return cudaErrorInvalidValue;
-    ++encoded_;
-    std::memcpy(map->bytes, &entry.map, sizeof(map->bytes));
-    return cudaSuccess;
-  }
-
-  int64_t Encoded() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return encoded_;
-  }
-
- private:
-  struct Entry {
-    CUtensorMap map;
-    bool ok;
-  };
-  std::mutex mu_;
-  std::unordered_map<BulkTensorView, Entry, ViewHash, ViewEqual> maps_;
-  int64_t encoded_ = 0;  // entries with ok
-};
-
-TensorMapCache& Maps() {
-  static TensorMapCache* cache = new TensorMapCache();  // never destroyed (no exit-order issue)
-  return *cache;
-}
-
-// The tensor rings' parameter: m plus each target's stage-box and step-box maps.
 // The tensor rings' parameter: m plus each target's maps. The step map is required; the stage
 // map (3D, strides {K, 128}: not in memory order) only where a stage has several steps and
 // the weight that many; where the driver rejects it the ring falls back to step boxes for
@@ -844,18 +748,18 @@ cudaError_t MakeTensorMany(const BulkMany& m, TensorMany* p) {
     const BulkTarget& t = m.a[i].t;
     BulkTensorView one{}, full{};
     if (!LinearBulkTensorView(t, 1, &one)) return cudaErrorInvalidValue;
-    const cudaError_t e = Maps().Get(one, &p->one[i]);
+    const cudaError_t e = EncodeBulkTensorMap(one, &p->one[i]);
     if (e != cudaSuccess) return e;
     p->has_full[i] = kStageSteps > 1 && LinearBulkTensorView(t, kStageSteps, &full) &&
-                     Maps().Get(full, &p->full[i]) == cudaSuccess;
+                     EncodeBulkTensorMap(full, &p->full[i]) == cudaSuccess;
     p->block_ok[i] = p->block_has_full[i] = false;
     if (!kBlockBox || m.a[i].split != 1) continue;
     constexpr int kBlockRows = kWarps * kWarpRows;
     p->block_ok[i] = LinearBulkTensorView(t, 1, &one, kBlockRows) &&
-                     Maps().Get(one, &p->block_one[i]) == cudaSuccess;
+                     EncodeBulkTensorMap(one, &p->block_one[i]) == cudaSuccess;
     p->block_has_full[i] = kStageSteps > 1 &&
                            LinearBulkTensorView(t, kStageSteps, &full, kBlockRows) &&
-                           Maps().Get(full, &p->block_full[i]) == cudaSuccess;
+                           EncodeBulkTensorMap(full, &p->block_full[i]) == cudaSuccess;
   }
   return cudaSuccess;
 }
@@ -911,8 +815,6 @@ bool LinearBulkTensorView(const BulkTarget& t, int box_steps, BulkTensorView* vi
   view->box[2] = static_cast<uint32_t>(box_steps);
   return true;
 }
-
-int64_t LinearBulkTensorMapsCached() { return Maps().Encoded(); }
 
 BulkRing LinearBulkRingFromEnv(const char* tma2d) {
   if (tma2d == nullptr) return BulkRing::kEager3x2;
