@@ -369,16 +369,16 @@ __device__ __forceinline__ void IssueFill(const WarpRing& ring, const RowSource&
   }
 }
 
-// Tensor form of IssueFill: lane 0 arms the barrier and issues one box copy of the stage's
-// kStageSteps steps, or (last fill with fewer steps left, or no stage map) one one-step box
-// per step. The expected bytes are the boxes' (never out of bounds: the steps lie inside
-// [s0, s1)).
-template <int kStages, int kStageSteps>
-__device__ __forceinline__ void IssueFill(const WarpRing& ring, const TensorSource& src, int j,
-                                          int stage) {
-  using R = Ring<kStages, kStageSteps, true>;
-  if (threadIdx.x % 32 != 0) return;
-  constexpr uint32_t kStepBytes = kWarpRows * kStepK;
+// One fill of a tensor ring by the calling thread: fill j into `stage` (arms the stage's
+// barrier, then one box copy of the stage's kStageSteps steps, or -- last fill with fewer
+// steps left, or no stage map -- one one-step box per step). The expected bytes are the
+// boxes' (kBoxRows rows per step; a block box may pass the last row: the zero-filled rows
+// count too, as TMA delivers the whole box).
+template <int kStages, int kStageSteps, class Src>  // TensorSource or BlockSource
+__device__ __forceinline__ void IssueBoxCopies(const WarpRing& ring, const Src& src, int j,
+                                               int stage) {
+  using R = Ring<kStages, kStageSteps, true, Src::kBoxRows>;
+  constexpr uint32_t kStepBytes = Src::kBoxRows * kStepK;
   const int first = j * kStageSteps, left = src.n_steps - first;
   const uint32_t bar = ring.bars + 8u * static_cast<uint32_t>(stage);
   const uint32_t dst = ring.data + static_cast<uint32_t>(stage * R::kStageBytes);
@@ -397,29 +397,12 @@ __device__ __forceinline__ void IssueFill(const WarpRing& ring, const TensorSour
   }
 }
 
-// Thread 0 of the block: fill j of the block ring into `stage` (arms full[stage], then one
-// stage box, or one step box per step when fewer are left or there is no stage map).
+// Tensor form of IssueFill (the warp's 16-row boxes): lane 0 issues the fill.
 template <int kStages, int kStageSteps>
-__device__ __forceinline__ void IssueBlockCopies(const WarpRing& ring, const BlockSource& src,
-                                                 int j, int stage) {
-  using R = Ring<kStages, kStageSteps, true, BlockSource::kBoxRows>;
-  constexpr uint32_t kStepBytes = BlockSource::kBoxRows * kStepK;
-  const int first = j * kStageSteps, left = src.n_steps - first;
-  const uint32_t bar = ring.bars + 8u * static_cast<uint32_t>(stage);
-  const uint32_t dst = ring.data + static_cast<uint32_t>(stage * R::kStageBytes);
-  if (kStageSteps > 1 && left >= kStageSteps && src.full != nullptr) {
-    ArriveExpectTx(bar, kStageSteps * kStepBytes);
-    StageBoxCopy(dst, src.full, src.row, src.s0 + first, bar);
-  } else {
-    const int count = left < kStageSteps ? left : kStageSteps;
-    ArriveExpectTx(bar, static_cast<uint32_t>(count) * kStepBytes);
-#pragma unroll
-    for (int u = 0; u < kStageSteps; ++u) {
-      if (u >= count) break;
-      StepBoxCopy(dst + static_cast<uint32_t>(u) * kStepBytes, src.one, src.row, src.s0 + first + u,
-                  bar);
-    }
-  }
+__device__ __forceinline__ void IssueFill(const WarpRing& ring, const TensorSource& src, int j,
+                                          int stage) {
+  if (threadIdx.x % 32 != 0) return;
+  IssueBoxCopies<kStages, kStageSteps>(ring, src, j, stage);
 }
 
 // Block form of IssueFill (every active warp, converged, once its lanes have read fill
@@ -433,7 +416,7 @@ __device__ __forceinline__ void IssueFill(const WarpRing& ring, const BlockSourc
   Arrive(empty);
   if (threadIdx.x != 0) return;
   WaitPhaseOrTrap(empty, static_cast<uint32_t>((j - kStages) / kStages) & 1u);
-  IssueBlockCopies<kStages, kStageSteps>(ring, src, j, stage);
+  IssueBoxCopies<kStages, kStageSteps>(ring, src, j, stage);
 }
 
 // Block ring, before the PDL wait, every thread of the block: thread 0 initialises the
@@ -454,7 +437,7 @@ __device__ __forceinline__ void StartBlockRing(const WarpRing& ring, const Block
   if (threadIdx.x == 0) {
     const int fills = (src.n_steps + kStageSteps - 1) / kStageSteps;
     for (int j = 0; j < kStages && j < fills; ++j) {
-      IssueBlockCopies<kStages, kStageSteps>(ring, src, j, j);
+      IssueBoxCopies<kStages, kStageSteps>(ring, src, j, j);
     }
   }
 }
