@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
@@ -21,21 +22,8 @@ using model::FakeQuantKind;
 using model::WeightFormat;
 using model::WeightRef;
 
-const char* FormatName(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kF32:
-      return "F32";
-    case WeightFormat::kBF16:
-      return "BF16";
-    case WeightFormat::kFp8Block32:
-      return "FP8-block32";
-    case WeightFormat::kFp8Row32:
-      return "FP8-row32";
-    case WeightFormat::kMxFp4:
-      return "MXFP4";
-  }
-  return "?";
-}
+// The format's name (model/backend.h), for traces and bench lines.
+std::string FormatName(WeightFormat f) { return std::string(model::WeightFormatName(f)); }
 
 // Random stored bytes of one weight in `format` (kept alive by the struct).
 struct RandomWeight {

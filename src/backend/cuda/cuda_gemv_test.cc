@@ -56,21 +56,8 @@ constexpr LaunchShape kShapes[] = {
     {"rows 1, depth 1, scalar staging", 1, 1, true},
 };
 
-const char* FormatName(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kF32:
-      return "F32";
-    case WeightFormat::kBF16:
-      return "BF16";
-    case WeightFormat::kFp8Block32:
-      return "FP8-block32";
-    case WeightFormat::kFp8Row32:
-      return "FP8-row32";
-    case WeightFormat::kMxFp4:
-      return "MXFP4";
-  }
-  return "?";
-}
+// The format's name (model/backend.h), for traces and bench lines.
+std::string FormatName(WeightFormat f) { return std::string(model::WeightFormatName(f)); }
 
 // Values of one 16-byte chunk (as k_gemv.cu's ChunkValues).
 int ChunkValues(WeightFormat f) {
@@ -455,9 +442,10 @@ class CudaGemvBench : public CudaGemvTest {
                       cudaSuccess);
           }
         });
-        std::printf("GEMV %-11s %d x %6lld x %-5lld T=%lld  %-40s %8.2f us  %6.0f GB/s\n",
-                    FormatName(f), calls, static_cast<long long>(rows), static_cast<long long>(K),
-                    static_cast<long long>(T), shape.name, us, bytes / (us * 1e3));
+        std::printf("GEMV %-20s %d x %6lld x %-5lld T=%lld  %-40s %8.2f us  %6.0f GB/s\n",
+                    FormatName(f).c_str(), calls, static_cast<long long>(rows),
+                    static_cast<long long>(K), static_cast<long long>(T), shape.name, us,
+                    bytes / (us * 1e3));
       }
     }
     kernels::SetGemvLaunchForTesting(0, 0, false);
