@@ -670,8 +670,187 @@ TEST_F(CudaLinearStreamFusedTest, DISABLED_BenchFused) {
   }
 }
 
+// --- activations staged per block (T 17..32; SetLinearStreamXStage) --------------------
+
+// Forces the staged path on or off for a scope, then goes back to the environment.
+class XStageOverride {
+ public:
+  explicit XStageOverride(bool on) { kernels::SetLinearStreamXStage(on ? 1 : 0); }
+  ~XStageOverride() { kernels::SetLinearStreamXStage(-1); }
+};
+
+class CudaLinearStreamXStageTest : public CudaLinearStreamTest {
+ protected:
+  // y of kernels::LinearStream with the staged path forced on or off (x [T, K], y0 [T, ldy]).
+  std::vector<float> RunXStage(bool on, const HostWeight& w, int64_t row0, int64_t n_rows,
+                               const std::vector<float>& x, int64_t T, const std::vector<float>& y0,
+                               int64_t ldy, bool accumulate) {
+    const XStageOverride xstage(on);
+    return RunStream(w, row0, n_rows, x, T, y0, ldy, accumulate);
+  }
+
+  // Staged vs unstaged, bitwise (and y written); returns whether the staged run was staged.
+  bool ExpectStagedBitwise(const HostWeight& w, int64_t row0, int64_t n_rows, int64_t T,
+                           int64_t ldy_pad, bool accumulate) {
+    const int64_t K = w.device.cols, ldy = n_rows + ldy_pad;
+    bool staged = false;
+    {
+      const XStageOverride xstage(true);
+      staged = kernels::LinearStreamXStaged(n_rows, K, T);
+    }
+    SCOPED_TRACE(::testing::Message()
+                 << "T=" << T << " K=" << K << " rows " << row0 << "+" << n_rows << " ldy=" << ldy
+                 << (accumulate ? " accumulate" : "") << " split "
+                 << kernels::LinearStreamSplit(n_rows, K) << (staged ? " staged" : " unstaged"));
+    const std::vector<float> x = Activations(T, K);
+    const std::vector<float> y0 = Normal(T * ldy);
+    const std::vector<float> off = RunXStage(false, w, row0, n_rows, x, T, y0, ldy, accumulate);
+    const std::vector<float> on = RunXStage(true, w, row0, n_rows, x, T, y0, ldy, accumulate);
+    EXPECT_TRUE(BitExact(on, off)) << "staged vs unstaged";
+    EXPECT_FALSE(BitExact(off, y0)) << "y not written";
+    return staged;
+  }
+};
+
+// Which shapes are staged: T 17..32 only, NT = 4 up to split 4 (2 x 4 x 8 KiB), NT = 3 every
+// split (split 8: 96 KiB); never with the switch off.
+TEST_F(CudaLinearStreamXStageTest, StagedShapes) {
+  {
+    const XStageOverride xstage(true);
+    EXPECT_FALSE(kernels::LinearStreamXStaged(64, 512, 16));  // two token tiles
+    EXPECT_TRUE(kernels::LinearStreamXStaged(64, 512, 17));
+    EXPECT_TRUE(kernels::LinearStreamXStaged(64, 512, 32));
+    ASSERT_EQ(kernels::LinearStreamSplit(144, 5120), 8);
+    EXPECT_TRUE(kernels::LinearStreamXStaged(144, 5120, 24));
+    EXPECT_FALSE(kernels::LinearStreamXStaged(144, 5120, 25));
+    ASSERT_EQ(kernels::LinearStreamSplit(4352, 5120), 4);
+    EXPECT_TRUE(kernels::LinearStreamXStaged(4352, 5120, 32));
+  }
+  {
+    const XStageOverride xstage(false);
+    EXPECT_FALSE(kernels::LinearStreamXStaged(64, 512, 32));
+  }
+  if (std::getenv("DEEPINFER_LINEAR_STREAM_XSTAGE") == nullptr) {
+    EXPECT_FALSE(kernels::LinearStreamXStaged(64, 512, 32));  // default off
+  }
+}
+
+// Staged vs unstaged bitwise: T = 17, 20, 24 (three token tiles), 25, 31, 32 (four); K from
+// one step to 64 steps (parts of unequal length: 5, 10, 18, 40 steps); splits 1, 2, 4, 8 all
+// staged at some T; row groups that leave warps of the last block without rows; row offsets;
+// padded and accumulated y.
+TEST_F(CudaLinearStreamXStageTest, StagedEqualsUnstagedBitwise) {
+  struct Shape {
+    int64_t K, N, row0, n_rows;
+  };
+  const Shape shapes[] = {{128, 64, 0, 64},       // one K step, split 1
+                          {640, 96, 16, 80},      // 5 steps, 5 row groups, split 1
+                          {1280, 208, 0, 208},    // split 2, 13 row groups
+                          {2304, 48, 0, 48},      // split 4, 18 steps (parts 4 and 5)
+                          {5120, 176, 32, 144},   // split 8, 9 row groups
+                          {5120, 4352, 0, 4352},  // split 4, 272 row groups
+                          {8192, 256, 0, 256}};   // split 8, 64 steps
+  std::set<int> staged_splits;
+  for (const Shape& s : shapes) {
+    const HostWeight w = MakeFp8Weight(s.N, s.K, 112, 124);
+    for (int64_t T : {17, 20, 24, 25, 31, 32}) {
+      const bool accumulate = T % 2 == 1;
+      if (ExpectStagedBitwise(w, s.row0, s.n_rows, T, accumulate ? 3 : 0, accumulate)) {
+        staged_splits.insert(kernels::LinearStreamSplit(s.n_rows, s.K));
+      }
+    }
+  }
+  EXPECT_EQ(staged_splits, (std::set<int>{1, 2, 4, 8}));
+}
+
+TEST_F(CudaLinearStreamXStageTest, BothScaleBranchesBitwise) {
+  for (auto [lo, hi] : {std::pair{126, 142}, std::pair{135, 150}, std::pair{100, 110}}) {
+    const HostWeight w = MakeFp8Weight(128, 1280, lo, hi);
+    for (int64_t T : {19, 32}) EXPECT_TRUE(ExpectStagedBitwise(w, 0, 128, T, 0, T == 32));
+  }
+}
+
+// LinearStreamMany, three targets of splits 4, 4 and 2 (different dynamic shared memory per
+// block), one of them accumulated into a padded y: staged vs unstaged bitwise.
+TEST_F(CudaLinearStreamXStageTest, ManyStagedEqualsUnstagedBitwise) {
+  const int64_t K = 2304;
+  const HostWeight a = MakeFp8Weight(256, K, 112, 124);
+  const HostWeight b = MakeFp8Weight(48, K, 126, 142);
+  const HostWeight c = MakeFp8Weight(9216, K, 112, 124);
+  ASSERT_EQ(kernels::LinearStreamSplit(256, K), 4);
+  ASSERT_EQ(kernels::LinearStreamSplit(32, K), 4);
+  ASSERT_EQ(kernels::LinearStreamSplit(9216, K), 2);
+  struct Out {
+    const HostWeight* w;
+    int64_t row0, n_rows, ldy;
+    bool accumulate;
+  };
+  const Out outs[] = {{&a, 0, 256, 259, true}, {&b, 16, 32, 32, false}, {&c, 0, 9216, 9216, false}};
+  for (int64_t T : {17, 24, 25, 32}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const float* dx = ToGpu(Activations(T, K));
+    std::vector<std::vector<float>> y0;
+    for (const Out& o : outs) y0.push_back(Normal(T * o.ldy));
+    auto run = [&](bool on) {
+      const XStageOverride xstage(on);
+      std::vector<float*> dy;
+      std::vector<kernels::LinearStreamTarget> targets;
+      for (size_t i = 0; i < std::size(outs); ++i) {
+        const Out& o = outs[i];
+        dy.push_back(ToGpu(y0[i]));
+        targets.push_back({&o.w->device, o.row0, o.n_rows, dy.back(), o.ldy, o.accumulate});
+      }
+      uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, K));
+      EXPECT_EQ(kernels::LinearStreamMany(targets.data(), 3, dx, T, K, scratch, gpu_->stream()),
+                cudaSuccess);
+      std::vector<std::vector<float>> y;
+      for (size_t i = 0; i < std::size(outs); ++i) y.push_back(FromGpu(dy[i], T * outs[i].ldy));
+      return y;
+    };
+    const auto off = run(false), on = run(true);
+    for (size_t i = 0; i < std::size(outs); ++i) {
+      EXPECT_TRUE(BitExact(on[i], off[i])) << "output " << i;
+      EXPECT_FALSE(BitExact(off[i], y0[i])) << "output " << i << " not written";
+    }
+  }
+}
+
+// Grouped weights (x step x0 + st, x0 = the row group's group * K / 128), staged vs unstaged
+// bitwise and against the CPU: blocks of 128 rows (split 1) or 64 rows (split 2) inside one
+// group (staged), and 128-row blocks over two 64-row groups (the launcher falls back).
+TEST_F(CudaLinearStreamXStageTest, GroupedStagedEqualsUnstagedBitwise) {
+  struct Case {
+    int64_t groups, R, K;
+  };
+  for (const Case& g : {Case{4, 128, 512}, Case{2, 256, 1280}, Case{4, 64, 512}}) {
+    const int64_t N = g.groups * g.R, cols = g.groups * g.K;
+    const HostWeight w = MakeFp8Weight(N, g.K, 110, 140);
+    ASSERT_TRUE(kernels::LinearStreamGroupedApplicable(w.device, g.groups, 32));
+    for (int64_t T : {17, 24, 25, 32}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "groups " << g.groups << " R=" << g.R << " K=" << g.K << " split "
+                   << kernels::LinearStreamSplit(N, g.K) << " T=" << T);
+      const std::vector<float> x = Activations(T, cols);
+      const float* dx = ToGpu(x);
+      auto run = [&](bool on) {
+        const XStageOverride xstage(on);
+        uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, cols));
+        float* y = PoisonedFloats(T * N);
+        EXPECT_EQ(kernels::LinearStreamGrouped(w.device, g.groups, dx, T, cols, y, N, scratch,
+                                               gpu_->stream()),
+                  cudaSuccess);
+        return FromGpu(y, T * N);
+      };
+      const std::vector<float> off = run(false), on = run(true);
+      EXPECT_TRUE(BitExact(on, off));
+      ExpectGroupedMatchesCpu(w, g.groups, FakeQuantized(x, T, cols), T, on);
+    }
+  }
+}
+
 // Device time of the V4.1-Flash decode Linears (run with --gtest_also_run_disabled_tests):
-// achieved GB/s on the weight bytes, LinearStream vs LinearFp8.
+// achieved GB/s on the weight bytes, LinearStream vs LinearFp8; at T = 24 and 32 also
+// LinearStream with the activations staged per block (XSTAGE) off and on.
 TEST_F(CudaLinearStreamTest, DISABLED_Bench) {
   struct Shape {
     const char* name;
@@ -689,10 +868,33 @@ TEST_F(CudaLinearStreamTest, DISABLED_Bench) {
       const float* dx = ToGpu(x);
       float* y = PoisonedFloats(T * s.rows);
       uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, s.K));
-      const double us_stream = DeviceMicrosPerCall([&] {
-        kernels::LinearStream(w.device, 0, s.rows, dx, T, s.K, y, s.rows, false, scratch,
-                              gpu_->stream());
-      });
+      // A launch that fails returns at once (a bogus time): every call is checked.
+      auto time_stream = [&](bool xstage_on) {
+        const XStageOverride xstage(xstage_on);
+        cudaError_t first_error = cudaSuccess;
+        const double us = DeviceMicrosPerCall([&] {
+          const cudaError_t e = kernels::LinearStream(w.device, 0, s.rows, dx, T, s.K, y, s.rows,
+                                                      false, scratch, gpu_->stream());
+          if (first_error == cudaSuccess) first_error = e;
+        });
+        EXPECT_EQ(first_error, cudaSuccess) << s.name << " T=" << T << " xstage " << xstage_on;
+        return us;
+      };
+      const double us_stream = time_stream(false);
+      if (T >= 24) {  // the staged activations (XSTAGE), unstaged where the shape does not fit
+        bool staged = false;
+        {
+          const XStageOverride xstage(true);
+          staged = kernels::LinearStreamXStaged(s.rows, s.K, T);
+        }
+        const double us_staged = time_stream(true);
+        std::printf(
+            "%-11s T=%2lld split %d: xstage off %8.2f us (%6.0f GB/s)  on %8.2f us (%6.0f "
+            "GB/s)%s\n",
+            s.name, static_cast<long long>(T), kernels::LinearStreamSplit(s.rows, s.K), us_stream,
+            bytes / us_stream * 1e-3, us_staged, bytes / us_staged * 1e-3,
+            staged ? "" : " (not staged: falls back)");
+      }
       auto* act = PoisonedBytes(kernels::Fp8ActivationBytes(T, s.K));
       auto* act_scale = kernels::Fp8ActivationScales(act, T, s.K);
       uint8_t* fp8_scratch = PoisonedBytes(kernels::Fp8LinearScratchBytes(s.rows, s.K, T) + 16);
