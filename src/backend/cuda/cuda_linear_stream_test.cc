@@ -672,30 +672,32 @@ TEST_F(CudaLinearStreamFusedTest, DISABLED_BenchFused) {
 
 // --- activations staged per block (T 17..32; SetLinearStreamXStage) --------------------
 
-// Forces the staged path on or off for a scope, then goes back to the environment.
+// Forces the staging level for a scope (0 off, 1 NT >= 3, 2 NT >= 2), then goes back to the
+// environment.
 class XStageOverride {
  public:
-  explicit XStageOverride(bool on) { kernels::SetLinearStreamXStage(on ? 1 : 0); }
+  explicit XStageOverride(int level) { kernels::SetLinearStreamXStage(level); }
   ~XStageOverride() { kernels::SetLinearStreamXStage(-1); }
 };
 
 class CudaLinearStreamXStageTest : public CudaLinearStreamTest {
  protected:
-  // y of kernels::LinearStream with the staged path forced on or off (x [T, K], y0 [T, ldy]).
-  std::vector<float> RunXStage(bool on, const HostWeight& w, int64_t row0, int64_t n_rows,
+  // y of kernels::LinearStream at staging level `level` (x [T, K], y0 [T, ldy]).
+  std::vector<float> RunXStage(int level, const HostWeight& w, int64_t row0, int64_t n_rows,
                                const std::vector<float>& x, int64_t T, const std::vector<float>& y0,
                                int64_t ldy, bool accumulate) {
-    const XStageOverride xstage(on);
+    const XStageOverride xstage(level);
     return RunStream(w, row0, n_rows, x, T, y0, ldy, accumulate);
   }
 
-  // Staged vs unstaged, bitwise (and y written); returns whether the staged run was staged.
+  // Staged (level 2: NT >= 2) vs unstaged, bitwise (and y written); returns whether the
+  // staged run was staged.
   bool ExpectStagedBitwise(const HostWeight& w, int64_t row0, int64_t n_rows, int64_t T,
                            int64_t ldy_pad, bool accumulate) {
     const int64_t K = w.device.cols, ldy = n_rows + ldy_pad;
     bool staged = false;
     {
-      const XStageOverride xstage(true);
+      const XStageOverride xstage(2);
       staged = kernels::LinearStreamXStaged(n_rows, K, T);
     }
     SCOPED_TRACE(::testing::Message()
@@ -704,19 +706,26 @@ class CudaLinearStreamXStageTest : public CudaLinearStreamTest {
                  << kernels::LinearStreamSplit(n_rows, K) << (staged ? " staged" : " unstaged"));
     const std::vector<float> x = Activations(T, K);
     const std::vector<float> y0 = Normal(T * ldy);
-    const std::vector<float> off = RunXStage(false, w, row0, n_rows, x, T, y0, ldy, accumulate);
-    const std::vector<float> on = RunXStage(true, w, row0, n_rows, x, T, y0, ldy, accumulate);
+    const std::vector<float> off = RunXStage(0, w, row0, n_rows, x, T, y0, ldy, accumulate);
+    const std::vector<float> on = RunXStage(2, w, row0, n_rows, x, T, y0, ldy, accumulate);
     EXPECT_TRUE(BitExact(on, off)) << "staged vs unstaged";
     EXPECT_FALSE(BitExact(off, y0)) << "y not written";
     return staged;
   }
 };
 
-// Which shapes are staged: T 17..32 only, NT = 4 up to split 4 (2 x 4 x 8 KiB), NT = 3 every
-// split (split 8: 96 KiB); never with the switch off.
+// Which shapes are staged: level 1 T 17..32, level 2 T 9..32; NT = 4 up to split 4 (2 x 4 x
+// 8 KiB), NT = 2, 3 every split (split 8: 64, 96 KiB); never at level 0.
 TEST_F(CudaLinearStreamXStageTest, StagedShapes) {
   {
-    const XStageOverride xstage(true);
+    const XStageOverride xstage(2);
+    EXPECT_FALSE(kernels::LinearStreamXStaged(64, 512, 8));  // one token tile
+    EXPECT_TRUE(kernels::LinearStreamXStaged(64, 512, 9));
+    EXPECT_TRUE(kernels::LinearStreamXStaged(144, 5120, 16));
+    EXPECT_FALSE(kernels::LinearStreamXStaged(144, 5120, 32));
+  }
+  {
+    const XStageOverride xstage(1);
     EXPECT_FALSE(kernels::LinearStreamXStaged(64, 512, 16));  // two token tiles
     EXPECT_TRUE(kernels::LinearStreamXStaged(64, 512, 17));
     EXPECT_TRUE(kernels::LinearStreamXStaged(64, 512, 32));
@@ -727,7 +736,11 @@ TEST_F(CudaLinearStreamXStageTest, StagedShapes) {
     EXPECT_TRUE(kernels::LinearStreamXStaged(4352, 5120, 32));
   }
   {
-    const XStageOverride xstage(false);
+    const XStageOverride xstage(0);
+    EXPECT_FALSE(kernels::LinearStreamXStaged(64, 512, 32));
+  }
+  {
+    const XStageOverride xstage(7);  // not a level: off
     EXPECT_FALSE(kernels::LinearStreamXStaged(64, 512, 32));
   }
   if (std::getenv("DEEPINFER_LINEAR_STREAM_XSTAGE") == nullptr) {
@@ -735,7 +748,8 @@ TEST_F(CudaLinearStreamXStageTest, StagedShapes) {
   }
 }
 
-// Staged vs unstaged bitwise: T = 17, 20, 24 (three token tiles), 25, 31, 32 (four); K from
+// Staged vs unstaged bitwise: T = 9, 13, 16 (two token tiles), 17, 20, 24 (three), 25, 31, 32
+// (four); K from
 // one step to 64 steps (parts of unequal length: 5, 10, 18, 40 steps); splits 1, 2, 4, 8 all
 // staged at some T; row groups that leave warps of the last block without rows; row offsets;
 // padded and accumulated y.
@@ -753,7 +767,7 @@ TEST_F(CudaLinearStreamXStageTest, StagedEqualsUnstagedBitwise) {
   std::set<int> staged_splits;
   for (const Shape& s : shapes) {
     const HostWeight w = MakeFp8Weight(s.N, s.K, 112, 124);
-    for (int64_t T : {17, 20, 24, 25, 31, 32}) {
+    for (int64_t T : {9, 13, 16, 17, 20, 24, 25, 31, 32}) {
       const bool accumulate = T % 2 == 1;
       if (ExpectStagedBitwise(w, s.row0, s.n_rows, T, accumulate ? 3 : 0, accumulate)) {
         staged_splits.insert(kernels::LinearStreamSplit(s.n_rows, s.K));
@@ -766,7 +780,7 @@ TEST_F(CudaLinearStreamXStageTest, StagedEqualsUnstagedBitwise) {
 TEST_F(CudaLinearStreamXStageTest, BothScaleBranchesBitwise) {
   for (auto [lo, hi] : {std::pair{126, 142}, std::pair{135, 150}, std::pair{100, 110}}) {
     const HostWeight w = MakeFp8Weight(128, 1280, lo, hi);
-    for (int64_t T : {19, 32}) EXPECT_TRUE(ExpectStagedBitwise(w, 0, 128, T, 0, T == 32));
+    for (int64_t T : {10, 19, 32}) EXPECT_TRUE(ExpectStagedBitwise(w, 0, 128, T, 0, T == 32));
   }
 }
 
@@ -786,13 +800,13 @@ TEST_F(CudaLinearStreamXStageTest, ManyStagedEqualsUnstagedBitwise) {
     bool accumulate;
   };
   const Out outs[] = {{&a, 0, 256, 259, true}, {&b, 16, 32, 32, false}, {&c, 0, 9216, 9216, false}};
-  for (int64_t T : {17, 24, 25, 32}) {
+  for (int64_t T : {12, 17, 24, 25, 32}) {
     SCOPED_TRACE("T=" + std::to_string(T));
     const float* dx = ToGpu(Activations(T, K));
     std::vector<std::vector<float>> y0;
     for (const Out& o : outs) y0.push_back(Normal(T * o.ldy));
-    auto run = [&](bool on) {
-      const XStageOverride xstage(on);
+    auto run = [&](int level) {
+      const XStageOverride xstage(level);
       std::vector<float*> dy;
       std::vector<kernels::LinearStreamTarget> targets;
       for (size_t i = 0; i < std::size(outs); ++i) {
@@ -807,7 +821,7 @@ TEST_F(CudaLinearStreamXStageTest, ManyStagedEqualsUnstagedBitwise) {
       for (size_t i = 0; i < std::size(outs); ++i) y.push_back(FromGpu(dy[i], T * outs[i].ldy));
       return y;
     };
-    const auto off = run(false), on = run(true);
+    const auto off = run(0), on = run(2);
     for (size_t i = 0; i < std::size(outs); ++i) {
       EXPECT_TRUE(BitExact(on[i], off[i])) << "output " << i;
       EXPECT_FALSE(BitExact(off[i], y0[i])) << "output " << i << " not written";
@@ -815,9 +829,10 @@ TEST_F(CudaLinearStreamXStageTest, ManyStagedEqualsUnstagedBitwise) {
   }
 }
 
-// Grouped weights (x step x0 + st, x0 = the row group's group * K / 128), staged vs unstaged
-// bitwise and against the CPU: blocks of 128 rows (split 1) or 64 rows (split 2) inside one
-// group (staged), and 128-row blocks over two 64-row groups (the launcher falls back).
+// Grouped weights (x step x0 + st, x0 = the row group's group * K / 128), staged (level 2) vs
+// unstaged bitwise and against the CPU (T = 11: two token tiles, 17 .. 32): blocks of 128 rows
+// (split 1) or 64 rows (split 2) inside one group (staged), and 128-row blocks over two 64-row
+// groups (the launcher falls back).
 TEST_F(CudaLinearStreamXStageTest, GroupedStagedEqualsUnstagedBitwise) {
   struct Case {
     int64_t groups, R, K;
@@ -826,14 +841,14 @@ TEST_F(CudaLinearStreamXStageTest, GroupedStagedEqualsUnstagedBitwise) {
     const int64_t N = g.groups * g.R, cols = g.groups * g.K;
     const HostWeight w = MakeFp8Weight(N, g.K, 110, 140);
     ASSERT_TRUE(kernels::LinearStreamGroupedApplicable(w.device, g.groups, 32));
-    for (int64_t T : {17, 24, 25, 32}) {
+    for (int64_t T : {11, 17, 24, 25, 32}) {
       SCOPED_TRACE(::testing::Message()
                    << "groups " << g.groups << " R=" << g.R << " K=" << g.K << " split "
                    << kernels::LinearStreamSplit(N, g.K) << " T=" << T);
       const std::vector<float> x = Activations(T, cols);
       const float* dx = ToGpu(x);
-      auto run = [&](bool on) {
-        const XStageOverride xstage(on);
+      auto run = [&](int level) {
+        const XStageOverride xstage(level);
         uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, cols));
         float* y = PoisonedFloats(T * N);
         EXPECT_EQ(kernels::LinearStreamGrouped(w.device, g.groups, dx, T, cols, y, N, scratch,
@@ -841,7 +856,7 @@ TEST_F(CudaLinearStreamXStageTest, GroupedStagedEqualsUnstagedBitwise) {
                   cudaSuccess);
         return FromGpu(y, T * N);
       };
-      const std::vector<float> off = run(false), on = run(true);
+      const std::vector<float> off = run(0), on = run(2);
       EXPECT_TRUE(BitExact(on, off));
       ExpectGroupedMatchesCpu(w, g.groups, FakeQuantized(x, T, cols), T, on);
     }
@@ -869,25 +884,25 @@ TEST_F(CudaLinearStreamTest, DISABLED_Bench) {
       float* y = PoisonedFloats(T * s.rows);
       uint8_t* scratch = PoisonedBytes(kernels::LinearStreamScratchBytes(T, s.K));
       // A launch that fails returns at once (a bogus time): every call is checked.
-      auto time_stream = [&](bool xstage_on) {
-        const XStageOverride xstage(xstage_on);
+      auto time_stream = [&](int level) {
+        const XStageOverride xstage(level);
         cudaError_t first_error = cudaSuccess;
         const double us = DeviceMicrosPerCall([&] {
           const cudaError_t e = kernels::LinearStream(w.device, 0, s.rows, dx, T, s.K, y, s.rows,
                                                       false, scratch, gpu_->stream());
           if (first_error == cudaSuccess) first_error = e;
         });
-        EXPECT_EQ(first_error, cudaSuccess) << s.name << " T=" << T << " xstage " << xstage_on;
+        EXPECT_EQ(first_error, cudaSuccess) << s.name << " T=" << T << " xstage " << level;
         return us;
       };
-      const double us_stream = time_stream(false);
+      const double us_stream = time_stream(0);
       if (T >= 24) {  // the staged activations (XSTAGE), unstaged where the shape does not fit
         bool staged = false;
         {
-          const XStageOverride xstage(true);
+          const XStageOverride xstage(2);
           staged = kernels::LinearStreamXStaged(s.rows, s.K, T);
         }
-        const double us_staged = time_stream(true);
+        const double us_staged = time_stream(2);
         std::printf(
             "%-11s T=%2lld split %d: xstage off %8.2f us (%6.0f GB/s)  on %8.2f us (%6.0f "
             "GB/s)%s\n",

@@ -29,11 +29,11 @@
 // bytes spill stores; 80 before the weight preload moved out of AccumulateRows), 3: 113, 4:
 // 124 (no spills); NT 1 fused: 112 (no spills, 4 KiB static + T * K * 2 dynamic smem).
 //
-// Staged activations (NT >= 3, DEEPINFER_LINEAR_STREAM_XSTAGE=1, default off; see the section
-// "activations staged once per block"): each block copies the x steps its warps share into
+// Staged activations (DEEPINFER_LINEAR_STREAM_XSTAGE=1: NT >= 3, =2: NT >= 2; default off; see the
+// section "activations staged once per block"): each block copies the x steps its warps share into
 // shared memory once per step (cp.async, double-buffered) instead of every warp loading them
-// from L2; bitwise the unstaged results. Registers (session 13): NT 3: 128, NT 4: 126 (no
-// spills); dynamic smem 2 x split x NT x 2 KiB (<= 96 KiB: NT 4 split 8 stays unstaged); the
+// from L2; bitwise the unstaged results. Registers (session 13): NT 2: 124, NT 3: 128, NT 4: 126
+// (no spills); dynamic smem 2 x split x NT x 2 KiB (<= 96 KiB: NT 4 split 8 stays unstaged); the
 // unstaged kernels' SASS is unchanged. UNMEASURED (no GPU in session 13).
 //
 // Fused quantisation (T <= LinearStreamFuseMaxTokens, default 0 = off: no decode-step gain in
@@ -368,7 +368,7 @@ __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r
   }
 }
 
-// --- NT >= 3, activations staged once per block (DEEPINFER_LINEAR_STREAM_XSTAGE=1) -------
+// --- NT >= 2 or 3, activations staged once per block (DEEPINFER_LINEAR_STREAM_XSTAGE) ------
 //
 // The warps of a block share their x steps (all row groups of a block read the same x step
 // for the same K part), so instead of every warp loading its B units from L2 (__ldg, 4x the
@@ -652,7 +652,7 @@ __device__ __forceinline__ void StoreRows(const StreamArgs& a, float (&partial)[
   }
 }
 
-// NT >= 3 with the activations staged per block (see "activations staged once per block").
+// NT 2..4 with the activations staged per block (see "activations staged once per block").
 // Dynamic shared memory: 2 * split * kXStageUnits<NT> uint4 of the block's target.
 template <int NT>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -777,16 +777,20 @@ bool LinearStreamBulk() {
   return on;
 }
 
-// Whether NT >= 3 launches stage the activations per block (LinearStreamXStageKernel):
-// DEEPINFER_LINEAR_STREAM_XSTAGE=1 (read once; default off), or the test override.
+// The fewest token tiles whose launches stage the activations per block
+// (LinearStreamXStageKernel): DEEPINFER_LINEAR_STREAM_XSTAGE (read once) 1: NT >= 3, 2: NT >= 2,
+// else never (default); or the test override (same values).
 std::atomic<int> xstage_override{-1};
-bool LinearStreamXStage() {
-  static const bool from_env = [] {
+int XStageLevel(int v) { return v == 1 || v == 2 ? v : 0; }
+int LinearStreamXStageMinTiles() {
+  static const int from_env = [] {
     const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_XSTAGE");
-    return env != nullptr && std::atoi(env) == 1;
+    return XStageLevel(env != nullptr ? std::atoi(env) : 0);
   }();
   const int forced = xstage_override.load();
-  return forced >= 0 ? forced == 1 : from_env;
+  const int level = forced >= 0 ? forced : from_env;
+  constexpr int kNever = 1 << 30;  // more token tiles than any launch has
+  return level == 1 ? 3 : level == 2 ? 2 : kNever;
 }
 
 // The staged kernel's dynamic shared memory for target a at nts token tiles, or 0 if the
@@ -800,7 +804,7 @@ int64_t XStageSmemBytes(const StreamArgs& a, int nts) {
   return bytes <= kXStageMaxSmemBytes && one_group ? bytes : 0;
 }
 
-// The staged launch of every target (nts 3 or 4), or cudaErrorNotSupported (nothing
+// The staged launch of every target (nts 2, 3 or 4), or cudaErrorNotSupported (nothing
 // launched) when one of them cannot be staged.
 cudaError_t LaunchXStage(const StreamMany& m, int nts, const dim3& grid, cudaStream_t stream) {
   int64_t smem = 0;
@@ -809,7 +813,9 @@ cudaError_t LaunchXStage(const StreamMany& m, int nts, const dim3& grid, cudaStr
     if (bytes == 0) return cudaErrorNotSupported;
     smem = bytes > smem ? bytes : smem;
   }
-  auto* kernel = nts == 3 ? LinearStreamXStageKernel<3> : LinearStreamXStageKernel<4>;
+  auto* kernel = nts == 2   ? LinearStreamXStageKernel<2>
+                 : nts == 3 ? LinearStreamXStageKernel<3>
+                            : LinearStreamXStageKernel<4>;
   const int static_bytes = nts * 4 * kWarps * 32 * static_cast<int>(sizeof(float));
   if (smem + static_bytes > kSmemNoOptIn) {
     const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
@@ -887,7 +893,7 @@ cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_col
     }
     return pdl::Launch(LinearStreamKernel<1, true>, grid, kThreads, smem, stream, m);
   }
-  if (nts >= 3 && LinearStreamXStage()) {
+  if (nts >= 2 && nts >= LinearStreamXStageMinTiles()) {
     const cudaError_t e = LaunchXStage(m, nts, grid, stream);
     if (e != cudaErrorNotSupported) return e;  // else: the unstaged kernel below
   }
@@ -966,10 +972,12 @@ void SetLinearStreamFuseMaxTokens(int max_tokens) {
 
 void SetLinearStreamFusedQuantWarp(bool on) { fused_quant_warp.store(on); }
 
-void SetLinearStreamXStage(int on) { xstage_override.store(on < 0 ? -1 : on == 1 ? 1 : 0); }
+void SetLinearStreamXStage(int level) {
+  xstage_override.store(level < 0 ? -1 : XStageLevel(level));
+}
 
 bool LinearStreamXStaged(int64_t n_rows, int64_t K, int64_t T) {
-  if (TokenTiles(T) < 3 || !LinearStreamXStage()) return false;
+  if (TokenTiles(T) < 2 || TokenTiles(T) < LinearStreamXStageMinTiles()) return false;
   StreamArgs a{};
   a.K = K;
   a.n_rows = n_rows;
