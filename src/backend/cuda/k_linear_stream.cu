@@ -382,7 +382,7 @@ __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r
 // Shared memory: 2 buffers x split x NT x 2 KiB (kXStageUnits uint4 per step and part). The
 // MMAs are ComputeStepJit's in the same order on the same values: bitwise the unstaged path.
 // All warps of a block must read the same x steps for the same part: the launcher stages only
-// when every block's row groups lie in one x group (XStageFits).
+// when every block's row groups lie in one x group (XStageSmemBytes).
 
 // uint4 units of one x step in fragment order (4 units x NT tiles x 32 lanes).
 template <int NT>
