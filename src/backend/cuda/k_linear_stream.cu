@@ -29,13 +29,6 @@
 // bytes spill stores; 80 before the weight preload moved out of AccumulateRows), 3: 113, 4:
 // 124 (no spills); NT 1 fused: 112 (no spills, 4 KiB static + T * K * 2 dynamic smem).
 //
-// Staged activations (DEEPINFER_LINEAR_STREAM_XSTAGE=1: NT >= 3, =2: NT >= 2; default off; see the
-// section "activations staged once per block"): each block copies the x steps its warps share into
-// shared memory once per step (cp.async, double-buffered) instead of every warp loading them
-// from L2; bitwise the unstaged results. Registers (session 13): NT 2: 124, NT 3: 128, NT 4: 126
-// (no spills); dynamic smem 2 x split x NT x 2 KiB (<= 96 KiB: NT 4 split 8 stays unstaged); the
-// unstaged kernels' SASS is unchanged. UNMEASURED (no GPU in session 13).
-//
 // Fused quantisation (T <= LinearStreamFuseMaxTokens, default 0 = off: no decode-step gain in
 // run 118, see kernels_stream.h; see the section below): one launch instead of
 // QuantizeStreamKernel + LinearStreamKernel. Each block, after its weight preload and the PDL
@@ -368,98 +361,6 @@ __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r
   }
 }
 
-// --- NT >= 2 or 3, activations staged once per block (DEEPINFER_LINEAR_STREAM_XSTAGE) ------
-//
-// The warps of a block share their x steps (all row groups of a block read the same x step
-// for the same K part), so instead of every warp loading its B units from L2 (__ldg, 4x the
-// weight bytes it streams at NT = 4), the block copies each x step its parts need ONCE into
-// shared memory (cp.async, 16 bytes per thread and copy) and the warps read their units with
-// LDS.128 (lane-contiguous: conflict-free). The K parts of a block (split > 1) advance in
-// lockstep over "slices": slice i is step s0 + i of every part (a part of fewer steps stages
-// nothing for the missing slice), double-buffered, one __syncthreads per slice:
-//   wait for slice i's copies; sync (slice i visible, every warp done with slice i - 1);
-//   issue slice i + 1's copies into the other buffer; compute slice i.
-// Shared memory: 2 buffers x split x NT x 2 KiB (kXStageUnits uint4 per step and part). The
-// MMAs are ComputeStepJit's in the same order on the same values: bitwise the unstaged path.
-// All warps of a block must read the same x steps for the same part: the launcher stages only
-// when every block's row groups lie in one x group (XStageSmemBytes).
-
-// uint4 units of one x step in fragment order (4 units x NT tiles x 32 lanes).
-template <int NT>
-constexpr int kXStageUnits = 4 * NT * 32;
-// The staged path's dynamic shared memory at most: with the static partial sums (NT * 4 KiB)
-// two blocks (16 warps) still fit an SM (228 KiB).
-constexpr int64_t kXStageMaxSmemBytes = 96 * 1024;
-
-// ComputeStepJit with the B units of the step read from shared memory: xs = this lane's unit
-// (q = 0, nt = 0) of the staged step, unit (q, nt) at xs[(q * NT + nt) * 32].
-template <int NT>
-__device__ __forceinline__ void ComputeStepShared(const WeightRegs& s, const uint4* xs,
-                                                  float (&acc)[NT][4]) {
-  const ScaleFactors f = StepFactors(s.scale);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    uint4 x[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) x[nt] = xs[(q * NT + nt) * 32];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t a[4];
-      WeightFragment(s.w, 2 * q + h, f, a);
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        if (h == 0) {
-          mma::MmaBf16(acc[nt], a, x[nt].x, x[nt].y);
-        } else {
-          mma::MmaBf16(acc[nt], a, x[nt].z, x[nt].w);
-        }
-      }
-    }
-  }
-}
-
-// The block's geometry for staging: K steps, parts, the x step of weight step 0 (the same for
-// every row group of the block), the staged buffers [2][split][kXStageUnits].
-struct XStageBlock {
-  int64_t steps;
-  int split;
-  const uint4* x_base;  // xf + x0 * kXStageUnits: x step x0's first unit
-  uint4* staged;
-};
-
-// Every thread: issues its cp.async copies of slice i into buffer buf, then commits (a group
-// per thread even when it copies nothing).
-template <int NT>
-__device__ __forceinline__ void StageSlice(const XStageBlock& b, int64_t i, int buf) {
-  constexpr int kUnits = kXStageUnits<NT>;
-  uint4* dst = b.staged + int64_t{buf} * b.split * kUnits;
-  for (int u = static_cast<int>(threadIdx.x); u < b.split * kUnits; u += kThreads) {
-    const int p = u / kUnits;
-    const int64_t ps0 = p * b.steps / b.split, ps1 = (p + 1) * b.steps / b.split;
-    if (ps0 + i < ps1) mma::CpAsync16(dst + u, b.x_base + (ps0 + i) * kUnits + u % kUnits);
-  }
-  mma::CpAsyncCommit();
-}
-
-// Slice i of the block (buffer i % 2 == kBuf, this warp's weight registers of step s0 + i in
-// wb): wait + sync, stage slice i + 1, then (active warps whose part has step s0 + i) its MMAs
-// and the weight load of step s0 + i + 2 into wb.
-template <int NT, int kBuf>
-__device__ __forceinline__ void XStageSliceStep(const XStageBlock& b, int64_t i, int64_t longest,
-                                                bool active, int part, int64_t s0, int64_t s1,
-                                                const LaneRows& p, WeightRegs& wb,
-                                                float (&acc)[NT][4]) {
-  constexpr int kUnits = kXStageUnits<NT>;
-  mma::CpAsyncWaitAll();
-  __syncthreads();
-  if (i + 1 < longest) StageSlice<NT>(b, i + 1, 1 - kBuf);
-  const int64_t st = s0 + i;
-  if (!active || st >= s1) return;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  ComputeStepShared<NT>(wb, b.staged + (int64_t{kBuf} * b.split + part) * kUnits + lane, acc);
-  if (st + 2 < s1) LoadWeights(wb, p.w0, p.w1, p.sc, st + 2);
-}
-
 // --- fused quantisation (T <= LinearStreamFuseMaxTokens, one token tile) ----------------
 //
 // Every block quantises all of x [T, K] (T <= 8) into shared memory after the PDL wait, then
@@ -615,86 +516,6 @@ __device__ __forceinline__ XSource WaitForActivations(const StreamMany& m, const
   }
 }
 
-// The end of every stream kernel: the split's partial sums added in part order by part 0
-// (one __syncthreads: every thread of the block calls this), then y (+)= acc for active warps.
-template <int NT>
-__device__ __forceinline__ void StoreRows(const StreamArgs& a, float (&partial)[kWarps][NT * 4][32],
-                                          int64_t rg, int lane, int warp, int part, bool active,
-                                          float (&acc)[NT][4]) {
-  if (a.split > 1) {  // the parts' sums, added in part order by part 0
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) partial[warp][nt * 4 + i][lane] = acc[nt][i];
-    }
-    __syncthreads();
-    if (part != 0) return;
-    for (int p = 1; p < a.split; ++p) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[nt][i] += partial[warp + p][nt * 4 + i][lane];
-      }
-    }
-  }
-  if (!active) return;
-  // Accumulator (m16n8): acc[nt][i] is row g (+ 8 for i >= 2), token nt*8 + 2c + i % 2.
-  const int g = lane / 4, c = lane % 4;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int t = nt * 8 + 2 * c + i % 2;
-      if (t >= a.T) continue;
-      float* dst = a.y + t * a.ldy + rg * kWarpRows + g + (i >= 2 ? 8 : 0);
-      *dst = a.accumulate ? *dst + acc[nt][i] : acc[nt][i];
-    }
-  }
-}
-
-// NT 2..4 with the activations staged per block (see "activations staged once per block").
-// Dynamic shared memory: 2 * split * kXStageUnits<NT> uint4 of the block's target.
-template <int NT>
-__global__ void __launch_bounds__(kThreads, 2)
-    LinearStreamXStageKernel(const __grid_constant__ StreamMany m) {
-  __shared__ float partial[kWarps][NT * 4][32];
-  extern __shared__ uint4 staged_units[];
-  int target = 0;
-  while (target + 1 < m.n && int64_t{blockIdx.x} >= m.block_end[target]) ++target;
-  const StreamArgs& a = m.a[target];
-  const int64_t block = int64_t{blockIdx.x} - (target == 0 ? 0 : m.block_end[target - 1]);
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  const int64_t per_block = kWarps / a.split, rg = block * per_block + warp / a.split;
-  const int part = warp % a.split;
-  const int64_t steps = a.K / kStepK;
-  const bool active = rg * kWarpRows < a.n_rows;
-  float acc[NT][4] = {};
-  const int64_t r = a.row0 + rg * kWarpRows, s0 = part * steps / a.split,
-                s1 = (part + 1) * steps / a.split;
-  // Weights (and their L2 head) before the wait, as AccumulateRowsJit.
-  LaneRows p{};
-  WeightRegs wbuf[2];
-  if (active) {
-    p = LaneRowsOf(a, r);
-    if (s0 < s1) LoadWeights(wbuf[0], p.w0, p.w1, p.sc, s0);
-    if (s0 + 1 < s1) LoadWeights(wbuf[1], p.w0, p.w1, p.sc, s0 + 1);
-    PrefetchStepsL2(p.w0, p.w1, s0 + 2, s0 + 2 + m.l2_head < s1 ? s0 + 2 + m.l2_head : s1);
-  }
-  pdl::WaitThenAllowNext();  // every thread, once; x only after it
-  // The block's first row group's x group (every row group of the block has the same one).
-  const int64_t x0 = ((a.row0 + block * per_block * kWarpRows) / a.group_rows) * a.group_steps;
-  const XStageBlock b{steps, a.split, a.xf + x0 * kXStageUnits<NT>, staged_units};
-  const int64_t longest = (steps + a.split - 1) / a.split;  // the longest part's steps
-  StageSlice<NT>(b, 0, 0);
-  for (int64_t i = 0; i < longest; i += 2) {
-    XStageSliceStep<NT, 0>(b, i, longest, active, part, s0, s1, p, wbuf[0], acc);
-    if (i + 1 < longest) {
-      XStageSliceStep<NT, 1>(b, i + 1, longest, active, part, s0, s1, p, wbuf[1], acc);
-    }
-  }
-  StoreRows<NT>(a, partial, rg, lane, warp, part, active, acc);
-}
-
 template <int NT, bool kFused>
 __global__ void __launch_bounds__(kThreads, 2)
     LinearStreamKernel(const __grid_constant__ StreamMany m) {
@@ -729,7 +550,35 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (!active) pdl::WaitThenAllowNext();  // (an active warp waits in AccumulateRowsJit)
     if (active) AccumulateRowsJit<NT>(a, r, s0, s1, m.l2_head, acc);
   }
-  StoreRows<NT>(a, partial, rg, lane, warp, part, active, acc);
+  if (a.split > 1) {  // the parts' sums, added in part order by part 0
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[warp][nt * 4 + i][lane] = acc[nt][i];
+    }
+    __syncthreads();
+    if (part != 0) return;
+    for (int p = 1; p < a.split; ++p) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[nt][i] += partial[warp + p][nt * 4 + i][lane];
+      }
+    }
+  }
+  if (!active) return;
+  // Accumulator (m16n8): acc[nt][i] is row g (+ 8 for i >= 2), token nt*8 + 2c + i % 2.
+  const int g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = nt * 8 + 2 * c + i % 2;
+      if (t >= a.T) continue;
+      float* dst = a.y + t * a.ldy + rg * kWarpRows + g + (i >= 2 ? 8 : 0);
+      *dst = a.accumulate ? *dst + acc[nt][i] : acc[nt][i];
+    }
+  }
 }
 
 // Steps prefetched into L2 before the PDL wait: DEEPINFER_LINEAR_STREAM_L2HEAD (read once,
@@ -775,53 +624,6 @@ bool LinearStreamBulk() {
     return env != nullptr && std::atoi(env) == 1;
   }();
   return on;
-}
-
-// The fewest token tiles whose launches stage the activations per block
-// (LinearStreamXStageKernel): DEEPINFER_LINEAR_STREAM_XSTAGE (read once) 1: NT >= 3, 2: NT >= 2,
-// else never (default); or the test override (same values).
-std::atomic<int> xstage_override{-1};
-int XStageLevel(int v) { return v == 1 || v == 2 ? v : 0; }
-int LinearStreamXStageMinTiles() {
-  static const int from_env = [] {
-    const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_XSTAGE");
-    return XStageLevel(env != nullptr ? std::atoi(env) : 0);
-  }();
-  const int forced = xstage_override.load();
-  const int level = forced >= 0 ? forced : from_env;
-  constexpr int kNever = 1 << 30;  // more token tiles than any launch has
-  return level == 1 ? 3 : level == 2 ? 2 : kNever;
-}
-
-// The staged kernel's dynamic shared memory for target a at nts token tiles, or 0 if the
-// target cannot be staged: over kXStageMaxSmemBytes, or (grouped weights) a block whose row
-// groups lie in more than one x group.
-int64_t XStageSmemBytes(const StreamArgs& a, int nts) {
-  const int64_t bytes = int64_t{2} * a.split * 4 * nts * 32 * 16;
-  const int64_t block_rows = int64_t{kWarps / a.split} * kWarpRows;
-  const bool one_group =
-      a.group_steps == 0 || (a.row0 % block_rows == 0 && a.group_rows % block_rows == 0);
-  return bytes <= kXStageMaxSmemBytes && one_group ? bytes : 0;
-}
-
-// The staged launch of every target (nts 2, 3 or 4), or cudaErrorNotSupported (nothing
-// launched) when one of them cannot be staged.
-cudaError_t LaunchXStage(const StreamMany& m, int nts, const dim3& grid, cudaStream_t stream) {
-  int64_t smem = 0;
-  for (int i = 0; i < m.n; ++i) {
-    const int64_t bytes = XStageSmemBytes(m.a[i], nts);
-    if (bytes == 0) return cudaErrorNotSupported;
-    smem = bytes > smem ? bytes : smem;
-  }
-  auto* kernel = nts == 2   ? LinearStreamXStageKernel<2>
-                 : nts == 3 ? LinearStreamXStageKernel<3>
-                            : LinearStreamXStageKernel<4>;
-  const int static_bytes = nts * 4 * kWarps * 32 * static_cast<int>(sizeof(float));
-  if (smem + static_bytes > kSmemNoOptIn) {
-    const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-  }
-  return pdl::Launch(kernel, grid, kThreads, static_cast<int>(smem), stream, m);
 }
 
 static_assert(kMaxBulkTargets >= kMaxStreamTargets, "every LinearStreamMany fits one bulk launch");
@@ -892,10 +694,6 @@ cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_col
       if (e != cudaSuccess) return e;
     }
     return pdl::Launch(LinearStreamKernel<1, true>, grid, kThreads, smem, stream, m);
-  }
-  if (nts >= 2 && nts >= LinearStreamXStageMinTiles()) {
-    const cudaError_t e = LaunchXStage(m, nts, grid, stream);
-    if (e != cudaErrorNotSupported) return e;  // else: the unstaged kernel below
   }
   switch (nts) {
     case 1:
@@ -971,19 +769,6 @@ void SetLinearStreamFuseMaxTokens(int max_tokens) {
 }
 
 void SetLinearStreamFusedQuantWarp(bool on) { fused_quant_warp.store(on); }
-
-void SetLinearStreamXStage(int level) {
-  xstage_override.store(level < 0 ? -1 : XStageLevel(level));
-}
-
-bool LinearStreamXStaged(int64_t n_rows, int64_t K, int64_t T) {
-  if (TokenTiles(T) < 2 || TokenTiles(T) < LinearStreamXStageMinTiles()) return false;
-  StreamArgs a{};
-  a.K = K;
-  a.n_rows = n_rows;
-  a.split = LinearStreamSplit(n_rows, K);
-  return XStageSmemBytes(a, TokenTiles(T)) > 0;
-}
 
 bool LinearStreamApplicable(const DeviceWeight& w, int64_t row0, int64_t n_rows, int64_t T) {
   return WeightOk(w) && T >= 1 && T <= kStreamMaxTokens && row0 >= 0 && n_rows > 0 &&

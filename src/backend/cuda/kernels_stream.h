@@ -44,19 +44,6 @@ void SetLinearStreamFuseMaxTokens(int max_tokens);
 // per 32-value block, fp8::QuantizeLaneBf16) instead of its thread-per-8-values code.
 void SetLinearStreamFusedQuantWarp(bool on);
 
-// Activations staged per block (k_linear_stream.cu): each block copies the x steps its warps
-// need once into shared memory (cp.async, double-buffered) and the warps read their B units
-// from there instead of each loading them from L2. Bitwise the unstaged results.
-// DEEPINFER_LINEAR_STREAM_XSTAGE (read once): 1 stages NT = ceil(T / 8) >= 3 (T 17..32), 2
-// stages NT >= 2 (T 9..32), anything else (default) never. UNMEASURED. Staged only where
-// 2 x split x NT x 2 KiB <= 96 KiB (NT 4: split <= 4; NT 2, 3: any split) and, for grouped
-// weights, every block's rows lie in one group; else the unstaged kernel runs.
-// Tests and benchmarks: SetLinearStreamXStage(level 0, 1 or 2 as the environment's values;
-// -1 back to the environment).
-void SetLinearStreamXStage(int level);
-// Whether an ungrouped LinearStream of n_rows x K at T tokens takes the staged kernel now.
-bool LinearStreamXStaged(int64_t n_rows, int64_t K, int64_t T);
-
 // True if LinearStream handles rows [row0, row0 + n_rows) of w for T tokens: FP8 block-32
 // weight, K = w.cols a positive multiple of 128, row0 and n_rows multiples of 16 (so a warp's
 // 16 rows share one 32-row scale block), 1 <= T <= kStreamMaxTokens, data 16-byte aligned.
