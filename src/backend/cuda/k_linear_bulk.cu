@@ -176,18 +176,24 @@ __device__ __forceinline__ void StepBoxCopy(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// Blocks until the phase of `bar` with parity `parity` has completed (its bytes have landed
-// and are visible to this thread). The "memory" clobber keeps the stage's reads after it.
+// One poll of `bar`: true when its phase with parity `parity` has completed (its bytes have
+// landed and are visible to this thread). The "memory" clobber keeps the stage's reads after
+// a successful poll.
+__device__ __forceinline__ bool TryWaitPhase(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Blocks until the phase of `bar` with parity `parity` has completed.
 __device__ __forceinline__ void WaitPhase(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (done == 0) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+  while (!TryWaitPhase(bar, parity)) {
   }
 }
 
@@ -196,17 +202,8 @@ __device__ __forceinline__ void WaitPhase(uint32_t bar, uint32_t parity) {
 // transaction count that never arrives (a box's bytes not what was armed, a rejected copy):
 // trap (the launch fails with an error) rather than hang the process.
 __device__ __forceinline__ void WaitPhaseOrTrap(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
   const long long start = clock64();
-  while (true) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    if (done != 0) return;
+  while (!TryWaitPhase(bar, parity)) {
     if (clock64() - start > (1ll << 32)) __trap();
   }
 }

@@ -581,17 +581,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// The integer of environment variable `name` clamped to [lo, hi], or `fallback` when unset
+// (the knobs below read it once, into a function-local static).
+int EnvIntClamped(const char* name, int fallback, int lo, int hi) {
+  const char* env = std::getenv(name);
+  const int v = env != nullptr ? std::atoi(env) : fallback;
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
 // Steps prefetched into L2 before the PDL wait: DEEPINFER_LINEAR_STREAM_L2HEAD (read once,
 // 0..32), default kDefaultL2Head. MEASURED (H200, run 116, decode 4k, FP8 mode): 4 steps
 // B = 1 / 8 / 32 1.45 / 2.74 / 5.92 ms against 1.45 / 2.77-2.78 / 5.99-6.01 with none; 8 and
 // 16 steps slower (B = 1 1.50 / 1.52 ms), like an in-loop prefetch ahead (run 112).
 constexpr int kDefaultL2Head = 4;
 int LinearStreamL2Head() {
-  static const int head = [] {
-    const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_L2HEAD");
-    const int v = env != nullptr ? std::atoi(env) : kDefaultL2Head;
-    return v < 0 ? 0 : v > 32 ? 32 : v;
-  }();
+  static const int head = EnvIntClamped("DEEPINFER_LINEAR_STREAM_L2HEAD", kDefaultL2Head, 0, 32);
   return head;
 }
 
@@ -619,10 +623,7 @@ bool FuseQuantisation(const StreamArgs* targets, int n, int64_t T, int64_t x_col
 // Whether the unfused one-tile path (T <= 8) launches the TMA-fed kernel of k_linear_bulk.cu
 // instead of LinearStreamKernel<1>: DEEPINFER_LINEAR_STREAM_BULK=1 (read once; default off).
 bool LinearStreamBulk() {
-  static const bool on = [] {
-    const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_BULK");
-    return env != nullptr && std::atoi(env) == 1;
-  }();
+  static const bool on = EnvIntClamped("DEEPINFER_LINEAR_STREAM_BULK", 0, 0, 2) == 1;
   return on;
 }
 
@@ -755,11 +756,8 @@ int LinearStreamSplit(int64_t n_rows, int64_t K) {
 }
 
 int LinearStreamFuseMaxTokens() {
-  static const int from_env = [] {
-    const char* env = std::getenv("DEEPINFER_LINEAR_STREAM_FUSE_MAX_T");
-    const int v = env != nullptr ? std::atoi(env) : static_cast<int>(kFusedMaxTokens);
-    return v < 0 ? 0 : v > 8 ? 8 : v;
-  }();
+  static const int from_env =
+      EnvIntClamped("DEEPINFER_LINEAR_STREAM_FUSE_MAX_T", static_cast<int>(kFusedMaxTokens), 0, 8);
   const int forced = fuse_max_tokens_override.load();
   return forced >= 0 ? forced : from_env;
 }
