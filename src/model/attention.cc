@@ -549,9 +549,6 @@ void Model::Attention(int layer, BatchContext& b, const float* u, float* out) {
   if (ratio > 0 && src == layer) Compress(layer, b, u, gi);
   backend_->EndSideBranch();
   backend_->Linear(q_r.data(), R, t.q_lora_rank, w.wq_b, 0, H * d, q.data(), H * d);
-  // The output projection is read after the indexer and the attention, which move few bytes.
-  const WeightRef* const out_weights[] = {&w.wo_a, &w.wo_b};
-  backend_->PrefetchWeights(out_weights, 2, R);
   backend_->Rope(q.data(), R, H * d, H, d, d - rd, rd / 2, b.pos.data(), inv_freq, false);
   const bool index = ratio > 0 && config_.IsIndexSource(layer);
   std::optional<IndexerQueries> queries;

@@ -164,11 +164,6 @@ class Backend {
   virtual void BeginSideBranch(int64_t /*rows*/) {}
   virtual void EndSideBranch() {}
   virtual void JoinSideBranch() {}
-  // The weights `w[0..n)` will be read soon, after ops that move few bytes (the caller issues
-  // this at the start of such a stretch, for a step of `rows` token rows): a backend may start
-  // bringing them closer (a GPU: into its L2 cache) and must not let any result depend on it.
-  // The default ignores the hint.
-  virtual void PrefetchWeights(const WeightRef* const* /*w*/, int64_t /*n*/, int64_t /*rows*/) {}
 
   // --- memory -------------------------------------------------------------------------
   // Backend-memory helpers so that the model can stage host data (ids, positions).

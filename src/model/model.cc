@@ -361,16 +361,6 @@ void Model::Logits(const ForwardBatch& batch, BatchContext& b, const float* h, F
   out->rows = n_logits;
 }
 
-void Model::PrefetchFfnWeights(const MoeWeights& w, int64_t rows) {
-  const WeightRef* const ffn[] = {&w.gate, &w.shared.w1, &w.shared.w3, &w.shared.w2};
-  backend_->PrefetchWeights(ffn, 4, rows);
-}
-
-void Model::PrefetchAttentionWeights(const AttentionWeights& w, int64_t rows) {
-  const WeightRef* const attn[] = {&w.wq_a, &w.wkv, &w.wq_b};
-  backend_->PrefetchWeights(attn, 3, rows);
-}
-
 void Model::ForwardAll(const ForwardBatch& batch, ForwardOutput* out) {
   const io::TextConfig& t = config_.text();
   const int64_t D = t.hidden_size, hc = t.hc_mult;
@@ -401,7 +391,6 @@ void Model::ForwardAll(const ForwardBatch& batch, ForwardOutput* out) {
     Emit(name + "attn_in", u0.data(), T, D);
     Attention(l, b, u.data(), y.data());
     Emit(name + "attn_out", y.data(), T, D);
-    PrefetchFfnWeights(lw.ffn, T);
     backend_->HcExpand(y.data(), a_post.data(), a_comb.data(), T, hc, D, b.x.data());
     // carry_pre receives this layer's FFN-site pre (used by the next collapse after this).
     backend_->HcMix(b.x.data(), T, hc, D, lw.hc_ffn.view(), eps, hc_eps, t.hc_sinkhorn_iters,
@@ -411,7 +400,6 @@ void Model::ForwardAll(const ForwardBatch& batch, ForwardOutput* out) {
     Emit(name + "ffn_in", u0.data(), T, D);
     moe_->Forward(lw.ffn, u.data(), T, D, y.data());
     Emit(name + "ffn_out", y.data(), T, D);
-    if (l + 1 < t.num_hidden_layers) PrefetchAttentionWeights(weights_->layers[l + 1].attn, T);
     backend_->HcExpand(y.data(), f_post.data(), f_comb.data(), T, hc, D, b.x.data());
     Emit(name + "streams_out", b.x.data(), T, hc * D);
     HostPhase("layer");

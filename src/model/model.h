@@ -137,11 +137,6 @@ class Model {
   void Logits(const ForwardBatch& batch, BatchContext& b, const float* h, ForwardOutput* out);
   void EngramLayer(int layer, BatchContext& b);
   void Attention(int layer, BatchContext& b, const float* u, float* out);
-  // Backend::PrefetchWeights hints for the `rows` token rows of a forward: the FFN's dense
-  // weights (router, shared expert), issued after the attention; a layer's first attention
-  // projections (wq_a, wkv, wq_b), issued after the previous layer's FFN.
-  void PrefetchFfnWeights(const MoeWeights& w, int64_t rows);
-  void PrefetchAttentionWeights(const AttentionWeights& w, int64_t rows);
   // The attention of every chunk over its window ring + this step's window KV `kv_new`
   // [rows, head_dim] (+ its selected compressed entries), one varlen call; updates the rings.
   void BatchAttention(int layer, BatchContext& b, const float* q, const float* kv_new, float* o);

@@ -144,11 +144,6 @@ base::Status CudaBackend::Init() {
   const char* paged = std::getenv("DEEPINFER_CUDA_PAGED_INDEXER");
   paged_indexer_ = paged == nullptr || std::strcmp(paged, "0") != 0;
   side_branch_max_rows_ = TokensFromEnv("DEEPINFER_CUDA_SIDE_BRANCH_MAX_ROWS", kSideBranchMaxRows);
-  l2_prefetch_bytes_ =
-      std::min<int64_t>(TokensFromEnv("DEEPINFER_CUDA_L2_PREFETCH_MIB", kL2PrefetchMiB), 4096)
-      << 20;
-  l2_prefetch_max_rows_ = TokensFromEnv("DEEPINFER_CUDA_L2_PREFETCH_MAX_ROWS", kL2PrefetchMaxRows);
-  l2_prefetch_evict_last_ = TokensFromEnv("DEEPINFER_CUDA_L2_PREFETCH_EVICT_LAST", 0) != 0;
   const char* many = std::getenv("DEEPINFER_CUDA_LINEAR_MANY");
   linear_many_ = many == nullptr || std::strcmp(many, "0") != 0;
   const char* fp8 = std::getenv("DEEPINFER_CUDA_FP8_ACT");

@@ -90,20 +90,6 @@ class CudaBackend final : public model::Backend {
   void BeginSideBranch(int64_t rows) override;
   void EndSideBranch() override;
   void JoinSideBranch() override;
-  // model::Backend's prefetch hint: for steps of at most `l2_prefetch_max_rows` token rows
-  // (default kL2PrefetchMaxRows; DEEPINFER_CUDA_L2_PREFETCH_MAX_ROWS) one PrefetchL2 launch
-  // (kernels_prefetch.h) asks the L2 for the first `l2_prefetch_bytes` of the weights' data and
-  // scales, in the order given (DEEPINFER_CUDA_L2_PREFETCH_MIB, 0 = off;
-  // DEEPINFER_CUDA_L2_PREFETCH_EVICT_LAST=1: with the evict-last L2 policy). Weights not yet
-  // on the device are uploaded, as their use would.
-  static constexpr int64_t kL2PrefetchMaxRows = 32;
-  static constexpr int64_t kL2PrefetchMiB = 0;
-  void PrefetchWeights(const model::WeightRef* const* w, int64_t n, int64_t rows) override;
-  void set_l2_prefetch(int64_t bytes, int64_t max_rows, bool evict_last) {
-    l2_prefetch_bytes_ = bytes;
-    l2_prefetch_max_rows_ = max_rows;
-    l2_prefetch_evict_last_ = evict_last;
-  }
   void set_side_branch_max_rows(int64_t rows) { side_branch_max_rows_ = rows; }
   // Device bytes of the kept bf16 weight copies (set_fp8_bf16_copy).
   size_t bf16_copy_bytes() const { return weights_.bf16_copy_bytes(); }
@@ -504,9 +490,6 @@ class CudaBackend final : public model::Backend {
   int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
   bool paged_indexer_ = true;
   bool linear_many_ = true;
-  int64_t l2_prefetch_bytes_ = 0;     // set in Init(); set_l2_prefetch
-  int64_t l2_prefetch_max_rows_ = 0;  // set in Init()
-  bool l2_prefetch_evict_last_ = false;
   int64_t linear_stream_max_tokens_ = 0;  // set in Init(); FP8 mode's LinearStream (0 = never)
   int64_t fp8_bf16_copy_min_tokens_ = 0;  // set in Init(); kept bf16 weight copies (0 = never)
   size_t fp8_bf16_copy_budget_ = 0;       // set in Init(); their device bytes at most

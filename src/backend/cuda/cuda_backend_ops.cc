@@ -10,8 +10,6 @@
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_attn_prefill.h"
 #include "backend/cuda/kernels_indexer.h"
-#include "backend/cuda/kernels_prefetch.h"
-#include "backend/cuda/weight_cache.h"
 #include "base/check.h"
 
 namespace deepinfer::backend::cuda {
@@ -298,35 +296,6 @@ void CudaBackend::EngramGate(float* x, const float* key, const float* value, con
   Check(kernels::EngramGate(x, key, value, q_weight, k_weight, T, hc, D, eps, stream_),
         "EngramGate");
   Done("EngramGate");
-}
-
-// --- prefetch hints -----------------------------------------------------------------------
-
-void CudaBackend::PrefetchWeights(const model::WeightRef* const* w, int64_t n, int64_t rows) {
-  if (w == nullptr || n <= 0 || rows > l2_prefetch_max_rows_ || l2_prefetch_bytes_ <= 0 ||
-      !Usable()) {
-    return;
-  }
-  kernels::PrefetchRange ranges[kernels::kMaxPrefetchRanges];
-  int count = 0;
-  int64_t budget = l2_prefetch_bytes_;
-  auto add = [&](const void* base, size_t bytes) {
-    const int64_t take = std::min<int64_t>(static_cast<int64_t>(bytes), budget);
-    if (base == nullptr || take <= 0 || count == kernels::kMaxPrefetchRanges) return;
-    ranges[count++] = {base, take};
-    budget -= take;
-  };
-  for (int64_t i = 0; i < n && budget > 0; ++i) {
-    if (w[i] == nullptr || !w[i]->valid()) continue;
-    const base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(*w[i]);
-    if (!dw.ok()) return Fail(dw.status());
-    const base::StatusOr<StoredBytes> size = StoredSize(*w[i]);
-    if (!size.ok()) return Fail(size.status());
-    add(dw->scale, size->scale);  // the scales first: small, and every row block needs them
-    add(dw->data, size->data);
-  }
-  Check(kernels::PrefetchL2(ranges, count, l2_prefetch_evict_last_, stream_), "PrefetchWeights");
-  Done("PrefetchWeights");
 }
 
 }  // namespace deepinfer::backend::cuda
