@@ -407,11 +407,12 @@ TEST_F(CudaLinearBulkTest, TensorMapCacheEncodesEachViewOnce) {
 }
 
 // Through a StreamTape (the decode step's recorder and its CUDA graphs), every tensor ring:
-// the launch is recorded (its parameter aligned to 16 bytes at most), issued op by op, then
-// captured into a graph, then replayed from it (the tape's bytes equal each time, although
-// the caller's target has other padding bytes each time); y bitwise LinearStream's after each. K =
-// 768: split 1, so the block-box ring runs its own kernel. `from`'s fields over an object whose
-// every other byte (padding) is `fill`: what a caller's indeterminate padding may hold.
+// the launch is recorded (its 64-byte aligned parameter kept at a 16-byte offset of the tape),
+// issued op by op, then captured into a graph, then replayed from it (the tape's bytes equal
+// each time, although the caller's target has other padding bytes each time); y bitwise
+// LinearStream's after each. K = 768: split 1, so the block-box ring runs its own kernel.
+// `from`'s fields over an object whose every other byte (padding) is `fill`: what a caller's
+// indeterminate padding may hold.
 void CopyWithPadding(const kernels::BulkTarget& from, unsigned char fill, kernels::BulkTarget* to) {
   std::memset(to, fill, sizeof(*to));
   to->w = from.w;
@@ -445,6 +446,9 @@ TEST_F(CudaLinearBulkTest, TensorRingsThroughStreamTapeBitwise) {
     for (kernels::BulkRing ring : rings) {
       const RingOverride use(ring);
       float* y = PoisonedFloats(T * N);
+      // The poison is a Fill the backend records on its own tape: issue it now (else it runs
+      // at FromGpu's copy, after this test's kernel: runs 121-124 saw y all NaN at flush 0).
+      ASSERT_TRUE(gpu_->Synchronize().ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       for (int flush = 0; flush < 3; ++flush) {
         SCOPED_TRACE(::testing::Message() << "ring " << RingName(ring) << " flush " << flush);

@@ -59,7 +59,13 @@
 // __grid_constant__ parameter (4 maps of 128 bytes per target: 2 KiB). Registers, MMA order, split
 // and output are the bulk kernel's: same bits as LinearStream. Shared memory: kTensor3x2 and
 // kTensor6x1 8 x 12 KiB + 1 KiB alignment (two blocks per SM), kTensor2x4 8 x 16 KiB (one block per
-// SM). Until run on a GPU the tensor rings' waits trap after ~2 s instead of hanging.
+// SM). The tensor rings' waits trap after ~2 s instead of hanging (kept as a guard).
+// MEASURED (H200, runs 121-122; kernel bench with direct launches, bitwise LinearStream): the
+// block-box ring is the fastest ring on the large weights (wq_b T=1 12.5 us, wo_b 16.7 us
+// against the row ring's 13.9 and 18.8; LinearStream with its quantisation 15.0 and 17.8) but
+// slower than LinearStream on the largest (engram wkv 50.3 against 44.6 us); kTensor2x4 is the
+// slowest ring. In the decode step none beat LinearStream: B=1 1.57-1.68 against 1.45-1.48 ms
+// (run 122, CUDA graphs), 1.64-1.66 against 1.56 ms (run 123, op by op).
 //
 // Block-box ring (kTensorBlock3x2; launches whose targets all have split 1, else kTensor3x2).
 // All 8 warps of a block walk the same K steps, so the block shares ONE ring of 3 stages x 2
@@ -197,7 +203,7 @@ __device__ __forceinline__ void WaitPhase(uint32_t bar, uint32_t parity) {
   }
 }
 
-// WaitPhase for the tensor rings, which the tests have yet to run on a GPU: a phase that has
+// WaitPhase for the tensor rings (written before they first ran on a GPU): a phase that has
 // not completed after ~2^32 clock cycles (about 2 s; a fill takes microseconds) means a
 // transaction count that never arrives (a box's bytes not what was armed, a rejected copy):
 // trap (the launch fails with an error) rather than hang the process.
@@ -224,9 +230,10 @@ struct BulkMany {
   int T;
 };
 
-// A CUtensorMap's 128 bytes, 16-byte aligned: the launch recorders (StreamTape) take
-// parameters aligned to 16 bytes at most, and CUtensorMap itself is alignas(64).
-struct alignas(16) MapBytes {
+// A CUtensorMap's 128 bytes, 64-byte aligned as CUtensorMap itself: the TMA reads a map at a
+// 64-byte aligned generic address, and only a parameter type aligned to 64 makes the driver
+// place it there (run 120: with alignas(16) the first tensor-ring launch trapped in MapAt).
+struct alignas(64) MapBytes {
   unsigned char bytes[sizeof(CUtensorMap)];
 };
 static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
@@ -249,7 +256,7 @@ struct TensorMany {
   bool block_ok[kMaxBulkTargets];
   bool block_has_full[kMaxBulkTargets];
 };
-static_assert(alignof(TensorMany) <= 16, "recordable by the launch sinks");
+static_assert(alignof(TensorMany) == 64, "the maps at 64-byte aligned parameter offsets");
 
 // The tensor map in `b` (a field of the __grid_constant__ parameter).
 __device__ __forceinline__ const CUtensorMap* MapAt(const MapBytes& b) {
