@@ -133,7 +133,14 @@ struct StreamTier {
 // 56.9, w16pf2s4 56.2, w8pf4s8 56.6, w2pf4s4 (the former small-grid row) 90.8; T = 8: w8pf4s4
 // 296.9, w8pf2b3 292.1; T = 32: w8pf4s4 950.2, w8pf4s8 942.9; T = 256: w8pf4s4 2608-2832 (run
 // to run), w8pf4s8 2696. One row: w8pf4s4 everywhere (within 2% of the best at every T).
+// Decode step (H200 run 126, FP8 mode, 4k, three interleaved pairs, ms): w8pf4s8 against
+// w8pf4s4 B=1 1.438 / 1.434 / 1.441 against 1.445 / 1.438 / 1.445, B=8 2.724 / 2.718 / 2.742
+// against 2.738 / 2.739 / 2.746, B=32 5.894 / 5.877 / 5.955 against 5.924 / 5.924 / 5.931
+// (8 of 9 pairs faster, -0.3 to -0.5% on average; run 123's sweep of all shapes: no other
+// faster). So w8pf4s8 for grids up to B = 32 (~6,500 blocks); above, unmeasured in the step,
+// w8pf4s4 (w8pf4s8's 32-pair items take 131 KiB of slices: one block per SM).
 inline constexpr StreamTier kDefaultStreamTiers[] = {
+    {8192, FindStreamShape("w8pf4s8")},
     {int64_t{1} << 62, FindStreamShape("w8pf4s4")},
 };
 
