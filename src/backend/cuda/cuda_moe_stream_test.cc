@@ -315,6 +315,11 @@ TEST_F(CudaMoeStreamTest, ShapeChoiceByEnvironmentAndTable) {
       const moe_bf16::StreamTier& last = *std::rbegin(moe_bf16::kDefaultStreamTiers);
       EXPECT_EQ(by_table.back().back(), last.shape) << nt;
     }
+    // Every decode launch up to B = 32 takes one shape (the one run 126 measured in the step):
+    // the V4.1 up / down GEMM grids at B = 1 (216 / 240) and B = 32 (7,776 / 8,640).
+    for (int64_t g : {216, 240, 7776, 8640}) {
+      EXPECT_EQ(moe_bf16::PickStreamShape(1, g), moe_bf16::PickStreamShape(1, 1)) << g;
+    }
   }
   for (const char* other : {"", "w8pf4s4x", "bogus"}) {
     const ShapeVariant variant(other);

@@ -42,8 +42,8 @@
 // 17.9, engram wkv 59.3 against 44.7 us: 2.66 against 3.52 TB/s). In the decode step
 // (DEEPINFER_LINEAR_STREAM_BULK=1) B = 1 1.59 against 1.45 ms, B = 8 3.10 against 2.75. The
 // 16 per-row copies per warp and stage compile to a serial loop (~10 instructions each), and
-// each copy moves only 256 bytes; the next form to try is one 2D tensor-map copy per stage.
-// Kept (off by default) as the base of that experiment.
+// each copy moves only 256 bytes; hence the tensor-map rings below (one copy per stage), also
+// slower in the step. Kept, off by default, for the measurements.
 //
 // Tensor-map rings (BulkRing::kTensor*; DEEPINFER_LINEAR_BULK_TMA2D=1/2/3 makes one the
 // default). The same kernel with each stage filled by ONE cp.async.bulk.tensor.3d issued by
@@ -60,12 +60,13 @@
 // and output are the bulk kernel's: same bits as LinearStream. Shared memory: kTensor3x2 and
 // kTensor6x1 8 x 12 KiB + 1 KiB alignment (two blocks per SM), kTensor2x4 8 x 16 KiB (one block per
 // SM). The tensor rings' waits trap after ~2 s instead of hanging (kept as a guard).
-// MEASURED (H200, runs 121-122; kernel bench with direct launches, bitwise LinearStream): the
-// block-box ring is the fastest ring on the large weights (wq_b T=1 12.5 us, wo_b 16.7 us
-// against the row ring's 13.9 and 18.8; LinearStream with its quantisation 15.0 and 17.8) but
-// slower than LinearStream on the largest (engram wkv 50.3 against 44.6 us); kTensor2x4 is the
-// slowest ring. In the decode step none beat LinearStream: B=1 1.57-1.68 against 1.45-1.48 ms
-// (run 122, CUDA graphs), 1.64-1.66 against 1.56 ms (run 123, op by op).
+// MEASURED (H200; kernel bench of run 122 with direct launches, bitwise LinearStream): on the
+// large weights the block-box ring is the fastest or within 0.1 us of kTensor3x2 (T=1: wq_b
+// 12.5 us, wo_b 16.7 against the row ring's 13.9 and 18.8; LinearStream with its quantisation
+// 15.0 and 17.8) but slower than LinearStream on the largest (engram wkv 50.3 against 44.6
+// us); kTensor2x4 is the slowest ring on the large weights. In the decode step none beat
+// LinearStream: B=1 1.56-1.67 against 1.45-1.48 ms (run 122, CUDA graphs), 1.55-1.57 against
+// 1.44-1.45 (run 125), 1.64-1.66 against 1.56 ms (run 123, op by op).
 //
 // Block-box ring (kTensorBlock3x2; launches whose targets all have split 1, else kTensor3x2).
 // All 8 warps of a block walk the same K steps, so the block shares ONE ring of 3 stages x 2
@@ -232,7 +233,8 @@ struct BulkMany {
 
 // A CUtensorMap's 128 bytes, 64-byte aligned as CUtensorMap itself: the TMA reads a map at a
 // 64-byte aligned generic address, and only a parameter type aligned to 64 makes the driver
-// place it there (run 120: with alignas(16) the first tensor-ring launch trapped in MapAt).
+// place it there (run 120: with alignas(16) the first tensor-ring launch trapped after 1.4 s,
+// before the ~2 s wait guard could fire: the alignment check in MapAt; gone with 64).
 struct alignas(64) MapBytes {
   unsigned char bytes[sizeof(CUtensorMap)];
 };

@@ -16,7 +16,8 @@
 // <= 512 such blocks (B <= ~4) 2 warps, as the dequantisation makes an SM's time proportional
 // to its warps and one partial wave (B = 1: 216 blocks of 8 warps on 132 SMs) leaves some SMs
 // 16 warps and others 8 (2-warp blocks: 14 to 12). The sweep (H200, run 54) showed 8-warp blocks
-// faster at every grid (T = 1: 56.9 us against 90.8 us in 2-warp blocks): one row now.
+// faster at every grid (T = 1: 56.9 us against 90.8 us in 2-warp blocks). Since run 126 the
+// table has two rows of 8 warps: slices of 8 K steps up to B = 32, of 4 above.
 //
 // Roofline (V4.1-Flash decode, 384 experts of 3 x [2304 x 5120] MXFP4 = 18.9 MB, top-6):
 // B = 1: 6 experts, 113 MB per layer; B = 32: ~150 experts, 2.85 GB per layer (25 us and

@@ -123,7 +123,8 @@ constexpr bool StreamShapeFits(const StreamShape& s, int nt) {
 
 // THE DEFAULT TABLE (DEEPINFER_EXPERTS_STREAM_VARIANT unset; edit it after a sweep): the first
 // row whose max_grid is >= the launch's grid size in 128-row blocks (max items x ceil(rows /
-// 128): B = 1 is ~250, B = 8 ~1900, B = 32 ~6500, B = 256 ~21000 at the V4.1 shape) and whose
+// 128): at the V4.1 shape and k = 6, B = 1 is 216 / 240 (up / down GEMM), B = 32 7,776 / 8,640,
+// B = 256 ~21000) and whose
 // shape fits the item width. The last row must fit every width.
 struct StreamTier {
   int64_t max_grid;
@@ -132,15 +133,16 @@ struct StreamTier {
 // Sweep on the H200 (run 54, one layer's RoutedExperts at the real shape, us): T = 1: w8pf4s4
 // 56.9, w16pf2s4 56.2, w8pf4s8 56.6, w2pf4s4 (the former small-grid row) 90.8; T = 8: w8pf4s4
 // 296.9, w8pf2b3 292.1; T = 32: w8pf4s4 950.2, w8pf4s8 942.9; T = 256: w8pf4s4 2608-2832 (run
-// to run), w8pf4s8 2696. One row: w8pf4s4 everywhere (within 2% of the best at every T).
+// to run), w8pf4s8 2696. Then one row: w8pf4s4 everywhere (within 2% of the best at every T).
 // Decode step (H200 run 126, FP8 mode, 4k, three interleaved pairs, ms): w8pf4s8 against
 // w8pf4s4 B=1 1.438 / 1.434 / 1.441 against 1.445 / 1.438 / 1.445, B=8 2.724 / 2.718 / 2.742
 // against 2.738 / 2.739 / 2.746, B=32 5.894 / 5.877 / 5.955 against 5.924 / 5.924 / 5.931
 // (8 of 9 pairs faster, -0.3 to -0.5% on average; run 123's sweep of all shapes: no other
-// faster). So w8pf4s8 for grids up to B = 32 (~6,500 blocks); above, unmeasured in the step,
-// w8pf4s4 (w8pf4s8's 32-pair items take 131 KiB of slices: one block per SM).
+// faster). So w8pf4s8 for every launch up to B = 32 (both GEMMs' grids <= 9,216 blocks);
+// above, unmeasured in the step, w8pf4s4 (w8pf4s8's 32-pair items would take 128 KiB of
+// slices: one block per SM).
 inline constexpr StreamTier kDefaultStreamTiers[] = {
-    {8192, FindStreamShape("w8pf4s8")},
+    {9216, FindStreamShape("w8pf4s8")},
     {int64_t{1} << 62, FindStreamShape("w8pf4s4")},
 };
 

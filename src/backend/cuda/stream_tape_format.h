@@ -9,8 +9,9 @@
 //   call:   tag, key bytes (u32), index into the tape's calls (u64), key bytes
 //   fork / to-main / join: tag only (the side lane's markers, see StreamTape::RecordFork)
 // Every field is written explicitly (no padding of the tape's own), so equal work gives equal
-// bytes. Parameter values start at 16-byte offsets: the tape's storage (operator new) is
-// 16-byte aligned, so pointers into it can be passed to cudaLaunchKernelExC.
+// bytes. Parameter values start at 16-byte offsets of the tape's storage; pointers into it are
+// passed to cudaLaunchKernelExC, which copies the bytes (a type aligned to more, up to 64 as the
+// TMA maps of k_linear_bulk.cu, needs no more from the host copy: runs 125-127).
 #pragma once
 
 #include <cuda_runtime_api.h>
