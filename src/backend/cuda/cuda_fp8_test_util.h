@@ -72,6 +72,39 @@ class CudaFp8Test : public CudaVsCpuTest {
     return w;
   }
 
+  // An FP8 block-32 weight whose scale bytes are drawn from [scale_lo, scale_hi].
+  HostWeight MakeFp8Weight(int64_t rows, int64_t cols, int scale_lo, int scale_hi) {
+    HostWeight w = MakeWeight(WeightFormat::kFp8Block32, rows, cols);
+    w.scale = Bytes(static_cast<int64_t>(w.scale.size()), scale_lo, scale_hi);
+    w.ref.scale = w.scale.data();
+    w.device.scale = BytesToGpu(w.scale);
+    return w;
+  }
+
+  // The several-outputs-over-one-x case of the streaming Linear tests (LinearStreamMany and
+  // LinearBulkMany), K = kManyK: two row ranges of a 256-row weight (the second accumulated
+  // into a padded y), rows 16.. of a 64-row weight with other scales, a 2048-row weight (another
+  // split). ManyOuts(w) points into w, which must outlive the outputs.
+  static constexpr int64_t kManyK = 1280;
+  struct ManyWeights {
+    HostWeight a, b, c;
+  };
+  struct ManyOut {
+    const HostWeight* w;
+    int64_t row0, n_rows, ldy;
+    bool accumulate;
+  };
+  ManyWeights MakeManyWeights() {
+    return {MakeFp8Weight(256, kManyK, 112, 124), MakeFp8Weight(64, kManyK, 126, 142),
+            MakeFp8Weight(2048, kManyK, 112, 124)};
+  }
+  static std::vector<ManyOut> ManyOuts(const ManyWeights& w) {
+    return {{&w.a, 0, 128, 128, false},
+            {&w.a, 128, 128, 131, true},
+            {&w.b, 16, 48, 48, false},
+            {&w.c, 0, 2048, 2048, false}};
+  }
+
   // x with per-block magnitudes spread over ~2^-8 .. 2^8 (exercises the scales).
   std::vector<float> Activations(int64_t T, int64_t K) {
     std::vector<float> x = Normal(T * K);

@@ -77,15 +77,6 @@ class CudaLinearBulkTest : public CudaFp8Test {
     }
   }
 
-  // An FP8 block-32 weight whose scale bytes are drawn from [scale_lo, scale_hi].
-  HostWeight MakeFp8Weight(int64_t rows, int64_t cols, int scale_lo, int scale_hi) {
-    HostWeight w = MakeWeight(WeightFormat::kFp8Block32, rows, cols);
-    w.scale = Bytes(static_cast<int64_t>(w.scale.size()), scale_lo, scale_hi);
-    w.ref.scale = w.scale.data();
-    w.device.scale = BytesToGpu(w.scale);
-    return w;
-  }
-
   // x [T, K] (device) quantised into fragment order for one token tile (device, 16 * K bytes),
   // by LinearStream's two-kernel path on a 16-row weight of K columns (see the file comment).
   const void* Fragments(const float* dx, int64_t T, int64_t K) {
@@ -235,19 +226,9 @@ TEST_F(CudaLinearBulkTest, EveryRingShapeBitwise) {
 // two row ranges of one weight (the second accumulated into a padded y), a weight of other
 // scales from row 16, a 2048-row weight of another split.
 TEST_F(CudaLinearBulkTest, ManyEqualsLinearStreamManyBitwise) {
-  const int64_t K = 1280;
-  const HostWeight a = MakeFp8Weight(256, K, 112, 124);
-  const HostWeight b = MakeFp8Weight(64, K, 126, 142);
-  const HostWeight c = MakeFp8Weight(2048, K, 112, 124);
-  struct Out {
-    const HostWeight* w;
-    int64_t row0, n_rows, ldy;
-    bool accumulate;
-  };
-  const Out outs[] = {{&a, 0, 128, 128, false},
-                      {&a, 128, 128, 131, true},
-                      {&b, 16, 48, 48, false},
-                      {&c, 0, 2048, 2048, false}};
+  const int64_t K = kManyK;
+  const ManyWeights weights = MakeManyWeights();
+  const std::vector<ManyOut> outs = ManyOuts(weights);
   for (kernels::BulkRing ring : kDefaultAndTensorRings) {
     const RingOverride use(ring);
     for (int n : {2, 3, 4}) {
@@ -261,7 +242,7 @@ TEST_F(CudaLinearBulkTest, ManyEqualsLinearStreamManyBitwise) {
         std::vector<kernels::LinearStreamTarget> stream_targets;
         std::vector<kernels::BulkTarget> bulk_targets;
         for (int i = 0; i < n; ++i) {
-          const Out& o = outs[i];
+          const ManyOut& o = outs[i];
           y0.push_back(Normal(T * o.ldy));
           y_stream.push_back(ToGpu(y0.back()));
           y_bulk.push_back(ToGpu(y0.back()));
@@ -415,16 +396,7 @@ TEST_F(CudaLinearBulkTest, TensorMapCacheEncodesEachViewOnce) {
 // indeterminate padding may hold.
 void CopyWithPadding(const kernels::BulkTarget& from, unsigned char fill, kernels::BulkTarget* to) {
   std::memset(to, fill, sizeof(*to));
-  to->w = from.w;
-  to->scale = from.scale;
-  to->K = from.K;
-  to->row0 = from.row0;
-  to->n_rows = from.n_rows;
-  to->group_rows = from.group_rows;
-  to->group_steps = from.group_steps;
-  to->y = from.y;
-  to->ldy = from.ldy;
-  to->accumulate = from.accumulate;
+  kernels::CopyBulkTargetFields(from, to);
 }
 
 TEST_F(CudaLinearBulkTest, TensorRingsThroughStreamTapeBitwise) {

@@ -28,15 +28,6 @@ namespace {
 
 class CudaLinearStreamTest : public CudaFp8Test {
  protected:
-  // An FP8 block-32 weight whose scale bytes are drawn from [scale_lo, scale_hi].
-  HostWeight MakeFp8Weight(int64_t rows, int64_t cols, int scale_lo, int scale_hi) {
-    HostWeight w = MakeWeight(WeightFormat::kFp8Block32, rows, cols);
-    w.scale = Bytes(static_cast<int64_t>(w.scale.size()), scale_lo, scale_hi);
-    w.ref.scale = w.scale.data();
-    w.device.scale = BytesToGpu(w.scale);
-    return w;
-  }
-
   // y [T, ldy] from kernels::LinearStream on the device copy of y0.
   std::vector<float> RunStream(const HostWeight& w, int64_t row0, int64_t n_rows,
                                const std::vector<float>& x, int64_t T, std::vector<float> y0,
@@ -218,19 +209,9 @@ TEST_F(CudaLinearStreamTest, BackendDispatch) {
 // bitwise its own LinearStream call, across splits (weights of 64 .. 2048 rows), two row
 // ranges of one weight, row offsets, padded y and accumulation, all four token tiles.
 TEST_F(CudaLinearStreamTest, ManyEqualsSeparateCallsBitwise) {
-  const int64_t K = 1280;
-  const HostWeight a = MakeFp8Weight(256, K, 112, 124);
-  const HostWeight b = MakeFp8Weight(64, K, 126, 142);
-  const HostWeight c = MakeFp8Weight(2048, K, 112, 124);
-  struct Out {
-    const HostWeight* w;
-    int64_t row0, n_rows, ldy;
-    bool accumulate;
-  };
-  const Out outs[] = {{&a, 0, 128, 128, false},
-                      {&a, 128, 128, 131, true},
-                      {&b, 16, 48, 48, false},
-                      {&c, 0, 2048, 2048, false}};
+  const int64_t K = kManyK;
+  const ManyWeights weights = MakeManyWeights();
+  const std::vector<ManyOut> outs = ManyOuts(weights);
   for (int64_t T : {1, 8, 9, 16, 17, 24, 25, 32}) {
     SCOPED_TRACE("T=" + std::to_string(T));
     const std::vector<float> x = Activations(T, K);
@@ -238,7 +219,7 @@ TEST_F(CudaLinearStreamTest, ManyEqualsSeparateCallsBitwise) {
     std::vector<std::vector<float>> y0;
     std::vector<float*> dy;
     std::vector<kernels::LinearStreamTarget> targets;
-    for (const Out& o : outs) {
+    for (const ManyOut& o : outs) {
       y0.push_back(Normal(T * o.ldy));
       dy.push_back(ToGpu(y0.back()));
       targets.push_back({&o.w->device, o.row0, o.n_rows, dy.back(), o.ldy, o.accumulate});
@@ -248,7 +229,7 @@ TEST_F(CudaLinearStreamTest, ManyEqualsSeparateCallsBitwise) {
     ASSERT_EQ(kernels::LinearStreamMany(targets.data(), 4, dx, T, K, scratch, gpu_->stream()),
               cudaSuccess);
     for (size_t i = 0; i < std::size(outs); ++i) {
-      const Out& o = outs[i];
+      const ManyOut& o = outs[i];
       const std::vector<float> alone =
           RunStream(*o.w, o.row0, o.n_rows, x, T, y0[i], o.ldy, o.accumulate);
       EXPECT_TRUE(BitExact(FromGpu(dy[i], T * o.ldy), alone)) << "output " << i;
@@ -578,24 +559,20 @@ TEST_F(CudaLinearStreamFusedTest, ManyFusedEqualsUnfusedBitwise) {
   const HostWeight a = MakeFp8Weight(256, K, 112, 124);
   const HostWeight b = MakeFp8Weight(48, K, 126, 142);
   const HostWeight c = MakeFp8Weight(2048, K, 112, 124);
-  struct Out {
-    const HostWeight* w;
-    int64_t row0, n_rows, ldy;
-    bool accumulate;
-  };
-  const Out outs[] = {{&a, 0, 256, 259, true}, {&b, 16, 32, 32, false}, {&c, 0, 2048, 2048, false}};
+  const ManyOut outs[] = {
+      {&a, 0, 256, 259, true}, {&b, 16, 32, 32, false}, {&c, 0, 2048, 2048, false}};
   for (int64_t T : {1, 2, 5, 8}) {
     SCOPED_TRACE("T=" + std::to_string(T));
     const std::vector<float> x = PaddedActivations(T, K, ldx);
     const float* dx = ToGpu(x);
     std::vector<std::vector<float>> y0;
-    for (const Out& o : outs) y0.push_back(Normal(T * o.ldy));
+    for (const ManyOut& o : outs) y0.push_back(Normal(T * o.ldy));
     auto run = [&](int fuse_max, bool quant_warp, bool* used_scratch) {
       const FuseOverride fuse(fuse_max, quant_warp);
       std::vector<float*> dy;
       std::vector<kernels::LinearStreamTarget> targets;
       for (size_t i = 0; i < std::size(outs); ++i) {
-        const Out& o = outs[i];
+        const ManyOut& o = outs[i];
         dy.push_back(ToGpu(y0[i]));
         targets.push_back({&o.w->device, o.row0, o.n_rows, dy.back(), o.ldy, o.accumulate});
       }

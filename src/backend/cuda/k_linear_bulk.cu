@@ -701,19 +701,9 @@ BulkRing ProcessDefaultRing() {
 // `from`'s fields into `to`, whose other bytes (padding) are zeros: the caller's padding bytes
 // are indeterminate and would reach the kernel parameter, which a StreamTape compares byte
 // for byte (equal work would then miss its graph).
-static_assert(sizeof(BulkTarget) == 80, "CopyTarget copies every field of BulkTarget");
 void CopyTarget(const BulkTarget& from, BulkTarget* to) {
   std::memset(to, 0, sizeof(*to));
-  to->w = from.w;
-  to->scale = from.scale;
-  to->K = from.K;
-  to->row0 = from.row0;
-  to->n_rows = from.n_rows;
-  to->group_rows = from.group_rows;
-  to->group_steps = from.group_steps;
-  to->y = from.y;
-  to->ldy = from.ldy;
-  to->accumulate = from.accumulate;
+  CopyBulkTargetFields(from, to);
 }
 
 bool TargetOk(const BulkTarget& t) {
@@ -769,6 +759,20 @@ cudaError_t LaunchTensorRing(const BulkMany& m, dim3 grid, cudaStream_t stream) 
 }
 
 }  // namespace
+
+static_assert(sizeof(BulkTarget) == 80, "CopyBulkTargetFields copies every field of BulkTarget");
+void CopyBulkTargetFields(const BulkTarget& from, BulkTarget* to) {
+  to->w = from.w;
+  to->scale = from.scale;
+  to->K = from.K;
+  to->row0 = from.row0;
+  to->n_rows = from.n_rows;
+  to->group_rows = from.group_rows;
+  to->group_steps = from.group_steps;
+  to->y = from.y;
+  to->ldy = from.ldy;
+  to->accumulate = from.accumulate;
+}
 
 bool LinearBulkApplicable(const BulkTarget* targets, int n, const void* xf, int T) {
   if (targets == nullptr || n < 1 || n > kMaxBulkTargets || T < 1 || T > kBulkMaxTokens ||

@@ -37,6 +37,10 @@ struct BulkTarget {
   bool accumulate;
 };
 
+// Every field of `from` into `to`, whose padding bytes are left as they are (LinearBulkMany
+// zeroes them first: a StreamTape compares parameter bytes).
+void CopyBulkTargetFields(const BulkTarget& from, BulkTarget* to);
+
 // True if LinearBulkMany takes these targets: 1 <= n <= kMaxBulkTargets, 1 <= T <=
 // kBulkMaxTokens, xf non-null and 16-byte aligned, and every target has non-null w (16-byte
 // aligned), scale and y, K a positive multiple of 128, row0 >= 0 and n_rows > 0 multiples of
