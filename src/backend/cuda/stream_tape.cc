@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cuda/kernel_census.h"
 #include "backend/cuda/stream_tape_format.h"
 #include "base/check.h"
 #include "base/logging.h"
@@ -117,6 +118,7 @@ cudaError_t StreamTape::RecordKernel(const cudaLaunchConfig_t& config, const voi
           id == cudaLaunchAttributeClusterDimension)
         << "kernel launch attribute " << static_cast<int>(id) << " cannot be recorded";
   }
+  if (KernelSkippedForMeasurement(func)) return cudaSuccess;  // kernel_census.h
   PadTo(8);
   Put(uint32_t{kKernel});
   Put(static_cast<uint32_t>(config.numAttrs));
@@ -299,6 +301,7 @@ cudaGraphExec_t StreamTape::CaptureAs(bool lanes) {
     exec = nullptr;
   }
   if (exec != nullptr && lanes && Branches(graph)) ++stats_.forked_graphs;
+  if (exec != nullptr && KernelCensusOn()) LogCensus();
   if (graph != nullptr) cudaGraphDestroy(graph);
   if (exec == nullptr) {
     LOG_WARN("CUDA graph capture of {} ops{} failed: issue {}, end capture {}", ops_,
@@ -307,6 +310,16 @@ cudaGraphExec_t StreamTape::CaptureAs(bool lanes) {
     cudaGetLastError();
   }
   return exec;
+}
+
+void StreamTape::LogCensus() const {
+  KernelCensus census;
+  tape_format::Reader r(tape_);
+  while (!r.done()) {
+    const tape_format::TapeOp op = tape_format::ReadOp(r);
+    if (op.tag == kKernel) census.Add(op.func);
+  }
+  LOG_INFO("graph of {} ops: {}", ops_, census.Summary());
 }
 
 cudaGraphExec_t StreamTape::Capture(uint64_t hash) {

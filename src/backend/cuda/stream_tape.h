@@ -140,6 +140,8 @@ class StreamTape final : public kernels::launch::Sink {
   cudaGraphExec_t Capture(uint64_t hash);
   // One capture attempt (Issue(lanes) under stream capture); the instantiated graph or null.
   cudaGraphExec_t CaptureAs(bool lanes);
+  // Logs the tape's kernels by name and count (DEEPINFER_CUDA_KERNEL_CENSUS, kernel_census.h).
+  void LogCensus() const;
   void Reset();
   // The debug log line of a tape that is not replayed (see set_debug; stream_tape_debug.cc).
   void ExplainMiss();
