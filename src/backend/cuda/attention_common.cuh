@@ -32,7 +32,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/pdl.cuh"
@@ -292,9 +294,21 @@ __device__ __forceinline__ float ClusterTreeValue(int splits, const float* coef,
   return Normalize(x[0], coef[2 * kTreeNodes]);
 }
 
+// DEEPINFER_ATTN_SPLITS=<n> in the environment (read once; 0 or unset: none) replaces the
+// launchers' wanted blocks per (token, head group) by n, for measuring the split choice (the
+// bits do not depend on it).
+inline int64_t SplitsOverride() {
+  static const int64_t n = [] {
+    const char* env = std::getenv("DEEPINFER_ATTN_SPLITS");
+    return env == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(env));
+  }();
+  return n;
+}
+
 // Blocks per (token, head group): the largest power of two <= min(want, chunks, kLanes),
 // at least 1 (a physical choice only: the bits do not depend on it).
 inline int PhysicalSplits(int64_t want, int64_t chunks) {
+  if (SplitsOverride() > 0) want = SplitsOverride();
   int splits = 1;
   while (2 * splits <= kLanes && 2 * splits <= want && 2 * splits <= chunks) splits *= 2;
   return splits;
