@@ -200,6 +200,34 @@ TEST_F(CudaAttentionMmaTest, Bf16RoundedMode) {
       BitExact(single.got, std::vector<float>(fast.got.begin(), fast.got.begin() + per_token)));
 }
 
+// The one-term kernel with 1 to 4 chunks of rows in flight: bitwise the same (the stage count
+// only changes when copies are issued), across V4.1 decode shapes with up to 40 chunks per
+// token and an 8-token prefill block; and the default (2 stages here: 224 blocks) likewise.
+TEST_F(CudaAttentionMmaTest, OneTermStagesBitwiseEqual) {
+  MmaCase c;
+  c.heads = 64, c.d = 512, c.window = 128, c.n_select = 512, c.name = "stages";
+  for (int64_t i = 0; i < 6; ++i) c.seqs.push_back({1, 1 + (41 * i) % 128, 1 + (331 * i) % 900});
+  c.seqs.push_back({8, 200, 600});
+  const MmaInputs in = MakeInputs(c);
+  std::vector<std::vector<float>> outs;
+  for (int stages : {1, 2, 3, 4, 0}) {
+    kernels::SetSparseAttentionMmaStages(stages);
+    const MmaRun run = RunMma(in, /*bf16_rounded=*/true);
+    EXPECT_EQ(run.error_word, 0) << stages << " stages";
+    outs.push_back(run.got);
+  }
+  kernels::SetSparseAttentionMmaStages(0);
+  for (size_t i = 1; i < outs.size(); ++i) EXPECT_TRUE(BitExact(outs[0], outs[i])) << i;
+  MmaInputs rounded = in;  // the CPU reference on bf16-rounded q, as in Bf16RoundedMode
+  for (float& v : rounded.q) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+    std::memcpy(&v, &b, 4);
+  }
+  EXPECT_TRUE(RelL2Close(outs[1], RunCpu(rounded), 4e-3));
+}
+
 TEST_F(CudaAttentionMmaTest, EmptySelectionSlots) {
   MmaCase c;
   c.seqs = {{3, 20, 50}}, c.empty_every = 2, c.name = "half empty";
@@ -416,14 +444,20 @@ TEST_F(AttnMmaBench, DISABLED_V41Shapes) {
 }
 
 // Every token's output is bitwise the same alone, in batches and repeated in larger calls
-// (cuda_attention_invariance.h), for the tensor-core kernel on fake-quantised rows.
+// (cuda_attention_invariance.h), for the tensor-core kernel on fake-quantised rows: three
+// terms, and one term (FP8 mode, two chunks of rows in flight).
 TEST_F(SparseAttentionInvarianceTest, MmaKernelBatchAndChunkInvariantBitwise) {
-  for (InvarianceCase c : Cases(SmallOnly())) {
-    c.bf16_rows = true;
-    CheckInvariance(c, [](const model::SparseAttentionArgs& a, int* err, cudaStream_t stream) {
-      EXPECT_TRUE(kernels::SparseAttentionMmaApplicable(a));
-      return kernels::SparseAttentionMma(a, err, stream);
-    });
+  for (const bool one_term : {false, true}) {
+    for (InvarianceCase c : Cases(SmallOnly())) {
+      c.bf16_rows = true;
+      if (one_term) c.accuracy = 3e-2;  // q and P rounded to bf16 (~2^-9 each)
+      SCOPED_TRACE(one_term ? "one term" : "three terms");
+      CheckInvariance(
+          c, [one_term](const model::SparseAttentionArgs& a, int* err, cudaStream_t stream) {
+            EXPECT_TRUE(kernels::SparseAttentionMmaApplicable(a));
+            return kernels::SparseAttentionMma(a, err, stream, one_term);
+          });
+    }
   }
 }
 

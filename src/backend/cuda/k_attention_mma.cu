@@ -24,7 +24,9 @@
 // bf16 hi / mid / lo (SplitBf16x3: exact for normal fp32 values) in shared memory. The token's
 // candidates (its window rows, then its selection slots; the same order and masking as
 // kernels::SparseAttention and the CPU reference) run in chunks of kChunk = 16 rows:
-//   1. the chunk's fp32 rows were copied by cp.async into `raw` during the previous chunk;
+//   1. the chunk's fp32 rows were copied by cp.async into a stage of `raw` during the
+//      previous chunk (one stage), or during the previous 2-3 chunks (FP8 mode, see
+//      kMaxRawStages);
 //      they are converted to bf16 `kv` (exact; a row that is not exact bf16 is rounded
 //      and flagged kErrAttnKvNotBf16), rows not attended are zero;
 //   2. the next chunk's copies are issued;
@@ -61,11 +63,17 @@
 // ~40 chunks per token.
 //
 // Shared memory (D = 512): q terms 48.75 KiB, raw 32 KiB, kv 16.25 KiB, score partials
-// 12 KiB, P terms 2.25 KiB: ~112 KiB, two blocks per SM.
+// 12 KiB, P terms 2.25 KiB: ~112 KiB, two blocks per SM. FP8 mode (one q term, 16.25 KiB):
+// 110 KiB with two raw stages (two blocks per SM), 142 KiB with three (decode grids of at most
+// one block per SM). MEASURED (H200, run 134, 4-layer step at 4k): three stages at B = 1
+// (32 blocks) 1.41-1.43 ms against 1.43-1.47 with two; at B = 8 / 32 (256 blocks) three or four
+// stages cost the second block per SM (+0.07-0.2 ms), so those keep two.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
@@ -111,10 +119,19 @@ static_assert(kChunk % kWarps == 0, "whole rows per warp when staging");
 // --- shared memory ---------------------------------------------------------------------
 __host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf16 elements
 
+// Chunks of fp32 rows in flight (cp.async stages of `raw`, a kernel template parameter; 32
+// KiB each at D = 512). Three q terms: one (a second would cost the second block per SM). One
+// term (FP8 mode): two (110 KiB, still two blocks per SM), or kOneBlockStages when the grid
+// has at most one block per SM anyway (decode at B = 1: 32 blocks). Physical only: no bit
+// depends on it. SetSparseAttentionMmaStages overrides the choice (A/B runs, tests).
+constexpr int kMaxRawStages = 4;
+constexpr int kOneBlockStages = 3;
+
 template <int kTerms>
 struct Smem {
   uint16_t* q;       // [kTerms][kHeads][d + 8] bf16 terms of q (hi, mid, lo)
-  float* raw;        // [kChunk][d] fp32 rows in flight; after the loop: O partial [kHeads][d]
+  float* raw;        // [kStages][kChunk][d] fp32 rows in flight (chunk c in stage
+                     // c % kStages); after the loop: O partial [kHeads][d]
   uint16_t* kv;      // [kChunk][d + 8] bf16 rows of the current chunk (zero if not attended)
   float* spart;      // [kWarps][kHeads][kSpStride] per-warp partial scores
   uint16_t* p;       // [kTerms][kHeads][kPStride] bf16 terms of the probabilities
@@ -127,14 +144,14 @@ struct Smem {
   float* pending_m;  // [kLaneLevels][kHeads] pending subtrees of the block's lanes
   float* pending_l;  // [kLaneLevels][kHeads]
   long long* trim;   // [4] TokenRows::Trim scratch
-  int* raw_valid;    // [kChunk] 1 if the row in `raw` is attended
+  int* raw_valid;    // [kStages][kChunk] 1 if the row in `raw` is attended
   int* kv_valid;     // [kChunk] 1 if the row in `kv` is attended
 
-  __device__ Smem(unsigned char* base, int64_t d) {
+  __device__ Smem(unsigned char* base, int64_t d, int stages) {
     const int64_t rs = RowStride(d);
     q = reinterpret_cast<uint16_t*>(base);
     raw = reinterpret_cast<float*>(q + kTerms * kHeads * rs);
-    kv = reinterpret_cast<uint16_t*>(raw + kChunk * d);
+    kv = reinterpret_cast<uint16_t*>(raw + stages * kChunk * d);
     spart = reinterpret_cast<float*>(kv + kChunk * rs);
     p = reinterpret_cast<uint16_t*>(spart + kWarps * kHeads * kSpStride);
     m = reinterpret_cast<float*>(p + kTerms * kHeads * kPStride);
@@ -147,15 +164,15 @@ struct Smem {
     pending_l = pending_m + kLaneLevels * kHeads;
     trim = reinterpret_cast<long long*>(pending_l + kLaneLevels * kHeads);
     raw_valid = reinterpret_cast<int*>(trim + 4);
-    kv_valid = raw_valid + kChunk;
+    kv_valid = raw_valid + stages * kChunk;
   }
 };
 
-int64_t SharedBytes(int64_t d, int kTerms) {
+int64_t SharedBytes(int64_t d, int kTerms, int64_t stages) {
   const int64_t rs = RowStride(d);
-  return kTerms * kHeads * rs * 2 + kChunk * d * 4 + kChunk * rs * 2 +
+  return kTerms * kHeads * rs * 2 + stages * kChunk * d * 4 + kChunk * rs * 2 +
          kWarps * kHeads * kSpStride * 4 + kTerms * kHeads * kPStride * 2 + 3 * kHeads * 4 +
-         2 * kLaneLevels * kHeads * 4 + 4 * 8 + 2 * kChunk * 4;
+         2 * kLaneLevels * kHeads * 4 + 4 * 8 + (stages + 1) * kChunk * 4;
 }
 static_assert(kHeads * kMergeCoefs + 2 * kLaneLevels * kHeads <= kWarps * kHeads * kSpStride,
               "merge and fold weights fit in spart");
@@ -177,29 +194,43 @@ __device__ void ResolveChunk(const model::SparseAttentionArgs& a, int64_t t, con
   }
 }
 
-// Issues the cp.async copies of a resolved chunk into s.raw; s.raw_valid says which rows
-// are attended.
+// Issues the cp.async copies of a resolved chunk into stage `stage` of s.raw, as one commit
+// group; s.raw_valid says which rows are attended.
 template <int kTerms>
-__device__ void IssueChunk(const ChunkSources& src, int64_t d, const Smem<kTerms>& s) {
+__device__ void IssueChunk(const ChunkSources& src, int64_t d, const Smem<kTerms>& s, int stage) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = static_cast<int>(d);
+  float* raw = s.raw + stage * kChunk * d;
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
     const int r = warp * kRowsPerWarp + k;
     if (src[k] != nullptr) {
-      for (int c = 4 * lane; c < n; c += 128) CpAsync16(s.raw + r * d + c, src[k] + c);
+      for (int c = 4 * lane; c < n; c += 128) CpAsync16(raw + r * d + c, src[k] + c);
     }
-    if (lane == 0) s.raw_valid[r] = src[k] != nullptr;
+    if (lane == 0) s.raw_valid[stage * kChunk + r] = src[k] != nullptr;
   }
   CpAsyncCommit();
 }
 
-// s.kv = bf16(s.raw) for attended rows, zero for the others. Returns true if this thread
-// saw a value that is not exactly bf16.
+// Waits for this thread's copies of all but the `pending` (0 to 3) most recent commit groups.
+__device__ __forceinline__ void CpAsyncWaitAllBut(int64_t pending) {
+  if (pending >= 3) {
+    asm volatile("cp.async.wait_group 3;\n" ::: "memory");
+  } else if (pending == 2) {
+    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+  } else if (pending == 1) {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  } else {
+    CpAsyncWaitAll();
+  }
+}
+
+// s.kv = bf16(stage `stage` of s.raw) for attended rows, zero for the others. Returns true if
+// this thread saw a value that is not exactly bf16.
 template <int kTerms>
-__device__ bool ConvertChunk(const Smem<kTerms>& s, int64_t d) {
-  return attention::ConvertRowsToBf16<kChunk>(s.raw, s.raw_valid, d, RowStride(d), s.kv,
-                                              s.kv_valid);
+__device__ bool ConvertChunk(const Smem<kTerms>& s, int64_t d, int stage) {
+  return attention::ConvertRowsToBf16<kChunk>(
+      s.raw + stage * kChunk * d, s.raw_valid + stage * kChunk, d, RowStride(d), s.kv, s.kv_valid);
 }
 
 // Step 3: warp w's partial scores over its k-steps for all (head, row) of the chunk.
@@ -420,15 +451,16 @@ __device__ void StageQ(const model::SparseAttentionArgs& a, int64_t t, int64_t h
 // Grid (tokens, heads / 16, splits), splits in {1, 2, 4, 8}; a cluster spans the splits of
 // one (token, group). Block z runs lanes [z k, (z + 1) k), k = kLanes / splits, of its
 // token's candidates (lane v = rows [v R, (v + 1) R), R = attention::LaneRows), each from a
-// fresh online-softmax state, folded by the lane tree.
-template <int kTerms>
+// fresh online-softmax state, folded by the lane tree. kStages: chunks of rows in flight.
+template <int kTerms, int kStages>
 __global__ void __launch_bounds__(kThreads, 2)
     SparseAttentionMmaKernel(model::SparseAttentionArgs a, int* error_word) {
   pdl::WaitThenAllowNext();
   static_assert(kTerms == 1 || kTerms == kMaxTerms, "q and P as 1 or 3 bf16 terms");
+  static_assert(kStages >= 1 && kStages <= kMaxRawStages, "1 to 4 chunks in flight");
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   const int64_t d = a.head_dim, rs = RowStride(d);
-  const Smem<kTerms> s(smem_bytes, d);
+  const Smem<kTerms> s(smem_bytes, d, kStages);
   const int64_t t = blockIdx.x, head_base = int64_t{blockIdx.y} * kHeads;
   const int split = blockIdx.z;
   TokenRows rows(a, t, threadIdx.x == 0 && blockIdx.y == 0 && split == 0, error_word);
@@ -444,12 +476,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t row_end = total < row_stop ? total : row_stop;
   const int64_t n_chunks = (row_end - row_begin + kChunk - 1) / kChunk;
 
-  ChunkSources next;  // the sources of the chunk after the one in flight
-  if (n_chunks > 0) {
-    ResolveChunk(a, t, rows, row_begin, row_end, error_word, next);
-    IssueChunk(next, d, s);
+  // Chunk c is copied into stage c % kStages, kStages chunks ahead of its math; `next` holds
+  // the sources of the first chunk not yet issued (resolved one chunk before its copies).
+  ChunkSources next;
+  for (int c = 0; c <= kStages; ++c) {
+    if (c < n_chunks) ResolveChunk(a, t, rows, row_begin + c * kChunk, row_end, error_word, next);
+    if (c < kStages && c < n_chunks) IssueChunk(next, d, s, c);
   }
-  if (n_chunks > 1) ResolveChunk(a, t, rows, row_begin + kChunk, row_end, error_word, next);
   StageQ(a, t, head_base, s);
   if (threadIdx.x < kHeads) {
     s.m[threadIdx.x] = a.sinks[head_base + threadIdx.x];
@@ -463,14 +496,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t lane_end =
         (lane + 1) * lane_chunks < n_chunks ? (lane + 1) * lane_chunks : n_chunks;
     for (; ch < lane_end; ++ch) {
-      CpAsyncWaitAll();
+      const int stage = static_cast<int>(ch % kStages);
+      // Chunks ch + 1 .. ch + kStages - 1 (those issued) may still be in flight.
+      const int64_t issued_after = n_chunks - 1 - ch;
+      CpAsyncWaitAllBut(issued_after < kStages - 1 ? issued_after : kStages - 1);
       __syncthreads();  // raw(ch) landed; q, m, l set; the previous chunk's kv / p are free
-      const bool inexact = ConvertChunk(s, d);
+      const bool inexact = ConvertChunk(s, d, stage);
       if (__syncthreads_or(inexact) && threadIdx.x == 0) atomicOr(error_word, kErrAttnKvNotBf16);
-      if (ch + 1 < n_chunks) {  // raw is free: copy the next chunk during this one's math
-        IssueChunk(next, d, s);
-        if (ch + 2 < n_chunks) {
-          ResolveChunk(a, t, rows, row_begin + (ch + 2) * kChunk, row_end, error_word, next);
+      if (ch + kStages < n_chunks) {  // the stage is free: copy a chunk during the math
+        IssueChunk(next, d, s, stage);
+        if (ch + kStages + 1 < n_chunks) {
+          ResolveChunk(a, t, rows, row_begin + (ch + kStages + 1) * kChunk, row_end, error_word,
+                       next);
         }
       }
       ScoreChunk(s, d);
@@ -534,20 +571,61 @@ bool SparseAttentionMmaApplicable(const model::SparseAttentionArgs& a) {
 
 namespace {
 
-template <int kTerms>
-cudaError_t LaunchMma(const model::SparseAttentionArgs& args, int* error_word,
-                      cudaStream_t stream) {
-  const auto kernel = SparseAttentionMmaKernel<kTerms>;
-  const int64_t smem = SharedBytes(args.head_dim, kTerms);
+// The one-term stage count set by SetSparseAttentionMmaStages, initially
+// DEEPINFER_ATTN_MMA_STAGES (0: chosen per launch, see kMaxRawStages).
+std::atomic<int>& StagesOverride() {
+  static std::atomic<int> stages = [] {
+    const char* env = std::getenv("DEEPINFER_ATTN_MMA_STAGES");
+    const int n = env == nullptr ? 0 : std::atoi(env);
+    return n >= 1 && n <= kMaxRawStages ? n : 0;
+  }();
+  return stages;
+}
+
+template <int kTerms, int kStages>
+cudaError_t LaunchMmaStages(const model::SparseAttentionArgs& args, int* error_word, int64_t groups,
+                            int splits, cudaStream_t stream) {
+  const auto kernel = SparseAttentionMmaKernel<kTerms, kStages>;
+  const int64_t smem = SharedBytes(args.head_dim, kTerms, kStages);
   cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
-  const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));
   return attention::LaunchClusterSplit(kernel, args, error_word, groups, splits, kThreads, smem,
                                        stream);
 }
 
+template <int kTerms>
+cudaError_t LaunchMma(const model::SparseAttentionArgs& args, int* error_word,
+                      cudaStream_t stream) {
+  const int64_t groups = args.heads / kAttnMmaHeadsPerBlock;
+  const int splits = Splits(args.tokens * groups, attention::CandidateChunks(args, kChunk));
+  if constexpr (kTerms == 1) {
+    int stages = StagesOverride().load(std::memory_order_relaxed);
+    if (stages == 0) {
+      const bool one_block_per_sm =
+          args.tokens * groups * splits <= attention::MultiprocessorCount();
+      stages = one_block_per_sm ? kOneBlockStages : 2;
+    }
+    switch (stages) {
+      case 1:
+        return LaunchMmaStages<1, 1>(args, error_word, groups, splits, stream);
+      case 2:
+        return LaunchMmaStages<1, 2>(args, error_word, groups, splits, stream);
+      case 3:
+        return LaunchMmaStages<1, 3>(args, error_word, groups, splits, stream);
+      default:
+        return LaunchMmaStages<1, 4>(args, error_word, groups, splits, stream);
+    }
+  } else {
+    return LaunchMmaStages<kTerms, 1>(args, error_word, groups, splits, stream);
+  }
+}
+
 }  // namespace
+
+void SetSparseAttentionMmaStages(int stages) {
+  StagesOverride().store(stages >= 1 && stages <= kMaxRawStages ? stages : 0,
+                         std::memory_order_relaxed);
+}
 
 cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* error_word,
                                cudaStream_t stream, bool bf16_rounded) {
