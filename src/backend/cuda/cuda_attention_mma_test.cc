@@ -445,7 +445,8 @@ TEST_F(AttnMmaBench, DISABLED_V41Shapes) {
 
 // Every token's output is bitwise the same alone, in batches and repeated in larger calls
 // (cuda_attention_invariance.h), for the tensor-core kernel on fake-quantised rows: three
-// terms, and one term (FP8 mode, two chunks of rows in flight).
+// terms, and one term (FP8 mode: small calls keep 3 chunks of rows in flight, larger ones 2,
+// so the batches also compare the two stage counts bitwise).
 TEST_F(SparseAttentionInvarianceTest, MmaKernelBatchAndChunkInvariantBitwise) {
   for (const bool one_term : {false, true}) {
     for (InvarianceCase c : Cases(SmallOnly())) {

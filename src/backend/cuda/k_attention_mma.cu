@@ -24,12 +24,11 @@
 // bf16 hi / mid / lo (SplitBf16x3: exact for normal fp32 values) in shared memory. The token's
 // candidates (its window rows, then its selection slots; the same order and masking as
 // kernels::SparseAttention and the CPU reference) run in chunks of kChunk = 16 rows:
-//   1. the chunk's fp32 rows were copied by cp.async into a stage of `raw` during the
-//      previous chunk (one stage), or during the previous 2-3 chunks (FP8 mode, see
-//      kMaxRawStages);
-//      they are converted to bf16 `kv` (exact; a row that is not exact bf16 is rounded
-//      and flagged kErrAttnKvNotBf16), rows not attended are zero;
-//   2. the next chunk's copies are issued;
+//   1. the chunk's fp32 rows were copied by cp.async into stage ch % S of `raw` during the
+//      previous S chunks (S stages: 1, or 2-3 in FP8 mode, see kMaxRawStages); they are
+//      converted to bf16 `kv` (exact; a row that is not exact bf16 is rounded and flagged
+//      kErrAttnKvNotBf16), rows not attended are zero;
+//   2. the copies of chunk ch + S are issued into the stage just converted;
 //   3. S = q K^T: warp w takes k-steps (16 channels) w, w + 8, .. of D for all 16 x 16
 //      (head, row) scores (3 MMAs per k-step and n-tile: lo, mid, hi), writes its partial
 //      to `spart`; the 8 partials are added in warp order (deterministic);
@@ -64,10 +63,13 @@
 //
 // Shared memory (D = 512): q terms 48.75 KiB, raw 32 KiB, kv 16.25 KiB, score partials
 // 12 KiB, P terms 2.25 KiB: ~112 KiB, two blocks per SM. FP8 mode (one q term, 16.25 KiB):
-// 110 KiB with two raw stages (two blocks per SM), 142 KiB with three (decode grids of at most
-// one block per SM). MEASURED (H200, run 134, 4-layer step at 4k): three stages at B = 1
-// (32 blocks) 1.41-1.43 ms against 1.43-1.47 with two; at B = 8 / 32 (256 blocks) three or four
-// stages cost the second block per SM (+0.07-0.2 ms), so those keep two.
+// 110 KiB with two raw stages (two blocks per SM), 142 KiB with three (small decode grids, one
+// block per SM). MEASURED (H200, 4-layer step at 4k, interleaved A/B): three stages at B = 1
+// (32 blocks) 1.41-1.43 ms against 1.43-1.47 with two (run 134); B = 2 / 3 (64 / 96 blocks)
+// 1.67-1.72 / 1.82-1.90 against 1.71-1.74 / 1.88-1.91, but B = 4 (128 blocks, 16 clusters of
+// 8 at one block per SM) 2.10-2.18 against 2.07-2.11 (run 137); at B = 8 / 32 (256 blocks)
+// three or four stages cost the second block per SM (+0.07-0.14 / +0.13-0.29 ms, runs
+// 133-134). Hence three stages up to 3/4 of the SM count in blocks, else two.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -121,11 +123,12 @@ __host__ __device__ inline int64_t RowStride(int64_t d) { return d + 8; }  // bf
 
 // Chunks of fp32 rows in flight (cp.async stages of `raw`, a kernel template parameter; 32
 // KiB each at D = 512). Three q terms: one (a second would cost the second block per SM). One
-// term (FP8 mode): two (110 KiB, still two blocks per SM), or kOneBlockStages when the grid
-// has at most one block per SM anyway (decode at B = 1: 32 blocks). Physical only: no bit
-// depends on it. SetSparseAttentionMmaStages overrides the choice (A/B runs, tests).
+// term (FP8 mode): two (110 KiB, still two blocks per SM), or kSmallGridStages when the grid
+// has at most 3/4 of the SM count in blocks (decode B <= 3: 32-96 blocks; see the measurements
+// at the top). Physical only: no bit depends on it. SetSparseAttentionMmaStages overrides the
+// choice (A/B runs, tests).
 constexpr int kMaxRawStages = 4;
-constexpr int kOneBlockStages = 3;
+constexpr int kSmallGridStages = 3;
 
 template <int kTerms>
 struct Smem {
@@ -601,9 +604,9 @@ cudaError_t LaunchMma(const model::SparseAttentionArgs& args, int* error_word,
   if constexpr (kTerms == 1) {
     int stages = StagesOverride().load(std::memory_order_relaxed);
     if (stages == 0) {
-      const bool one_block_per_sm =
-          args.tokens * groups * splits <= attention::MultiprocessorCount();
-      stages = one_block_per_sm ? kOneBlockStages : 2;
+      const bool small_grid =
+          4 * args.tokens * groups * splits <= 3 * int64_t{attention::MultiprocessorCount()};
+      stages = small_grid ? kSmallGridStages : 2;
     }
     switch (stages) {
       case 1:

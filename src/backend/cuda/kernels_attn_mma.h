@@ -45,9 +45,9 @@ cudaError_t SparseAttentionMma(const model::SparseAttentionArgs& args, int* erro
                                cudaStream_t stream, bool bf16_rounded = false);
 
 // Chunks of 16 candidate rows the one-term (bf16_rounded) kernel keeps in flight: 1 to 4, or 0
-// (the default): 3 when the launch has at most one block per SM, else 2 (two blocks per SM
-// fit beside two stages, not three); the three-term kernel always keeps 1. Physical only: the
-// bits do not depend on it. Process-wide; initially DEEPINFER_ATTN_MMA_STAGES from the
+// (the default): 3 when the launch has at most 3/4 of the SM count in blocks, else 2 (two
+// blocks per SM fit beside two stages, not three); the three-term kernel always keeps 1. Physical
+// only: the bits do not depend on it. Process-wide; initially DEEPINFER_ATTN_MMA_STAGES from the
 // environment. Each stage is 32 KiB of shared memory at head_dim 512.
 void SetSparseAttentionMmaStages(int stages);
 
