@@ -41,7 +41,7 @@ TEST(KernelCensusTest, ShortensDemangledNames) {
 }
 
 TEST(KernelCensusTest, SplitsPatternsAtCommas) {
-  EXPECT_EQ(SplitKernelPatterns("HcMix,,Rope,"), (std::vector<std::string>{"HcMix", "Rope"}));
+  EXPECT_EQ(SplitKernelPatterns("HcMix,, Rope,"), (std::vector<std::string>{"HcMix", "Rope"}));
   EXPECT_TRUE(SplitKernelPatterns("").empty());
 }
 

@@ -14,15 +14,15 @@ namespace deepinfer::backend::cuda {
 std::vector<std::string> SplitKernelPatterns(const char* s) {
   std::vector<std::string> parts;
   std::string cur;
-  for (const char* p = s; *p != '\0'; ++p) {
-    if (*p == ',') {
+  for (const char* p = s;; ++p) {
+    if (*p == ',' || *p == '\0') {
       if (!cur.empty()) parts.push_back(cur);
       cur.clear();
-    } else {
+      if (*p == '\0') break;
+    } else if (*p != ' ') {  // "a, b" means "a,b" (kernel symbols have no spaces)
       cur += *p;
     }
   }
-  if (!cur.empty()) parts.push_back(cur);
   return parts;
 }
 

@@ -1,10 +1,12 @@
 // Measurement switches over the kernels a StreamTape records (for the decode-step studies of
 // bench/gpu; not for serving). Both are read from the environment once per process:
 //
-//   DEEPINFER_CUDA_SKIP_KERNELS=a,b,...  recorded launches whose kernel symbol (mangled)
-//       contains any of the comma-separated substrings are dropped: the work then computes
-//       wrong values. What a step loses without a kernel bounds what fusing or speeding up
-//       that kernel can gain in the step (PDL overlap included), which per-kernel times cannot.
+//   DEEPINFER_CUDA_SKIP_KERNELS=a,b,...  recorded launches (CUDA graphs / the tape; launches
+//       issued directly are not affected) whose kernel symbol (mangled) contains any of the
+//       comma-separated substrings are dropped: the work then computes wrong values, and
+//       stale indices may stop it (a selection or expert id out of range). What a step loses
+//       without a kernel bounds what fusing or speeding up that kernel can gain in the step
+//       (PDL overlap included), which per-kernel times cannot.
 //   DEEPINFER_CUDA_KERNEL_CENSUS=1  every captured graph logs its kernels: count per kernel
 //       name, in order of first launch.
 #pragma once
@@ -26,7 +28,7 @@ bool KernelSkippedForMeasurement(const void* func);
 // Replaces the skip patterns for the rest of the process (tests; empty: none).
 void SetKernelSkipPatterns(std::vector<std::string> patterns);
 
-// "a,,b" -> {"a", "b"}.
+// "a,, b" -> {"a", "b"} (spaces dropped).
 std::vector<std::string> SplitKernelPatterns(const char* text);
 // "void ns::(anonymous namespace)::Name<args>(params)" -> "Name<args>".
 std::string ShortenDemangled(std::string name);

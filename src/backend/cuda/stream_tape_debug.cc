@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/kernel_census.h"
 #include "backend/cuda/stream_tape.h"
 #include "backend/cuda/stream_tape_format.h"
 #include "base/logging.h"
@@ -12,25 +13,16 @@ namespace {
 
 using tape_format::TapeOp;
 
-const char* KernelName(const void* func) {
-  const char* name = nullptr;
-  if (cudaFuncGetName(&name, func) != cudaSuccess || name == nullptr) {
-    cudaGetLastError();
-    return "?";
-  }
-  return name;
-}
-
 // What differs at byte `at` of op `op`: the launch shape or which parameter of a kernel, the
 // byte of a copy, else the op's tag.
 std::string Difference(const TapeOp& op, size_t at) {
   if (op.tag == tape_format::kKernel) {
     if (op.param_starts.empty() || at < op.param_starts[0]) {
-      return std::string("kernel ") + KernelName(op.func) + " (launch shape)";
+      return std::string("kernel ") + KernelSymbol(op.func) + " (launch shape)";
     }
     size_t param = 0;
     while (param + 1 < op.param_starts.size() && op.param_starts[param + 1] <= at) ++param;
-    return std::string("kernel ") + KernelName(op.func) + " (parameter " + std::to_string(param) +
+    return std::string("kernel ") + KernelSymbol(op.func) + " (parameter " + std::to_string(param) +
            ")";
   }
   if (op.tag == tape_format::kCopy) {
@@ -44,7 +36,7 @@ std::string Difference(const TapeOp& op, size_t at) {
 void StreamTape::LogFailedLaunch(const tape_format::TapeOp& op, cudaError_t e) const {
   const dim3& g = op.config.gridDim;
   LOG_ERROR("recorded launch of {} (grid {}x{}x{}, block {}, smem {}, {} attributes) failed: {}",
-            KernelName(op.func), g.x, g.y, g.z, op.config.blockDim.x, op.config.dynamicSmemBytes,
+            KernelSymbol(op.func), g.x, g.y, g.z, op.config.blockDim.x, op.config.dynamicSmemBytes,
             op.config.numAttrs, cudaGetErrorString(e));
 }
 
