@@ -32,10 +32,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
+#include "backend/cuda/env_knob.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/pdl.cuh"
 #include "model/backend.h"
@@ -298,10 +297,7 @@ __device__ __forceinline__ float ClusterTreeValue(int splits, const float* coef,
 // launchers' wanted blocks per (token, head group) by n, for measuring the split choice (the
 // bits do not depend on it).
 inline int64_t SplitsOverride() {
-  static const int64_t n = [] {
-    const char* env = std::getenv("DEEPINFER_ATTN_SPLITS");
-    return env == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(env));
-  }();
+  static const int n = EnvIntClamped("DEEPINFER_ATTN_SPLITS", 0, 0, kLanes);
   return n;
 }
 

@@ -75,10 +75,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/env_knob.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_mma.h"
@@ -96,6 +96,7 @@ using attention::TokenRows;
 using mma::CpAsync16;
 using mma::CpAsyncCommit;
 using mma::CpAsyncWaitAll;
+using mma::CpAsyncWaitAllBut;
 using mma::LdMatrixX4;
 using mma::LdMatrixX4Trans;
 using mma::MmaBf16;
@@ -213,19 +214,6 @@ __device__ void IssueChunk(const ChunkSources& src, int64_t d, const Smem<kTerms
     if (lane == 0) s.raw_valid[stage * kChunk + r] = src[k] != nullptr;
   }
   CpAsyncCommit();
-}
-
-// Waits for this thread's copies of all but the `pending` (0 to 3) most recent commit groups.
-__device__ __forceinline__ void CpAsyncWaitAllBut(int64_t pending) {
-  if (pending >= 3) {
-    asm volatile("cp.async.wait_group 3;\n" ::: "memory");
-  } else if (pending == 2) {
-    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-  } else if (pending == 1) {
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  } else {
-    CpAsyncWaitAll();
-  }
 }
 
 // s.kv = bf16(stage `stage` of s.raw) for attended rows, zero for the others. Returns true if
@@ -577,11 +565,7 @@ namespace {
 // The one-term stage count set by SetSparseAttentionMmaStages, initially
 // DEEPINFER_ATTN_MMA_STAGES (0: chosen per launch, see kMaxRawStages).
 std::atomic<int>& StagesOverride() {
-  static std::atomic<int> stages = [] {
-    const char* env = std::getenv("DEEPINFER_ATTN_MMA_STAGES");
-    const int n = env == nullptr ? 0 : std::atoi(env);
-    return n >= 1 && n <= kMaxRawStages ? n : 0;
-  }();
+  static std::atomic<int> stages = EnvIntClamped("DEEPINFER_ATTN_MMA_STAGES", 0, 0, kMaxRawStages);
   return stages;
 }
 

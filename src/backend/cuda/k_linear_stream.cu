@@ -53,6 +53,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_dequant.cuh"
+#include "backend/cuda/env_knob.h"
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels_bulk.h"
 #include "backend/cuda/kernels_stream.h"
@@ -579,14 +580,6 @@ __global__ void __launch_bounds__(kThreads, 2)
       *dst = a.accumulate ? *dst + acc[nt][i] : acc[nt][i];
     }
   }
-}
-
-// The integer of environment variable `name` clamped to [lo, hi], or `fallback` when unset
-// (the knobs below read it once, into a function-local static).
-int EnvIntClamped(const char* name, int fallback, int lo, int hi) {
-  const char* env = std::getenv(name);
-  const int v = env != nullptr ? std::atoi(env) : fallback;
-  return v < lo ? lo : v > hi ? hi : v;
 }
 
 // Steps prefetched into L2 before the PDL wait: DEEPINFER_LINEAR_STREAM_L2HEAD (read once,

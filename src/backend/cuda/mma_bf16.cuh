@@ -26,6 +26,19 @@ __device__ __forceinline__ void CpAsyncCommit() {
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
+// Waits for this thread's copies of all but the `pending` most recent commit groups (pending
+// 0 to 3; larger counts wait as for 3).
+__device__ __forceinline__ void CpAsyncWaitAllBut(int64_t pending) {
+  if (pending >= 3) {
+    asm volatile("cp.async.wait_group 3;\n" ::: "memory");
+  } else if (pending == 2) {
+    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+  } else if (pending == 1) {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  } else {
+    CpAsyncWaitAll();
+  }
+}
 
 // 16 bytes read once from global memory (streamed weights): not kept in L1, and the L2
 // fetches the 256-byte sector group around them, so that a warp reading 64 bytes of a row
