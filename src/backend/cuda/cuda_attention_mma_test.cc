@@ -163,8 +163,12 @@ TEST_F(CudaAttentionMmaTest, VarlenThreeSequences) {
   Check(c);
 }
 
-// Empty selection slots: most slots -1, every slot -1, and nothing attended at all (only
-// the sink: the output is exactly 0).
+// `in` with q rounded to bf16 (what the one-term kernel multiplies), for the CPU reference.
+MmaInputs WithBf16RoundedQ(MmaInputs in) {
+  for (float& v : in.q) v = RoundBf16(v);
+  return in;
+}
+
 // bf16_rounded (FP8-activation mode): q and P rounded to bf16. Close to the CPU on bf16-
 // rounded q (the P rounding adds ~2^-9 relative per weight), measurably not the exact
 // three-term result, and still bitwise batch-invariant (a token alone = the same token in
@@ -174,14 +178,7 @@ TEST_F(CudaAttentionMmaTest, Bf16RoundedMode) {
   c.seqs = {{1, 128, 300}, {4, 70, 90}, {2, 40, 0}}, c.heads = 64, c.d = 512, c.window = 128;
   c.n_select = 64, c.name = "bf16 rounded";
   MmaInputs in = MakeInputs(c);
-  MmaInputs rounded = in;
-  for (float& v : rounded.q) {
-    uint32_t b;
-    std::memcpy(&b, &v, 4);
-    b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
-    std::memcpy(&v, &b, 4);
-  }
-  const std::vector<float> expected = RunCpu(rounded);
+  const std::vector<float> expected = RunCpu(WithBf16RoundedQ(in));
   const MmaRun fast = RunMma(in, /*bf16_rounded=*/true);
   EXPECT_EQ(fast.error_word, 0);
   EXPECT_TRUE(RelL2Close(fast.got, expected, 4e-3));
@@ -218,16 +215,11 @@ TEST_F(CudaAttentionMmaTest, OneTermStagesBitwiseEqual) {
   }
   kernels::SetSparseAttentionMmaStages(0);
   for (size_t i = 1; i < outs.size(); ++i) EXPECT_TRUE(BitExact(outs[0], outs[i])) << i;
-  MmaInputs rounded = in;  // the CPU reference on bf16-rounded q, as in Bf16RoundedMode
-  for (float& v : rounded.q) {
-    uint32_t b;
-    std::memcpy(&b, &v, 4);
-    b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
-    std::memcpy(&v, &b, 4);
-  }
-  EXPECT_TRUE(RelL2Close(outs[1], RunCpu(rounded), 4e-3));
+  EXPECT_TRUE(RelL2Close(outs[1], RunCpu(WithBf16RoundedQ(in)), 4e-3));  // as in Bf16RoundedMode
 }
 
+// Empty selection slots: most slots -1, every slot -1, and nothing attended at all (only
+// the sink: the output is exactly 0).
 TEST_F(CudaAttentionMmaTest, EmptySelectionSlots) {
   MmaCase c;
   c.seqs = {{3, 20, 50}}, c.empty_every = 2, c.name = "half empty";
@@ -311,10 +303,7 @@ TEST_F(CudaAttentionMmaTest, InexactRowIsFlaggedAndRounded) {
   MmaInputs rounded = in;
   for (int64_t i = 0; i < in.d; ++i) {
     float& v = rounded.window_kv[row * in.d + i];
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;  // round to nearest even
-    std::memcpy(&v, &bits, 4);
+    v = RoundBf16(v);
   }
   const std::vector<float> expected = RunCpu(rounded);
   EXPECT_TRUE(AllClose(run.got, expected, 0.0, kAbsTolOfMax * MaxAbs(expected)));
