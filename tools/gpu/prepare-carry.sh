@@ -16,7 +16,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 CARRY="$ROOT/gpu-carry"
 BINS=(cuda_backend_test cuda_goldens_test engine_model_test gpu_model_bench make_bench_model
-      gpu_ceilings)
+      gpu_ceilings gpu_fp8_block_gemm)
 cmake --build "$BUILD" -j"$(nproc)" --target "${BINS[@]}"
 rm -rf "$CARRY/bin" "$CARRY/bins.tar.xz" "$CARRY/gpu-libs.tar.xz"
 mkdir -p "$CARRY/bin" "$CARRY/goldens"

@@ -160,6 +160,8 @@ base::Status CudaBackend::Init() {
   fp8_bf16_copy_budget_ = static_cast<size_t>(copy_gib) << 30;
   experts_bf16_min_tokens_ =
       TokensFromEnv("DEEPINFER_EXPERTS_BF16_MIN_TOKENS", kExpertsBf16MinTokens);
+  fp8_block128_min_tokens_ =
+      TokensFromEnv("DEEPINFER_FP8_BLOCK128_MIN_TOKENS", kFp8Block128MinTokens);
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
   if (invariant != nullptr && std::strcmp(invariant, "0") != 0) set_batch_invariant(true);
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}{}", device_, prop.name,
@@ -485,6 +487,10 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   };
   if (fp8_activations_ && kernels::Fp8LinearApplicable(*dw)) {
     const bool stream = Fp8UsesStream(T) && kernels::LinearStreamApplicable(*dw, row0, n_rows, T);
+    if (!stream && Fp8UsesBlock128(T) &&
+        LinearFp8Block128(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate)) {
+      return Done("Linear", w.name);
+    }
     const uint16_t* copy = stream ? nullptr : Fp8Bf16CopyFor(*dw, T);
     if (Fp8UsesBf16Gemm(T) || copy != nullptr) {
       LinearFp8Bf16(x, T, ldx, *dw, row0, n_rows, y, ldy, accumulate, copy);

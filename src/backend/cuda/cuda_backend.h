@@ -20,16 +20,20 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/device_arena.h"
+#include "backend/cuda/kernels_block128.h"
 #include "backend/cuda/kernels_stream.h"
 #include "backend/cuda/stream_tape.h"
 #include "backend/cuda/weight_cache.h"
@@ -184,6 +188,20 @@ class CudaBackend final : public model::Backend {
   void set_fp8_bf16_copy(int64_t min_tokens, size_t budget_bytes) {
     fp8_bf16_copy_min_tokens_ = min_tokens;
     fp8_bf16_copy_budget_ = budget_bytes;
+  }
+  // FP8-activation mode, not batch-invariant: an FP8 block-32 Linear (and LinearGrouped) of at
+  // least `t` token rows that LinearStream does not take runs cuBLASLt's block-scaled FP8 GEMM
+  // (kernels_block128.h: activations quantised per token per 128 values, the weight re-blocked
+  // once to 128 x 128 scales and kept with it, within the copies' budget of set_fp8_bf16_copy)
+  // instead of the bf16 copy and bf16 GEMM paths, which keep the calls it does not fit (row0
+  // not a multiple of 128, unaligned x or y, no cuBLASLt algorithm, budget spent). Default
+  // kFp8Block128MinTokens (H200 run 141: from 33 tokens on, decode B=64 / 128 steps took 8.92
+  // -> 9.28 / 12.01 -> 12.32 ms against the bf16 copies, B=256 16.40 -> 16.44; 4k prefill
+  // 48,877 -> 54,539 tok/s); DEEPINFER_FP8_BLOCK128_MIN_TOKENS=<t> at creation, 0 = never.
+  static constexpr int64_t kFp8Block128MinTokens = 512;
+  void set_fp8_block128_min_tokens(int64_t t) { fp8_block128_min_tokens_ = t; }
+  size_t fp8_block128_copy_bytes() const {
+    return weights_.copy_bytes(WeightCache::CopyKind::kFp8Block128);
   }
   // FP8-activation mode, not batch-invariant: RoutedExperts with at least `t` tokens runs
   // kernels::RoutedExpertsBf16 (block scales folded into bf16 operands, one fp32 sum over K;
@@ -440,6 +458,52 @@ class CudaBackend final : public model::Backend {
   void LinearGroupedFp8Stream(const float* x, int64_t T, int64_t ldx,
                               const kernels::DeviceWeight& w, int64_t groups, float* y,
                               int64_t ldy);
+  // --- the block-128 FP8 path (cuda_backend_block128.cc) ---
+  bool Fp8UsesBlock128(int64_t T) const {
+    return !batch_invariant_ && fp8_block128_min_tokens_ > 0 && T >= fp8_block128_min_tokens_;
+  }
+  // The re-blocked copy of FP8 weight w (made on first use), or a view with null data (not
+  // convertible, budget or device memory short).
+  kernels::Block128Weight Fp8Block128CopyFor(const kernels::DeviceWeight& w);
+  // Linear / LinearGrouped on that path. False, with nothing done, when the call does not fit
+  // it; true when it took the call (a failure is recorded).
+  bool LinearFp8Block128(const float* x, int64_t T, int64_t ldx, const kernels::DeviceWeight& w,
+                         int64_t row0, int64_t n_rows, float* y, int64_t ldy, bool accumulate);
+  bool LinearGroupedFp8Block128(const float* x, int64_t T, int64_t ldx,
+                                const kernels::DeviceWeight& w, int64_t groups, float* y,
+                                int64_t ldy);
+  // One cuBLASLt GEMM, column-major: y^T [rows, T] (ld ldy, += if accumulate) = W[rows, K]^T
+  // xq^T [K, T] (ld ld_xq) with their block-128 scales (ws: ceil(rows / 128) rows of the
+  // weight copy's scale_ld, K-block fastest; xs: K / 128 rows of Block128ScaleLd(T), token
+  // fastest). Operands 16-byte aligned.
+  struct Block128Shape {
+    int64_t rows, T, K, ld_xq, ldy;
+    bool accumulate;
+  };
+  struct Block128Gemm {
+    const uint8_t* w;
+    const float* ws;
+    const uint8_t* xq;
+    const float* xs;
+    float* y;
+    Block128Shape shape;
+  };
+  // Whether a GEMM of this shape onto y can run (y 16-byte aligned, or null for an arena
+  // scratch; ldy a multiple of 4, ld_xq of 16, a cuBLASLt algorithm: Block128AlgoFor).
+  bool Block128Fits(const Block128Shape& s, const float* y);
+  // The GEMMs of one block-128 Linear (cuda_backend_block128.cc), whether x / y fit them, and
+  // running them (quantisation, GEMMs per group and token part, the tail's addition).
+  struct Block128Plan;
+  bool Block128PlanFits(const Block128Plan& p, const float* x, int64_t ldx, float* y);
+  void RunBlock128Plan(const Block128Plan& p, const float* x, int64_t ldx,
+                       const kernels::Block128Weight& w, int64_t row0, float* y, int64_t ldy,
+                       bool accumulate);
+  // Issued now or recorded on the tape (after Block128Fits); false after a failure (recorded).
+  bool RunBlock128Gemm(const Block128Gemm& g);
+  // cuBLASLt's heuristic for the shape (16-byte alignment assumed), cached; nullopt: none.
+  std::optional<cublasLtMatmulAlgo_t> Block128AlgoFor(const Block128Shape& s);
+  std::map<std::array<int64_t, 6>, std::optional<cublasLtMatmulAlgo_t>> block128_algos_;
+
   // The persistent fp32 dequantisation tile for Linear, grown on demand.
   float* LinearScratch(int64_t floats);
 
@@ -470,7 +534,7 @@ class CudaBackend final : public model::Backend {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  cublasLtHandle_t cublas_lt_ = nullptr;  // reserved for the FP8 GEMM path
+  cublasLtHandle_t cublas_lt_ = nullptr;  // the block-128 FP8 GEMMs (shares cuBLAS's workspaces)
   void* cublas_workspace_ = nullptr;      // cublasSetWorkspace, kCublasWorkspaceBytes
   // A fixed cuBLAS workspace per handle (cuBLAS's Hopper default size): a GEMM captured into
   // a CUDA graph must not allocate one.
@@ -493,6 +557,7 @@ class CudaBackend final : public model::Backend {
   int64_t linear_stream_max_tokens_ = 0;  // set in Init(); FP8 mode's LinearStream (0 = never)
   int64_t fp8_bf16_copy_min_tokens_ = 0;  // set in Init(); kept bf16 weight copies (0 = never)
   size_t fp8_bf16_copy_budget_ = 0;       // set in Init(); their device bytes at most
+  int64_t fp8_block128_min_tokens_ = 0;   // set in Init(); cuBLASLt block-128 FP8 (0 = never)
   int64_t experts_bf16_min_tokens_ = 0;   // set in Init(); RoutedExpertsBf16 (0 = never)
   bool batch_invariant_ = false;          // set in Init(); set_batch_invariant
 

@@ -242,8 +242,9 @@ void CudaBackend::LinearMany(const float* x, int64_t T, int64_t ldx, const model
   }
   const int count = static_cast<int>(n);
   const bool stream = Fp8UsesStream(T) && kernels::LinearStreamManyApplicable(targets, count, T);
-  // Past the stream, outputs with kept bf16 copies each on its own Linear (one GEMM on the
-  // copy); without copies, one shared quantisation and LinearFp8 per output (below).
+  // Past the stream, each output on its own Linear on the block-128 path or with a kept bf16
+  // copy (one GEMM each); without either, one shared quantisation and LinearFp8 per output.
+  if (!stream && Fp8UsesBlock128(T)) return Backend::LinearMany(x, T, ldx, outs, n);
   bool copies = !stream && Fp8UsesBf16Copy(T);
   for (int i = 0; copies && i < count; ++i) copies = Fp8Bf16CopyFor(weights[i], T) != nullptr;
   if (!stream && (!all_tiles || copies)) return Backend::LinearMany(x, T, ldx, outs, n);
@@ -292,6 +293,10 @@ void CudaBackend::LinearGrouped(const float* x, int64_t T, int64_t ldx, int64_t 
       if (!Usable()) return;
       const bool stream =
           Fp8UsesStream(T) && kernels::LinearStreamGroupedApplicable(*fw, groups, T);
+      if (!stream && Fp8UsesBlock128(T) &&
+          LinearGroupedFp8Block128(x, T, ldx, *fw, groups, y, ldy)) {
+        return Done("Linear", w.name);
+      }
       const uint16_t* copy = stream ? nullptr : Fp8Bf16CopyFor(*fw, T);
       if (Fp8UsesBf16Gemm(T) || copy != nullptr) {
         LinearGroupedFp8Bf16(x, T, ldx, *fw, groups, y, ldy, copy);

@@ -41,13 +41,15 @@ struct HostWeight {
 class CudaFp8Test : public CudaVsCpuTest {
  protected:
   // The tests of LinearFp8 and of the bf16 GEMMs pin those paths: the few-token streaming
-  // Linear (kernels_stream.h) and the kept bf16 weight copies (set_fp8_bf16_copy), both on by
-  // default, are tested on their own (cuda_linear_stream_test.cc, cuda_fp8_copy_test.cc).
+  // Linear (kernels_stream.h), the kept bf16 weight copies (set_fp8_bf16_copy) and the
+  // block-128 FP8 GEMM (set_fp8_block128_min_tokens), all on by default, are tested on their
+  // own (cuda_linear_stream_test.cc, cuda_fp8_copy_test.cc, cuda_fp8_block128_test.cc).
   void SetUp() override {
     CudaVsCpuTest::SetUp();
     if (gpu_ != nullptr) {
       gpu_->set_linear_stream_max_tokens(0);
       gpu_->set_fp8_bf16_copy(0, 0);
+      gpu_->set_fp8_block128_min_tokens(0);
     }
   }
 
@@ -307,12 +309,13 @@ class CudaFp8Test : public CudaVsCpuTest {
     return run;
   }
 
-  // Per element of y [T, ldy]: a column i < n_cols is within kBoundTol * bound(t, i) (the sum
-  // of |xq w| over its K products) + 2^-22 (|y0| if accumulating + |expected|); a padding
-  // column (i >= n_cols) is bitwise y0. Returns the largest |err| / bound.
+  // Per element of y [T, ldy]: a column i < n_cols is within tol * bound(t, i) (the sum of
+  // |xq w| over its K products) + 2^-22 (|y0| if accumulating + |expected|); a padding column
+  // (i >= n_cols) is bitwise y0. Returns the largest |err| / bound.
   double ExpectWithinBound(const std::vector<float>& got, const std::vector<float>& expected,
                            const std::vector<float>& y0, int64_t T, int64_t n_cols, int64_t ldy,
-                           bool accumulate, const std::function<double(int64_t, int64_t)>& bound) {
+                           bool accumulate, const std::function<double(int64_t, int64_t)>& bound,
+                           double tol = kBoundTol) {
     int64_t bad = 0;
     double worst = 0.0;
     for (int64_t t = 0; t < T; ++t) {
@@ -328,7 +331,7 @@ class CudaFp8Test : public CudaVsCpuTest {
         const double base = accumulate ? std::fabs(y0[at]) : 0.0;
         const double err = std::fabs(double(got[at]) - double(expected[at]));
         worst = std::max(worst, err / (b + 1e-30));
-        const double allowed = kBoundTol * b + 0x1p-22 * (base + std::fabs(expected[at]));
+        const double allowed = tol * b + 0x1p-22 * (base + std::fabs(expected[at]));
         if (!(err <= allowed) && bad++ < 5) {
           ADD_FAILURE() << "y[" << t << "," << i << "] = " << got[at] << " expected "
                         << expected[at] << " (|err| " << err << " > " << allowed << ")";

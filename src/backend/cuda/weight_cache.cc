@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -96,7 +97,9 @@ size_t WeightCache::KeyHash::operator()(const Key& k) const {
 WeightCache::~WeightCache() { Clear(); }
 
 void WeightCache::FreeEntry(Entry& entry) {
-  if (entry.owned_data || entry.owned_scale || entry.bf16_copy) {
+  const bool any_copy =
+      std::any_of(entry.copy, entry.copy + kCopyKinds, [](const void* c) { return c != nullptr; });
+  if (entry.owned_data || entry.owned_scale || any_copy) {
     if (before_free_) before_free_();
     cudaDeviceSynchronize();  // no kernel still reads it
   }
@@ -105,9 +108,11 @@ void WeightCache::FreeEntry(Entry& entry) {
     cudaFree(entry.owned_data);
   }
   if (entry.owned_scale) cudaFree(entry.owned_scale);
-  if (entry.bf16_copy) cudaFree(entry.bf16_copy);
+  for (int kind = 0; kind < kCopyKinds; ++kind) {
+    if (entry.copy[kind]) cudaFree(entry.copy[kind]);
+    copy_bytes_[kind] -= entry.copy_size[kind];
+  }
   bytes_ -= entry.owned_bytes;
-  bf16_bytes_ -= entry.bf16_bytes;
   entry = Entry{};
 }
 
@@ -172,21 +177,24 @@ base::StatusOr<kernels::DeviceWeight> WeightCache::Get(const model::WeightRef& w
   return entry.view;
 }
 
-const uint16_t* WeightCache::Bf16Copy(const kernels::DeviceWeight& view, size_t budget_bytes,
-                                      size_t keep_free_bytes, const Bf16Maker& make) {
+const void* WeightCache::DerivedCopy(const kernels::DeviceWeight& view, CopyKind kind, size_t bytes,
+                                     size_t budget_bytes, size_t keep_free_bytes,
+                                     const CopyMaker& make) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto key = by_device_data_.find(view.data);
   if (key == by_device_data_.end()) return nullptr;
   Entry& e = entries_.at(key->second);
-  if (e.bf16_copy != nullptr) return static_cast<const uint16_t*>(e.bf16_copy);
-  if (e.bf16_refused) return nullptr;
-  const size_t bytes = static_cast<size_t>(view.rows) * static_cast<size_t>(view.cols) * 2;
-  if (bf16_bytes_ + bytes > budget_bytes) return nullptr;
+  const int k = static_cast<int>(kind);
+  if (e.copy[k] != nullptr) return e.copy[k];
+  if (e.copy_refused[k]) return nullptr;
+  size_t all_copies = 0;
+  for (size_t b : copy_bytes_) all_copies += b;
+  if (all_copies + bytes > budget_bytes) return nullptr;
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess ||
       free_bytes < bytes + keep_free_bytes) {
     cudaGetLastError();
-    e.bf16_refused = true;
+    e.copy_refused[k] = true;
     return nullptr;
   }
   void* out = nullptr;
@@ -194,15 +202,25 @@ const uint16_t* WeightCache::Bf16Copy(const kernels::DeviceWeight& view, size_t 
     cudaGetLastError();
     return nullptr;
   }
-  if (make(e.view, static_cast<uint16_t*>(out)) != cudaSuccess) {
+  if (make(e.view, out) != cudaSuccess) {
     cudaGetLastError();
     cudaFree(out);
     return nullptr;
   }
-  e.bf16_copy = out;
-  e.bf16_bytes = bytes;
-  bf16_bytes_ += bytes;
-  return static_cast<const uint16_t*>(out);
+  e.copy[k] = out;
+  e.copy_size[k] = bytes;
+  copy_bytes_[k] += bytes;
+  return out;
+}
+
+const uint16_t* WeightCache::Bf16Copy(const kernels::DeviceWeight& view, size_t budget_bytes,
+                                      size_t keep_free_bytes, const Bf16Maker& make) {
+  const size_t bytes = static_cast<size_t>(view.rows) * static_cast<size_t>(view.cols) * 2;
+  return static_cast<const uint16_t*>(
+      DerivedCopy(view, CopyKind::kBf16, bytes, budget_bytes, keep_free_bytes,
+                  [&make](const kernels::DeviceWeight& v, void* out) {
+                    return make(v, static_cast<uint16_t*>(out));
+                  }));
 }
 
 size_t WeightCache::bytes() const {
@@ -210,9 +228,9 @@ size_t WeightCache::bytes() const {
   return bytes_;
 }
 
-size_t WeightCache::bf16_copy_bytes() const {
+size_t WeightCache::copy_bytes(CopyKind kind) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return bf16_bytes_;
+  return copy_bytes_[static_cast<int>(kind)];
 }
 
 }  // namespace deepinfer::backend::cuda

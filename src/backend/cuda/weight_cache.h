@@ -37,23 +37,33 @@ class WeightCache {
 
   // The device view of `w`, uploading it (synchronously) the first time.
   base::StatusOr<kernels::DeviceWeight> Get(const model::WeightRef& w);
-  // The bf16 [rows, cols] copy of an uploaded weight whose device view is `view` (the view Get
-  // returned), made on the first request by make(view, out), which enqueues the work that
-  // fills the fresh device buffer `out` (in stream order before any use of the copy), and
-  // freed with the weight. nullptr (not an error) when `view` is no uploaded weight of this
-  // cache, when the copies would exceed `budget_bytes` in all, when less than
-  // `keep_free_bytes` of device memory would stay free (remembered: that weight is not asked
-  // again), or when the allocation or `make` fails.
+  // Derived device copies of an uploaded weight, made on first request and freed with it: the
+  // bf16 [rows, cols] copy (exact, cuBLAS bf16 GEMMs) and the FP8 copy re-blocked to 128 x 128
+  // scales (kernels_block128.h, cuBLASLt's block-scaled FP8 GEMM).
+  enum class CopyKind { kBf16 = 0, kFp8Block128 = 1 };
+  static constexpr int kCopyKinds = 2;
+  // The `kind` copy (`bytes` long) of the uploaded weight whose device view is `view` (the view
+  // Get returned), made on the first request by make(view, out), which enqueues the work that
+  // fills the fresh device buffer `out` (in stream order before any use of the copy). nullptr
+  // (not an error) when `view` is no uploaded weight of this cache, when the copies of all
+  // kinds would exceed `budget_bytes` together, when less than `keep_free_bytes` of device
+  // memory would stay free (remembered: that weight is not asked again for this kind), or
+  // when the allocation or `make` fails.
+  using CopyMaker = std::function<cudaError_t(const kernels::DeviceWeight&, void*)>;
+  const void* DerivedCopy(const kernels::DeviceWeight& view, CopyKind kind, size_t bytes,
+                          size_t budget_bytes, size_t keep_free_bytes, const CopyMaker& make);
+  // DerivedCopy of kind kBf16 (rows * cols * 2 bytes).
   using Bf16Maker = std::function<cudaError_t(const kernels::DeviceWeight&, uint16_t*)>;
   const uint16_t* Bf16Copy(const kernels::DeviceWeight& view, size_t budget_bytes,
                            size_t keep_free_bytes, const Bf16Maker& make);
-  // Frees every uploaded weight and bf16 copy (synchronises the device).
+  // Frees every uploaded weight and derived copy (synchronises the device).
   void Clear();
   // Called before a device copy of a weight is freed: the owner issues any work it has
   // recorded but not yet enqueued that may still read it (StreamTape).
   void set_before_free(std::function<void()> f) { before_free_ = std::move(f); }
   size_t bytes() const;
-  size_t bf16_copy_bytes() const;
+  size_t bf16_copy_bytes() const { return copy_bytes(CopyKind::kBf16); }
+  size_t copy_bytes(CopyKind kind) const;
 
  private:
   struct Key {
@@ -71,20 +81,20 @@ class WeightCache {
     void* owned_data = nullptr;
     void* owned_scale = nullptr;
     size_t owned_bytes = 0;
-    uint64_t fingerprint = 0;   // of the host bytes (0 for device-resident weights)
-    void* bf16_copy = nullptr;  // Bf16Copy's buffer, if made
-    size_t bf16_bytes = 0;
-    bool bf16_refused = false;  // device memory was short for the copy
+    uint64_t fingerprint = 0;            // of the host bytes (0 for device-resident weights)
+    void* copy[kCopyKinds] = {};         // DerivedCopy's buffers by kind, if made
+    size_t copy_size[kCopyKinds] = {};   // their bytes
+    bool copy_refused[kCopyKinds] = {};  // device memory was short for that copy
   };
   void FreeEntry(Entry& entry);
 
   mutable std::mutex mu_;
   std::function<void()> before_free_;
   std::unordered_map<Key, Entry, KeyHash> entries_;
-  // Uploaded entries by their device data pointer (Bf16Copy's lookup); erased with the entry.
+  // Uploaded entries by their device data pointer (DerivedCopy's lookup); erased with the entry.
   std::unordered_map<const void*, Key> by_device_data_;
   size_t bytes_ = 0;
-  size_t bf16_bytes_ = 0;
+  size_t copy_bytes_[kCopyKinds] = {};  // derived copies by kind, all entries
 };
 
 }  // namespace deepinfer::backend::cuda
