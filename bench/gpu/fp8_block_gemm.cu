@@ -11,8 +11,8 @@
 //    product. H200 (runs 140-142): VEC128 scales are [K / 128][N] (row or token index
 //    fastest), BLK128x128 scales [M / 128][K / 128 rounded up to 4] (K block fastest);
 //    relative errors ~3e-4 of the largest output (FP8 tensor-core sums within a block).
-//    Then which token counts have an algorithm at all (none for 33 or 258: a multiple of 8
-//    is what the backend assumes).
+//    Then which token counts have an algorithm at all (run 143: multiples of 4 only; the
+//    backend pads the rest).
 // 2. Timing (CUDA events, 3 warm-up runs, median of --repeats): for each (out rows, K) of a V4.1
 //    layer's dense Linears and each token count, the bf16 GEMM (cublasGemmEx, fp32 output: the
 //    former FP8-mode prefill path) and the block-scaled FP8 GEMMs (fp32 output), TFLOP/s each.

@@ -162,6 +162,11 @@ base::Status CudaBackend::Init() {
       TokensFromEnv("DEEPINFER_EXPERTS_BF16_MIN_TOKENS", kExpertsBf16MinTokens);
   fp8_block128_min_tokens_ =
       TokensFromEnv("DEEPINFER_FP8_BLOCK128_MIN_TOKENS", kFp8Block128MinTokens);
+  const int64_t block128_gib =
+      std::min<int64_t>(TokensFromEnv("DEEPINFER_FP8_BLOCK128_COPY_GIB",
+                                      static_cast<int64_t>(kFp8Block128CopyBudget >> 30)),
+                        int64_t{1} << 20);
+  fp8_block128_copy_budget_ = static_cast<size_t>(block128_gib) << 30;
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
   if (invariant != nullptr && std::strcmp(invariant, "0") != 0) set_batch_invariant(true);
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}{}", device_, prop.name,

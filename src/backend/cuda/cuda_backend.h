@@ -192,14 +192,17 @@ class CudaBackend final : public model::Backend {
   // FP8-activation mode, not batch-invariant: an FP8 block-32 Linear (and LinearGrouped) of at
   // least `t` token rows that LinearStream does not take runs cuBLASLt's block-scaled FP8 GEMM
   // (kernels_block128.h: activations quantised per token per 128 values, the weight re-blocked
-  // once to 128 x 128 scales and kept with it, within the copies' budget of set_fp8_bf16_copy)
+  // once to 128 x 128 scales and kept with it: at most `copy_budget_bytes` of such copies in
+  // all, kFp8Block128CopyBudget by default, DEEPINFER_FP8_BLOCK128_COPY_GIB=<GiB> at creation)
   // instead of the bf16 copy and bf16 GEMM paths, which keep the calls it does not fit (row0
   // not a multiple of 128, unaligned x or y, no cuBLASLt algorithm, budget spent). Default
   // kFp8Block128MinTokens (H200 run 141: from 33 tokens on, decode B=64 / 128 steps took 8.92
   // -> 9.28 / 12.01 -> 12.32 ms against the bf16 copies, B=256 16.40 -> 16.44; 4k prefill
   // 48,877 -> 54,539 tok/s); DEEPINFER_FP8_BLOCK128_MIN_TOKENS=<t> at creation, 0 = never.
   static constexpr int64_t kFp8Block128MinTokens = 512;
+  static constexpr size_t kFp8Block128CopyBudget = size_t{16} << 30;
   void set_fp8_block128_min_tokens(int64_t t) { fp8_block128_min_tokens_ = t; }
+  void set_fp8_block128_copy_budget(size_t bytes) { fp8_block128_copy_budget_ = bytes; }
   size_t fp8_block128_copy_bytes() const {
     return weights_.copy_bytes(WeightCache::CopyKind::kFp8Block128);
   }
@@ -460,7 +463,8 @@ class CudaBackend final : public model::Backend {
                               int64_t ldy);
   // --- the block-128 FP8 path (cuda_backend_block128.cc) ---
   bool Fp8UsesBlock128(int64_t T) const {
-    return !batch_invariant_ && fp8_block128_min_tokens_ > 0 && T >= fp8_block128_min_tokens_;
+    return !batch_invariant_ && fp8_block128_min_tokens_ > 0 && fp8_block128_copy_budget_ > 0 &&
+           T >= fp8_block128_min_tokens_;
   }
   // The re-blocked copy of FP8 weight w (made on first use), or a view with null data (not
   // convertible, budget or device memory short).
@@ -496,13 +500,14 @@ class CudaBackend final : public model::Backend {
   struct Block128Plan;
   bool Block128PlanFits(const Block128Plan& p, const float* x, int64_t ldx, float* y);
   void RunBlock128Plan(const Block128Plan& p, const float* x, int64_t ldx,
-                       const kernels::Block128Weight& w, int64_t row0, float* y, int64_t ldy,
-                       bool accumulate);
+                       const kernels::Block128Weight& w, int64_t row0, float* y, int64_t ldy);
   // Issued now or recorded on the tape (after Block128Fits); false after a failure (recorded).
   bool RunBlock128Gemm(const Block128Gemm& g);
   // cuBLASLt's heuristic for the shape (16-byte alignment assumed), cached; nullopt: none.
   std::optional<cublasLtMatmulAlgo_t> Block128AlgoFor(const Block128Shape& s);
-  std::map<std::array<int64_t, 6>, std::optional<cublasLtMatmulAlgo_t>> block128_algos_;
+  // (Cleared when it reaches kMaxBlock128Algos entries: one per prefill length and shape.)
+  std::map<std::array<int64_t, 5>, std::optional<cublasLtMatmulAlgo_t>> block128_algos_;
+  static constexpr size_t kMaxBlock128Algos = 4096;
 
   // The persistent fp32 dequantisation tile for Linear, grown on demand.
   float* LinearScratch(int64_t floats);
@@ -558,6 +563,7 @@ class CudaBackend final : public model::Backend {
   int64_t fp8_bf16_copy_min_tokens_ = 0;  // set in Init(); kept bf16 weight copies (0 = never)
   size_t fp8_bf16_copy_budget_ = 0;       // set in Init(); their device bytes at most
   int64_t fp8_block128_min_tokens_ = 0;   // set in Init(); cuBLASLt block-128 FP8 (0 = never)
+  size_t fp8_block128_copy_budget_ = 0;   // set in Init(); its re-blocked copies' bytes at most
   int64_t experts_bf16_min_tokens_ = 0;   // set in Init(); RoutedExpertsBf16 (0 = never)
   bool batch_invariant_ = false;          // set in Init(); set_batch_invariant
 

@@ -76,7 +76,7 @@ kernels::Block128Weight CudaBackend::Fp8Block128CopyFor(const kernels::DeviceWei
   if (!kernels::Block128Convertible(w)) return {};
   const void* copy = weights_.DerivedCopy(
       w, WeightCache::CopyKind::kFp8Block128,
-      static_cast<size_t>(kernels::Block128WeightBytes(w.rows, w.cols)), fp8_bf16_copy_budget_,
+      static_cast<size_t>(kernels::Block128WeightBytes(w.rows, w.cols)), fp8_block128_copy_budget_,
       kFp8Bf16CopyKeepFree, [this](const kernels::DeviceWeight& view, void* out) {
         return kernels::RequantFp8Block128(view, out, stream_);
       });
@@ -85,9 +85,11 @@ kernels::Block128Weight CudaBackend::Fp8Block128CopyFor(const kernels::DeviceWei
 }
 
 std::optional<cublasLtMatmulAlgo_t> CudaBackend::Block128AlgoFor(const Block128Shape& s) {
-  const std::array<int64_t, 6> key = {s.rows, s.T, s.K, s.ld_xq, s.ldy, s.accumulate ? 1 : 0};
+  // (The heuristic does not depend on beta: accumulate is not part of the key.)
+  const std::array<int64_t, 5> key = {s.rows, s.T, s.K, s.ld_xq, s.ldy};
   const auto found = block128_algos_.find(key);
   if (found != block128_algos_.end()) return found->second;
+  if (block128_algos_.size() >= kMaxBlock128Algos) block128_algos_.clear();
   std::optional<cublasLtMatmulAlgo_t> algo;
   // The heuristic reads the scale modes, not the scale pointers: any non-null value will do.
   const auto* any_scale = reinterpret_cast<const float*>(uintptr_t{256});
@@ -99,17 +101,20 @@ std::optional<cublasLtMatmulAlgo_t> CudaBackend::Block128AlgoFor(const Block128S
     // Every operand is at least 16-byte aligned (RunBlock128Gemm's contract); the algorithm
     // must not assume more.
     const uint32_t align_bytes = 16;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                         sizeof(workspace));
+    bool ok = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &workspace,
+                                                   sizeof(workspace)) == CUBLAS_STATUS_SUCCESS;
     for (auto attr :
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-      cublasLtMatmulPreferenceSetAttribute(pref, attr, &align_bytes, sizeof(align_bytes));
+      ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, attr, &align_bytes,
+                                                      sizeof(align_bytes)) == CUBLAS_STATUS_SUCCESS;
     }
     cublasLtMatmulHeuristicResult_t result;
     std::memset(&result, 0, sizeof(result));
     int count = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(cublas_lt_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
+    if (ok &&
+        cublasLtMatmulAlgoGetHeuristic(cublas_lt_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
                                        1, &result, &count) == CUBLAS_STATUS_SUCCESS &&
         count > 0) {
       algo = result.algo;
@@ -181,15 +186,15 @@ bool CudaBackend::RunBlock128Gemm(const Block128Gemm& g) {
 // y, the last T % q zero-padded to q (q = kBlock128TokenQuantum) in a GEMM into a scratch
 // [q, groups * R] (ld tail_ld) that AddBlock128Tail adds into y.
 struct CudaBackend::Block128Plan {
-  int64_t T, K, R, groups;
+  int64_t K, R, groups;
   int64_t main, tail, tail_ld;
   Block128Shape main_shape, tail_shape;
 
   Block128Plan(int64_t T_, int64_t K_, int64_t R_, int64_t groups_, int64_t ldy, bool accumulate)
-      : T(T_), K(K_), R(R_), groups(groups_) {
+      : K(K_), R(R_), groups(groups_) {
     const int64_t q = kernels::kBlock128TokenQuantum;
-    main = T / q * q;
-    tail = T - main;
+    main = T_ / q * q;
+    tail = T_ - main;
     tail_ld = kernels::Block128ScaleLd(groups * R);
     main_shape = {R, main, K, groups * K, ldy, accumulate};
     tail_shape = {R, q, K, groups * K, tail_ld, false};
@@ -207,7 +212,7 @@ bool CudaBackend::Block128PlanFits(const Block128Plan& p, const float* x, int64_
 
 void CudaBackend::RunBlock128Plan(const Block128Plan& p, const float* x, int64_t ldx,
                                   const kernels::Block128Weight& w, int64_t row0, float* y,
-                                  int64_t ldy, bool accumulate) {
+                                  int64_t ldy) {
   const int64_t q = kernels::kBlock128TokenQuantum, KG = p.groups * p.K;
   const int64_t k_blocks = p.K / kernels::kBlock128;
   // One part: `n` tokens (padded to n_pad) from x into the GEMMs' outputs at out (ld ld_out).
@@ -236,7 +241,7 @@ void CudaBackend::RunBlock128Plan(const Block128Plan& p, const float* x, int64_t
   auto* scratch = static_cast<float*>(TempBytes(static_cast<size_t>(q * p.tail_ld) * 4));
   if (scratch == nullptr || !part(x + p.main * ldx, p.tail, q, p.tail_shape, scratch)) return;
   Check(kernels::AddBlock128Tail(scratch, p.tail_ld, p.tail, p.groups * p.R, y + p.main * ldy, ldy,
-                                 accumulate, stream_),
+                                 p.main_shape.accumulate, stream_),
         "Linear block-128 tail");
 }
 
@@ -250,7 +255,7 @@ bool CudaBackend::LinearFp8Block128(const float* x, int64_t T, int64_t ldx,
   }
   const kernels::Block128Weight copy = Fp8Block128CopyFor(w);
   if (copy.data == nullptr) return false;
-  RunBlock128Plan(plan, x, ldx, copy, row0, y, ldy, accumulate);
+  RunBlock128Plan(plan, x, ldx, copy, row0, y, ldy);
   return true;
 }
 
@@ -267,7 +272,7 @@ bool CudaBackend::LinearGroupedFp8Block128(const float* x, int64_t T, int64_t ld
   }
   const kernels::Block128Weight copy = Fp8Block128CopyFor(w);
   if (copy.data == nullptr) return false;
-  RunBlock128Plan(plan, x, ldx, copy, 0, y, ldy, false);
+  RunBlock128Plan(plan, x, ldx, copy, 0, y, ldy);
   return true;
 }
 

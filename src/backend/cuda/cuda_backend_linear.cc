@@ -244,6 +244,9 @@ void CudaBackend::LinearMany(const float* x, int64_t T, int64_t ldx, const model
   const bool stream = Fp8UsesStream(T) && kernels::LinearStreamManyApplicable(targets, count, T);
   // Past the stream, each output on its own Linear on the block-128 path or with a kept bf16
   // copy (one GEMM each); without either, one shared quantisation and LinearFp8 per output.
+  // (`candidate` excludes the bf16 GEMM's token counts, from which the block-128 path starts
+  // by default: the first line matters only with a lower DEEPINFER_FP8_BLOCK128_MIN_TOKENS,
+  // and then an output the path does not fit takes its own Linear's other paths.)
   if (!stream && Fp8UsesBlock128(T)) return Backend::LinearMany(x, T, ldx, outs, n);
   bool copies = !stream && Fp8UsesBf16Copy(T);
   for (int i = 0; copies && i < count; ++i) copies = Fp8Bf16CopyFor(weights[i], T) != nullptr;

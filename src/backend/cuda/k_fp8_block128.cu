@@ -89,6 +89,10 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const int s_max = block_max;
   if (threadIdx.x == 0) out_scale[rb * scale_ld + kb] = ldexpf(1.0f, s_max - 127);
+  // The last K block's block also zeroes the row's padding (scale_ld past cols / 128).
+  if (kb == gridDim.x - 1 && threadIdx.x > 0 && kb + threadIdx.x < scale_ld) {
+    out_scale[rb * scale_ld + kb + threadIdx.x] = 0.0f;
+  }
   // Each thread handles 4 consecutive bytes of a row: 32 threads a row, 8 rows a pass.
   for (int64_t r = r0 + threadIdx.x / 32; r < r_end; r += kThreads / 32) {
     const int64_t c = kb * kBlock128 + 4 * (threadIdx.x % 32);

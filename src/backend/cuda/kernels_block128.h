@@ -12,10 +12,11 @@
 // promotes its FP8 tensor-core sums to fp32 once per 128 values of K.
 //
 // Scale layouts are cuBLASLt's on Hopper, as checked on the H200 by gpu_fp8_block_gemm (bench/
-// gpu/fp8_block_gemm.cu, run 140): activation scales [K / 128][ld] with the token index fastest
-// (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F of the GEMM's B operand); weight scales
-// [ceil(rows / 128)][ld] with the K-block index fastest (BLK128x128_32F of the A operand),
-// both with ld rounded up to a multiple of 4 (16 bytes).
+// gpu/fp8_block_gemm.cu, runs 140-143): activation scales [K / 128][T] with the token index
+// fastest (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F of the GEMM's B operand; cuBLASLt runs only
+// token counts that are multiples of 4, so their leading dimension Block128ScaleLd(T) is T);
+// weight scales [ceil(rows / 128)][ld] with the K-block index fastest and ld = cols / 128
+// rounded up to a multiple of 4 (BLK128x128_32F of the A operand; checked with 5 K blocks).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,9 +35,10 @@ inline int64_t Block128ScaleLd(int64_t n) { return (n + 3) / 4 * 4; }
 // --- activations --------------------------------------------------------------------------
 
 // cuBLASLt has no block-scaled algorithm for a token count that is not a multiple of this
-// (H200, run 141: none for 33, 258 or 509 tokens; 64, 72 and 600 run): the backend runs the
-// last T % kBlock128TokenQuantum tokens as a zero-padded GEMM of this many.
-inline constexpr int64_t kBlock128TokenQuantum = 8;
+// (H200, gpu_fp8_block_gemm runs 141-143: none for 1, 33 or 258 tokens; 4, 36, 260 and 264
+// run): the backend runs the last T % kBlock128TokenQuantum tokens as a zero-padded GEMM of
+// this many.
+inline constexpr int64_t kBlock128TokenQuantum = 4;
 
 // Bytes of QuantizeFp8Block128's outputs for T (padded) tokens of K values: q (T * K, rounded
 // up to 16), then the scales (K / 128 rows of Block128ScaleLd(T) floats).
@@ -50,7 +52,7 @@ inline float* Block128ActivationScales(uint8_t* q, int64_t T, int64_t K) {
 // padded_T) + t] = the power-of-two scale of values [128 kb, 128 kb + 128) of token t (x: T
 // rows of stride ldx). Tokens T .. padded_T - 1 are zeros with scale 1. padded_T >= T (0:
 // T); K % 128 == 0 and ldx % 4 == 0 (else cudaErrorInvalidValue); x, q and scale 16-byte
-// aligned.
+// aligned. The block-scaled GEMM takes the result only where padded_T % 4 == 0 (see above).
 cudaError_t QuantizeFp8Block128(const float* x, int64_t T, int64_t K, int64_t ldx, uint8_t* q,
                                 float* scale, cudaStream_t stream, int64_t padded_T = 0);
 

@@ -187,9 +187,7 @@ const void* WeightCache::DerivedCopy(const kernels::DeviceWeight& view, CopyKind
   const int k = static_cast<int>(kind);
   if (e.copy[k] != nullptr) return e.copy[k];
   if (e.copy_refused[k]) return nullptr;
-  size_t all_copies = 0;
-  for (size_t b : copy_bytes_) all_copies += b;
-  if (all_copies + bytes > budget_bytes) return nullptr;
+  if (copy_bytes_[k] + bytes > budget_bytes) return nullptr;
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess ||
       free_bytes < bytes + keep_free_bytes) {

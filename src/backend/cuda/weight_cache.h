@@ -45,8 +45,8 @@ class WeightCache {
   // The `kind` copy (`bytes` long) of the uploaded weight whose device view is `view` (the view
   // Get returned), made on the first request by make(view, out), which enqueues the work that
   // fills the fresh device buffer `out` (in stream order before any use of the copy). nullptr
-  // (not an error) when `view` is no uploaded weight of this cache, when the copies of all
-  // kinds would exceed `budget_bytes` together, when less than `keep_free_bytes` of device
+  // (not an error) when `view` is no uploaded weight of this cache, when the copies of this
+  // kind would exceed `budget_bytes` together, when less than `keep_free_bytes` of device
   // memory would stay free (remembered: that weight is not asked again for this kind), or
   // when the allocation or `make` fails.
   using CopyMaker = std::function<cudaError_t(const kernels::DeviceWeight&, void*)>;
