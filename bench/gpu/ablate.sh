@@ -11,7 +11,8 @@
 #   --build DIR    folder holding bin/gpu_model_bench (bins.tar.xz is unpacked if needed)
 #   --model DIR    a flash4 checkpoint (make_bench_model --layers-preset flash4 --scale real;
 #                  generated there if absent, with bin/make_bench_model)
-#   --out DIR      results (default $OUT, else ./ablate-out): ab-<group>-<rep>.txt, ablation.md
+#   --out DIR      results (default $OUT, else ./ablate-out): ab-<group>-<rep>.txt ('+' in a
+#                  group name written as '_'), ablation.md
 #   --batches      decode batch sizes (context 4096)
 #   --repeats      rounds of (base, every group) (default 2)
 #   --groups       replaces the default groups below
@@ -77,8 +78,9 @@ for rep in $(seq 1 "$REPEATS"); do
   for entry in "base=" "${GROUP_LIST[@]}"; do
     name=${entry%%=*}
     patterns=${entry#*=}
-    line=$(run_one "ab-$name-$rep.txt" "$patterns")
-    echo "$name (round $rep): ${line:-failed, see ab-$name-$rep.txt}"
+    file="ab-${name//+/_}-$rep.txt"  # no '+' in file names (the device tool returns none such)
+    line=$(run_one "$file" "$patterns")
+    echo "$name (round $rep): ${line:-failed, see $file}"
     set -- $line
     while [ $# -ge 2 ]; do echo "$name ${1#B=} $2" >> "$TIMES"; shift 2; done
   done
