@@ -142,6 +142,7 @@ int RunGenerate(int argc, char** argv) {
   uint64_t seed = 0;
   bool json_out = false;
   int max_batch = 16;
+  int max_num_batched_tokens = 0;  // 0: engine::DefaultStepTokenBudget(backend_name)
   std::string backend_name = "cpu";
   deepinfer::backend::BackendOptions backend_options;
   app.add_option("--model", model_dir, "checkpoint directory (default: embedded demo model)");
@@ -154,6 +155,9 @@ int RunGenerate(int argc, char** argv) {
   app.add_option("--top-p", d.top_p, "nucleus sampling mass (default 1)");
   auto* seed_opt = app.add_option("--seed", seed, "sampling seed");
   app.add_option("--max-batch", max_batch, "max concurrently running sequences (default 16)");
+  app.add_option("--max-num-batched-tokens", max_num_batched_tokens,
+                 "tokens per engine step, prompt chunks included (0: 8192 on cuda, 512 on cpu)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json_out, "one JSON object per request on stdout");
   app.add_option("--backend", backend_name, "compute backend: cpu, cuda or cuda:N (default cpu)");
   app.add_flag("--batch-invariant", backend_options.batch_invariant,
@@ -210,6 +214,9 @@ int RunGenerate(int argc, char** argv) {
 
   deepinfer::engine::ModelEngineOptions options;
   options.num_slots = max_batch;
+  options.max_tokens_per_step = max_num_batched_tokens > 0
+                                    ? max_num_batched_tokens
+                                    : deepinfer::engine::DefaultStepTokenBudget(backend_name);
   auto engine = deepinfer::engine::MakeModelEngine(*loaded, options);
   if (!engine.ok()) {
     std::fprintf(stderr, "error: %s\n", engine.status().ToString().c_str());

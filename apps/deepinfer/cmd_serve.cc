@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -79,7 +80,8 @@ struct ServeFlags {
   std::string scripted_model;  // test-only
   int64_t max_model_len = 4096;
   int max_num_seqs = 256;
-  int num_blocks = 0;  // 0: enough for every sequence to reach max_model_len
+  int max_num_batched_tokens = 0;  // 0: engine::DefaultStepTokenBudget(backend)
+  int num_blocks = 0;              // 0: enough for every sequence to reach max_model_len
   int max_running = 1024;
   int max_queued = 4096;
   int io_threads = 2;
@@ -95,6 +97,15 @@ struct Runtime {
 
 constexpr int kBlockTokens = 16;
 
+// Tokens per engine step (chunked-prefill budget): the flag, else the backend's default; at
+// least one per running sequence.
+int StepTokenBudget(const ServeFlags& flags) {
+  const int budget = flags.max_num_batched_tokens > 0
+                         ? flags.max_num_batched_tokens
+                         : engine::DefaultStepTokenBudget(flags.backend);
+  return std::max(budget, flags.max_num_seqs);
+}
+
 // The engine over the checkpoint (engine/model_engine.h), or over the scripted test model.
 base::Status LoadRuntime(const ServeFlags& flags, const fs::path& model_dir,
                          const tokenizer::Tokenizer& tokenizer, Runtime* runtime) {
@@ -108,7 +119,7 @@ base::Status LoadRuntime(const ServeFlags& flags, const fs::path& model_dir,
     config.layout = layout;
     config.num_slots = flags.max_num_seqs;
     config.num_blocks = flags.num_blocks > 0 ? flags.num_blocks : 4096;
-    config.scheduler.max_tokens_per_step = std::max(512, flags.max_num_seqs);
+    config.scheduler.max_tokens_per_step = StepTokenBudget(flags);
     config.scheduler.max_model_len = flags.max_model_len;
     config.scheduler.eos_token_ids = {server::EosTokenId(tokenizer)};
     DI_ASSIGN_OR_RETURN(runtime->engine, engine::Engine::Create(config, std::move(runner)));
@@ -118,7 +129,7 @@ base::Status LoadRuntime(const ServeFlags& flags, const fs::path& model_dir,
         engine::LoadModelForEngine(model_dir.string(), flags.backend, flags.backend_options));
     engine::ModelEngineOptions options;
     options.num_slots = flags.max_num_seqs;
-    options.max_tokens_per_step = std::max(512, flags.max_num_seqs);
+    options.max_tokens_per_step = StepTokenBudget(flags);
     options.max_model_len = flags.max_model_len;
     options.block_tokens = kBlockTokens;
     options.num_blocks = flags.num_blocks;
@@ -167,6 +178,10 @@ int RunServe(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences batched by the engine")
       ->capture_default_str();
+  app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens,
+                 "tokens per engine step, prompt chunks included (chunked prefill; 0: 8192 on "
+                 "cuda, 512 on cpu; at least --max-num-seqs)")
+      ->capture_default_str();
   app.add_option("--num-blocks", flags.num_blocks,
                  "state-memory blocks of 16 tokens (0: enough for every sequence)")
       ->capture_default_str();
@@ -187,6 +202,7 @@ int RunServe(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (flags.port < 0 || flags.port > 65535) return Fail("--port must be in [0, 65535]");
+  if (flags.max_num_batched_tokens < 0) return Fail("--max-num-batched-tokens must be >= 0");
 
   // SIGTERM / SIGINT -> a byte on a pipe the main thread waits on. A handler (not sigwait with
   // blocked signals) because libraries may have started threads before main (OpenBLAS does),

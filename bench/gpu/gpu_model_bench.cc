@@ -29,6 +29,7 @@
 #include "engine/model_engine.h"
 #include "model/model.h"
 #include "roofline.h"
+#include "served_prefill.h"
 
 namespace deepinfer::bench {
 namespace {
@@ -43,6 +44,9 @@ struct Options {
   std::vector<int64_t> contexts = {4096, 32768};
   std::vector<int64_t> prefills = {4096, 16384};
   std::vector<std::string> breakdowns = {"1:4096", "32:4096"};
+  // Prefill through the engine (served_prefill.h): prompt lengths x chunk budgets.
+  std::vector<int64_t> served_prefills;
+  std::vector<int64_t> step_budgets = {512, 2048, 8192};
   int steps = 5;
   // Untimed decode steps before the timed ones (beyond the first): with CUDA graphs on, a
   // step's graph is captured the second time its work is seen, and steady decode repeats
@@ -397,6 +401,13 @@ int Run(const Options& opt) {
     out["prefill"].push_back(bench.Prefill(opt.prefills[i], /*breakdown=*/i == 0));
     std::fflush(stdout);
   }
+  out["served_prefill"] = ordered_json::array();
+  for (int64_t prompt : opt.served_prefills) {
+    for (int64_t budget : opt.step_budgets) {
+      out["served_prefill"].push_back(ServedPrefill(*loaded, prompt, budget));
+      std::fflush(stdout);
+    }
+  }
   if (!opt.json_out.empty()) {
     std::ofstream(opt.json_out) << out.dump(2) << "\n";
     std::printf("wrote %s\n", opt.json_out.c_str());
@@ -416,6 +427,12 @@ int main(int argc, char** argv) {
   app.add_option("--contexts", opt.contexts, "decode context lengths")->delimiter(',');
   app.add_option("--prefill", opt.prefills, "prefill prompt lengths")->delimiter(',');
   app.add_option("--breakdown", opt.breakdowns, "batch:context pairs with a per-op breakdown")
+      ->delimiter(',');
+  app.add_option("--served-prefill", opt.served_prefills,
+                 "prompt lengths prefilled through the engine (chunked by --step-budgets)")
+      ->delimiter(',');
+  app.add_option("--step-budgets", opt.step_budgets,
+                 "the engine's tokens per step (chunked-prefill budget) for --served-prefill")
       ->delimiter(',');
   app.add_option("--steps", opt.steps, "timed decode steps per point (median)");
   app.add_option("--warmup-steps", opt.warmup_steps,

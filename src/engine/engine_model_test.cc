@@ -100,6 +100,15 @@ class EngineGoldenTest : public ::testing::TestWithParam<std::string> {
   std::vector<std::vector<TokenId>> prompts_, greedy_;
 };
 
+// The step budget without a user setting: large prompt chunks on CUDA, the former 512 on CPU.
+TEST(DefaultStepTokenBudgetTest, ByBackendName) {
+  EXPECT_EQ(DefaultStepTokenBudget("cuda"), kCudaStepTokenBudget);
+  EXPECT_EQ(DefaultStepTokenBudget("cuda:3"), kCudaStepTokenBudget);
+  EXPECT_EQ(DefaultStepTokenBudget("cpu"), kCpuStepTokenBudget);
+  EXPECT_EQ(DefaultStepTokenBudget(""), kCpuStepTokenBudget);
+  EXPECT_GT(kCudaStepTokenBudget, kCpuStepTokenBudget);
+}
+
 TEST_P(EngineGoldenTest, GreedyBatchedEqualsGoldens) {
   auto engine = MakeEngine(/*budget=*/512, /*slots=*/4);
   std::vector<Request> requests;

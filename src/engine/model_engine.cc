@@ -46,6 +46,10 @@ base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir_arg,
   return out;
 }
 
+int32_t DefaultStepTokenBudget(std::string_view backend) {
+  return backend.substr(0, 4) == "cuda" ? kCudaStepTokenBudget : kCpuStepTokenBudget;
+}
+
 base::StatusOr<std::unique_ptr<Engine>> MakeModelEngine(const LoadedModel& loaded,
                                                         const ModelEngineOptions& options) {
   const io::ModelConfig& config = loaded.model->config();

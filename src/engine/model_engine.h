@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "backend/factory.h"
 #include "base/statusor.h"
@@ -32,6 +33,17 @@ struct LoadedModel {
 base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir,
                                                const std::string& backend = "cpu",
                                                const backend::BackendOptions& options = {});
+
+// The engine's tokens per step (the chunked-prefill budget, decode tokens included) when the
+// user sets none: kCudaStepTokenBudget on a CUDA backend ("cuda", "cuda:N"), where prompt
+// chunks must be large for the prefill paths to pay (the FP8 mode's block-128 Linears start
+// at 512 token rows, its wgmma experts want thousands); kCpuStepTokenBudget elsewhere. H200,
+// FP8 mode, the 4-layer bench checkpoint (bench/gpu/RESULTS.md, run 146), prefill through the
+// engine at budgets 512 / 2048 / 8192: 4k prompt 26.4k / 45.6k / 53.8k tok/s, 16k prompt
+// 24.1k / 39.7k / 50.4k tok/s.
+inline constexpr int32_t kCudaStepTokenBudget = 8192;
+inline constexpr int32_t kCpuStepTokenBudget = 512;
+int32_t DefaultStepTokenBudget(std::string_view backend);
 
 struct ModelEngineOptions {
   int32_t num_slots = 16;             // concurrently running sequences
