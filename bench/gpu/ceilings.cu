@@ -27,30 +27,15 @@
 #include <utility>
 #include <vector>
 
+constexpr char kProgram[] = "gpu_ceilings";
+
+#include "bench_cuda.cuh"  // NOLINT(build/include_order): uses kProgram
+
 namespace {
 
-#define CUDA_CHECK(expr)                                                   \
-  do {                                                                     \
-    const cudaError_t err_ = (expr);                                       \
-    if (err_ != cudaSuccess) {                                             \
-      std::fprintf(stderr, "gpu_ceilings: %s failed: %s (%s:%d)\n", #expr, \
-                   cudaGetErrorString(err_), __FILE__, __LINE__);          \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
-
-#define CUBLAS_CHECK(expr)                                                 \
-  do {                                                                     \
-    const cublasStatus_t st_ = (expr);                                     \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                    \
-      std::fprintf(stderr, "gpu_ceilings: %s failed: %s (%s:%d)\n", #expr, \
-                   cublasLtGetStatusString(st_), __FILE__, __LINE__);      \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
+using deepinfer::bench::Timer;
 
 constexpr size_t kGiB = size_t{1} << 30;
-constexpr int kWarmup = 3;
 constexpr size_t kWorkspaceBytes = size_t{64} << 20;
 
 // ---- random data ---------------------------------------------------------------------------
@@ -114,33 +99,6 @@ __global__ void ReadXor(const uint4* __restrict__ p, size_t n, uint32_t* __restr
 }
 
 // ---- timing --------------------------------------------------------------------------------
-
-struct Timer {
-  cudaStream_t stream = nullptr;
-  int repeats = 20;
-
-  // Median milliseconds of one call of `fn` (which enqueues work on `stream`).
-  template <typename Fn>
-  double MedianMs(Fn&& fn) const {
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < kWarmup; ++i) fn();
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<float> ms(static_cast<size_t>(repeats));
-    for (float& t : ms) {
-      CUDA_CHECK(cudaEventRecord(start, stream));
-      fn();
-      CUDA_CHECK(cudaEventRecord(stop, stream));
-      CUDA_CHECK(cudaEventSynchronize(stop));
-      CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
-};
 
 template <typename T>
 T* DeviceAlloc(size_t count) {

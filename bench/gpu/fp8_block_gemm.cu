@@ -33,27 +33,13 @@
 #include <string>
 #include <vector>
 
+constexpr char kProgram[] = "gpu_fp8_block_gemm";
+
+#include "bench_cuda.cuh"  // NOLINT(build/include_order): uses kProgram
+
 namespace {
 
-#define CUDA_CHECK(expr)                                                         \
-  do {                                                                           \
-    const cudaError_t err_ = (expr);                                             \
-    if (err_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "gpu_fp8_block_gemm: %s failed: %s (%s:%d)\n", #expr, \
-                   cudaGetErrorString(err_), __FILE__, __LINE__);                \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
-
-#define CUBLAS_CHECK(expr)                                                       \
-  do {                                                                           \
-    const cublasStatus_t st_ = (expr);                                           \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                          \
-      std::fprintf(stderr, "gpu_fp8_block_gemm: %s failed: %d (%s:%d)\n", #expr, \
-                   static_cast<int>(st_), __FILE__, __LINE__);                   \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
+using deepinfer::bench::Timer;
 
 constexpr size_t kWorkspaceBytes = size_t{64} << 20;
 
@@ -263,26 +249,6 @@ bool CheckLayouts(cublasLtHandle_t lt, void* work, cudaStream_t stream, int64_t 
 
 // ---- 2. timing ---------------------------------------------------------------------------
 
-struct Timer {
-  cudaStream_t stream;
-  cudaEvent_t start, stop;
-  int repeats;
-  template <class F>
-  double MedianMs(F&& f) const {
-    for (int i = 0; i < 3; ++i) f();
-    std::vector<float> ms(repeats);
-    for (auto& t : ms) {
-      CUDA_CHECK(cudaEventRecord(start, stream));
-      f();
-      CUDA_CHECK(cudaEventRecord(stop, stream));
-      CUDA_CHECK(cudaEventSynchronize(stop));
-      CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
-};
-
 struct Shape {
   const char* name;
   int64_t rows, K;
@@ -385,8 +351,6 @@ int main(int argc, char** argv) {
   Timer timer{};
   timer.repeats = repeats;
   CUDA_CHECK(cudaStreamCreate(&timer.stream));
-  CUDA_CHECK(cudaEventCreate(&timer.start));
-  CUDA_CHECK(cudaEventCreate(&timer.stop));
   CUBLAS_CHECK(cublasSetStream(blas, timer.stream));
   void* work = nullptr;
   CUDA_CHECK(cudaMalloc(&work, kWorkspaceBytes));

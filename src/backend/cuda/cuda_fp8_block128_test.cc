@@ -80,11 +80,7 @@ class CudaFp8Block128Test : public CudaFp8Test {
   void SetUp() override {
     CudaFp8Test::SetUp();  // pins LinearFp8; the tests below turn the path on
     if (gpu_ == nullptr) return;
-    gpu_->set_fp8_activations(true);
-    gpu_->set_batch_invariant(false);
-    gpu_->set_fp8_bf16_gemm_min_tokens(CudaBackend::kFp8Bf16GemmMinTokens);
-    gpu_->set_linear_stream_max_tokens(kernels::kStreamMaxTokens);
-    gpu_->set_fp8_bf16_copy(CudaBackend::kFp8Bf16CopyMinTokens, kBudget);
+    EnableManyTokenPaths(kBudget);
     // From just past the stream (the default starts at prefill sizes): small T and tails too.
     gpu_->set_fp8_block128_min_tokens(kernels::kStreamMaxTokens + 1);
     gpu_->set_fp8_block128_copy_budget(kBudget);
@@ -254,22 +250,10 @@ TEST_F(CudaFp8Block128Test, GroupedMatchesCpu) {
 
 // Several weights of one x past the stream: each output bitwise its own Linear.
 TEST_F(CudaFp8Block128Test, LinearManyEqualsLinearEach) {
-  const int64_t K = 1024, T = 40;
+  const int64_t K = 1024;
   const HostWeight a = MakeWeight(WeightFormat::kFp8Block32, 256, K);
   const HostWeight b = MakeWeight(WeightFormat::kFp8Block32, 128, K);
-  const std::vector<float> x = Activations(T, K);
-  const float* dx = ToGpu(x);
-  const std::vector<float> ya = Normal(T * 256), yb = Normal(T * 128);
-  float* many[2] = {ToGpu(ya), ToGpu(yb)};
-  float* each[2] = {ToGpu(ya), ToGpu(yb)};
-  const model::LinearOut outs[2] = {{&a.ref, 0, 256, many[0], 256, false},
-                                    {&b.ref, 0, 128, many[1], 128, true}};
-  gpu_->LinearMany(dx, T, K, outs, 2);
-  gpu_->Linear(dx, T, K, a.ref, 0, 256, each[0], 256, false);
-  gpu_->Linear(dx, T, K, b.ref, 0, 128, each[1], 128, true);
-  ASSERT_TRUE(gpu_->Synchronize().ok());
-  EXPECT_TRUE(BitExact(FromGpu(many[0], T * 256), FromGpu(each[0], T * 256)));
-  EXPECT_TRUE(BitExact(FromGpu(many[1], T * 128), FromGpu(each[1], T * 128)));
+  ExpectLinearManyEqualsLinearEach(a, b, 40);
   EXPECT_EQ(gpu_->fp8_block128_copy_bytes(),
             static_cast<size_t>(kernels::Block128WeightBytes(256, K) +
                                 kernels::Block128WeightBytes(128, K)));

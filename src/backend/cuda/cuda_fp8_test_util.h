@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_fp8.h"
+#include "backend/cuda/kernels_stream.h"
 
 namespace deepinfer::backend::cuda::testing {
 
@@ -51,6 +52,17 @@ class CudaFp8Test : public CudaVsCpuTest {
       gpu_->set_fp8_bf16_copy(0, 0);
       gpu_->set_fp8_block128_min_tokens(0);
     }
+  }
+
+  // The FP8 mode with its default paths for many tokens (not batch-invariant; the stream up to
+  // kStreamMaxTokens, bf16 weight copies from kFp8Bf16CopyMinTokens within copy_budget, the
+  // bf16 GEMM from kFp8Bf16GemmMinTokens); the block-128 path stays as SetUp pinned it (off).
+  void EnableManyTokenPaths(size_t copy_budget) {
+    gpu_->set_fp8_activations(true);
+    gpu_->set_batch_invariant(false);
+    gpu_->set_fp8_bf16_gemm_min_tokens(CudaBackend::kFp8Bf16GemmMinTokens);
+    gpu_->set_linear_stream_max_tokens(kernels::kStreamMaxTokens);
+    gpu_->set_fp8_bf16_copy(CudaBackend::kFp8Bf16CopyMinTokens, copy_budget);
   }
 
   // MXFP4 scale bytes are drawn from [fp4_scale_lo, fp4_scale_hi].
@@ -105,6 +117,25 @@ class CudaFp8Test : public CudaVsCpuTest {
             {&w.a, 128, 128, 131, true},
             {&w.b, 16, 48, 48, false},
             {&w.c, 0, 2048, 2048, false}};
+  }
+
+  // LinearMany of a (all rows, overwritten) and b (all rows, accumulated) over one x [T, K]
+  // against each output's own Linear on the same inputs: bitwise equal.
+  void ExpectLinearManyEqualsLinearEach(const HostWeight& a, const HostWeight& b, int64_t T) {
+    const int64_t K = a.device.cols, ra = a.device.rows, rb = b.device.rows;
+    const std::vector<float> x = Activations(T, K);
+    const float* dx = ToGpu(x);
+    const std::vector<float> ya = Normal(T * ra), yb = Normal(T * rb);
+    float* many[2] = {ToGpu(ya), ToGpu(yb)};
+    float* each[2] = {ToGpu(ya), ToGpu(yb)};
+    const model::LinearOut outs[2] = {{&a.ref, 0, ra, many[0], ra, false},
+                                      {&b.ref, 0, rb, many[1], rb, true}};
+    gpu_->LinearMany(dx, T, K, outs, 2);
+    gpu_->Linear(dx, T, K, a.ref, 0, ra, each[0], ra, false);
+    gpu_->Linear(dx, T, K, b.ref, 0, rb, each[1], rb, true);
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    EXPECT_TRUE(BitExact(FromGpu(many[0], T * ra), FromGpu(each[0], T * ra)));
+    EXPECT_TRUE(BitExact(FromGpu(many[1], T * rb), FromGpu(each[1], T * rb)));
   }
 
   // x with per-block magnitudes spread over ~2^-8 .. 2^8 (exercises the scales).
