@@ -91,8 +91,10 @@ std::optional<cublasLtMatmulAlgo_t> CudaBackend::Block128AlgoFor(const Block128S
   if (found != block128_algos_.end()) return found->second;
   if (block128_algos_.size() >= kMaxBlock128Algos) block128_algos_.clear();
   std::optional<cublasLtMatmulAlgo_t> algo;
-  // The heuristic reads the scale modes, not the scale pointers: any non-null value will do.
-  const auto* any_scale = reinterpret_cast<const float*>(uintptr_t{256});
+  // The heuristic reads the scale modes, not the scale pointers: any non-null pointer will do
+  // (it is never dereferenced).
+  static constexpr float kAnyScale = 1.0f;
+  const float* any_scale = &kAnyScale;
   LtPlan plan(s.rows, s.T, s.K, s.ld_xq, s.ldy, any_scale, any_scale);
   cublasLtMatmulPreference_t pref = nullptr;
   if (plan.status == CUBLAS_STATUS_SUCCESS &&
