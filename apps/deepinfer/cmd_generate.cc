@@ -156,8 +156,7 @@ int RunGenerate(int argc, char** argv) {
   auto* seed_opt = app.add_option("--seed", seed, "sampling seed");
   app.add_option("--max-batch", max_batch, "max concurrently running sequences (default 16)");
   app.add_option("--max-num-batched-tokens", max_num_batched_tokens,
-                 "tokens per engine step, prompt chunks included (0: 8192 on cuda, 512 on cpu)")
-      ->check(CLI::NonNegativeNumber);
+                 "tokens per engine step, prompt chunks included (0: 8192 on cuda, 512 on cpu)");
   app.add_flag("--json", json_out, "one JSON object per request on stdout");
   app.add_option("--backend", backend_name, "compute backend: cpu, cuda or cuda:N (default cpu)");
   app.add_flag("--batch-invariant", backend_options.batch_invariant,
@@ -171,6 +170,10 @@ int RunGenerate(int argc, char** argv) {
   }
   if (prompt.empty() && prompts_file.empty()) {
     std::fprintf(stderr, "error: give --prompt or --prompts-file\n");
+    return 2;
+  }
+  if (max_num_batched_tokens < 0) {
+    std::fprintf(stderr, "error: --max-num-batched-tokens must be >= 0\n");
     return 2;
   }
   if (*seed_opt) d.seed = seed;

@@ -25,6 +25,8 @@ int ParseCudaDevice(std::string_view name) {
 
 }  // namespace
 
+bool IsCudaBackendName(std::string_view name) { return ParseCudaDevice(name) >= 0; }
+
 base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view name,
                                                               const BackendOptions& options) {
   if (name == "cpu") {

@@ -30,6 +30,9 @@ struct BackendOptions {
 base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view name,
                                                               const BackendOptions& options = {});
 
+// Whether `name` is "cuda" or "cuda:N" (N >= 0), whether or not this build or machine has it.
+bool IsCudaBackendName(std::string_view name);
+
 // Backend names this build can create on this machine right now ("cpu" always).
 std::vector<std::string> AvailableBackends();
 

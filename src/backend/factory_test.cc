@@ -23,6 +23,15 @@ TEST(BackendFactoryTest, RejectsUnknownNames) {
   }
 }
 
+TEST(BackendFactoryTest, CudaNames) {
+  EXPECT_TRUE(IsCudaBackendName("cuda"));
+  EXPECT_TRUE(IsCudaBackendName("cuda:0"));
+  EXPECT_TRUE(IsCudaBackendName("cuda:12"));
+  for (const char* name : {"cpu", "", "cuda:", "cuda:-1", "cuda:x", "cudax", "cuda:1x"}) {
+    EXPECT_FALSE(IsCudaBackendName(name)) << name;
+  }
+}
+
 TEST(BackendFactoryTest, MissingCudaDeviceIsUnavailableNotACrash) {
   // No machine has 1000 devices; with or without a CUDA build this is Unavailable.
   auto backend = CreateBackend("cuda:999");

@@ -106,6 +106,7 @@ TEST(DefaultStepTokenBudgetTest, ByBackendName) {
   EXPECT_EQ(DefaultStepTokenBudget("cuda:3"), kCudaStepTokenBudget);
   EXPECT_EQ(DefaultStepTokenBudget("cpu"), kCpuStepTokenBudget);
   EXPECT_EQ(DefaultStepTokenBudget(""), kCpuStepTokenBudget);
+  EXPECT_EQ(DefaultStepTokenBudget("cudax"), kCpuStepTokenBudget);  // not a backend name
   EXPECT_GT(kCudaStepTokenBudget, kCpuStepTokenBudget);
 }
 

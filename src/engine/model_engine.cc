@@ -47,7 +47,7 @@ base::StatusOr<LoadedModel> LoadModelForEngine(const std::string& dir_arg,
 }
 
 int32_t DefaultStepTokenBudget(std::string_view backend) {
-  return backend.substr(0, 4) == "cuda" ? kCudaStepTokenBudget : kCpuStepTokenBudget;
+  return backend::IsCudaBackendName(backend) ? kCudaStepTokenBudget : kCpuStepTokenBudget;
 }
 
 base::StatusOr<std::unique_ptr<Engine>> MakeModelEngine(const LoadedModel& loaded,

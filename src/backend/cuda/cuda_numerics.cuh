@@ -96,6 +96,13 @@ __device__ __forceinline__ float Pow2Ceil(float t) {
   return ldexpf(1.0f, exponent);
 }
 
+// The power-of-two e4m3 scale of a block whose largest magnitude is amax (FakeQuantKind::
+// kFp8Block32Pow2's formula, any block length): amax floored at 1e-4, / 448, rounded up to a
+// power of two. (backend/cpu/numerics.cc FakeQuantFp8Pow2Block computes the same.)
+__device__ __forceinline__ float Fp8Pow2Scale(float amax) {
+  return Pow2Ceil(MaxF(amax, 1e-4f) * (1.0f / 448.0f));
+}
+
 // A quiet NaN: the output of an op whose input was invalid (never a plausible value).
 __device__ __forceinline__ float NaNf() { return __int_as_float(0x7fc00000); }
 

@@ -229,7 +229,7 @@ __device__ __forceinline__ uint8_t QuantizeLaneE4m3(float v, float* scale) {
   float amax = fabsf(v);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = Pow2Ceil(MaxF(amax, 1e-4f) * (1.0f / 448.0f));
+  const float s = Fp8Pow2Scale(amax);
   *scale = s;
   const float q = RoundToE4m3(ClampF(v / s, -448.0f, 448.0f));
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));

@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads)
     float amax = MaxF(MaxF(fabsf(v.x), fabsf(v.y)), MaxF(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = Pow2Ceil(MaxF(amax, 1e-4f) * (1.0f / 448.0f));
+    const float s = Fp8Pow2Scale(amax);
     const float inv = 1.0f / s;  // exact: s is a power of two
     const uint32_t packed = E4m3Byte(ClampF(v.x * inv, -448.0f, 448.0f)) |
                             E4m3Byte(ClampF(v.y * inv, -448.0f, 448.0f)) << 8 |
@@ -155,8 +155,6 @@ Block128Weight Block128WeightAt(const void* buffer, int64_t rows, int64_t cols) 
   Block128Weight w;
   w.data = static_cast<const uint8_t*>(buffer);
   w.scale = reinterpret_cast<const float*>(w.data + AlignUp16(rows * cols));
-  w.rows = rows;
-  w.cols = cols;
   w.scale_ld = Block128ScaleLd(cols / kBlock128);
   return w;
 }

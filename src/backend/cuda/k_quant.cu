@@ -23,8 +23,7 @@ constexpr int kThreads = 256;
 // emulation's steps for each FakeQuantKind).
 __device__ __forceinline__ float FakeQuantValue(float v, float amax, int kind) {
   if (kind == static_cast<int>(FakeQuantKind::kFp8Block32Pow2)) {
-    const float inv448 = 1.0f / 448.0f;
-    const float scale = Pow2Ceil(MaxF(amax, 1e-4f) * inv448);
+    const float scale = Fp8Pow2Scale(amax);
     return RoundToE4m3(ClampF(v / scale, -448.0f, 448.0f)) * scale;
   }
   if (kind == static_cast<int>(FakeQuantKind::kFp4Block16E4m3)) {

@@ -68,7 +68,7 @@ cudaError_t AddBlock128Tail(const float* part, int64_t ld_part, int64_t T, int64
 struct Block128Weight {
   const uint8_t* data = nullptr;
   const float* scale = nullptr;
-  int64_t rows = 0, cols = 0, scale_ld = 0;
+  int64_t scale_ld = 0;
 };
 
 // True if w can be re-blocked: FP8 block32 (e4m3, ue8m0 per 32 x 32) with cols a positive
