@@ -343,6 +343,31 @@ TEST_F(CudaWgmmaVariantTest, LongKPartialRowBlock) {
   }
 }
 
+// Every forced item width (DEEPINFER_EXPERTS_ITEM_PAIRS; 80 exists only as a forced width, its SS
+// run takes the 96 tile) gives every variant bitwise the default width's
+// result: T 203 (default items of 96 pairs) with a partial row block of the down GEMM (D = 1152).
+TEST_F(CudaWgmmaVariantTest, ForcedItemWidthsGiveTheSameBits) {
+  const Experts ex = MakeExperts(8, WeightFormat::kMxFp4, 1152, 640, 118, 124);
+  const int64_t T = 203, k = 6;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = RouteIdleAndSingle(T, k, 8);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const WgmmaAtEveryT wgmma_only;
+  gpu_->set_experts_bf16_min_tokens(1);
+  const std::vector<float> base = RunGpu(ex, x, T, ids, weights, k, 7.0f);
+  EXPECT_TRUE(std::all_of(base.begin(), base.end(), [](float y) { return std::isfinite(y); }));
+  for (const char* width : {"64", "80", "96", "128"}) {
+    const ScopedEnv forced_width(kernels::kExpertsItemPairsEnv, width);
+    for (WgmmaVariant v : kWgmmaVariants) {
+      SCOPED_TRACE(::testing::Message()
+                   << "items of " << width << ", " << moe_bf16::WgmmaVariantName(v));
+      const ForcedWgmmaVariant forced(v);
+      EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, 7.0f), base));
+    }
+  }
+  gpu_->set_experts_bf16_min_tokens(CudaBackend::kExpertsBf16MinTokens);
+}
+
 // The real V4.1 expert shape (K = 5120 and 2304: 80 and 36 stages, the largest scale arrays):
 // every RS variant bitwise equal to SS at items of 64 (T 64), 96 (T 250) and 128 (T 400) pairs.
 TEST_F(CudaWgmmaVariantTest, RealV41ShapeBitwise) {
@@ -414,8 +439,9 @@ TEST_F(CudaWgmmaVariantTest, OutOfRangeIdGivesNanRowAndError) {
 
 // Device time of one layer's RoutedExperts at the V4.1-Flash prefill shape (384 experts of
 // [2304 x 5120] x 3 MXFP4 behind 64 distinct weight sets, top-6, random routing; the wgmma kernel
-// at every T) in every variant: T 1024 (items of 64 pairs), 4096 (96), 8192 (128). Lines
-// "WGMMA T=.. <variant>: us, TFLOP/s of useful work (2 x 3 x D x I per pair), same bits as ss".
+// at every T) in every variant: T 1024 (items of 64 pairs), 4096 (96; also forced to 80 and 64),
+// 8192 (128). Lines "WGMMA T=.. items=<width> <variant>: us, TFLOP/s of useful work (2 x 3 x D x I
+// per pair), same bits as ss".
 // Run with --gtest_also_run_disabled_tests --gtest_filter='CudaWgmmaVariantTest.DISABLED_Bench'.
 TEST_F(CudaWgmmaVariantTest, DISABLED_Bench) {
   const int64_t D = 5120, I = 2304, n = 384, k = 6;
@@ -424,7 +450,14 @@ TEST_F(CudaWgmmaVariantTest, DISABLED_Bench) {
   gpu_->set_batch_invariant(false);
   gpu_->set_experts_bf16_min_tokens(1);
   const WgmmaAtEveryT wgmma_only;
-  for (int64_t T : {1024, 4096, 8192}) {
+  struct Case {
+    int64_t T;
+    const char* width;  // nullptr: the default pick
+  };
+  for (const Case& c : {Case{1024, nullptr}, Case{4096, nullptr}, Case{4096, "80"},
+                        Case{4096, "64"}, Case{8192, nullptr}}) {
+    const int64_t T = c.T;
+    const ScopedEnv forced_width(kernels::kExpertsItemPairsEnv, c.width);
     model::RoutedExpertsArgs a;
     a.x = ToGpu(Normal(T * D, 4.0f)), a.T = T, a.D = D, a.experts = ToGpu(Route(T, k, n));
     a.weights = ToGpu(Uniform(T * k, 0.05f, 1.5f)), a.k = k, a.table = ex.table.data();
@@ -439,7 +472,8 @@ TEST_F(CudaWgmmaVariantTest, DISABLED_Bench) {
       if (v == WgmmaVariant::kSs) ss = y;
       const bool same = BitExact(y, ss);
       EXPECT_TRUE(same) << moe_bf16::WgmmaVariantName(v) << " T " << T;
-      std::printf("WGMMA T=%lld %-11s: %9.1f us, %6.1f TFLOP/s, %s\n", static_cast<long long>(T),
+      std::printf("WGMMA T=%lld items=%-7s %-6s: %9.1f us, %6.1f TFLOP/s, %s\n",
+                  static_cast<long long>(T), c.width != nullptr ? c.width : "default",
                   moe_bf16::WgmmaVariantName(v), us, flop / us / 1e6,
                   same ? "same bits as ss" : "BITS DIFFER from ss");
     }

@@ -67,6 +67,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <string>
+#include <string_view>
 
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/fp8_gemm_core.cuh"
@@ -151,9 +153,20 @@ bool UseStream(int64_t T, int64_t k, int64_t n_experts) {
 // DEEPINFER_EXPERTS_STREAM_MAX_PAIRS raises the threshold: prefill experiments). wgmma: each item
 // re-reads the expert's weights, and columns past an item's pairs are wasted MMA work (prefill 4096
 // x 6 / 384: ~64 pairs per expert -> 96; the MMA pipe was ~52% busy with 128-wide items).
+// DEEPINFER_EXPERTS_ITEM_PAIRS = 64 / 80 / 96 / 128 sets the wgmma item width for every launch
+// (read on every call, like the variant; experiments), other values are ignored. Items of 80
+// (H200 run 147, T 4096): one layer with uniform random routing 7.75 against 8.15 ms at 96, but
+// the 4-layer prefill, whose routing spreads wider (more experts need a second item), 54.3k
+// against 55.0k tok/s; so 80 is not a default width.
 int TokensPerItem(int64_t T, int64_t k, int64_t n_experts) {
   const int64_t mean = MeanPairs(T, k, n_experts);
   if (UseStream(T, k, n_experts)) return mean <= 4 ? 8 : mean <= 12 ? 16 : 32;
+  if (const char* env = std::getenv(kExpertsItemPairsEnv); env != nullptr) {
+    const std::string_view forced(env);
+    for (int bn : {64, 80, 96, 128}) {
+      if (forced == std::to_string(bn)) return bn;
+    }
+  }
   const int64_t want = mean + mean / 4;
   return want <= 64 ? 64 : want <= 96 ? 96 : 128;
 }
@@ -402,16 +415,16 @@ cudaError_t LaunchSsGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stre
                                     a, max_items, stream);
 }
 
-// The wgmma kernel of the variant PickWgmmaVariant(bn) for items of bn (64, 96, 128) pairs.
+// The wgmma kernel of the variant PickWgmmaVariant(bn) for items of bn (64, 80, 96, 128) pairs.
 cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
   using moe_bf16::WgmmaVariant;
   const WgmmaVariant v = moe_bf16::PickWgmmaVariant(bn);
   if (v == WgmmaVariant::kSs) {
     if (bn == 64) return LaunchSsGemm<64>(a, max_items, stream);
-    if (bn == 96) return LaunchSsGemm<96>(a, max_items, stream);
+    if (bn <= 96) return LaunchSsGemm<96>(a, max_items, stream);  // items of 80: the 96 tile
     return LaunchSsGemm<128>(a, max_items, stream);
   }
-  return moe_bf16::LaunchRsGemm(bn, v == WgmmaVariant::kRs2 ? 2 : 1, a, max_items, stream);
+  return moe_bf16::LaunchRsGemm(v, bn, a, max_items, stream);
 }
 
 }  // namespace

@@ -78,17 +78,21 @@ using stream_mma::MulBf16x2;
 // 256 weight rows per block either way. Ring of kStages slots (raw e2m1 bytes + activations;
 // the block's scale bytes after it); with the bf16 tiles gone the ring is deeper than the SS
 // kernel's: slots x stage bytes + the largest scale array (256 rows x 256 blocks at K = 8192)
-// stay within the 227 KiB of an SM (BN 64: 8 x 16 KiB; 96: 7 x 20 KiB; 128: 6 x 24 KiB).
+// stay within the 227 KiB of an SM (BN 64: 8 x 16 KiB; 80: 8 x 18; 96: 7 x 20; 128: 6 x 24).
+// (Session 17 also had "rs128": blocks of 128 rows, two warpgroups, two blocks per SM, so that
+// one block's barrier waits would be the other's issue slots; slower at every T on the H200,
+// run 147: T 1024 / 4096 / 8192 7.08 / 9.93 / 19.71 ms against rs 6.17 / 8.15 / 15.32; removed.)
 template <int kBN, int kRowTiles>
 struct RsShape {
-  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "wgmma m64nBNk16 shapes instantiated");
+  static_assert(kBN == 64 || kBN == 80 || kBN == 96 || kBN == 128,
+                "wgmma m64nBNk16 shapes instantiated");
   static_assert(kRowTiles == 1 || kRowTiles == 2, "one or two m64 tiles per warpgroup");
   static constexpr int kWarpgroups = 4 / kRowTiles;
   static constexpr int kThreads = 128 * kWarpgroups;
   static constexpr int kWChunks = kWRawBytes / 16 / kThreads;  // 16-byte weight copies a stage
   static constexpr int kXBytes = kBN * kBK * 2;
   static constexpr int kStageBytes = kWRawBytes + kXBytes;
-  static constexpr int kStages = kBN == 64 ? 8 : kBN == 96 ? 7 : 6;
+  static constexpr int kStages = kBN <= 80 ? 8 : kBN == 96 ? 7 : 6;
   static constexpr int kSmemBytes = kStages * kStageBytes;
   static_assert(kSmemBytes + kBM * (8192 / 32) <= 227 * 1024, "ring + scales fit an SM");
   static_assert(kStages >= 3, "a slot in flight on the tensor core, one dequantised, one loading");
@@ -416,15 +420,17 @@ std::atomic<int> g_wgmma_override{0};
 
 namespace moe_bf16 {
 
-cudaError_t LaunchRsGemm(int bn, int row_tiles, const GemmArgs& a, int64_t max_items,
+cudaError_t LaunchRsGemm(WgmmaVariant v, int bn, const GemmArgs& a, int64_t max_items,
                          cudaStream_t stream) {
-  if (row_tiles == 2) {  // two row tiles exist for items of <= 96 pairs only
+  if (v == WgmmaVariant::kRs2) {  // two row tiles exist for items of <= 96 pairs only
     if (bn == 64) return LaunchRs<64, 2>(a, max_items, stream);
+    if (bn == 80) return LaunchRs<80, 2>(a, max_items, stream);
     if (bn == 96) return LaunchRs<96, 2>(a, max_items, stream);
     return cudaErrorInvalidValue;
   }
-  if (row_tiles != 1) return cudaErrorInvalidValue;
+  if (v != WgmmaVariant::kRs) return cudaErrorInvalidValue;
   if (bn == 64) return LaunchRs<64, 1>(a, max_items, stream);
+  if (bn == 80) return LaunchRs<80, 1>(a, max_items, stream);
   if (bn == 96) return LaunchRs<96, 1>(a, max_items, stream);
   if (bn == 128) return LaunchRs<128, 1>(a, max_items, stream);
   return cudaErrorInvalidValue;

@@ -109,6 +109,11 @@ bool RoutedExpertsBf16Applicable(model::WeightFormat up_format, model::WeightFor
 inline constexpr int64_t kExpertsStreamMaxMeanPairs = 12;
 int64_t ExpertsStreamMaxMeanPairs();
 
+// The environment variable that forces the wgmma kernel's item width (64, 80, 96 or 128 pairs;
+// read on every call; unset or another value: by the mean pairs per expert). Numerics-neutral:
+// each output is the same chain whatever the width.
+inline constexpr const char* kExpertsItemPairsEnv = "DEEPINFER_EXPERTS_ITEM_PAIRS";
+
 int64_t RoutedExpertsBf16ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
                                       int64_t n_experts);
 cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& launch, void* scratch,

@@ -59,14 +59,15 @@ const char* WgmmaVariantName(WgmmaVariant v);
 // again (an atomic; for tests and experiments).
 void SetWgmmaVariantOverride(const WgmmaVariant* v);
 
-// The variant a wgmma launch over items of bn pairs (64, 96 or 128) uses: the override, else the
-// environment; kRs2 at bn 128 gives kRs.
+// The variant a wgmma launch over items of bn pairs (64, 80, 96 or 128) uses: the override, else
+// the environment; kRs2 at bn 128 gives kRs.
 WgmmaVariant PickWgmmaVariant(int bn);
 
-// The RS kernel (k_moe_rs.cu) for items of <= bn pairs (bn 64, 96 or 128) with row_tiles m64 row
-// tiles per warpgroup (1: kRs; 2: kRs2, bn <= 96 only); grid y = max_items, items past *n_items
-// exit. Needs the weight rows (2I or D) and K (D or I) multiples of 128, K <= 8192.
-cudaError_t LaunchRsGemm(int bn, int row_tiles, const GemmArgs& a, int64_t max_items,
+// The RS kernel (k_moe_rs.cu) of variant v (kRs, or kRs2: bn <= 96 only) for items of <= bn
+// pairs (bn 64, 80, 96 or 128); grid y = max_items, items past *n_items exit. Needs the weight
+// rows (2I or D) and K (D or I) multiples of 128, K <= 8192. cudaErrorInvalidValue for kSs or a
+// shape that does not exist.
+cudaError_t LaunchRsGemm(WgmmaVariant v, int bn, const GemmArgs& a, int64_t max_items,
                          cudaStream_t stream);
 
 // Items of at most this many pairs run on the streaming kernel (1, 2 or 4 token tiles of 8).
