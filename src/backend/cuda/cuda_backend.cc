@@ -148,6 +148,8 @@ base::Status CudaBackend::Init() {
   linear_many_ = many == nullptr || std::strcmp(many, "0") != 0;
   const char* fp8 = std::getenv("DEEPINFER_CUDA_FP8_ACT");
   fp8_activations_ = fp8 != nullptr && std::strcmp(fp8, "0") != 0;
+  const char* exact_indexer = std::getenv("DEEPINFER_CUDA_EXACT_INDEXER");
+  exact_indexer_sums_ = exact_indexer != nullptr && std::strcmp(exact_indexer, "0") != 0;
   fp8_bf16_gemm_min_tokens_ =
       TokensFromEnv("DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS", kFp8Bf16GemmMinTokens);
   linear_stream_max_tokens_ =

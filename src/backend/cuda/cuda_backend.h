@@ -151,9 +151,10 @@ class CudaBackend final : public model::Backend {
   static constexpr int64_t kAttentionPrefillMinTokens = 64;
   void set_attention_prefill_min_tokens(int64_t t) { attention_prefill_min_tokens_ = t; }
   // FP8-activation fast mode (kernels_fp8.h): FP8 / MXFP4 Linears and the routed experts
-  // quantise their activations per 32 values to e4m3 like DeepSeek's kernels (a documented
-  // deviation from the goldens; default off, DEEPINFER_CUDA_FP8_ACT=1 turns it on at
-  // creation).
+  // quantise their activations per 32 values to e4m3 like DeepSeek's kernels, and the
+  // tensor-core indexer sums its exactly-bf16 products in the tensor core
+  // (kernels::IndexerSums::kTensorCore) like DeepSeek's FP8 indexer (documented deviations from
+  // the goldens; default off, DEEPINFER_CUDA_FP8_ACT=1 turns it on at creation).
   void set_fp8_activations(bool on) { fp8_activations_ = on; }
   // FP8-activation mode, not batch-invariant: an FP8 / MXFP4 Linear (and LinearGrouped) with
   // at least `t` token rows multiplies the fake-quantised activations (exact in bf16) by the
@@ -223,6 +224,12 @@ class CudaBackend final : public model::Backend {
   void set_batch_invariant(bool on);
   bool batch_invariant() const { return batch_invariant_; }
   bool fp8_activations() const { return fp8_activations_; }
+  // How the indexer kernels sum their products in the current mode: kTensorCore with FP8
+  // activations unless DEEPINFER_CUDA_EXACT_INDEXER=1 was set at creation (A/B runs).
+  kernels::IndexerSums indexer_sums() const {
+    return fp8_activations_ && !exact_indexer_sums_ ? kernels::IndexerSums::kTensorCore
+                                                    : kernels::IndexerSums::kExact;
+  }
 
   // --- model::Backend ------------------------------------------------------------------
   float* AllocFloats(int64_t n) override;
@@ -556,6 +563,7 @@ class CudaBackend final : public model::Backend {
   bool attention_mma_ = true;             // set in Init(); SparseAttentionMma where it applies
   int64_t mma_max_tokens_ = 0;            // set in Init(); LinearMma above the GEMV up to this
   bool fp8_activations_ = false;          // set in Init(); the FP8-activation fast mode
+  bool exact_indexer_sums_ = false;       // set in Init(); indexer_sums()
   int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
   bool paged_indexer_ = true;
   bool linear_many_ = true;

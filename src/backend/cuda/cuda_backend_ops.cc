@@ -158,7 +158,7 @@ void CudaBackend::IndexerScores(const float* q, const float* w, int64_t T, int64
                                                  std::to_string(dim) + ", T " + std::to_string(T)));
   }
   Check(kernels::IndexerScores(q, w, T, heads, dim, keys, n_keys, q_pos, ratio, scale, scores,
-                               stream_),
+                               stream_, indexer_sums()),
         "IndexerScores");
   Done("IndexerScores");
 }
@@ -174,7 +174,7 @@ void CudaBackend::IndexerScoresVarlen(const float* q, const float* w, int64_t T,
                                                        std::to_string(T)));
   }
   Check(kernels::IndexerScoresVarlen(q, w, T, heads, dim, keys, key_offset, key_len, n_keys, q_pos,
-                                     ratio, scale, scores, stream_),
+                                     ratio, scale, scores, stream_, indexer_sums()),
         "IndexerScoresVarlen");
   Done("IndexerScoresVarlen");
 }
@@ -198,7 +198,7 @@ void CudaBackend::IndexerScoresPaged(const float* q, const float* w, int64_t T, 
   keys.rows_per_block = rows_per_block;
   keys.key_len = key_len;
   Check(kernels::IndexerScoresMmaPaged(q, w, T, heads, dim, keys, n_keys, q_pos, ratio, scale,
-                                       scores, stream_),
+                                       scores, stream_, indexer_sums()),
         "IndexerScoresPaged");
   Done("IndexerScoresPaged");
 }

@@ -44,11 +44,13 @@ class CudaIndexerPipelineTest : public CudaIndexerGroupTest {
   }
 
   // kernels::IndexerScoresMmaReference (the session-6 one-row kernel) on all rows.
-  std::vector<float> Reference(const IdxCase& c) {
+  std::vector<float> Reference(const IdxCase& c,
+                               kernels::IndexerSums sums = kernels::IndexerSums::kExact) {
     float* out = PoisonedFloats(c.T * c.n_keys);
-    EXPECT_EQ(kernels::IndexerScoresMmaReference(
-                  ToGpu(c.q), ToGpu(c.w), c.T, c.heads, c.dim, ToGpu(c.keys), ToGpu(c.offset),
-                  ToGpu(c.len), c.n_keys, ToGpu(c.q_pos), c.ratio, c.scale, out, gpu_->stream()),
+    EXPECT_EQ(kernels::IndexerScoresMmaReference(ToGpu(c.q), ToGpu(c.w), c.T, c.heads, c.dim,
+                                                 ToGpu(c.keys), ToGpu(c.offset), ToGpu(c.len),
+                                                 c.n_keys, ToGpu(c.q_pos), c.ratio, c.scale, out,
+                                                 gpu_->stream(), sums),
               cudaSuccess);
     return FromGpu(out, c.T * c.n_keys);
   }
@@ -114,12 +116,13 @@ class CudaIndexerPipelineTest : public CudaIndexerGroupTest {
   }
 
   // The scores through BuildPaged's block tables.
-  std::vector<float> Paged(const IdxCase& c, int64_t rows_per_block, bool with_key_len = true) {
+  std::vector<float> Paged(const IdxCase& c, int64_t rows_per_block, bool with_key_len = true,
+                           kernels::IndexerSums sums = kernels::IndexerSums::kExact) {
     const kernels::PagedKeys keys = BuildPaged(c, rows_per_block, with_key_len);
     float* out = PoisonedFloats(c.T * c.n_keys);
     EXPECT_EQ(
         kernels::IndexerScoresMmaPaged(ToGpu(c.q), ToGpu(c.w), c.T, c.heads, c.dim, keys, c.n_keys,
-                                       ToGpu(c.q_pos), c.ratio, c.scale, out, gpu_->stream()),
+                                       ToGpu(c.q_pos), c.ratio, c.scale, out, gpu_->stream(), sums),
         cudaSuccess);
     return FromGpu(out, c.T * c.n_keys);
   }
@@ -270,6 +273,24 @@ TEST_F(CudaIndexerPipelineTest, PagedBitwiseEqualToContiguous) {
         EXPECT_TRUE(BitExact(paged, contiguous));
         ExpectMasking(c, paged);
       }
+    }
+  }
+}
+
+// IndexerSums::kTensorCore: paged keys give the contiguous one-row kernel's bits, which are the
+// session-6 reference kernel's in the same mode (decode rows of FP4 keys, mixed term counts).
+TEST_F(CudaIndexerPipelineTest, TensorSumsPagedAndReferenceBitwise) {
+  constexpr auto kTensor = kernels::IndexerSums::kTensorCore;
+  const std::vector<IdxSeq> seqs = {{0, 1}, {63, 1}, {65, 2}, {1000, 2}, {4096, 2}};
+  for (IdxInputs kind : {IdxInputs::kExactBf16, IdxInputs::kMixed}) {
+    IdxCase c = MakeGroupCase(seqs, kind, /*causal=*/false);
+    SCOPED_TRACE(::testing::Message() << "inputs " << static_cast<int>(kind));
+    const std::vector<float> contiguous = Grouped(c, 1, kTensor);
+    ExpectMasking(c, contiguous);
+    EXPECT_TRUE(BitExact(Reference(c, kTensor), contiguous));
+    for (int64_t rpb : {16, 64, 100}) {
+      SCOPED_TRACE(::testing::Message() << "rows_per_block " << rpb);
+      EXPECT_TRUE(BitExact(Paged(c, rpb, true, kTensor), contiguous));
     }
   }
 }

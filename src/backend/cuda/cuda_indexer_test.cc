@@ -187,6 +187,40 @@ TEST_F(CudaIndexerGroupTest, PrefillMatchesCpu) {
   }
 }
 
+// IndexerSums::kTensorCore (the FP8 mode): every grouping, the one-row kernel and the backend
+// in FP8 mode give the same bits; with split operands (fp32 inputs: three terms) the exact
+// operations bit for bit. FP4-grid operands: products of e2m1 values times block scales are
+// small integers times powers of two, so while a row's block scales span a few octaves every
+// partial sum of a dot is exact in fp32 and the chain gives the exact sums' bits (H200 run 148:
+// all of them); with block scales 2^24 apart the chain must round, and it differs from the
+// exact sums (so the chain really runs) within TensorBoundFactor of the CPU reference.
+TEST_F(CudaIndexerGroupTest, TensorSumsBitwiseAcrossGroupingsAndAccurate) {
+  constexpr auto kTensor = kernels::IndexerSums::kTensorCore;
+  for (bool causal : {true, false}) {
+    for (const auto& seqs : GroupSeqs()) {
+      for (IdxInputs kind : {IdxInputs::kExactBf16, IdxInputs::kFp32, IdxInputs::kMixed}) {
+        const IdxCase c = MakeGroupCase(seqs, kind, causal);
+        SCOPED_TRACE(::testing::Message() << "T " << c.T << " seqs " << seqs.size() << " causal "
+                                          << causal << " inputs " << static_cast<int>(kind));
+        const std::vector<float> tensor = ExpectGroupingInvariant(c, kTensor);
+        if (kind == IdxInputs::kFp32) {
+          EXPECT_TRUE(BitExact(tensor, Grouped(c, 0)));
+        }
+      }
+    }
+  }
+  const int64_t max_rows = kernels::IndexerMmaGroupRows(kHeads, kDim);
+  IdxCase c = MakeGroupCase({{1024, 400}, {333, 157}}, IdxInputs::kExactBf16, true);
+  EXPECT_TRUE(BitExact(Grouped(c, max_rows, kTensor), Grouped(c, 1))) << "FP4 grid, exact sums";
+  // Channel block b (32 channels) of q and of every key times 2^(12 b): still exactly bf16.
+  for (std::vector<float>* v : {&c.q, &c.keys}) {
+    for (size_t i = 0; i < v->size(); ++i) (*v)[i] *= std::ldexp(1.0f, 12 * ((i % kDim) / 32));
+  }
+  const std::vector<float> tensor = Grouped(c, max_rows, kTensor);
+  ExpectMatchesCpu(c, tensor, TensorBoundFactor(kHeads, kDim), 1e-5);
+  EXPECT_FALSE(BitExact(tensor, Grouped(c, 1))) << "the tensor-core sums took no effect";
+}
+
 // Other tensor-core shapes (group sizes 2 .. 4; dims multiples of 32, as the mixed inputs
 // fake-quantise 32-value blocks).
 TEST_F(CudaIndexerGroupTest, OtherShapesBitwiseEqualToRowAlone) {
@@ -196,12 +230,14 @@ TEST_F(CudaIndexerGroupTest, OtherShapesBitwiseEqualToRowAlone) {
         MakeGroupCase({{200, 9}, {65, 6}}, IdxInputs::kMixed, /*causal=*/true, heads, dim);
     SCOPED_TRACE(::testing::Message() << "heads " << heads << " dim " << dim);
     ExpectGroupingInvariant(c);
+    ExpectGroupingInvariant(c, kernels::IndexerSums::kTensorCore);
   }
 }
 
 // Device time per call, one-row kernel vs row groups: prefill of one sequence (T = 4096
 // rows at positions 0 .. 4095, 1024 keys at ratio 4, 64 heads x 128), normal and FP4
-// inputs, and decode (T = 32 rows, each its own 1024 keys, all visible).
+// inputs, and decode (T = 32 rows, each its own 1024 keys, all visible); FP4 inputs also with
+// IndexerSums::kTensorCore ("fp4 tensor").
 TEST_F(CudaIndexerGroupTest, DISABLED_BenchPrefillGroups) {
   const int64_t n_keys = 1024, ratio = 4, max_rows = kernels::IndexerMmaGroupRows(kHeads, kDim);
   for (const int64_t T : {int64_t{4096}, int64_t{32}}) {
@@ -211,7 +247,11 @@ TEST_F(CudaIndexerGroupTest, DISABLED_BenchPrefillGroups) {
       offset[t] = prefill ? 0 : static_cast<int32_t>(t * n_keys);
       q_pos[t] = static_cast<int32_t>(prefill ? t : ratio * n_keys + t % ratio);
     }
-    for (bool fp4 : {false, true}) {
+    for (int inputs = 0; inputs < 3; ++inputs) {  // fp32, fp4, fp4 with tensor-core sums
+      const bool fp4 = inputs > 0;
+      const kernels::IndexerSums sums =
+          inputs == 2 ? kernels::IndexerSums::kTensorCore : kernels::IndexerSums::kExact;
+      gpu_->set_fp8_activations(inputs == 2);
       std::vector<float> qh = Normal(T * kHeads * kDim);
       std::vector<float> kh = Normal((prefill ? 1 : T) * n_keys * kDim);
       if (fp4) {
@@ -230,18 +270,22 @@ TEST_F(CudaIndexerGroupTest, DISABLED_BenchPrefillGroups) {
           } else {
             EXPECT_EQ(
                 kernels::IndexerScoresMmaGrouped(q, w, T, kHeads, kDim, keys, goff, glen, n_keys,
-                                                 gpos, ratio, 0.088f, out, g, gpu_->stream()),
+                                                 gpos, ratio, 0.088f, out, g, gpu_->stream(), sums),
                 cudaSuccess);
           }
         });
         std::printf("IndexerScoresVarlen %s T=%lld keys=%lld %s group_rows=%s: %.2f us/call\n",
                     prefill ? "prefill" : "decode ", static_cast<long long>(T),
-                    static_cast<long long>(n_keys), fp4 ? "fp4 " : "fp32",
+                    static_cast<long long>(n_keys),
+                    inputs == 2 ? "fp4 tensor"
+                    : fp4       ? "fp4"
+                                : "fp32",
                     g == 0 ? "auto" : std::to_string(g).c_str(), us);
         EXPECT_GT(us, 0.0);
       }
     }
   }
+  gpu_->set_fp8_activations(false);
 }
 
 TEST_F(CudaIndexerTest, DISABLED_Bench) {

@@ -112,12 +112,22 @@ class CudaIndexerTest : public CudaVsCpuTest {
            static_cast<double>(dim / 16 + heads + 5) * std::ldexp(1.0, -24);
   }
 
-  // got vs the CPU reference: -inf at the same places, |err| <= c B elsewhere, relative L2
-  // <= 2e-6; and the case has both visible and invisible entries.
-  void ExpectMatchesCpu(const IdxCase& c, const std::vector<float>& got) {
+  // IndexerSums::kTensorCore on exactly-bf16 operands: the products are exact; each of the
+  // D / 16 MMAs of a dot adds 17 addends (16 products and the running sum), each of which may
+  // lose up to one unit in the last place of the largest (<= 2^-23 B) when the tensor core
+  // aligns and truncates them; then the head sum as in BoundFactor.
+  static double TensorBoundFactor(int64_t heads, int64_t dim) {
+    return static_cast<double>(dim / 16) * 17.0 * std::ldexp(1.0, -23) +
+           static_cast<double>(heads + 5) * std::ldexp(1.0, -24);
+  }
+
+  // got vs the CPU reference: -inf at the same places, |err| <= factor B elsewhere (factor 0:
+  // BoundFactor), relative L2 <= rel_l2; and the case has both visible and invisible entries.
+  void ExpectMatchesCpu(const IdxCase& c, const std::vector<float>& got, double factor = 0.0,
+                        double rel_l2 = 2e-6) {
     const std::vector<float> expected = Cpu(c);
     const std::vector<double> b = Magnitudes(c);
-    const double factor = BoundFactor(c.heads, c.dim);
+    if (factor == 0.0) factor = BoundFactor(c.heads, c.dim);
     int64_t bad = 0, invisible = 0;
     double worst = 0.0;
     for (size_t i = 0; i < expected.size(); ++i) {
@@ -136,7 +146,7 @@ class CudaIndexerTest : public CudaVsCpuTest {
       if (b[i] > 0) worst = std::max(worst, err / b[i]);
     }
     EXPECT_EQ(bad, 0) << "worst err / B " << worst;
-    EXPECT_TRUE(RelL2Close(got, expected, 2e-6));
+    EXPECT_TRUE(RelL2Close(got, expected, rel_l2));
     double err2 = 0.0, ref2 = 0.0;
     for (size_t i = 0; i < expected.size(); ++i) {
       if (std::isinf(expected[i])) continue;
@@ -203,7 +213,8 @@ class CudaIndexerGroupTest : public CudaIndexerTest {
 
   // All rows at once through kernels::IndexerScoresMmaGrouped (group_rows = 0: every row
   // alone, one T = 1 call per row).
-  std::vector<float> Grouped(const IdxCase& c, int64_t group_rows) {
+  std::vector<float> Grouped(const IdxCase& c, int64_t group_rows,
+                             kernels::IndexerSums sums = kernels::IndexerSums::kExact) {
     const float *q = ToGpu(c.q), *w = ToGpu(c.w), *keys = ToGpu(c.keys);
     const int32_t *off = ToGpu(c.offset), *len = ToGpu(c.len), *pos = ToGpu(c.q_pos);
     float* out = PoisonedFloats(c.T * c.n_keys);
@@ -211,29 +222,37 @@ class CudaIndexerGroupTest : public CudaIndexerTest {
     if (group_rows > 0) {
       EXPECT_EQ(
           kernels::IndexerScoresMmaGrouped(q, w, c.T, c.heads, c.dim, keys, off, len, c.n_keys, pos,
-                                           c.ratio, c.scale, out, group_rows, gpu_->stream()),
+                                           c.ratio, c.scale, out, group_rows, gpu_->stream(), sums),
           cudaSuccess);
     } else {
       for (int64_t t = 0; t < c.T; ++t) {
-        EXPECT_EQ(kernels::IndexerScoresMmaGrouped(
-                      q + t * hd, w + t * c.heads, 1, c.heads, c.dim, keys, off + t, len + t,
-                      c.n_keys, pos + t, c.ratio, c.scale, out + t * c.n_keys, 1, gpu_->stream()),
-                  cudaSuccess);
+        EXPECT_EQ(
+            kernels::IndexerScoresMmaGrouped(q + t * hd, w + t * c.heads, 1, c.heads, c.dim, keys,
+                                             off + t, len + t, c.n_keys, pos + t, c.ratio, c.scale,
+                                             out + t * c.n_keys, 1, gpu_->stream(), sums),
+            cudaSuccess);
       }
     }
     return FromGpu(out, c.T * c.n_keys);
   }
 
-  // Every group size and the backend's own choice give the one-row-per-call bits.
-  void ExpectGroupingInvariant(const IdxCase& c) {
-    const std::vector<float> alone = Grouped(c, 0);
+  // Every group size and the backend's own choice (in the mode that sums that way: FP8
+  // activations for kTensorCore) give the one-row-per-call bits. Returns those bits.
+  std::vector<float> ExpectGroupingInvariant(
+      const IdxCase& c, kernels::IndexerSums sums = kernels::IndexerSums::kExact) {
+    const std::vector<float> alone = Grouped(c, 0, sums);
     const int64_t max_rows = kernels::IndexerMmaGroupRows(c.heads, c.dim);
     for (int64_t g = 1; g <= max_rows; ++g) {
       SCOPED_TRACE(::testing::Message() << "group_rows " << g);
-      EXPECT_TRUE(BitExact(Grouped(c, g), alone));
+      EXPECT_TRUE(BitExact(Grouped(c, g, sums), alone));
     }
     SCOPED_TRACE("backend");
+    const bool fp8 = gpu_->fp8_activations();
+    gpu_->set_fp8_activations(sums == kernels::IndexerSums::kTensorCore);
+    EXPECT_EQ(gpu_->indexer_sums(), sums);
     EXPECT_TRUE(BitExact(Gpu(c), alone));
+    gpu_->set_fp8_activations(fp8);
+    return alone;
   }
 
   // Single-sequence and varlen row sets: T = 1, 5, 64, 300 in one sequence; 2-3 sequences

@@ -186,29 +186,61 @@ __device__ __forceinline__ void StoreHeadSums(const float (&acc)[4][4], float w0
   }
 }
 
-// Step 3 and the first half of step 4 for m-tile mt: warp's 4 n-tiles (keys n_base ..
-// n_base + 31 of the tile) x 16 heads, head-summed into s.part[mt][key].
-inline __device__ void ScoreMTile(const Smem& s, int64_t heads, int64_t dim, int mt, int n_base,
-                                  int q_terms, int k_terms, float scale) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, mat = lane >> 3, mrow = lane & 7;
-  const int64_t rs = TermStride(dim);
-  const int ksteps = static_cast<int>(dim / 16);
-  const uint16_t* a_base = s.q + (mt * 16 + mrow + 8 * (mat & 1)) * rs + 8 * (mat >> 1);
-  const uint16_t* b_base = s.k + (n_base + mrow + 8 * (mat >> 1)) * rs + 8 * (mat & 1);
-  float acc[4][4] = {};
+// The IndexerSums::kTensorCore k-loop (q and the key tile exactly bf16: one term each): every
+// k-step's 4 MMAs accumulate straight into acc, one tensor-core chain over all of D per score.
+__device__ __forceinline__ void ChainKSteps(float (&acc)[4][4], const uint16_t* a_base,
+                                            const uint16_t* b_base, int64_t rs, int ksteps) {
+#pragma unroll 2
   for (int ks = 0; ks < ksteps; ++ks) {
     const int k0 = ks * 16;
-    uint32_t a[kTerms][4], b[kTerms][2][4];
+    uint32_t a[4], b[2][4];
+    LdMatrixX4(a, a_base + k0);
 #pragma unroll
-    for (int term = 0; term < kTerms; ++term) {
-      if (term < q_terms) LdMatrixX4(a[term], a_base + term * heads * rs + k0);
-    }
-    LoadKeyFragments(b, b_base, rs, k0, k_terms);
-    AccumulateKStep(acc, a, b, q_terms, k_terms);
+    for (int p = 0; p < 2; ++p) LdMatrixX4(b[p], b_base + 16 * p * rs + k0);
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+      MmaBf16(acc[n], a, b[n >> 1][2 * (n & 1)], b[n >> 1][2 * (n & 1) + 1]);
   }
-  StoreHeadSums(acc, s.w[mt * 16 + g], s.w[mt * 16 + g + 8], scale,
-                s.part + mt * kTileKeys + n_base);
+}
+
+// Step 3 and the first half of step 4 for one m-tile: the warp's 4 n-tiles (keys n_base ..
+// n_base + 31 of the key term arrays k_terms_at, [kTerms][kTileKeys][rs]) x the 16 heads whose
+// q term rows start at q_rows ([kTerms][heads][rs], the m-tile's first head), head-summed with
+// weights w0 / w1 (the lane's heads g, g + 8) into part[key] (the m-tile's partials shifted to
+// the warp's first key). tensor_sums: IndexerSums::kTensorCore (kernels_indexer.h).
+inline __device__ void ScoreTile(const uint16_t* q_rows, int64_t heads, const uint16_t* k_terms_at,
+                                 int64_t dim, int n_base, int q_terms, int k_terms,
+                                 bool tensor_sums, float w0, float w1, float scale, float* part) {
+  const int lane = threadIdx.x & 31;
+  const int mat = lane >> 3, mrow = lane & 7;
+  const int64_t rs = TermStride(dim);
+  const int ksteps = static_cast<int>(dim / 16);
+  const uint16_t* a_base = q_rows + (mrow + 8 * (mat & 1)) * rs + 8 * (mat >> 1);
+  const uint16_t* b_base = k_terms_at + (n_base + mrow + 8 * (mat >> 1)) * rs + 8 * (mat & 1);
+  float acc[4][4] = {};
+  if (tensor_sums && q_terms == 1 && k_terms == 1) {  // warp-uniform
+    ChainKSteps(acc, a_base, b_base, rs, ksteps);
+  } else {
+    for (int ks = 0; ks < ksteps; ++ks) {
+      const int k0 = ks * 16;
+      uint32_t a[kTerms][4], b[kTerms][2][4];
+#pragma unroll
+      for (int term = 0; term < kTerms; ++term) {
+        if (term < q_terms) LdMatrixX4(a[term], a_base + term * heads * rs + k0);
+      }
+      LoadKeyFragments(b, b_base, rs, k0, k_terms);
+      AccumulateKStep(acc, a, b, q_terms, k_terms);
+    }
+  }
+  StoreHeadSums(acc, w0, w1, scale, part);
+}
+
+// ScoreTile for m-tile mt of the one-row kernel's staging, into s.part[mt][key].
+inline __device__ void ScoreMTile(const Smem& s, int64_t heads, int64_t dim, int mt, int n_base,
+                                  int q_terms, int k_terms, bool tensor_sums, float scale) {
+  const int g = (threadIdx.x & 31) >> 2;
+  ScoreTile(s.q + mt * 16 * TermStride(dim), heads, s.k, dim, n_base, q_terms, k_terms, tensor_sums,
+            s.w[mt * 16 + g], s.w[mt * 16 + g + 8], scale, s.part + mt * kTileKeys + n_base);
 }
 
 // Row t's visible key count: min(key_len[t], n_keys, (q_pos[t] + 1) / ratio).
@@ -224,6 +256,7 @@ __device__ __forceinline__ int64_t VisibleKeys(const int32_t* key_len, int64_t n
 cudaError_t LaunchGroupKernel(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                               const float* keys, const int32_t* key_offset, const int32_t* key_len,
                               int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
-                              float* scores, int64_t group_rows, cudaStream_t stream);
+                              float* scores, int64_t group_rows, cudaStream_t stream,
+                              bool tensor_sums);
 
 }  // namespace deepinfer::backend::cuda::kernels::indexer_mma

@@ -551,19 +551,20 @@ int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim) {
 
 cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                           const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
-                          float scale, float* scores, cudaStream_t stream) {
+                          float scale, float* scores, cudaStream_t stream, IndexerSums sums) {
   return IndexerScoresVarlen(q, w, T, heads, dim, keys, nullptr, nullptr, n_keys, q_pos, ratio,
-                             scale, scores, stream);
+                             scale, scores, stream, sums);
 }
 
 cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads,
                                 int64_t dim, const float* keys, const int32_t* key_offset,
                                 const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
-                                int64_t ratio, float scale, float* scores, cudaStream_t stream) {
+                                int64_t ratio, float scale, float* scores, cudaStream_t stream,
+                                IndexerSums sums) {
   if (T <= 0 || n_keys <= 0) return cudaSuccess;
   if (IndexerMmaApplicable(q, keys, T, heads, dim, ratio)) {  // tensor cores (k_indexer_mma.cu)
     return IndexerScoresMma(q, w, T, heads, dim, keys, key_offset, key_len, n_keys, q_pos, ratio,
-                            scale, scores, stream);
+                            scale, scores, stream, sums);
   }
   const int64_t smem = IndexerScoresSharedBytes(heads, dim);
   if (smem > kMaxSharedBytes || T > 65535 || ratio <= 0) return cudaErrorInvalidValue;

@@ -5,6 +5,11 @@
 // one-row kernel's operations in the same order, so the bits do not depend on the grouping.
 // Shared memory at H = 64, D = 128: key terms 51 KiB + 4 fp32 q rows 136 KiB + w, partials
 // 5 KiB: ~192 KiB, one block per SM.
+// MEASURED (H200, FP8 mode, the 4-layer bench checkpoint's 4k prefill, 3 indexer calls): 4.51 ms
+// (run 147) -> 2.91 ms with one-term q rows restaged as bf16 (run 148; same bits) -> 2.71 ms
+// with IndexerSums::kTensorCore; 16k prefill 51.8k -> 56.7k -> 57.3k tok/s. Bench (T 4096 rows,
+// 1024 keys, FP4 inputs, groups of 4; CudaIndexerGroupTest.DISABLED_BenchPrefillGroups, run
+// 148): 547 us exact sums, 501 us tensor-core sums (the one-row kernel: 771 / 584 us).
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -24,13 +29,15 @@ namespace {
 // Grid (splits, ceil(T / group_rows)); 512 threads. q of every row of the group is staged
 // once as fp32 ([rows][heads][dim + 8], conflict-free float2 reads) and split into its bf16
 // terms at fragment-load time (the same SplitBf16x3 bits ldmatrix reads in the one-row
-// kernel); the rows are cut into runs of equal key_offset (rows of different sequences
-// never share a staging). Per run and key tile: the keys visible to any row of the run are
-// staged once (terms as in the one-row kernel, plus a per-key "has a mid / lo term" flag),
-// then the warps take the tasks (row, m-tile, key half) in turn. Row r's k_terms is 3 iff a
-// key it sees in the tile has a flag (what the one-row kernel decides from its own staging);
-// staged keys past its visible count only feed its masked (-inf) columns, as MMA columns
-// are independent. So every score takes exactly the one-row kernel's operations.
+// kernel); a row whose q is exactly bf16 (one term) is then restaged in its place as the
+// one-row kernel's bf16 term rows ([heads][dim + 8] bf16, read by ldmatrix: ~12 instructions a
+// k-step fewer than splitting on the fly, the same fragments); the rows are cut into runs of equal
+// key_offset (rows of different sequences never share a staging). Per run and key tile: the keys
+// visible to any row of the run are staged once (terms as in the one-row kernel, plus a per-key
+// "has a mid / lo term" flag), then the warps take the tasks (row, m-tile, key half) in turn. Row
+// r's k_terms is 3 iff a key it sees in the tile has a flag (what the one-row kernel decides from
+// its own staging); staged keys past its visible count only feed its masked (-inf) columns, as MMA
+// columns are independent. So every score takes exactly the one-row kernel's operations.
 constexpr int kGroupThreads = 512;
 constexpr int kGroupWarps = kGroupThreads / 32;
 constexpr int kGroupLoadBatch = 4;
@@ -106,35 +113,60 @@ __device__ void StageKeyTile(const float* src, int64_t valid, int64_t dim, const
   __syncthreads();
 }
 
-// Packs the bf16 terms of fp32 pair x (low half = x.x) into a[term][i]; only the hi term
-// (SplitBf16x3's, the rest left to dead-code elimination) if !kAllTerms.
-template <bool kAllTerms>
+// Packs the three bf16 terms of fp32 pair x (low half = x.x) into a[term][i].
 __device__ __forceinline__ void SplitPair(const float2 x, uint32_t (&a)[kTerms][4], int i) {
   const Bf16x3 p0 = SplitBf16x3(x.x), p1 = SplitBf16x3(x.y);
   a[0][i] = p0.hi | (uint32_t{p1.hi} << 16);
-  if (kAllTerms) {
-    a[1][i] = p0.mid | (uint32_t{p1.mid} << 16);
-    a[2][i] = p0.lo | (uint32_t{p1.lo} << 16);
-  }
+  a[1][i] = p0.mid | (uint32_t{p1.mid} << 16);
+  a[2][i] = p0.lo | (uint32_t{p1.lo} << 16);
 }
 
 // The A fragment terms of k-step k0 from the fp32 q rows g (a_row) and g + 8 (a_row + 8 qs),
 // in the one-row kernel's ldmatrix order: (g, k0..), (g + 8, k0..), (g, k0 + 8..), (g + 8, ..).
-template <bool kAllTerms>
 __device__ __forceinline__ void SplitQFragment(const float* a_row, int64_t qs, int k0,
                                                uint32_t (&a)[kTerms][4]) {
-  SplitPair<kAllTerms>(*reinterpret_cast<const float2*>(a_row + k0), a, 0);
-  SplitPair<kAllTerms>(*reinterpret_cast<const float2*>(a_row + 8 * qs + k0), a, 1);
-  SplitPair<kAllTerms>(*reinterpret_cast<const float2*>(a_row + k0 + 8), a, 2);
-  SplitPair<kAllTerms>(*reinterpret_cast<const float2*>(a_row + 8 * qs + k0 + 8), a, 3);
+  SplitPair(*reinterpret_cast<const float2*>(a_row + k0), a, 0);
+  SplitPair(*reinterpret_cast<const float2*>(a_row + 8 * qs + k0), a, 1);
+  SplitPair(*reinterpret_cast<const float2*>(a_row + k0 + 8), a, 2);
+  SplitPair(*reinterpret_cast<const float2*>(a_row + 8 * qs + k0 + 8), a, 3);
 }
 
-// ScoreMTile for row r of the group: A fragments split from the fp32 q row on the fly.
+// Row r's q as the one-row kernel's bf16 hi-term rows (RestageQRowBf16), in place of its fp32
+// rows.
+__device__ __forceinline__ uint16_t* QRowBf16(const GroupSmem& s, int64_t heads, int64_t dim,
+                                              int r) {
+  return reinterpret_cast<uint16_t*>(s.q + r * heads * QStride(dim));
+}
+
+// Overwrites row r's staged fp32 q (every thread past StageQRow's barrier) with the bf16 hi
+// terms of `src` (global, heads x dim) in the one-row kernel's layout ([heads][TermStride]);
+// for rows with one term (SplitBf16x3's hi = the value). The caller adds a barrier.
+__device__ void RestageQRowBf16(const float* src, int64_t heads, int64_t dim, uint16_t* dst) {
+  const int quads = static_cast<int>(dim / 4), total = static_cast<int>(heads) * quads;
+  for (int e = threadIdx.x; e < total; e += kGroupThreads) {
+    const int h = e / quads, c = (e - h * quads) * 4;
+    const float4 v = __ldg(reinterpret_cast<const float4*>(src + int64_t{h} * dim + c));
+    const uint32_t lo = SplitBf16x3(v.x).hi | (uint32_t{SplitBf16x3(v.y).hi} << 16);
+    const uint32_t hi = SplitBf16x3(v.z).hi | (uint32_t{SplitBf16x3(v.w).hi} << 16);
+    *reinterpret_cast<uint2*>(dst + h * TermStride(dim) + c) = make_uint2(lo, hi);
+  }
+}
+
+// ScoreMTile for row r of the group: one-term rows from their bf16 rows (ScoreTile), others'
+// A fragments split from the fp32 q row on the fly.
 __device__ void ScoreGroupTask(const GroupSmem& s, int64_t heads, int64_t dim, int r, int mt,
-                               int n_base, int q_terms, int k_terms, float scale) {
+                               int n_base, int q_terms, int k_terms, bool tensor_sums,
+                               float scale) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, q4 = lane & 3, mat = lane >> 3, mrow = lane & 7;
   const int64_t rs = TermStride(dim), qs = QStride(dim);
+  const float* w = s.w + r * heads + mt * 16;
+  float* part = s.part + (r * (heads / 16) + mt) * kTileKeys + n_base;
+  if (q_terms == 1) {  // warp-uniform
+    ScoreTile(QRowBf16(s, heads, dim, r) + mt * 16 * rs, heads, s.k, dim, n_base, 1, k_terms,
+              tensor_sums, w[g], w[g + 8], scale, part);
+    return;
+  }
   const int ksteps = static_cast<int>(dim / 16);
   const float* a_row = s.q + (r * heads + mt * 16 + g) * qs + 2 * q4;  // row g; g + 8 below
   const uint16_t* b_base = s.k + (n_base + mrow + 8 * (mat >> 1)) * rs + 8 * (mat & 1);
@@ -142,16 +174,11 @@ __device__ void ScoreGroupTask(const GroupSmem& s, int64_t heads, int64_t dim, i
   for (int ks = 0; ks < ksteps; ++ks) {
     const int k0 = ks * 16;
     uint32_t a[kTerms][4], b[kTerms][2][4];
-    if (q_terms == 1) {  // warp-uniform
-      SplitQFragment<false>(a_row, qs, k0, a);
-    } else {
-      SplitQFragment<true>(a_row, qs, k0, a);
-    }
+    SplitQFragment(a_row, qs, k0, a);
     LoadKeyFragments(b, b_base, rs, k0, k_terms);
     AccumulateKStep(acc, a, b, q_terms, k_terms);
   }
-  const float* w = s.w + r * heads + mt * 16;
-  StoreHeadSums(acc, w[g], w[g + 8], scale, s.part + (r * (heads / 16) + mt) * kTileKeys + n_base);
+  StoreHeadSums(acc, w[g], w[g + 8], scale, part);
 }
 
 // k_terms of a row that sees `valid` keys of the staged tile (warp-uniform).
@@ -170,6 +197,7 @@ struct GroupArgs {
   float scale;
   float* scores;
   int64_t t0;
+  bool tensor_sums;  // IndexerSums::kTensorCore
 };
 
 // The block's key tiles for the group's rows [r0, r1) (equal key_offset).
@@ -193,7 +221,7 @@ __device__ void ScoreRun(const GroupSmem& s, const GroupArgs& p, int r0, int r1)
         if (g0 >= s.visible[r]) continue;  // warp-uniform
         const int64_t valid = s.visible[r] - g0 < kTileKeys ? s.visible[r] - g0 : kTileKeys;
         ScoreGroupTask(s, p.heads, p.dim, r, mt, kg * kKeysPerWarp, s.q_terms[r],
-                       RowKeyTerms(s, valid), p.scale);
+                       RowKeyTerms(s, valid), p.tensor_sums, p.scale);
       }
       __syncthreads();
     }
@@ -235,6 +263,9 @@ __global__ void __launch_bounds__(kGroupThreads, 1)
     const bool extra =
         StageQRow(q + t * p.heads * p.dim, p.heads, p.dim, s.q + r * p.heads * QStride(p.dim));
     if (threadIdx.x == 0) s.q_terms[r] = extra ? kTerms : 1;
+    if (!extra) {  // block-uniform
+      RestageQRowBf16(q + t * p.heads * p.dim, p.heads, p.dim, QRowBf16(s, p.heads, p.dim, r));
+    }
   }
   __syncthreads();
   for (int r0 = 0, r1 = 0; r0 < rows; r0 = r1) {
@@ -250,7 +281,8 @@ __global__ void __launch_bounds__(kGroupThreads, 1)
 cudaError_t LaunchGroupKernel(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                               const float* keys, const int32_t* key_offset, const int32_t* key_len,
                               int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
-                              float* scores, int64_t group_rows, cudaStream_t stream) {
+                              float* scores, int64_t group_rows, cudaStream_t stream,
+                              bool tensor_sums) {
   const int64_t n_tiles = (n_keys + kTileKeys - 1) / kTileKeys;
   const int64_t sms = attention::MultiprocessorCount();
   const int64_t smem = GroupSharedBytes(heads, dim, group_rows);
@@ -261,7 +293,7 @@ cudaError_t LaunchGroupKernel(const float* q, const float* w, int64_t T, int64_t
   const int64_t want = (sms + groups - 1) / groups;
   const int64_t splits = want < n_tiles ? want : n_tiles;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(groups));
-  const GroupArgs args{keys, key_offset, n_keys, dim, heads, scale, scores, 0};
+  const GroupArgs args{keys, key_offset, n_keys, dim, heads, scale, scores, 0, tensor_sums};
   pdl::Launch(IndexerMmaGroupKernel, grid, kGroupThreads, static_cast<size_t>(smem), stream, q, w,
               T, group_rows, key_len, q_pos, ratio, args);
   return cudaGetLastError();

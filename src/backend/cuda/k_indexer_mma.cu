@@ -8,6 +8,10 @@
 // CudaIndexerTest.DISABLED_Bench, 64 x 128, 1024 keys per row): T = 1 8.4 us, T = 32 25.9 us,
 // T = 256 324 us; prefill T = 4096 over 1024 keys: 860 us (FP4 inputs), 1.0 ms (fp32).
 //
+// Session 17 (run 148): IndexerSums::kTensorCore (FP8 mode; kernels_indexer.h): decode T = 32
+// rows x 1024 FP4 keys 15.0 -> 12.1 us a call; the 4-layer decode step's three paged calls at
+// B = 32 169 -> 127 us. On FP4-grid operands the chain gave the exact sums' bits (the partial
+// sums are exact in fp32), so the mode costs no accuracy there.
 // Session 8 (H200 run 67, FP8 mode): at long context the one-row kernel reached only
 // 0.27-0.4 TB/s, as each block loaded a key tile only after the previous tile's MMAs (the
 // DRAM pipe idle during the math). It now loads the next tile into registers (KeyPrefetch,
@@ -176,6 +180,7 @@ struct RowArgs {
   float scale;
   float* scores;
   bool l2_prefetch = false;  // PrefetchTileL2 two tiles ahead
+  bool tensor_sums = false;  // IndexerSums::kTensorCore
 };
 
 // Block (x, t): row t, key tiles x, x + gridDim.x, .. (the file comment's steps 1-4). The
@@ -237,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2) IndexerMmaKernel(RowArgs p, Keys 
       }
     }
     for (int mt = warp % kHeadGroups; mt < m_tiles; mt += kHeadGroups) {
-      ScoreMTile(s, heads, dim, mt, n_base, q_terms, k_terms, p.scale);
+      ScoreMTile(s, heads, dim, mt, n_base, q_terms, k_terms, p.tensor_sums, p.scale);
     }
     __syncthreads();  // s.part complete; s.k free for the next tile
     if (threadIdx.x < n_tile) {
@@ -311,7 +316,7 @@ cudaError_t IndexerScoresMmaGrouped(const float* q, const float* w, int64_t T, i
                                     int64_t dim, const float* keys, const int32_t* key_offset,
                                     const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
                                     int64_t ratio, float scale, float* scores, int64_t group_rows,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, IndexerSums sums) {
   if (n_keys <= 0 || T <= 0) return cudaSuccess;
   if (!IndexerMmaApplicable(q, keys, T, heads, dim, ratio) || group_rows < 1 ||
       group_rows > IndexerMmaGroupRows(heads, dim)) {
@@ -320,20 +325,23 @@ cudaError_t IndexerScoresMmaGrouped(const float* q, const float* w, int64_t T, i
   if (group_rows == 1) {
     RowArgs args{q, w, heads, dim, key_len, n_keys, q_pos, ratio, scale, scores};
     args.l2_prefetch = g_l2_prefetch;
+    args.tensor_sums = sums == IndexerSums::kTensorCore;
     return LaunchRowKernel(args, T, ContiguousRows{keys, key_offset, dim}, stream);
   }
   return indexer_mma::LaunchGroupKernel(q, w, T, heads, dim, keys, key_offset, key_len, n_keys,
-                                        q_pos, ratio, scale, scores, group_rows, stream);
+                                        q_pos, ratio, scale, scores, group_rows, stream,
+                                        sums == IndexerSums::kTensorCore);
 }
 
 cudaError_t IndexerScoresMmaReference(const float* q, const float* w, int64_t T, int64_t heads,
                                       int64_t dim, const float* keys, const int32_t* key_offset,
                                       const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
                                       int64_t ratio, float scale, float* scores,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, IndexerSums sums) {
   if (n_keys <= 0 || T <= 0) return cudaSuccess;
   if (!IndexerMmaApplicable(q, keys, T, heads, dim, ratio)) return cudaErrorInvalidValue;
-  const RowArgs args{q, w, heads, dim, key_len, n_keys, q_pos, ratio, scale, scores};
+  RowArgs args{q, w, heads, dim, key_len, n_keys, q_pos, ratio, scale, scores};
+  args.tensor_sums = sums == IndexerSums::kTensorCore;
   return LaunchRowKernel<ContiguousRows, true>(args, T, ContiguousRows{keys, key_offset, dim},
                                                stream);
 }
@@ -348,7 +356,7 @@ bool IndexerMmaPagedApplicable(int64_t T, int64_t heads, int64_t dim, int64_t ra
 cudaError_t IndexerScoresMmaPaged(const float* q, const float* w, int64_t T, int64_t heads,
                                   int64_t dim, const PagedKeys& keys, int64_t n_keys,
                                   const int32_t* q_pos, int64_t ratio, float scale, float* scores,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, IndexerSums sums) {
   if (n_keys <= 0 || T <= 0) return cudaSuccess;
   if (!IndexerMmaPagedApplicable(T, heads, dim, ratio) || !Aligned16(q) || keys.bases == nullptr ||
       keys.max_blocks < 1 || keys.rows_per_block < 1) {
@@ -359,6 +367,7 @@ cudaError_t IndexerScoresMmaPaged(const float* q, const float* w, int64_t T, int
       keys.rows_per_block < (int64_t{1} << 31) ? keys.rows_per_block : (int64_t{1} << 31);
   RowArgs args{q, w, heads, dim, keys.key_len, n_keys, q_pos, ratio, scale, scores};
   args.l2_prefetch = g_l2_prefetch;
+  args.tensor_sums = sums == IndexerSums::kTensorCore;
   const PagedRows rows{keys.bases, keys.max_blocks, static_cast<uint32_t>(rpb),
                        U31Divider::For(static_cast<uint32_t>(rpb)), dim};
   return LaunchRowKernel(args, T, rows, stream);
@@ -367,10 +376,10 @@ cudaError_t IndexerScoresMmaPaged(const float* q, const float* w, int64_t T, int
 cudaError_t IndexerScoresMma(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                              const float* keys, const int32_t* key_offset, const int32_t* key_len,
                              int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
-                             float* scores, cudaStream_t stream) {
+                             float* scores, cudaStream_t stream, IndexerSums sums) {
   const int64_t group_rows = T >= kIndexerGroupMinRows ? IndexerMmaGroupRows(heads, dim) : 1;
   return IndexerScoresMmaGrouped(q, w, T, heads, dim, keys, key_offset, key_len, n_keys, q_pos,
-                                 ratio, scale, scores, group_rows, stream);
+                                 ratio, scale, scores, group_rows, stream, sums);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

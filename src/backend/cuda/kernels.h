@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels_indexer.h"
 #include "model/backend.h"
 
 namespace deepinfer::backend::cuda::kernels {
@@ -199,13 +200,16 @@ cudaError_t SparseAttention(const model::SparseAttentionArgs& args, int* error_w
                             cudaStream_t stream);
 cudaError_t IndexerScores(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                           const float* keys, int64_t n_keys, const int32_t* q_pos, int64_t ratio,
-                          float scale, float* scores, cudaStream_t stream);
+                          float scale, float* scores, cudaStream_t stream,
+                          IndexerSums sums = IndexerSums::kExact);
 // Varlen: row t reads rows key_offset[t] .. of keys, entries >= key_len[t] are -inf (both
-// int32 [T] device arrays; null = the single-sequence meaning).
+// int32 [T] device arrays; null = the single-sequence meaning). `sums` applies where the
+// tensor-core kernels run (IndexerMmaApplicable; kernels_indexer.h), the fp32 fallback is exact.
 cudaError_t IndexerScoresVarlen(const float* q, const float* w, int64_t T, int64_t heads,
                                 int64_t dim, const float* keys, const int32_t* key_offset,
                                 const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
-                                int64_t ratio, float scale, float* scores, cudaStream_t stream);
+                                int64_t ratio, float scale, float* scores, cudaStream_t stream,
+                                IndexerSums sums = IndexerSums::kExact);
 // Shared memory IndexerScores needs (the caller checks it against kMaxSharedBytes).
 int64_t IndexerScoresSharedBytes(int64_t heads, int64_t dim);
 

@@ -32,6 +32,17 @@
 
 namespace deepinfer::backend::cuda::kernels {
 
+// How a score's q . k products are summed.
+// kExact: the accuracy contract above (each 16-channel k-step in a fresh fragment, added with
+//   round-to-nearest; the CPU reference's accuracy).
+// kTensorCore (the FP8 mode, like DeepSeek's FP8 indexer kernels, whose MMAs accumulate in the
+//   tensor core): when q and the key tile are exactly bf16 (mid / lo terms all zero: FP4
+//   fake-quantised operands always are), one MMA chain over all of D per score in the tensor
+//   core's fp32 accumulation, dropping the per-k-step adds (4 MMAs and 16 FADDs a k-step ->
+//   4 MMAs); any other tile takes the kExact operations. Deterministic and batch-invariant
+//   like kExact (the same rules decide the operations), but not its bits.
+enum class IndexerSums { kExact, kTensorCore };
+
 // True if IndexerScoresMma handles the shape: heads a multiple of 16 in [16, 128], dim a
 // multiple of 16 in [16, 256], the block's shared memory within kMaxSharedBytes, q and keys
 // 16-byte aligned, 1 <= T <= 65535, ratio >= 1.
@@ -60,14 +71,15 @@ cudaError_t IndexerScoresMmaGrouped(const float* q, const float* w, int64_t T, i
                                     int64_t dim, const float* keys, const int32_t* key_offset,
                                     const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
                                     int64_t ratio, float scale, float* scores, int64_t group_rows,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, IndexerSums sums = IndexerSums::kExact);
 
 // The scores on tensor cores (group size chosen by T); cudaErrorInvalidValue when
 // !IndexerMmaApplicable, cudaSuccess for empty work (n_keys <= 0).
 cudaError_t IndexerScoresMma(const float* q, const float* w, int64_t T, int64_t heads, int64_t dim,
                              const float* keys, const int32_t* key_offset, const int32_t* key_len,
                              int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
-                             float* scores, cudaStream_t stream);
+                             float* scores, cudaStream_t stream,
+                             IndexerSums sums = IndexerSums::kExact);
 
 // Tests only: the session-6 one-row kernel (each key tile loaded and split only after the
 // previous tile's MMAs, no shortcut in the bf16 split), which IndexerScoresMma and
@@ -77,7 +89,7 @@ cudaError_t IndexerScoresMmaReference(const float* q, const float* w, int64_t T,
                                       int64_t dim, const float* keys, const int32_t* key_offset,
                                       const int32_t* key_len, int64_t n_keys, const int32_t* q_pos,
                                       int64_t ratio, float scale, float* scores,
-                                      cudaStream_t stream);
+                                      cudaStream_t stream, IndexerSums sums = IndexerSums::kExact);
 
 // Benchmarks only: whether the one-row kernel also asks the L2 for the key tile after the
 // prefetched one (on by default; no bit depends on it). Not thread-safe.
@@ -134,6 +146,6 @@ bool IndexerMmaPagedApplicable(int64_t T, int64_t heads, int64_t dim, int64_t ra
 cudaError_t IndexerScoresMmaPaged(const float* q, const float* w, int64_t T, int64_t heads,
                                   int64_t dim, const PagedKeys& keys, int64_t n_keys,
                                   const int32_t* q_pos, int64_t ratio, float scale, float* scores,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream, IndexerSums sums = IndexerSums::kExact);
 
 }  // namespace deepinfer::backend::cuda::kernels
