@@ -39,6 +39,11 @@
 // down GEMM 309 us for 1.05 GB (3.4 TB/s). The bytes read are ~10% above one read per
 // distinct expert: experts with more than 8 pairs are read once per 8-pair item (items of up
 // to 32 pairs computing only the tiles with pairs were slower overall: run 58, reverted).
+// Session 17 (run 150): popular experts (more than 8 pairs) in 16- or 32-pair items of a second
+// launch of each GEMM, every other expert in its one 8-pair item (a two-list grouping): no gain
+// in the 4-layer decode step (ms, two interleaved rounds; one width / 32 / 16: B=32 5.92, 5.91 /
+// 6.02, 5.91 / 5.96, 6.05; B=256 16.04, 16.05 / 16.50, 16.35 / 15.81, 16.02): an expert's second
+// 8-pair item re-reads its weights from L2, not HBM. Not kept.
 #include <cuda_runtime.h>
 
 #include <cstdint>
