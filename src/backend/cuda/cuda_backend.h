@@ -225,7 +225,9 @@ class CudaBackend final : public model::Backend {
   bool batch_invariant() const { return batch_invariant_; }
   bool fp8_activations() const { return fp8_activations_; }
   // How the indexer kernels sum their products in the current mode: kTensorCore with FP8
-  // activations unless DEEPINFER_CUDA_EXACT_INDEXER=1 was set at creation (A/B runs).
+  // activations (in batch-invariant mode too: the sums are batch-invariant) unless exact sums
+  // are forced (DEEPINFER_CUDA_EXACT_INDEXER=1 at creation, or the setter; A/B runs).
+  void set_exact_indexer_sums(bool on) { exact_indexer_sums_ = on; }
   kernels::IndexerSums indexer_sums() const {
     return fp8_activations_ && !exact_indexer_sums_ ? kernels::IndexerSums::kTensorCore
                                                     : kernels::IndexerSums::kExact;

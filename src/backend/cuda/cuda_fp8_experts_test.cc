@@ -253,14 +253,15 @@ TEST(WgmmaVariantTest, PickedByOverrideThenEnvironment) {
   }
   {
     const ScopedEnv unset(moe_bf16::kWgmmaVariantEnv, nullptr);
-    for (int bn : {64, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kRs);
+    for (int bn : {64, 80, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kRs);
   }
   {
     const ScopedEnv ss(moe_bf16::kWgmmaVariantEnv, "ss");
-    for (int bn : {64, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kSs);
+    for (int bn : {64, 80, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kSs);
   }
   const ScopedEnv rs2(moe_bf16::kWgmmaVariantEnv, "rs2");
   EXPECT_EQ(moe_bf16::PickWgmmaVariant(64), WgmmaVariant::kRs2);
+  EXPECT_EQ(moe_bf16::PickWgmmaVariant(80), WgmmaVariant::kRs2);
   EXPECT_EQ(moe_bf16::PickWgmmaVariant(96), WgmmaVariant::kRs2);
   EXPECT_EQ(moe_bf16::PickWgmmaVariant(128), WgmmaVariant::kRs);
   {
@@ -271,7 +272,7 @@ TEST(WgmmaVariantTest, PickedByOverrideThenEnvironment) {
   }
   {
     const ForcedWgmmaVariant forced(WgmmaVariant::kSs);
-    for (int bn : {64, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kSs);
+    for (int bn : {64, 80, 96, 128}) EXPECT_EQ(moe_bf16::PickWgmmaVariant(bn), WgmmaVariant::kSs);
   }
   EXPECT_EQ(moe_bf16::PickWgmmaVariant(64), WgmmaVariant::kRs2);  // the environment again
 }
@@ -344,8 +345,9 @@ TEST_F(CudaWgmmaVariantTest, LongKPartialRowBlock) {
 }
 
 // Every forced item width (DEEPINFER_EXPERTS_ITEM_PAIRS; 80 exists only as a forced width, its SS
-// run takes the 96 tile) gives every variant bitwise the default width's
-// result: T 203 (default items of 96 pairs) with a partial row block of the down GEMM (D = 1152).
+// run takes the 96 tile) is the width the launch uses and gives every variant bitwise the default
+// width's result: T 203 (mean 153 pairs per expert: default items of 128 pairs) with a partial
+// row block of the down GEMM (D = 1152); unknown values are ignored.
 TEST_F(CudaWgmmaVariantTest, ForcedItemWidthsGiveTheSameBits) {
   const Experts ex = MakeExperts(8, WeightFormat::kMxFp4, 1152, 640, 118, 124);
   const int64_t T = 203, k = 6;
@@ -356,8 +358,14 @@ TEST_F(CudaWgmmaVariantTest, ForcedItemWidthsGiveTheSameBits) {
   gpu_->set_experts_bf16_min_tokens(1);
   const std::vector<float> base = RunGpu(ex, x, T, ids, weights, k, 7.0f);
   EXPECT_TRUE(std::all_of(base.begin(), base.end(), [](float y) { return std::isfinite(y); }));
+  EXPECT_EQ(kernels::RoutedExpertsBf16ItemPairs(T, k, 8), 128);
+  for (const char* bad : {"72", "96x", ""}) {
+    const ScopedEnv ignored(kernels::kExpertsItemPairsEnv, bad);
+    EXPECT_EQ(kernels::RoutedExpertsBf16ItemPairs(T, k, 8), 128) << bad;
+  }
   for (const char* width : {"64", "80", "96", "128"}) {
     const ScopedEnv forced_width(kernels::kExpertsItemPairsEnv, width);
+    EXPECT_EQ(kernels::RoutedExpertsBf16ItemPairs(T, k, 8), std::atoi(width));
     for (WgmmaVariant v : kWgmmaVariants) {
       SCOPED_TRACE(::testing::Message()
                    << "items of " << width << ", " << moe_bf16::WgmmaVariantName(v));

@@ -278,19 +278,32 @@ TEST_F(CudaIndexerPipelineTest, PagedBitwiseEqualToContiguous) {
 }
 
 // IndexerSums::kTensorCore: paged keys give the contiguous one-row kernel's bits, which are the
-// session-6 reference kernel's in the same mode (decode rows of FP4 keys, mixed term counts).
+// session-6 reference kernel's in the same mode (decode rows of FP4 keys, mixed term counts,
+// and channel blocks 2^24 apart, where the chain must round: there the bits differ from the
+// exact sums', so the mode reached every kernel).
 TEST_F(CudaIndexerPipelineTest, TensorSumsPagedAndReferenceBitwise) {
   constexpr auto kTensor = kernels::IndexerSums::kTensorCore;
   const std::vector<IdxSeq> seqs = {{0, 1}, {63, 1}, {65, 2}, {1000, 2}, {4096, 2}};
-  for (IdxInputs kind : {IdxInputs::kExactBf16, IdxInputs::kMixed}) {
-    IdxCase c = MakeGroupCase(seqs, kind, /*causal=*/false);
-    SCOPED_TRACE(::testing::Message() << "inputs " << static_cast<int>(kind));
+  for (int kind = 0; kind < 3; ++kind) {  // FP4 grid, mixed, FP4 grid with scaled blocks
+    IdxCase c = MakeGroupCase(seqs, kind == 1 ? IdxInputs::kMixed : IdxInputs::kExactBf16,
+                              /*causal=*/false);
+    if (kind == 2) ScaleChannelBlocks(c);
+    SCOPED_TRACE(::testing::Message() << "inputs " << kind);
     const std::vector<float> contiguous = Grouped(c, 1, kTensor);
     ExpectMasking(c, contiguous);
-    EXPECT_TRUE(BitExact(Reference(c, kTensor), contiguous));
+    const std::vector<float> reference = Reference(c, kTensor);
+    EXPECT_TRUE(BitExact(reference, contiguous));
     for (int64_t rpb : {16, 64, 100}) {
       SCOPED_TRACE(::testing::Message() << "rows_per_block " << rpb);
-      EXPECT_TRUE(BitExact(Paged(c, rpb, true, kTensor), contiguous));
+      const std::vector<float> paged = Paged(c, rpb, true, kTensor);
+      EXPECT_TRUE(BitExact(paged, contiguous));
+      if (kind == 2) {
+        EXPECT_FALSE(BitExact(paged, Paged(c, rpb)));
+      }
+    }
+    if (kind == 2) {
+      EXPECT_FALSE(BitExact(contiguous, Grouped(c, 1)));
+      EXPECT_FALSE(BitExact(reference, Reference(c)));
     }
   }
 }

@@ -212,13 +212,13 @@ TEST_F(CudaIndexerGroupTest, TensorSumsBitwiseAcrossGroupingsAndAccurate) {
   const int64_t max_rows = kernels::IndexerMmaGroupRows(kHeads, kDim);
   IdxCase c = MakeGroupCase({{1024, 400}, {333, 157}}, IdxInputs::kExactBf16, true);
   EXPECT_TRUE(BitExact(Grouped(c, max_rows, kTensor), Grouped(c, 1))) << "FP4 grid, exact sums";
-  // Channel block b (32 channels) of q and of every key times 2^(12 b): still exactly bf16.
-  for (std::vector<float>* v : {&c.q, &c.keys}) {
-    for (size_t i = 0; i < v->size(); ++i) (*v)[i] *= std::ldexp(1.0f, 12 * ((i % kDim) / 32));
-  }
+  ScaleChannelBlocks(c);
   const std::vector<float> tensor = Grouped(c, max_rows, kTensor);
   ExpectMatchesCpu(c, tensor, TensorBoundFactor(kHeads, kDim), 1e-5);
-  EXPECT_FALSE(BitExact(tensor, Grouped(c, 1))) << "the tensor-core sums took no effect";
+  EXPECT_FALSE(BitExact(tensor, Grouped(c, max_rows))) << "the tensor-core sums took no effect";
+  // Where the two sums differ, every grouping, the one-row kernel and the backend agree.
+  const std::vector<float> alone = ExpectGroupingInvariant(c, kTensor);
+  EXPECT_FALSE(BitExact(alone, Grouped(c, 0))) << "one-row kernel: no tensor-core sums";
 }
 
 // Other tensor-core shapes (group sizes 2 .. 4; dims multiples of 32, as the mixed inputs

@@ -236,6 +236,17 @@ class CudaIndexerGroupTest : public CudaIndexerTest {
     return FromGpu(out, c.T * c.n_keys);
   }
 
+  // Channel block b (32 channels) of q and of every key times 2^(12 b): still exactly bf16 (one
+  // term), but a dot's products now span ~2^72, so the tensor core's chain must round and differs
+  // from the exact sums (IndexerSums::kTensorCore tests).
+  static void ScaleChannelBlocks(IdxCase& c) {
+    for (std::vector<float>* v : {&c.q, &c.keys}) {
+      for (size_t i = 0; i < v->size(); ++i) {
+        (*v)[i] *= std::ldexp(1.0f, 12 * static_cast<int>((i % c.dim) / 32));
+      }
+    }
+  }
+
   // Every group size and the backend's own choice (in the mode that sums that way: FP8
   // activations for kTensorCore) give the one-row-per-call bits. Returns those bits.
   std::vector<float> ExpectGroupingInvariant(
@@ -249,6 +260,7 @@ class CudaIndexerGroupTest : public CudaIndexerTest {
     SCOPED_TRACE("backend");
     const bool fp8 = gpu_->fp8_activations();
     gpu_->set_fp8_activations(sums == kernels::IndexerSums::kTensorCore);
+    gpu_->set_exact_indexer_sums(false);  // whatever DEEPINFER_CUDA_EXACT_INDEXER says
     EXPECT_EQ(gpu_->indexer_sums(), sums);
     EXPECT_TRUE(BitExact(Gpu(c), alone));
     gpu_->set_fp8_activations(fp8);

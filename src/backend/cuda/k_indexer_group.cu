@@ -7,7 +7,8 @@
 // 5 KiB: ~192 KiB, one block per SM.
 // MEASURED (H200, FP8 mode, the 4-layer bench checkpoint's 4k prefill, 3 indexer calls): 4.51 ms
 // (run 147) -> 2.91 ms with one-term q rows restaged as bf16 (run 148; same bits) -> 2.71 ms
-// with IndexerSums::kTensorCore; 16k prefill 51.8k -> 56.7k -> 57.3k tok/s. Bench (T 4096 rows,
+// with IndexerSums::kTensorCore (run 148); 16k prefill 51.8k (run 147) -> 56.7k -> 57.4k tok/s
+// (run 148, means of two rounds; run 149, final code: 57.1k). Bench (T 4096 rows,
 // 1024 keys, FP4 inputs, groups of 4; CudaIndexerGroupTest.DISABLED_BenchPrefillGroups, run
 // 148): 547 us exact sums, 501 us tensor-core sums (the one-row kernel: 771 / 584 us).
 #include <cuda_bf16.h>
@@ -48,7 +49,8 @@ __host__ __device__ inline int64_t QStride(int64_t dim) { return dim + 8; }
 
 struct GroupSmem {
   uint16_t* k;       // [kTerms][kTileKeys][dim + 8] key terms
-  float* q;          // [rows][heads][dim + 8] fp32 q
+  float* q;          // [rows][heads][dim + 8] fp32 q; a one-term row (q_terms 1) holds instead,
+                     // from its start, bf16 [heads][dim + 8] (QRowBf16, RestageQRowBf16)
   float* w;          // [rows][heads]
   float* part;       // [rows][heads / 16][kTileKeys] per-m-tile head sums
   int64_t* visible;  // [rows]

@@ -10,8 +10,8 @@
 //
 // Session 17 (run 148): IndexerSums::kTensorCore (FP8 mode; kernels_indexer.h): decode T = 32
 // rows x 1024 FP4 keys 15.0 -> 12.1 us a call; the 4-layer decode step's three paged calls at
-// B = 32 169 -> 127 us. On FP4-grid operands the chain gave the exact sums' bits (the partial
-// sums are exact in fp32), so the mode costs no accuracy there.
+// B = 32 156-169 -> 127 us. On the tests' FP4-grid operands the chain gave the exact sums' bits
+// (the partial sums are exact in fp32 while the block scales span a few octaves).
 // Session 8 (H200 run 67, FP8 mode): at long context the one-row kernel reached only
 // 0.27-0.4 TB/s, as each block loaded a key tile only after the previous tile's MMAs (the
 // DRAM pipe idle during the math). It now loads the next tile into registers (KeyPrefetch,
@@ -34,7 +34,8 @@
 //      (4 n-tiles) and the 16-head m-tiles w % 4, w % 4 + 4, ..; per k-step the products
 //      (q term, key term) = (lo, hi), (mid, mid), (hi, lo), (mid, hi), (hi, mid), (hi, hi)
 //      (smallest first; those with a zero side skipped) go into a fresh fp32 fragment that
-//      is then added to the accumulator with round-to-nearest (k-steps in order);
+//      is then added to the accumulator with round-to-nearest (k-steps in order); with
+//      IndexerSums::kTensorCore and one term on both sides, one MMA chain instead (ChainKSteps);
 //   4. epilogue: v = relu(dot) * scale * w[h] for the lane's heads g and g + 8, added, then
 //      a xor butterfly over the 8 row groups gives the m-tile's 16-head sum per key, stored
 //      in shared memory; after a barrier thread j sums key j's m-tile partials in order.
@@ -45,9 +46,9 @@
 // Prefill (T >= kIndexerGroupMinRows = 512 rows; fewer rows, e.g. decode batches, take the
 // one-row kernel): the row-group kernel in k_indexer_group.cu (IndexerMmaGroupKernel) stages each
 // key tile once for up to 4 rows of one sequence instead of once per row, with the same per-score
-// operations (steps 3-4 are the shared device functions LoadKeyFragments, AccumulateKStep
-// and StoreHeadSums). Shared memory at H = 64, D = 128: key terms 51 KiB + 4 fp32 q rows
-// 136 KiB + w, partials 5 KiB: ~192 KiB, one block per SM.
+// operations (steps 3-4 are the shared device function ScoreTile: LoadKeyFragments,
+// AccumulateKStep or ChainKSteps, and StoreHeadSums). Shared memory at H = 64, D = 128: key terms
+// 51 KiB + 4 fp32 q rows 136 KiB + w, partials 5 KiB: ~192 KiB, one block per SM.
 #include <cuda_bf16.h>
 
 #include <cstdint>

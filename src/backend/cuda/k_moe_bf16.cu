@@ -19,11 +19,11 @@
 // Two GEMM kernels, picked by the mean pairs per expert (ceil(T k / n_experts)): up to
 // ExpertsStreamMaxMeanPairs() (12; decode) the weight-streaming kernel of k_moe_stream.cu
 // (stream_mma.cuh: weights straight from global memory into mma.sync registers, items of 8,
-// 16 or 32 pairs), above it a wgmma tile kernel (items of 64 / 96 / 128; SS below, RS in
-// k_moe_rs.cu). Both give one fp32 sum over K per output (different summation orders, so a token's
-// bits change when T crosses the threshold; within one kernel they do not depend on the other
-// tokens). With at most kDirectMaxPairs pairs (B <= 2 at k = 6) the quantisation kernel writes one
-// item per pair and the two grouping launches are skipped.
+// 16 or 32 pairs), above it a wgmma tile kernel (items of 64 / 96 / 128, 80 when forced; SS below,
+// RS in k_moe_rs.cu). Both give one fp32 sum over K per output (different summation orders, so a
+// token's bits change when T crosses the threshold; within one kernel they do not depend on the
+// other tokens). With at most kDirectMaxPairs pairs (B <= 2 at k = 6) the quantisation kernel
+// writes one item per pair and the two grouping launches are skipped.
 //
 // Launches: every kernel of the path is a programmatic dependent (pdl.cuh; WaitThenAllowNext
 // first).
@@ -67,8 +67,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
-#include <string>
-#include <string_view>
 
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/fp8_gemm_core.cuh"
@@ -153,20 +151,24 @@ bool UseStream(int64_t T, int64_t k, int64_t n_experts) {
 // DEEPINFER_EXPERTS_STREAM_MAX_PAIRS raises the threshold: prefill experiments). wgmma: each item
 // re-reads the expert's weights, and columns past an item's pairs are wasted MMA work (prefill 4096
 // x 6 / 384: ~64 pairs per expert -> 96; the MMA pipe was ~52% busy with 128-wide items).
-// DEEPINFER_EXPERTS_ITEM_PAIRS = 64 / 80 / 96 / 128 sets the wgmma item width for every launch
-// (read on every call, like the variant; experiments), other values are ignored. Items of 80
-// (H200 run 147, T 4096): one layer with uniform random routing 7.75 against 8.15 ms at 96, but
-// the 4-layer prefill, whose routing spreads wider (more experts need a second item), 54.3k
-// against 55.0k tok/s; so 80 is not a default width.
+// The wgmma item width forced by DEEPINFER_EXPERTS_ITEM_PAIRS (64 / 80 / 96 / 128; read on every
+// call, like the variant; experiments), or 0 (unset or another value: ignored).
+int ForcedItemPairs() {
+  const char* env = std::getenv(kExpertsItemPairsEnv);
+  if (env == nullptr) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  const bool known = end != env && *end == '\0' && (v == 64 || v == 80 || v == 96 || v == 128);
+  return known ? static_cast<int>(v) : 0;
+}
+
+// Items of 80 (H200 run 147, T 4096): one layer with uniform random routing 7.75 against 8.15 ms
+// at 96, but the 4-layer prefill, whose routing spreads wider (more experts need a second item),
+// 54.3k against 55.0k tok/s; so 80 is only a forced width.
 int TokensPerItem(int64_t T, int64_t k, int64_t n_experts) {
   const int64_t mean = MeanPairs(T, k, n_experts);
   if (UseStream(T, k, n_experts)) return mean <= 4 ? 8 : mean <= 12 ? 16 : 32;
-  if (const char* env = std::getenv(kExpertsItemPairsEnv); env != nullptr) {
-    const std::string_view forced(env);
-    for (int bn : {64, 80, 96, 128}) {
-      if (forced == std::to_string(bn)) return bn;
-    }
-  }
+  if (const int forced = ForcedItemPairs(); forced > 0) return forced;
   const int64_t want = mean + mean / 4;
   return want <= 64 ? 64 : want <= 96 ? 96 : 128;
 }
@@ -444,6 +446,10 @@ bool RoutedExpertsBf16Applicable(WeightFormat up_format, WeightFormat down_forma
          I > 0 && D % 128 == 0 && I % 128 == 0 && std::max(D, I) <= 8192 && T >= 1 && k >= 1 &&
          k <= kMaxFusedExpertSlots && n_experts >= 1 && T * k <= (int64_t{1} << 30) &&
          MaxItems(T * k, n_experts, TokensPerItem(T, k, n_experts)) <= 65535;
+}
+
+int RoutedExpertsBf16ItemPairs(int64_t T, int64_t k, int64_t n_experts) {
+  return TokensPerItem(T, k, n_experts);
 }
 
 int64_t RoutedExpertsBf16ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,

@@ -1,17 +1,18 @@
 // The register-A (RS) expert GEMM of RoutedExpertsBf16 (kernels_fp8.h): the default wgmma kernel
-// for items of 64 / 96 / 128 pairs ("rs", "rs2"), and the variant picking between it and the
-// shared-tile (SS) kernel (moe_bf16_internal.cuh: WgmmaVariant, LaunchRsGemm). k_moe_bf16.cu
-// documents the path (numerics, K order, weight dequantisation, the SS kernel); the block tiling
-// is moe_bf16_tiles.cuh's. Both kernels give the same bits.
+// for items of 64 / 96 / 128 pairs (80 when forced; "rs", "rs2"), and the variant picking between
+// it and the shared-tile (SS) kernel (moe_bf16_internal.cuh: WgmmaVariant, LaunchRsGemm).
+// k_moe_bf16.cu documents the path (numerics, K order, weight dequantisation, the SS kernel); the
+// block tiling is moe_bf16_tiles.cuh's. Both kernels give the same bits.
 //
 // - RS (ExpertGemmRsKernel, default "rs"; session 12): the dequantised weights never touch shared
 //   memory. Lane (g, t) of a warp reads the raw bytes of its fragment rows g and g + 8 from the
 //   ring (16-byte loads, broadcast in the quad; RawOffset's half swap keeps 8 rows on distinct
 //   banks) and dequantises pair t of each word (with the 0 4 1 5 2 6 3 7 storage, logical k 2t,
 //   2t + 1 of the group) into the wgmma A fragment registers; fragments double-buffered, so stage
-//   i is dequantised while stage i - 1's wgmmas run. Ring of 8 / 7 / 6 slots at BN 64 / 96 / 128.
-//   "rs2": two m64 row tiles per warpgroup (2 warpgroups; items <= 96 pairs), half the B reads.
-//   (rs-nofence / rs2-nofence, without the per-stage proxy fence, measured no gain: removed.)
+//   i is dequantised while stage i - 1's wgmmas run. Ring of 8 / 8 / 7 / 6 slots at BN 64 / 80 /
+//   96 / 128. "rs2": two m64 row tiles per warpgroup (2 warpgroups; items <= 96 pairs), half the
+//   B reads. (rs-nofence / rs2-nofence, without the per-stage proxy fence, measured no gain:
+//   removed.)
 // MEASURED (H200). One layer's RoutedExperts at the V4.1 shape (CudaWgmmaVariantTest.
 // DISABLED_Bench), the morning loop (runs 104-105): T 4096 SS 10.6-10.7 ms, RS 8.30-8.44 ms
 // (~206 TFLOP/s of useful work), rs2 9.1 ms. ncu of the 4-layer bench checkpoint's 4096-token
@@ -32,7 +33,8 @@
 // BN 64: 207 -> 153; BN 128: 223 -> 154 (3 local-memory accesses per stage: the 64 accumulators
 // and 32 fragment registers leave too few of 128); rs2 (per warp-stage of 2 row tiles) at BN 96 /
 // 64: 386 / 370 -> 253 / 256. Registers (ptxas): RS 111 / 128 / 128 at BN 64 / 96 / 128 (BN 128:
-// 52 bytes spilled), rs2 185 / 224, SS 71 / 95 / 117; no other spills.
+// 52 bytes spilled), rs2 185 / 224, SS 71 / 95 / 117; no other spills. BN 80 (session 17): RS 123,
+// rs2 205.
 // Left: the dequantisation (80 of 159), at its floor for this K order, 4 ALU + 1 HMUL2 per pair
 // (the sign moves 12 bits and e1 e0 m 6: a clean nibble (LOP3), IMAD x 0x1040, LOP3; lane t's
 // nibbles sit 4t bits up: SHF, since lanes 2 and 3 need a right shift that no IMAD gives). Next:
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(RsShape<kBN, kRowTiles>::kThreads, 1)
   moe_bf16::CopyBlockScales(ep, m0, m1, row_of, tid, v0, n_rows, kblocks,
                             smem_base + S::kSmemBytes);
   // Activation copies: token n = c / 8, 16-byte chunk c % 8; tokens past the item read nothing
-  // (source row 0 of act, 0 bytes). Chunks c >= kXChunks (the last i, BN 96 only) do not exist.
+  // (source row 0 of act, 0 bytes). Chunks c >= kXChunks (the last i, BN 80 and 96) do not exist.
   // Copy i's token is token(0) + i kThreadsRs / 8 (a multiple of 8 rows): its shared offset is
   // x_dst0 + i kXStep.
   static_assert(kThreadsRs % 64 == 0, "copy i + 1 lands whole core matrices further");

@@ -114,6 +114,10 @@ int64_t ExpertsStreamMaxMeanPairs();
 // each output is the same chain whatever the width.
 inline constexpr const char* kExpertsItemPairsEnv = "DEEPINFER_EXPERTS_ITEM_PAIRS";
 
+// The pairs per work item RoutedExpertsBf16 uses for a call (8 / 16 / 32 on the streaming
+// kernel, 64 / 80 / 96 / 128 on the wgmma kernel; kExpertsItemPairsEnv applies).
+int RoutedExpertsBf16ItemPairs(int64_t T, int64_t k, int64_t n_experts);
+
 int64_t RoutedExpertsBf16ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
                                       int64_t n_experts);
 cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& launch, void* scratch,

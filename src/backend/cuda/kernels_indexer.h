@@ -11,7 +11,12 @@
 // 16-channel k-step in a fresh fragment, added to the running dot with round-to-nearest),
 // so each q . k carries at most 2^-21 * sum_i |q_i k_i| of dropped-term error plus the fp32
 // (tensor-core) accumulation error; exactly-bf16 operands (e.g. FP4 fake-quantised) skip
-// the all-zero terms. The error bound is derived in cuda_indexer_test.cc.
+// the all-zero terms. The error bound is derived in cuda_indexer_test.cc. With
+// IndexerSums::kTensorCore (below) an exactly-bf16 tile is one MMA chain per score: each of the
+// D / 16 MMAs may lose up to one unit in the last place of its largest addend per addend (17
+// of them), so |err| <= (D / 16) * 17 * 2^-23 * sum_i |q_i k_i| before the head sum
+// (TensorBoundFactor in cuda_indexer_test_util.h); when the products' block scales span a few
+// octaves (FP4 fake-quantised operands usually) every partial sum is exact and so is the chain.
 //
 // Row groups: from kIndexerGroupMinRows = 512 rows (prefill; decode batches stay below) a
 // block serves up to 4 consecutive rows that share their key offset, staging each key tile
@@ -40,7 +45,8 @@ namespace deepinfer::backend::cuda::kernels {
 //   fake-quantised operands always are), one MMA chain over all of D per score in the tensor
 //   core's fp32 accumulation, dropping the per-k-step adds (4 MMAs and 16 FADDs a k-step ->
 //   4 MMAs); any other tile takes the kExact operations. Deterministic and batch-invariant
-//   like kExact (the same rules decide the operations), but not its bits.
+//   like kExact (the same rules decide the operations); not bitwise equal to kExact in general
+//   (equal while the chain's partial sums are exact, see Accuracy above).
 enum class IndexerSums { kExact, kTensorCore };
 
 // True if IndexerScoresMma handles the shape: heads a multiple of 16 in [16, 128], dim a
