@@ -126,6 +126,26 @@ TEST_F(CudaHcMixTest, BitsDoNotDependOnT) {
   }
 }
 
+// The large-T slice kernel's x prefetch (DEEPINFER_HCMIX_X_PREFETCH: chunks ahead, 0 = off) is
+// only a hint: 0, 1, the default and 8 give the same bits at T = 4100 and 300.
+TEST_F(CudaHcMixTest, XPrefetchDoesNotChangeBits) {
+  const int64_t hc = 4, D = SmallOnly() ? 40 : 5120;
+  MakeSite(4100, hc, D);
+  for (int64_t T : {4100, 300}) {
+    MixOut off;
+    {
+      const ScopedEnv none("DEEPINFER_HCMIX_X_PREFETCH", "0");
+      off = Gpu(gx_, T);
+    }
+    for (const char* ahead : {"1", "8", static_cast<const char*>(nullptr)}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "T " << T << " prefetch " << (ahead ? ahead : "default"));
+      const ScopedEnv chunks("DEEPINFER_HCMIX_X_PREFETCH", ahead);
+      EXPECT_TRUE(MixBitExact(Gpu(gx_, T), off));
+    }
+  }
+}
+
 // Calls of up to 32 tokens take the fused path (the finish folded into the slice kernel, per
 // token group a counter that the group's last block resets), larger ones the two-kernel path.
 // Both give the same bits, and the counters are back at 0 after every call: calls of
@@ -204,7 +224,8 @@ TEST_F(CudaHcMixTest, FusedPathOnTwoStreamsAtOnce) {
 }
 
 // Device time per HcMix call at the V4.1 shape (hc 4, D 5120), T = 1 .. 32 (the fused path:
-// one kernel), 33 and 64 (slice + finish kernels) and 4096. Run on the GPU machine:
+// one kernel), 33 and 64 (slice + finish kernels) and 4096 (also with the x prefetch at 0, 1,
+// 4 chunks: "prefetch=N"). Run on the GPU machine:
 // cuda_backend_test --gtest_also_run_disabled_tests --gtest_filter='CudaHcMixTest.DISABLED_Bench'.
 // Session 9 before this change (ncu, one step): slice 4.3 us + finish 10.0 us at T = 1.
 TEST_F(CudaHcMixTest, DISABLED_Bench) {
@@ -219,6 +240,16 @@ TEST_F(CudaHcMixTest, DISABLED_Bench) {
                 static_cast<long long>(T), static_cast<long long>(hc), static_cast<long long>(D),
                 us, T * hc * D * 4 / us / 1e3);
     EXPECT_GT(us, 0.0);
+  }
+  const int64_t T = 4096;
+  float *pre = PoisonedFloats(T * hc), *post = PoisonedFloats(T * hc),
+        *comb = PoisonedFloats(T * hc * hc);
+  for (const char* ahead : {"0", "1", "2", "4", "0", "2"}) {
+    const ScopedEnv chunks("DEEPINFER_HCMIX_X_PREFETCH", ahead);
+    const double us = DeviceMicrosPerCall(
+        [&] { gpu_->HcMix(gx_, T, hc, D, gw_, 1e-20f, 1e-6f, 20, pre, post, comb); });
+    std::printf("HcMix T=%lld prefetch=%s: %.2f us/call (x at %.0f GB/s)\n",
+                static_cast<long long>(T), ahead, us, T * hc * D * 4 / us / 1e3);
   }
 }
 

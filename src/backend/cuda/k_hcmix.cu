@@ -4,6 +4,7 @@
 // decides bits, and a split that does not depend on T (batch-invariant). Moved out of
 // k_norm.cu unchanged.
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
@@ -270,13 +271,26 @@ __device__ void FinishToken(const float* partial, int64_t t, const MixFinishArgs
 // resets it to 0 (for the next call on the stream, or a graph replay) and finishes the group,
 // warp w token t0 + w, in parallel. The arithmetic is FinishToken's either way, so the bits
 // equal the separate finish kernel's.
-constexpr int kFusedMaxWarps = 4;  // warps per block of the fused kernel (<= 168 registers)
+constexpr int kFusedMaxWarps = 4;         // warps per block of the fused kernel (<= 168 registers)
+constexpr int kHcMixXPrefetchChunks = 2;  // XPrefetchChunks' default
 
+// Asks the L2 for the 16 bytes of x at p (a hint; no bit depends on it).
+__device__ __forceinline__ void PrefetchL2(const float* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// x_prefetch > 0 (the large-T launch): each lane also asks the L2 for its x quads of the chunk
+// x_prefetch chunks ahead, so that more of x is on its way than the chunk in registers (the
+// loads were ~24 KiB in flight per SM: 12 warps x 4 tokens x 512 bytes). MEASURED (H200 run
+// 152, T 4096, hc 4 x 5120): 324 us a call without, 309 / 311 / 323 us at 1 / 2 / 4 chunks
+// ahead; the 4-layer 4k prefill's 8 calls 2.66 -> 2.54 ms (prefill tok/s within noise). x
+// streams at only ~1.08 TB/s either way: the kernel is bound by its issue and latency (~215
+// instructions per token and slice at 12 warps per SM), not by HBM.
 template <bool kVec, bool kFused>
 __global__ void __launch_bounds__(kFused ? 32 * kFusedMaxWarps : 32, kFused ? 3 : 12)
     HcMixSliceKernel(const float* x, int64_t T, int64_t width, int n_mix, const float* fn,
                      int64_t tokens_per_warp, float* partial, MixFinishArgs finish,
-                     unsigned* counters) {
+                     unsigned* counters, int x_prefetch) {
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   const int64_t warps = blockDim.x >> 5, splits = finish.splits;
   const int64_t s = static_cast<int64_t>(blockIdx.x) * warps + warp;
@@ -293,7 +307,21 @@ __global__ void __launch_bounds__(kFused ? 32 * kFusedMaxWarps : 32, kFused ? 3 
   const int64_t t_end = t0 + tokens_per_warp < T ? t0 + tokens_per_warp : T;
   if (s < splits) {  // uniform over the warp
     const int slot = MixSlot(lane);
+    // (!kFused only: the fused kernel's registers are at its bound.)
+    auto prefetch_chunk = [&](int64_t tc) {
+      if constexpr (!kFused) {
+        if (c >= width) return;
+#pragma unroll
+        for (int g = 0; g < kMixChunk; ++g) {
+          if (tc + g < t_end) PrefetchL2(x + (tc + g) * width + c);
+        }
+      }
+    };
+    if constexpr (!kFused) {
+      for (int d = 1; d < x_prefetch; ++d) prefetch_chunk(t0 + int64_t{d} * kMixChunk);
+    }
     for (int64_t t = t0; t < t_end; t += kMixChunk) {
+      if (!kFused && x_prefetch > 0) prefetch_chunk(t + int64_t{x_prefetch} * kMixChunk);
       float4 xv[kMixChunk];  // all loads of the chunk in flight together
 #pragma unroll
       for (int g = 0; g < kMixChunk; ++g) {
@@ -345,6 +373,17 @@ __global__ void __launch_bounds__(32 * kFinishWarps, 1)
 // The fused path runs for T <= kFusedMaxT (kHcMixCounters token groups of kFusedMaxWarps).
 constexpr int64_t kFusedMaxT = kFusedMaxWarps * kHcMixCounters;
 
+// Chunks ahead that the large-T slice kernel prefetches x (DEEPINFER_HCMIX_X_PREFETCH = 0 .. 8,
+// read on every call; A/B runs); no bit depends on it.
+int XPrefetchChunks() {
+  const char* env = std::getenv("DEEPINFER_HCMIX_X_PREFETCH");
+  if (env == nullptr) return kHcMixXPrefetchChunks;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  return end != env && *end == '\0' && v >= 0 && v <= 8 ? static_cast<int>(v)
+                                                        : kHcMixXPrefetchChunks;
+}
+
 template <bool kVec>
 void LaunchHcMix(const float* x, int64_t T, int n_mix, const float* fn, float* scratch,
                  const MixFinishArgs& finish, unsigned* counters, cudaStream_t stream) {
@@ -357,7 +396,7 @@ void LaunchHcMix(const float* x, int64_t T, int n_mix, const float* fn, float* s
     const dim3 grid(static_cast<unsigned>((splits + warps - 1) / warps),
                     static_cast<unsigned>((T + warps - 1) / warps));
     pdl::Launch(HcMixSliceKernel<kVec, true>, grid, static_cast<unsigned>(32 * warps), 0, stream, x,
-                T, width, n_mix, fn, warps, scratch, finish, counters);
+                T, width, n_mix, fn, warps, scratch, finish, counters, 0);
     return;
   }
   // Tokens per warp: only how many tokens share one fn load (no bit depends on it). Small
@@ -366,7 +405,7 @@ void LaunchHcMix(const float* x, int64_t T, int n_mix, const float* fn, float* s
   const dim3 grid(static_cast<unsigned>(splits),
                   static_cast<unsigned>((T + tokens_per_warp - 1) / tokens_per_warp));
   pdl::Launch(HcMixSliceKernel<kVec, false>, grid, 32, 0, stream, x, T, width, n_mix, fn,
-              tokens_per_warp, scratch, finish, static_cast<unsigned*>(nullptr));
+              tokens_per_warp, scratch, finish, static_cast<unsigned*>(nullptr), XPrefetchChunks());
   pdl::Launch(HcMixFinishKernel, static_cast<unsigned>((T + kFinishWarps - 1) / kFinishWarps),
               32 * kFinishWarps, 0, stream, static_cast<const float*>(scratch), T, finish);
 }
