@@ -192,42 +192,27 @@ bool CheckLayouts(cublasLtHandle_t lt, void* work, cudaStream_t stream, int64_t 
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<float> d(M * N);
     CUDA_CHECK(cudaMemcpy(d.data(), dd, d.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    // Candidate scale lookups: A (the weights' block scales, m / div) and B (per token).
+    auto sa_mfast_rows = [&](int64_t m, int64_t kb) { return sa[kb * a_rows + m / div]; };
+    auto sa_mfast_pad = [&](int64_t m, int64_t kb) { return sa[kb * a_ld + m / div]; };
+    auto sa_kfast = [&](int64_t m, int64_t kb) { return sa[(m / div) * KB + kb]; };
+    auto sa_kfast_pad = [&](int64_t m, int64_t kb) { return sa[(m / div) * kb_ld + kb]; };
     auto sb_nfast = [&](int64_t n, int64_t kb) { return sb[kb * N + n]; };
     auto sb_nfast_pad = [&](int64_t n, int64_t kb) { return sb[kb * n_ld + n]; };
     auto sb_kfast = [&](int64_t n, int64_t kb) { return sb[n * KB + kb]; };
+    auto err = [&](auto sa_at, auto sb_at) { return RelError(d, a, b, M, N, K, sa_at, sb_at); };
     struct Hyp {
       const char* name;
       double err;
     };
     const Hyp hyps[] = {
-        {"A m-fast ld=rows/B n-fast",
-         RelError(
-             d, a, b, M, N, K, [&](int64_t m, int64_t kb) { return sa[kb * a_rows + m / div]; },
-             sb_nfast)},
-        {"A m-fast ld=pad4/B n-fast",
-         RelError(
-             d, a, b, M, N, K, [&](int64_t m, int64_t kb) { return sa[kb * a_ld + m / div]; },
-             sb_nfast)},
-        {"A k-fast ld=KB/B n-fast",
-         RelError(
-             d, a, b, M, N, K, [&](int64_t m, int64_t kb) { return sa[(m / div) * KB + kb]; },
-             sb_nfast)},
-        {"A k-fast ld=pad4/B n-fast",
-         RelError(
-             d, a, b, M, N, K, [&](int64_t m, int64_t kb) { return sa[(m / div) * kb_ld + kb]; },
-             sb_nfast)},
-        {"A k-fast ld=pad4/B n-fast ld=pad4",
-         RelError(
-             d, a, b, M, N, K, [&](int64_t m, int64_t kb) { return sa[(m / div) * kb_ld + kb]; },
-             sb_nfast_pad)},
-        {"A m-fast ld=rows/B n-fast ld=pad4",
-         RelError(
-             d, a, b, M, N, K, [&](int64_t m, int64_t kb) { return sa[kb * a_rows + m / div]; },
-             sb_nfast_pad)},
-        {"A m-fast ld=rows/B k-fast",
-         RelError(
-             d, a, b, M, N, K, [&](int64_t m, int64_t kb) { return sa[kb * a_rows + m / div]; },
-             sb_kfast)},
+        {"A m-fast ld=rows/B n-fast", err(sa_mfast_rows, sb_nfast)},
+        {"A m-fast ld=pad4/B n-fast", err(sa_mfast_pad, sb_nfast)},
+        {"A k-fast ld=KB/B n-fast", err(sa_kfast, sb_nfast)},
+        {"A k-fast ld=pad4/B n-fast", err(sa_kfast_pad, sb_nfast)},
+        {"A k-fast ld=pad4/B n-fast ld=pad4", err(sa_kfast_pad, sb_nfast_pad)},
+        {"A m-fast ld=rows/B n-fast ld=pad4", err(sa_mfast_rows, sb_nfast_pad)},
+        {"A m-fast ld=rows/B k-fast", err(sa_mfast_rows, sb_kfast)},
     };
     double best = 1e30;
     std::printf("layout %s x vec128, N %lld:", Name(ws), static_cast<long long>(N));

@@ -304,13 +304,11 @@ inline int64_t SplitsOverride() {
 // Blocks per (token, head group): the largest power of two <= min(want, chunks, kLanes),
 // at least 1 (a physical choice only: the bits do not depend on it).
 inline int PhysicalSplits(int64_t want, int64_t chunks) {
-  if (SplitsOverride() > 0) want = SplitsOverride();
+  if (const int forced = SplitsOverride(); forced > 0) want = forced;
   int splits = 1;
   while (2 * splits <= kLanes && 2 * splits <= want && 2 * splits <= chunks) splits *= 2;
   return splits;
 }
-
-inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // SMs of the current device (132, an H200, if it cannot be read).
 inline int MultiprocessorCount() {

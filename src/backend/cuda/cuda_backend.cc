@@ -46,6 +46,14 @@ int64_t TokensFromEnv(const char* name, int64_t fallback) {
   return static_cast<int64_t>(v);
 }
 
+// A byte budget given in GiB by the environment (TokensFromEnv's parsing; at most 2^20 GiB, so
+// the shift cannot overflow), or `fallback` bytes.
+size_t BytesFromGibEnv(const char* name, size_t fallback) {
+  const int64_t gib = std::min<int64_t>(TokensFromEnv(name, static_cast<int64_t>(fallback >> 30)),
+                                        int64_t{1} << 20);
+  return static_cast<size_t>(gib) << 30;
+}
+
 }  // namespace
 
 int CudaBackend::DeviceCount() {
@@ -156,19 +164,13 @@ base::Status CudaBackend::Init() {
       TokensFromEnv("DEEPINFER_LINEAR_STREAM_MAX_TOKENS", kernels::kStreamMaxTokens);
   fp8_bf16_copy_min_tokens_ =
       TokensFromEnv("DEEPINFER_FP8_BF16_COPY_MIN_TOKENS", kFp8Bf16CopyMinTokens);
-  const int64_t copy_gib = std::min<int64_t>(
-      TokensFromEnv("DEEPINFER_FP8_BF16_COPY_GIB", static_cast<int64_t>(kFp8Bf16CopyBudget >> 30)),
-      int64_t{1} << 20);  // (no overflow of the shift)
-  fp8_bf16_copy_budget_ = static_cast<size_t>(copy_gib) << 30;
+  fp8_bf16_copy_budget_ = BytesFromGibEnv("DEEPINFER_FP8_BF16_COPY_GIB", kFp8Bf16CopyBudget);
   experts_bf16_min_tokens_ =
       TokensFromEnv("DEEPINFER_EXPERTS_BF16_MIN_TOKENS", kExpertsBf16MinTokens);
   fp8_block128_min_tokens_ =
       TokensFromEnv("DEEPINFER_FP8_BLOCK128_MIN_TOKENS", kFp8Block128MinTokens);
-  const int64_t block128_gib =
-      std::min<int64_t>(TokensFromEnv("DEEPINFER_FP8_BLOCK128_COPY_GIB",
-                                      static_cast<int64_t>(kFp8Block128CopyBudget >> 30)),
-                        int64_t{1} << 20);
-  fp8_block128_copy_budget_ = static_cast<size_t>(block128_gib) << 30;
+  fp8_block128_copy_budget_ =
+      BytesFromGibEnv("DEEPINFER_FP8_BLOCK128_COPY_GIB", kFp8Block128CopyBudget);
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
   if (invariant != nullptr && std::strcmp(invariant, "0") != 0) set_batch_invariant(true);
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}{}", device_, prop.name,

@@ -96,7 +96,7 @@ class CudaBackend final : public model::Backend {
   void JoinSideBranch() override;
   void set_side_branch_max_rows(int64_t rows) { side_branch_max_rows_ = rows; }
   // Device bytes of the kept bf16 weight copies (set_fp8_bf16_copy).
-  size_t bf16_copy_bytes() const { return weights_.bf16_copy_bytes(); }
+  size_t bf16_copy_bytes() const { return weights_.copy_bytes(WeightCache::CopyKind::kBf16); }
   size_t arena_bytes_live() const { return arena_.bytes_live(); }
   // Linear calls with at most this many token rows use the fused dequant GEMV kernel
   // (default kernels::kDefaultGemvTokens, at most kernels::kMaxGemvTokens; 0 = always dequantise +
@@ -176,8 +176,8 @@ class CudaBackend final : public model::Backend {
   // at least `min_tokens` token rows that LinearStream does not take multiplies a bf16 copy of
   // its weight with one cuBLAS bf16 GEMM (x quantised to bf16 as in the bf16 GEMM path above).
   // The copy is made by one dequantisation the first time and kept on the device with the
-  // weight (WeightCache::Bf16Copy); it is exact, an e4m3 value times its ue8m0 block scale
-  // being a bf16 value, so only the fp32 summation order differs from LinearFp8. The copies
+  // weight (WeightCache::DerivedCopy, kind kBf16); it is exact, an e4m3 value times its ue8m0 block
+  // scale being a bf16 value, so only the fp32 summation order differs from LinearFp8. The copies
   // take at most `budget_bytes` in all; past that a weight keeps the per-call paths (default
   // kFp8Bf16CopyMinTokens and kFp8Bf16CopyBudget; DEEPINFER_FP8_BF16_COPY_MIN_TOKENS=<t>, 0 =
   // never, and DEEPINFER_FP8_BF16_COPY_GIB=<GiB> at creation).

@@ -17,13 +17,7 @@
 namespace deepinfer::backend::cuda {
 namespace {
 
-// The largest power of two (up to 256) dividing the address: cuBLASLt's alignment preference.
-int64_t AlignmentOf(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  int64_t align = 256;
-  while (align > 1 && a % static_cast<uintptr_t>(align) != 0) align /= 2;
-  return align;
-}
+using kernels::Aligned16;
 
 // The matmul description of a block-128 GEMM (fills *desc and the three layouts).
 struct LtPlan {
@@ -134,14 +128,14 @@ std::optional<cublasLtMatmulAlgo_t> CudaBackend::Block128AlgoFor(const Block128S
 }
 
 bool CudaBackend::Block128Fits(const Block128Shape& s, const float* y) {
-  return (y == nullptr || AlignmentOf(y) >= 16) && s.ldy % 4 == 0 && s.ld_xq % 16 == 0 &&
+  return (y == nullptr || Aligned16(y)) && s.ldy % 4 == 0 && s.ld_xq % 16 == 0 &&
          Block128AlgoFor(s).has_value();
 }
 
 bool CudaBackend::RunBlock128Gemm(const Block128Gemm& g) {
   const std::optional<cublasLtMatmulAlgo_t> algo = Block128AlgoFor(g.shape);
   CHECK(algo.has_value()) << "RunBlock128Gemm without Block128Fits";
-  CHECK(AlignmentOf(g.w) >= 16 && AlignmentOf(g.xq) >= 16 && AlignmentOf(g.y) >= 16)
+  CHECK(Aligned16(g.w) && Aligned16(g.xq) && Aligned16(g.y))
       << "RunBlock128Gemm: operands not 16-byte aligned";
   // The side lane's calls may run beside the main lane's: each lane its own workspace.
   const bool side = Recording() && tape_->lane() == 1;
@@ -204,7 +198,7 @@ struct CudaBackend::Block128Plan {
 };
 
 bool CudaBackend::Block128PlanFits(const Block128Plan& p, const float* x, int64_t ldx, float* y) {
-  if (ldx % 4 != 0 || AlignmentOf(x) < 16) return false;
+  if (ldx % 4 != 0 || !Aligned16(x)) return false;
   for (int64_t g = 0; p.main > 0 && g < p.groups; ++g) {
     if (!Block128Fits(p.main_shape, y + g * p.R)) return false;
   }

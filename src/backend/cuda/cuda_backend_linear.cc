@@ -131,10 +131,12 @@ void CudaBackend::LinearBf16Gemm(const uint16_t* const* parts, int terms, int64_
 
 const uint16_t* CudaBackend::Fp8Bf16CopyFor(const kernels::DeviceWeight& w, int64_t T) {
   if (!Fp8UsesBf16Copy(T) || w.format != model::WeightFormat::kFp8Block32) return nullptr;
-  return weights_.Bf16Copy(w, fp8_bf16_copy_budget_, kFp8Bf16CopyKeepFree,
-                           [this](const kernels::DeviceWeight& view, uint16_t* out) {
-                             return kernels::DequantRowsBf16(view, 0, view.rows, out, stream_);
-                           });
+  const size_t bytes = static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols) * 2;
+  return static_cast<const uint16_t*>(weights_.DerivedCopy(
+      w, WeightCache::CopyKind::kBf16, bytes, fp8_bf16_copy_budget_, kFp8Bf16CopyKeepFree,
+      [this](const kernels::DeviceWeight& view, void* out) {
+        return kernels::DequantRowsBf16(view, 0, view.rows, static_cast<uint16_t*>(out), stream_);
+      }));
 }
 
 void CudaBackend::LinearFp8Stream(const float* x, int64_t T, int64_t ldx,

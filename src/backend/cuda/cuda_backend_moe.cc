@@ -14,7 +14,7 @@
 namespace deepinfer::backend::cuda {
 namespace {
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+using kernels::Aligned16;
 
 // A device-resident pointer (used in place by the WeightCache) that is not 16-byte aligned
 // cannot feed the kernels; host pointers are uploaded to aligned memory.

@@ -1,6 +1,6 @@
 // The FP8-activation mode's kept bf16 weight copies (CudaBackend::set_fp8_bf16_copy,
-// WeightCache::Bf16Copy): a Linear / LinearGrouped / LinearMany of more token rows than
-// LinearStream takes multiplies an exact bf16 copy of its FP8 weight with cuBLAS. Against the
+// WeightCache::DerivedCopy, kind kBf16): a Linear / LinearGrouped / LinearMany of more token rows
+// than LinearStream takes multiplies an exact bf16 copy of its FP8 weight with cuBLAS. Against the
 // CPU reference on fake-quantised activations (the FP8 tests' per-element bound); one copy
 // per weight, made once and freed with the weight; none below the threshold, in
 // batch-invariant mode or past the budget (then bitwise the LinearFp8 kernel).

@@ -88,7 +88,6 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
-using attention::Aligned16;
 using attention::CandidateRow;
 using attention::kLaneLevels;
 using attention::kMergeCoefs;

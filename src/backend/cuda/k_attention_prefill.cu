@@ -75,7 +75,6 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
-using attention::Aligned16;
 using attention::CandidateRow;
 using attention::TokenRows;
 using mma::CpAsync16;

@@ -4,10 +4,10 @@
 // decides bits, and a split that does not depend on T (batch-invariant). Moved out of
 // k_norm.cu unchanged.
 #include <cstdint>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/env_knob.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/pdl.cuh"
 
@@ -18,7 +18,6 @@ constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;  // 24 mix logits for hc = 4
 
 __device__ __forceinline__ float4 Zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 __device__ float Sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // pre, post and the Sinkhorn-normalised comb of token t from its mix logits, computed by one
 // warp: lane l < n_mix holds logit z_l (rms-normalised) in `z`, and lane l < H*H computes comb
@@ -317,11 +316,9 @@ __global__ void __launch_bounds__(kFused ? 32 * kFusedMaxWarps : 32, kFused ? 3 
         }
       }
     };
-    if constexpr (!kFused) {
-      for (int d = 1; d < x_prefetch; ++d) prefetch_chunk(t0 + int64_t{d} * kMixChunk);
-    }
+    for (int d = 1; d < x_prefetch; ++d) prefetch_chunk(t0 + int64_t{d} * kMixChunk);
     for (int64_t t = t0; t < t_end; t += kMixChunk) {
-      if (!kFused && x_prefetch > 0) prefetch_chunk(t + int64_t{x_prefetch} * kMixChunk);
+      if (x_prefetch > 0) prefetch_chunk(t + int64_t{x_prefetch} * kMixChunk);
       float4 xv[kMixChunk];  // all loads of the chunk in flight together
 #pragma unroll
       for (int g = 0; g < kMixChunk; ++g) {
@@ -376,12 +373,7 @@ constexpr int64_t kFusedMaxT = kFusedMaxWarps * kHcMixCounters;
 // Chunks ahead that the large-T slice kernel prefetches x (DEEPINFER_HCMIX_X_PREFETCH = 0 .. 8,
 // read on every call; A/B runs); no bit depends on it.
 int XPrefetchChunks() {
-  const char* env = std::getenv("DEEPINFER_HCMIX_X_PREFETCH");
-  if (env == nullptr) return kHcMixXPrefetchChunks;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  return end != env && *end == '\0' && v >= 0 && v <= 8 ? static_cast<int>(v)
-                                                        : kHcMixXPrefetchChunks;
+  return static_cast<int>(EnvIntOr("DEEPINFER_HCMIX_X_PREFETCH", kHcMixXPrefetchChunks, 0, 8));
 }
 
 template <bool kVec>

@@ -256,8 +256,6 @@ __global__ void __launch_bounds__(kThreads, 2) IndexerMmaKernel(RowArgs p, Keys 
   }
 }
 
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 bool g_l2_prefetch = true;  // IndexerMmaSetL2Prefetch
 
 // Blocks of the one-row kernel along a row: as many as fit two per SM over the T rows
@@ -292,7 +290,6 @@ cudaError_t LaunchRowKernel(const RowArgs& args, int64_t T, const Keys& keys, cu
 }  // namespace
 }  // namespace indexer_mma
 
-using indexer_mma::Aligned16;
 using indexer_mma::ContiguousRows;
 using indexer_mma::g_l2_prefetch;
 using indexer_mma::IndexerMmaSharedBytesImpl;

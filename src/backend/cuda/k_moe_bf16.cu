@@ -69,6 +69,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/env_knob.h"
 #include "backend/cuda/fp8_gemm_core.cuh"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_moe.h"
@@ -154,12 +155,8 @@ bool UseStream(int64_t T, int64_t k, int64_t n_experts) {
 // The wgmma item width forced by DEEPINFER_EXPERTS_ITEM_PAIRS (64 / 80 / 96 / 128; read on every
 // call, like the variant; experiments), or 0 (unset or another value: ignored).
 int ForcedItemPairs() {
-  const char* env = std::getenv(kExpertsItemPairsEnv);
-  if (env == nullptr) return 0;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  const bool known = end != env && *end == '\0' && (v == 64 || v == 80 || v == 96 || v == 128);
-  return known ? static_cast<int>(v) : 0;
+  const auto v = static_cast<int>(EnvIntOr(kExpertsItemPairsEnv, 0, 64, 128));
+  return v == 64 || v == 80 || v == 96 || v == 128 ? v : 0;
 }
 
 // Items of 80 (H200 run 147, T 4096): one layer with uniform random routing 7.75 against 8.15 ms
@@ -432,12 +429,7 @@ cudaError_t LaunchGemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_
 }  // namespace
 
 int64_t ExpertsStreamMaxMeanPairs() {
-  const char* env = std::getenv("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS");
-  if (env == nullptr || *env == '\0') return kExpertsStreamMaxMeanPairs;
-  char* end = nullptr;
-  const long long v = std::strtoll(env, &end, 10);
-  return end != nullptr && *end == '\0' && v >= 0 ? static_cast<int64_t>(v)
-                                                  : kExpertsStreamMaxMeanPairs;
+  return EnvIntOr("DEEPINFER_EXPERTS_STREAM_MAX_PAIRS", kExpertsStreamMaxMeanPairs, 0, INT64_MAX);
 }
 
 bool RoutedExpertsBf16Applicable(WeightFormat up_format, WeightFormat down_format, int64_t D,

@@ -264,8 +264,6 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // float4s per thread and threads per row of a register-held row of n4 float4s: the fewest
 // float4s per thread that keep the row within kMaxRowThreads threads (a function of n only).
 struct RowShape {

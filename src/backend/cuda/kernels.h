@@ -38,6 +38,8 @@ enum DeviceErrorBit : int {
 
 // `bytes` rounded up to a multiple of 16 (scratch layouts keep every part 16-byte aligned).
 inline constexpr int64_t AlignUp16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+// Whether p is 16-byte aligned (host; what the vector and tensor-core paths need).
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Carves 16-byte-aligned parts out of one scratch allocation, in call order: Take(bytes)
 // returns the part's byte offset; total() is the scratch size so far.

@@ -312,16 +312,6 @@ cudaGraphExec_t StreamTape::CaptureAs(bool lanes) {
   return exec;
 }
 
-void StreamTape::LogCensus() const {
-  KernelCensus census;
-  tape_format::Reader r(tape_);
-  while (!r.done()) {
-    const tape_format::TapeOp op = tape_format::ReadOp(r);
-    if (op.tag == kKernel) census.Add(op.func);
-  }
-  LOG_INFO("graph of {} ops: {}", ops_, census.Summary());
-}
-
 cudaGraphExec_t StreamTape::Capture(uint64_t hash) {
   // With side lanes first; if that capture fails, the same tape in order on one stream.
   const bool lanes = forks_ > 0 && EnsureSideLane();

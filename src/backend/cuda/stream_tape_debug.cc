@@ -69,4 +69,14 @@ void StreamTape::ExplainMiss() {
   recent_.push_back(tape_);
 }
 
+void StreamTape::LogCensus() const {
+  KernelCensus census;
+  tape_format::Reader r(tape_);
+  while (!r.done()) {
+    const tape_format::TapeOp op = tape_format::ReadOp(r);
+    if (op.tag == tape_format::kKernel) census.Add(op.func);
+  }
+  LOG_INFO("graph of {} ops: {}", ops_, census.Summary());
+}
+
 }  // namespace deepinfer::backend::cuda

@@ -211,16 +211,6 @@ const void* WeightCache::DerivedCopy(const kernels::DeviceWeight& view, CopyKind
   return out;
 }
 
-const uint16_t* WeightCache::Bf16Copy(const kernels::DeviceWeight& view, size_t budget_bytes,
-                                      size_t keep_free_bytes, const Bf16Maker& make) {
-  const size_t bytes = static_cast<size_t>(view.rows) * static_cast<size_t>(view.cols) * 2;
-  return static_cast<const uint16_t*>(
-      DerivedCopy(view, CopyKind::kBf16, bytes, budget_bytes, keep_free_bytes,
-                  [&make](const kernels::DeviceWeight& v, void* out) {
-                    return make(v, static_cast<uint16_t*>(out));
-                  }));
-}
-
 size_t WeightCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;

@@ -41,7 +41,7 @@ class WeightCache {
   // bf16 [rows, cols] copy (exact, cuBLAS bf16 GEMMs) and the FP8 copy re-blocked to 128 x 128
   // scales (kernels_block128.h, cuBLASLt's block-scaled FP8 GEMM).
   enum class CopyKind { kBf16 = 0, kFp8Block128 = 1 };
-  static constexpr int kCopyKinds = 2;
+  static constexpr int kCopyKinds = static_cast<int>(CopyKind::kFp8Block128) + 1;
   // The `kind` copy (`bytes` long) of the uploaded weight whose device view is `view` (the view
   // Get returned), made on the first request by make(view, out), which enqueues the work that
   // fills the fresh device buffer `out` (in stream order before any use of the copy). nullptr
@@ -52,17 +52,12 @@ class WeightCache {
   using CopyMaker = std::function<cudaError_t(const kernels::DeviceWeight&, void*)>;
   const void* DerivedCopy(const kernels::DeviceWeight& view, CopyKind kind, size_t bytes,
                           size_t budget_bytes, size_t keep_free_bytes, const CopyMaker& make);
-  // DerivedCopy of kind kBf16 (rows * cols * 2 bytes).
-  using Bf16Maker = std::function<cudaError_t(const kernels::DeviceWeight&, uint16_t*)>;
-  const uint16_t* Bf16Copy(const kernels::DeviceWeight& view, size_t budget_bytes,
-                           size_t keep_free_bytes, const Bf16Maker& make);
   // Frees every uploaded weight and derived copy (synchronises the device).
   void Clear();
   // Called before a device copy of a weight is freed: the owner issues any work it has
   // recorded but not yet enqueued that may still read it (StreamTape).
   void set_before_free(std::function<void()> f) { before_free_ = std::move(f); }
   size_t bytes() const;
-  size_t bf16_copy_bytes() const { return copy_bytes(CopyKind::kBf16); }
   size_t copy_bytes(CopyKind kind) const;
 
  private:
