@@ -1,4 +1,5 @@
-// kernels::SparseAttentionPrefill (FP8-mode prefill sparse attention, k_attention_prefill.cu)
+// kernels::SparseAttentionPrefill (FP8-mode prefill sparse attention: k_attention_prefill.cu,
+// and k_attention_wgmma.cu at head_dim 512)
 // against the CPU reference. q is rounded to bf16 on the host and the key/value rows are
 // fake-quantised like the model's (FP8 block32 pow2 window rows, FP4 block16 e4m3 entries:
 // exactly bf16), so the kernel's only rounding left is that of the probabilities P to bf16.
@@ -227,29 +228,80 @@ TEST_F(CudaAttentionPrefillTest, OutOfRangeIdSetsErrorAndSkipsRow) {
 // result then matches the reference on the rounded rows. Once a window row (chunk 0), once
 // a selected entry behind 70 window rows (chunk 2: converted inside the chunk loop).
 TEST_F(CudaAttentionPrefillTest, InexactRowIsFlaggedAndRounded) {
-  for (bool in_window : {true, false}) {
-    Case c;
-    c.stale_every = 0;
-    if (in_window) {
-      c.seqs = {{2, 20, 30}}, c.name = "inexact window row";
-    } else {
-      c.seqs = {{2, 70, 30}}, c.window = 70, c.name = "inexact entry in chunk 2";
+  for (int64_t d : {64, 512})  // the mma.sync and the wgmma kernel
+    for (bool in_window : {true, false}) {
+      Case c;
+      c.stale_every = 0, c.d = d;
+      if (in_window) {
+        c.seqs = {{2, 20, 30}}, c.name = "inexact window row";
+      } else {
+        c.seqs = {{2, 70, 30}}, c.window = 70, c.name = "inexact entry in chunk 2";
+      }
+      SCOPED_TRACE(c.name + " d " + std::to_string(d));
+      Inputs in = MakeInputs(c);
+      // The window row at token 0's position (visible to both tokens), or the entry every
+      // token selects in slot 1 (MakeInputs).
+      float* row = in_window ? in.window_kv.data() + (in.n_window - 2) * in.d
+                             : in.comp_kv.data() + (in.n_comp - 1) * in.d;
+      for (int64_t i = 0; i < in.d; ++i) row[i] = 1.0f + 0.001f * i;
+      Inputs rounded = in;
+      float* rounded_row = in_window ? rounded.window_kv.data() + (in.n_window - 2) * in.d
+                                     : rounded.comp_kv.data() + (in.n_comp - 1) * in.d;
+      for (int64_t i = 0; i < in.d; ++i) rounded_row[i] = RoundBf16(rounded_row[i]);
+      const PrefillRun run = RunPrefill(in);
+      EXPECT_EQ(run.error_word, kernels::kErrAttnKvNotBf16);
+      ExpectClose(run, rounded);
     }
-    SCOPED_TRACE(c.name);
-    Inputs in = MakeInputs(c);
-    // The window row at token 0's position (visible to both tokens), or the entry every
-    // token selects in slot 1 (MakeInputs).
-    float* row = in_window ? in.window_kv.data() + (in.n_window - 2) * in.d
-                           : in.comp_kv.data() + (in.n_comp - 1) * in.d;
-    for (int64_t i = 0; i < in.d; ++i) row[i] = 1.0f + 0.001f * i;
-    Inputs rounded = in;
-    float* rounded_row = in_window ? rounded.window_kv.data() + (in.n_window - 2) * in.d
-                                   : rounded.comp_kv.data() + (in.n_comp - 1) * in.d;
-    for (int64_t i = 0; i < in.d; ++i) rounded_row[i] = RoundBf16(rounded_row[i]);
-    const PrefillRun run = RunPrefill(in);
-    EXPECT_EQ(run.error_word, kernels::kErrAttnKvNotBf16);
-    ExpectClose(run, rounded);
+}
+
+// Sets the wgmma-kernel override for a scope (kernels_attn_prefill.h).
+class WgmmaOverride {
+ public:
+  explicit WgmmaOverride(bool on) : on_(on) { kernels::SetAttnPrefillWgmmaOverride(&on_); }
+  ~WgmmaOverride() { kernels::SetAttnPrefillWgmmaOverride(nullptr); }
+  WgmmaOverride(const WgmmaOverride&) = delete;
+  WgmmaOverride& operator=(const WgmmaOverride&) = delete;
+
+ private:
+  bool on_;
+};
+
+// head_dim 512 on both kernels (wgmma by default, mma.sync with the knob off): candidate
+// counts around the 32-row chunk (prologue, steady state, last chunks), the V4.1 shape, two
+// head groups; each within the CPU bounds, deterministic, and the two kernels'
+// outputs distinguishable (their summation orders differ).
+TEST_F(CudaAttentionPrefillTest, HeadDim512BothKernels) {
+  std::vector<Case> cases;
+  for (int64_t rows : {1, 31, 32, 33, 64, 65, 97}) {
+    Case c;
+    c.d = 512, c.window = rows, c.n_select = 0, c.stale_every = 0;
+    c.seqs = {{2, rows + 1, 0}}, c.name = "window rows " + std::to_string(rows);
+    cases.push_back(c);
+    c.window = 8, c.n_select = rows, c.empty_every = 0;
+    c.seqs = {{2, 0, rows + 3}}, c.name = "selected rows " + std::to_string(rows);
+    cases.push_back(c);
   }
+  Case v41;
+  v41.d = 512, v41.window = 128, v41.n_select = 512, v41.empty_every = 0;
+  v41.seqs = {{7, 7 + 127, 900}}, v41.name = "V4.1 T 7";
+  cases.push_back(v41);
+  Case groups;
+  groups.d = 512, groups.heads = 128, groups.seqs = {{9, 40, 50}}, groups.name = "128 heads";
+  cases.push_back(groups);
+  for (const Case& c : cases) {
+    const Inputs in = MakeInputs(c);
+    std::vector<float> out[2];
+    for (bool wgmma : {false, true}) {
+      WgmmaOverride knob(wgmma);
+      EXPECT_EQ(kernels::AttnPrefillUsesWgmma(GpuArgs(in)), wgmma);
+      CheckInputs(in, c.name + (wgmma ? " wgmma" : " mma.sync"));
+      out[wgmma ? 1 : 0] = RunPrefill(in).got;
+    }
+    if (MaxAbs(out[0]) > 0.0) EXPECT_FALSE(BitExact(out[0], out[1])) << c.name;
+  }
+  Case d64;
+  const Inputs small = MakeInputs(d64);
+  EXPECT_FALSE(kernels::AttnPrefillUsesWgmma(GpuArgs(small)));  // other head dims: mma.sync
 }
 
 // CudaBackend::SparseAttention takes the prefill kernel in the FP8-activation mode from
@@ -312,8 +364,14 @@ TEST_F(AttnPrefillBench, DISABLED_V41Prefill) {
   int* err = reinterpret_cast<int*>(ToGpu(std::vector<int32_t>{0}));
   ASSERT_TRUE(kernels::SparseAttentionPrefillApplicable(a));
   const double flops = 4.0 * T * heads * (window + n_select) * d;
-  const double prefill_us = DeviceMicrosPerCall(
-      [&] { EXPECT_EQ(kernels::SparseAttentionPrefill(a, err, gpu_->stream()), cudaSuccess); });
+  auto time_prefill = [&](bool wgmma) {
+    WgmmaOverride knob(wgmma);
+    return DeviceMicrosPerCall(
+        [&] { EXPECT_EQ(kernels::SparseAttentionPrefill(a, err, gpu_->stream()), cudaSuccess); });
+  };
+  const double sync_us = time_prefill(false);
+  const std::vector<float> sync_out = FromGpu(a.out, T * heads * d);
+  const double prefill_us = time_prefill(true);
   const std::vector<float> prefill = FromGpu(a.out, T * heads * d);
   const double mma_us = DeviceMicrosPerCall([&] {
     EXPECT_EQ(kernels::SparseAttentionMma(a, err, gpu_->stream(), /*bf16_rounded=*/true),
@@ -322,11 +380,14 @@ TEST_F(AttnPrefillBench, DISABLED_V41Prefill) {
   const std::vector<float> mma = FromGpu(a.out, T * heads * d);
   EXPECT_EQ(FromGpu(reinterpret_cast<int32_t*>(err), 1)[0], 0);
   EXPECT_TRUE(RelL2Close(prefill, mma, 6e-3));
+  EXPECT_TRUE(RelL2Close(sync_out, mma, 6e-3));
   std::printf(
-      "SparseAttention V4.1 prefill T=%lld x %lld candidates: prefill kernel %.1f us (%.1f "
-      "TFLOP/s), mma bf16 %.1f us (%.1f TFLOP/s); prefill vs mma %.2fx\n",
+      "SparseAttention V4.1 prefill T=%lld x %lld candidates: wgmma kernel %.1f us (%.1f "
+      "TFLOP/s), mma.sync prefill kernel %.1f us (%.1f TFLOP/s), mma bf16 %.1f us (%.1f "
+      "TFLOP/s); wgmma vs mma.sync prefill %.2fx\n",
       static_cast<long long>(T), static_cast<long long>(window + n_select), prefill_us,
-      flops / prefill_us / 1e6, mma_us, flops / mma_us / 1e6, mma_us / prefill_us);
+      flops / prefill_us / 1e6, sync_us, flops / sync_us / 1e6, mma_us, flops / mma_us / 1e6,
+      sync_us / prefill_us);
   EXPECT_GT(prefill_us, 0.0);
 }
 

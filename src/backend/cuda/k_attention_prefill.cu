@@ -566,6 +566,7 @@ cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* 
                                    cudaStream_t stream) {
   if (!SparseAttentionPrefillApplicable(args)) return cudaErrorInvalidValue;
   if (args.tokens == 0) return cudaSuccess;
+  if (AttnPrefillUsesWgmma(args)) return SparseAttentionPrefillWgmma(args, error_word, stream);
   const int64_t smem = SharedBytes(args.head_dim);
   const cudaError_t e =
       launch::RaiseMaxDynamicSmem(SparseAttentionPrefillKernel, static_cast<int>(smem));

@@ -41,4 +41,27 @@ bool SparseAttentionPrefillApplicable(const model::SparseAttentionArgs& args);
 cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* error_word,
                                    cudaStream_t stream);
 
+// --- the two kernels behind SparseAttentionPrefill ---------------------------------------
+// head_dim kAttnPrefillWgmmaHeadDim runs on the wgmma kernel (k_attention_wgmma.cu: the 64
+// heads as the wgmma M, S and P V on warpgroup MMAs, the softmax in registers), other head
+// dims on the mma.sync kernel (k_attention_prefill.cu). Both have the contract above; their
+// bits differ (summation order). The knob is for A/B runs and tests:
+// DEEPINFER_ATTN_PREFILL_WGMMA=0 (read on every call) keeps head_dim 512 on the mma.sync
+// kernel.
+inline constexpr int64_t kAttnPrefillWgmmaHeadDim = 512;
+inline constexpr const char* kAttnPrefillWgmmaEnv = "DEEPINFER_ATTN_PREFILL_WGMMA";
+
+// Whether SparseAttentionPrefill(args) takes the wgmma kernel: head_dim 512, and the override
+// (if set) or the environment allows it.
+bool AttnPrefillUsesWgmma(const model::SparseAttentionArgs& args);
+
+// Test hook: *on forces the wgmma kernel on (true) or off (false) for head_dim 512 whatever the
+// environment; nullptr: the environment again (an atomic).
+void SetAttnPrefillWgmmaOverride(const bool* on);
+
+// The wgmma kernel alone (args applicable, head_dim 512, tokens > 0); SparseAttentionPrefill
+// calls it.
+cudaError_t SparseAttentionPrefillWgmma(const model::SparseAttentionArgs& args, int* error_word,
+                                        cudaStream_t stream);
+
 }  // namespace deepinfer::backend::cuda::kernels

@@ -1,0 +1,357 @@
+// Sparse sink attention for prefill in the FP8-activation mode on wgmma (Hopper warpgroup MMA),
+// head_dim 512: the kernel SparseAttentionPrefill runs there unless the A/B knob turns it off
+// (kernels_attn_prefill.h: contract and knob; k_attention_prefill.cu: the mma.sync kernel, other
+// head dims).
+//
+// Structure. Grid (tokens, heads / 64); a block (two warpgroups, 256 threads, ~192 KiB of
+// shared memory: one block per SM) serves one token and 64 heads, so the heads are the M = 64
+// of every wgmma and the token's candidate rows are gathered once for all of them. q of the 64
+// heads is rounded to bf16 once into shared memory (core-matrix layout, wgmma_bf16.cuh). The
+// candidates (TokenRows after Trim) run in chunks of kChunk = 32 rows; chunk c's bf16 rows live
+// in tile c % 2 (core-matrix layout), staged as in k_attention_prefill.cu: each thread copies
+// (cp.async, fp32) and later converts exactly its own bytes. Per chunk c, in both warpgroups:
+//   1. [block barrier B1: tile c % 2 and its valid-row word written]
+//   2. S = q K^T for all 64 heads x 32 rows: 32 SS wgmma m64n32k16 (one MMA chain over the 512
+//      dims per score). Both warpgroups compute the same S (the same instructions on the same
+//      shared memory), so each holds whole rows of P and no exchange is needed;
+//   3. wait; online softmax in registers: a thread holds heads g and g + 8 of its warp's 16 x 32
+//      rows of S; row max by a quad shuffle, m_new = max(m, chunk max) (m starts at the finite
+//      sink logit), p = bf16(exp(s - m_new)), l = l alpha + sum of the rounded p, O *= alpha;
+//   4. O += P V: the bf16 P accumulator pairs are directly the A fragments of two RS wgmma
+//      m64n256k16 (B = the tile read N-major: V rows x the warpgroup's 256 dims); warpgroup w
+//      owns O dims 256 w .. + 255 (128 fp32 per thread); left running;
+//   5. [block barrier B2: both warpgroups waited for S(c), hence for P V(c - 1): tile
+//      (c + 1) % 2 is free] each thread converts its share of chunk c + 1 into it and issues
+//      its copies of chunk c + 2, while P V(c) runs on the tensor cores.
+// At the end the partial denominators are summed over the quad (fixed order), l = exp(sink - m)
+// + sum, out = O / l. Every token is computed by one block in a fixed order: deterministic, but
+// the bits differ from the mma.sync kernel's (one chain per score instead of four, O scaled
+// before the tensor core adds P V).
+//
+// Roofline per chunk and SM (H200): MMAs 3 M MAC (S twice, P V once) = 1,536 clk at 2,048 bf16
+// MAC/clk; shared memory ~400 KiB (S: q 64 + K 32 per warpgroup, P V: 16 per warpgroup, the
+// staging 64 written + 64 read + 32 written) = ~3,200 clk at 128 B/clk; L2 64 KiB of fp32 rows.
+// The mma.sync kernel took ~6.8 us (~13,000 clk) per chunk (its header).
+#include <cuda_bf16.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_attn_prefill.h"
+#include "backend/cuda/launch_sink.h"
+#include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/wgmma_bf16.cuh"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+using attention::CandidateRow;
+using attention::TokenRows;
+
+constexpr int kThreads = 256;  // two warpgroups
+constexpr int kHeads = static_cast<int>(kAttnPrefillHeadsPerBlock);
+constexpr int kD = static_cast<int>(kAttnPrefillWgmmaHeadDim);
+constexpr int kChunk = 32;                                // candidate rows per round
+constexpr int kKBlocks = kD / 8;                          // core matrices along a row
+constexpr uint32_t kRowGroupBytes = kKBlocks * 128;       // 8 rows of a tile (8 KiB)
+constexpr uint32_t kQBytes = kHeads * kD * 2;             // bf16 q (64 KiB)
+constexpr uint32_t kTileBytes = kChunk * kD * 2;          // bf16 rows of a chunk (32 KiB)
+constexpr uint32_t kRawBytes = kChunk * kD * 4;           // fp32 rows in flight (64 KiB)
+constexpr int kCopies = kRawBytes / 16 / kThreads;        // 16-byte copies per thread (16)
+constexpr uint32_t kTilesOff = kQBytes;                   // two tiles
+constexpr uint32_t kRawOff = kTilesOff + 2 * kTileBytes;  // raw
+constexpr uint32_t kValidOff = kRawOff + kRawBytes;       // [2] words: row r attended = bit r
+constexpr uint32_t kTrimOff = kValidOff + 16;             // TokenRows::Trim scratch
+constexpr uint32_t kSmemBytes = kTrimOff + 4 * 8;
+static_assert(kHeads == 64 && kD == 512, "one m64 of heads, two n256 halves of O");
+static_assert(kCopies * 16 * kThreads == static_cast<int>(kRawBytes), "whole copies");
+static_assert(kSmemBytes <= 227 * 1024, "one block per SM");
+
+// Ties the registers of an asynchronous wgmma's accumulators to the surrounding wgmma fences:
+// the compiler may not move their reads or writes across this point (it does not know that
+// the MMA writes them after its asm statement).
+template <int N>
+__device__ __forceinline__ void FenceOperands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
+// Staging share of thread (warp w, lane l) in every chunk: rows 8 (w / 2) .. + 7 of the chunk,
+// dims 256 (w % 2) .. + 255; lane l's row is 8 (w / 2) + (l % 16) / 2 and its copy i covers
+// dims 256 (w % 2) + 16 i + 8 (l / 16) + 4 (l % 2) .. + 3. In the tile these 4 bf16 land at
+// byte OwnTileOffset() + 256 i, so the 16 lanes of a half warp fill one core matrix (8 rows x
+// 16 bytes) per copy: conflict-free stores. In raw, copy i of thread tid is at (i kThreads +
+// tid) 16 bytes.
+__device__ __forceinline__ uint32_t OwnTileOffset() {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  return (warp >> 1) * kRowGroupBytes + (warp & 1) * (kRowGroupBytes / 2) + (lane >> 4) * 128 +
+         (lane & 15) * 8;
+}
+
+// Issues this thread's copies of chunk rows [row0, row0 + kChunk) (clipped to `total`) into raw
+// and writes the chunk's valid byte of this warp pair (bit k: row 8 (w / 2) + k attended) into
+// valid_bytes. Returns true if this thread's row is attended (its bytes were copied).
+__device__ bool IssueChunk(const model::SparseAttentionArgs& a, int64_t t, const TokenRows& rows,
+                           int64_t row0, int64_t total, char* smem, uint8_t* valid_bytes,
+                           bool report, int* error_word) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* mine = nullptr;
+  if (lane < 8) {
+    const int64_t j = row0 + 8 * (warp >> 1) + lane;
+    mine = j < total ? CandidateRow(a, t, rows, j, report && (warp & 1) == 0, error_word) : nullptr;
+  }
+  const unsigned attended = __ballot_sync(0xffffffffu, mine != nullptr) & 0xFFu;
+  if ((warp & 1) == 0 && lane == 0) valid_bytes[warp >> 1] = static_cast<uint8_t>(attended);
+  const auto* row = reinterpret_cast<const float*>(
+      __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), (lane & 15) >> 1));
+  if (row != nullptr) {
+    const float* src = row + 256 * (warp & 1) + 8 * (lane >> 4) + 4 * (lane & 1);
+    char* dst = smem + kRawOff + threadIdx.x * 16;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) mma::CpAsync16(dst + i * kThreads * 16, src + 16 * i);
+  }
+  mma::CpAsyncCommit();
+  return row != nullptr;
+}
+
+// Waits for this thread's copies and writes its share of the chunk as bf16 into the tile at
+// `tile` (zeros if its row is not attended); sets `inexact` if a value was not exactly bf16.
+// Ends with the proxy fence that makes the stores visible to the wgmma (after a barrier).
+__device__ void ConvertChunk(char* smem, bool attended, uint32_t tile, bool& inexact) {
+  mma::CpAsyncWaitAll();
+  const char* raw = smem + kRawOff + threadIdx.x * 16;
+  char* dst = smem + tile + OwnTileOffset();
+#pragma unroll
+  for (int i = 0; i < kCopies; ++i) {
+    uint2 packed = make_uint2(0u, 0u);
+    if (attended) {
+      const float4 v = *reinterpret_cast<const float4*>(raw + i * kThreads * 16);
+      packed.x = attention::Bf16Bits(v.x, inexact) | (attention::Bf16Bits(v.y, inexact) << 16);
+      packed.y = attention::Bf16Bits(v.z, inexact) | (attention::Bf16Bits(v.w, inexact) << 16);
+    }
+    *reinterpret_cast<uint2*>(dst + i * 256) = packed;
+  }
+  wgmma::FenceProxyAsync();
+}
+
+// q of the block's 64 heads (fp32 [64][512], row stride 512) as bf16 in the core-matrix layout
+// at smem offset 0: element (h, c) at ((h / 8) kKBlocks + c / 8) 128 + (h % 8) 16 + (c % 8) 2.
+// A warp writes 128 contiguous bytes per store round (8 heads x 4 column pairs of one block).
+__device__ void StageQ(const float* q, char* smem) {
+  constexpr int kPairs = kHeads * kD / 2;
+  for (int e = threadIdx.x; e < kPairs; e += kThreads) {
+    const int hr = e & 7, cpair = (e >> 3) % (kD / 2), hb = e / (8 * (kD / 2));
+    const int h = 8 * hb + hr, c = 2 * cpair;
+    const uint32_t off = (hb * kKBlocks + c / 8) * 128 + hr * 16 + (c % 8) * 2;
+    *reinterpret_cast<uint32_t*>(smem + off) = PackBf16(q[h * kD + c], q[h * kD + c + 1]);
+  }
+  wgmma::FenceProxyAsync();
+}
+
+// Online-softmax state of the thread's heads g (lo) and g + 8 (hi) of its warp's 16.
+struct HeadState {
+  float m_lo, m_hi;  // running max (starts at the sink logit)
+  float l_lo, l_hi;  // partial denominator over this thread's columns (sink added at the end)
+};
+
+// Step 3 for one chunk: s (the m64n32 accumulators: s[4 j + e] = head g (e < 2) or g + 8, row
+// 8 j + 2 t4 + (e & 1)) -> P as the A fragments of the two P V k-steps, alpha of the rows.
+__device__ __forceinline__ void SoftmaxChunk(const float (&s)[16], uint32_t valid, float scale,
+                                             HeadState& st, uint32_t (&pa)[2][4], float& alpha_lo,
+                                             float& alpha_hi) {
+  const int t4 = threadIdx.x & 3;
+  float sc[16];
+  float max_lo = NegInf(), max_hi = NegInf();
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = 8 * j + 2 * t4 + (e & 1);
+      // __fmul_rn: never contracted into the exp argument.
+      sc[4 * j + e] = ((valid >> row) & 1u) != 0 ? __fmul_rn(s[4 * j + e], scale) : NegInf();
+    }
+    max_lo = fmaxf(max_lo, fmaxf(sc[4 * j], sc[4 * j + 1]));
+    max_hi = fmaxf(max_hi, fmaxf(sc[4 * j + 2], sc[4 * j + 3]));
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
+    max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
+  }
+  const float m_lo = fmaxf(st.m_lo, max_lo), m_hi = fmaxf(st.m_hi, max_hi);
+  alpha_lo = expf(st.m_lo - m_lo);
+  alpha_hi = expf(st.m_hi - m_hi);
+  st.m_lo = m_lo, st.m_hi = m_hi;
+  float sum_lo = 0.0f, sum_hi = 0.0f;
+  uint32_t lo[4], hi[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    // exp(-inf - m) = 0 for masked rows (m is finite).
+    lo[j] = PackBf16(expf(sc[4 * j] - m_lo), expf(sc[4 * j + 1] - m_lo));
+    hi[j] = PackBf16(expf(sc[4 * j + 2] - m_hi), expf(sc[4 * j + 3] - m_hi));
+    sum_lo += __uint_as_float(lo[j] << 16) + __uint_as_float(lo[j] & 0xFFFF0000u);
+    sum_hi += __uint_as_float(hi[j] << 16) + __uint_as_float(hi[j] & 0xFFFF0000u);
+  }
+  st.l_lo = fmaf(st.l_lo, alpha_lo, sum_lo);
+  st.l_hi = fmaf(st.l_hi, alpha_hi, sum_hi);
+  // A fragment of k-step kk (rows 16 kk ..): (g, 2 t4..), (g + 8, 2 t4..), (g, 2 t4 + 8..),
+  // (g + 8, 2 t4 + 8..) = n-tiles 2 kk (lo, hi) and 2 kk + 1 (lo, hi) of S.
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    pa[kk][0] = lo[2 * kk], pa[kk][1] = hi[2 * kk];
+    pa[kk][2] = lo[2 * kk + 1], pa[kk][3] = hi[2 * kk + 1];
+  }
+}
+
+// out = O / l for the thread's two heads and its warpgroup's dims (o[4 j + e]: dim 256 wg + 8 j
+// + 2 t4 + (e & 1), head g (e < 2) or g + 8).
+__device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int64_t head0,
+                            const HeadState& st, const float (&o)[128]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t4 = lane & 3, wg = warp >> 2;
+  float l_lo = st.l_lo, l_hi = st.l_hi;
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+  const int64_t h_lo = head0 + 16 * (warp & 3) + g;
+  const float inv_lo = 1.0f / (expf(a.sinks[h_lo] - st.m_lo) + l_lo);
+  const float inv_hi = 1.0f / (expf(a.sinks[h_lo + 8] - st.m_hi) + l_hi);
+  float* out_lo = a.out + (t * a.heads + h_lo) * kD + (kD / 2) * wg + 2 * t4;
+  float* out_hi = out_lo + 8 * kD;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    *reinterpret_cast<float2*>(out_lo + 8 * j) =
+        make_float2(o[4 * j] * inv_lo, o[4 * j + 1] * inv_lo);
+    *reinterpret_cast<float2*>(out_hi + 8 * j) =
+        make_float2(o[4 * j + 2] * inv_hi, o[4 * j + 3] * inv_hi);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    SparseAttentionWgmmaKernel(model::SparseAttentionArgs a, int* error_word) {
+  pdl::WaitThenAllowNext();
+  extern __shared__ __align__(128) char smem[];
+  const int64_t t = blockIdx.x, head0 = int64_t{blockIdx.y} * kHeads;
+  const bool report = blockIdx.y == 0;  // one block per token reports range errors
+  auto* valid_bytes = reinterpret_cast<uint8_t*>(smem + kValidOff);
+  TokenRows rows(a, t, report && threadIdx.x == 0, error_word);
+  rows.Trim(a, t, reinterpret_cast<long long*>(smem + kTrimOff));
+  const int64_t total = rows.candidates();
+  const int64_t n_chunks = (total + kChunk - 1) / kChunk;
+  bool staged = false;  // this thread's row of the chunk in raw is attended
+  if (n_chunks > 0)
+    staged = IssueChunk(a, t, rows, 0, total, smem, valid_bytes, report, error_word);
+  StageQ(a.q + (t * a.heads + head0) * kD, smem);
+  bool inexact = false;
+  if (n_chunks > 0) {
+    ConvertChunk(smem, staged, kTilesOff, inexact);  // chunk 0 -> tile 0
+    if (n_chunks > 1) {
+      staged = IssueChunk(a, t, rows, kChunk, total, smem, valid_bytes + 4, report, error_word);
+    }
+  }
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
+  HeadState st;
+  st.m_lo = a.sinks[head0 + 16 * (warp & 3) + (lane >> 2)];
+  st.m_hi = a.sinks[head0 + 16 * (warp & 3) + (lane >> 2) + 8];
+  st.l_lo = 0.0f, st.l_hi = 0.0f;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  const uint32_t base = mma::SharedAddress(smem);
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const uint32_t tile = kTilesOff + static_cast<uint32_t>(ch & 1) * kTileBytes;
+    __syncthreads();  // B1: tile ch % 2, its valid word and q are written (and fenced)
+    float s[16];
+    wgmma::Fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      // k-step ks: core-matrix columns 2 ks, 2 ks + 1 of q and of the chunk's rows.
+      const uint64_t da = wgmma::Descriptor(base + 256 * ks, 128, kRowGroupBytes);
+      const uint64_t db = wgmma::Descriptor(base + tile + 256 * ks, 128, kRowGroupBytes);
+      wgmma::WgmmaBf16<32>(s, da, db, ks > 0 ? 1 : 0);
+    }
+    wgmma::CommitGroup();
+    wgmma::WaitGroup<0>();  // S(ch) done, and P V(ch - 1) before it
+    FenceOperands(s);
+    FenceOperands(o);
+    const uint32_t valid = *reinterpret_cast<const uint32_t*>(smem + kValidOff + 4 * (ch & 1));
+    uint32_t pa[2][4];
+    float alpha_lo, alpha_hi;
+    SoftmaxChunk(s, valid, a.scale, st, pa, alpha_lo, alpha_hi);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j] *= alpha_lo, o[4 * j + 1] *= alpha_lo;
+      o[4 * j + 2] *= alpha_hi, o[4 * j + 3] *= alpha_hi;
+    }
+    FenceOperands(o);
+    wgmma::Fence();
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      // V rows 16 kk .. (row groups 2 kk, 2 kk + 1), dims 256 wg ..: N-major descriptor (the
+      // next 8 dims 128 bytes on, the next 8 rows a row group on).
+      const uint64_t dv = wgmma::Descriptor(
+          base + tile + 2 * kk * kRowGroupBytes + wg * (kRowGroupBytes / 2), kRowGroupBytes, 128);
+      wgmma::WgmmaBf16RsTransB256(o, pa[kk], dv, 1);
+    }
+    wgmma::CommitGroup();
+    FenceOperands(o);
+    __syncthreads();  // B2: both warpgroups are past S(ch), so P V(ch - 1) no longer reads
+                      // tile (ch + 1) % 2
+    if (ch + 1 < n_chunks) {
+      ConvertChunk(smem, staged, kTilesOff + static_cast<uint32_t>((ch + 1) & 1) * kTileBytes,
+                   inexact);
+      if (ch + 2 < n_chunks) {
+        staged = IssueChunk(a, t, rows, (ch + 2) * kChunk, total, smem,
+                            valid_bytes + 4 * ((ch + 2) & 1), report, error_word);
+      }
+    }
+  }
+  wgmma::WaitGroup<0>();
+  FenceOperands(o);
+  if (__any_sync(0xffffffffu, inexact) && lane == 0) atomicOr(error_word, kErrAttnKvNotBf16);
+  WriteOutput(a, t, head0, st, o);
+}
+
+// SetAttnPrefillWgmmaOverride's value + 1 (0: the environment).
+std::atomic<int> g_wgmma_override{0};
+
+}  // namespace
+
+void SetAttnPrefillWgmmaOverride(const bool* on) {
+  g_wgmma_override.store(on == nullptr ? 0 : (*on ? 2 : 1));
+}
+
+bool AttnPrefillUsesWgmma(const model::SparseAttentionArgs& args) {
+  if (args.head_dim != kAttnPrefillWgmmaHeadDim) return false;
+  const int forced = g_wgmma_override.load();
+  if (forced > 0) return forced == 2;
+  const char* env = std::getenv(kAttnPrefillWgmmaEnv);
+  return env == nullptr || std::string_view(env) != "0";
+}
+
+cudaError_t SparseAttentionPrefillWgmma(const model::SparseAttentionArgs& args, int* error_word,
+                                        cudaStream_t stream) {
+  const cudaError_t e =
+      launch::RaiseMaxDynamicSmem(SparseAttentionWgmmaKernel, static_cast<int>(kSmemBytes));
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(args.tokens),
+                  static_cast<unsigned>(args.heads / kAttnPrefillHeadsPerBlock));
+  pdl::Launch(SparseAttentionWgmmaKernel, grid, kThreads, kSmemBytes, stream, args, error_word);
+  return cudaGetLastError();
+}
+
+}  // namespace deepinfer::backend::cuda::kernels
