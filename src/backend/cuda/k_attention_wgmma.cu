@@ -3,26 +3,29 @@
 // (kernels_attn_prefill.h: contract and knob; k_attention_prefill.cu: the mma.sync kernel, other
 // head dims).
 //
-// Structure. Grid (tokens, heads / 64); a block (two warpgroups, 256 threads, ~192 KiB of
+// Structure. Grid (tokens, heads / 64); a block (two warpgroups, 256 threads, ~224 KiB of
 // shared memory: one block per SM) serves one token and 64 heads, so the heads are the M = 64
 // of every wgmma and the token's candidate rows are gathered once for all of them. q of the 64
 // heads is rounded to bf16 once into shared memory (core-matrix layout, wgmma_bf16.cuh). The
 // candidates (TokenRows after Trim) run in chunks of kChunk = 32 rows; chunk c's bf16 rows live
-// in tile c % 2 (core-matrix layout), staged as in k_attention_prefill.cu: each thread copies
+// in tile c % 3 (core-matrix layout), staged as in k_attention_prefill.cu: each thread copies
 // (cp.async, fp32) and later converts exactly its own bytes. Per chunk c, in both warpgroups:
-//   1. [block barrier B1: tile c % 2 and its valid-row word written]
+//   1. [block barrier: tile c % 3 and its valid-row word written; both warpgroups past the
+//      wait of chunk c - 1, so S and P V of chunk c - 2 are done and tile (c + 1) % 3 is free]
 //   2. S = q K^T for all 64 heads x 32 rows: 32 SS wgmma m64n32k16 (one MMA chain over the 512
-//      dims per score). Both warpgroups compute the same S (the same instructions on the same
-//      shared memory), so each holds whole rows of P and no exchange is needed;
-//   3. wait; online softmax in registers: a thread holds heads g and g + 8 of its warp's 16 x 32
-//      rows of S; row max by a quad shuffle, m_new = max(m, chunk max) (m starts at the finite
-//      sink logit), p = bf16(exp(s - m_new)), l = l alpha + sum of the rounded p, O *= alpha;
-//   4. O += P V: the bf16 P accumulator pairs are directly the A fragments of two RS wgmma
+//      dims per score), issued. Both warpgroups compute the same S (the same instructions on the
+//      same shared memory), so each holds whole rows of P and no exchange is needed;
+//   3. while they run: each thread converts its share of chunk c + 1 into tile (c + 1) % 3 and
+//      issues its copies of chunk c + 2 (whose row lookups were issued just before);
+//   4. wait (S(c), and P V(c - 1) before it); online softmax in registers: a thread holds heads
+//      g and g + 8 of its warp's 16 x 32 rows of S; row max by a quad shuffle, m_new = max(m,
+//      chunk max) (m starts at the finite sink logit), p = bf16(exp(s - m_new)), l = l alpha +
+//      sum of the rounded p, O *= alpha (skipped by a warp whose alphas are all 1). Base 2:
+//      scores and m are kept times log2(e) and each exp is one ex2.approx (relative error
+//      ~2^-22, far below P's bf16 rounding);
+//   5. O += P V: the bf16 P accumulator pairs are directly the A fragments of two RS wgmma
 //      m64n256k16 (B = the tile read N-major: V rows x the warpgroup's 256 dims); warpgroup w
-//      owns O dims 256 w .. + 255 (128 fp32 per thread); left running;
-//   5. [block barrier B2: both warpgroups waited for S(c), hence for P V(c - 1): tile
-//      (c + 1) % 2 is free] each thread converts its share of chunk c + 1 into it and issues
-//      its copies of chunk c + 2, while P V(c) runs on the tensor cores.
+//      owns O dims 256 w .. + 255 (128 fp32 per thread); left running into the next chunk.
 // At the end the partial denominators are summed over the quad (fixed order), l = exp(sink - m)
 // + sum, out = O / l. Every token is computed by one block in a fixed order: deterministic, but
 // the bits differ from the mma.sync kernel's (one chain per score instead of four, O scaled
@@ -57,17 +60,18 @@ using attention::TokenRows;
 constexpr int kThreads = 256;  // two warpgroups
 constexpr int kHeads = static_cast<int>(kAttnPrefillHeadsPerBlock);
 constexpr int kD = static_cast<int>(kAttnPrefillWgmmaHeadDim);
-constexpr int kChunk = 32;                                // candidate rows per round
-constexpr int kKBlocks = kD / 8;                          // core matrices along a row
-constexpr uint32_t kRowGroupBytes = kKBlocks * 128;       // 8 rows of a tile (8 KiB)
-constexpr uint32_t kQBytes = kHeads * kD * 2;             // bf16 q (64 KiB)
-constexpr uint32_t kTileBytes = kChunk * kD * 2;          // bf16 rows of a chunk (32 KiB)
-constexpr uint32_t kRawBytes = kChunk * kD * 4;           // fp32 rows in flight (64 KiB)
-constexpr int kCopies = kRawBytes / 16 / kThreads;        // 16-byte copies per thread (16)
-constexpr uint32_t kTilesOff = kQBytes;                   // two tiles
-constexpr uint32_t kRawOff = kTilesOff + 2 * kTileBytes;  // raw
-constexpr uint32_t kValidOff = kRawOff + kRawBytes;       // [2] words: row r attended = bit r
-constexpr uint32_t kTrimOff = kValidOff + 16;             // TokenRows::Trim scratch
+constexpr int kChunk = 32;                                     // candidate rows per round
+constexpr int kKBlocks = kD / 8;                               // core matrices along a row
+constexpr uint32_t kRowGroupBytes = kKBlocks * 128;            // 8 rows of a tile (8 KiB)
+constexpr uint32_t kQBytes = kHeads * kD * 2;                  // bf16 q (64 KiB)
+constexpr uint32_t kTileBytes = kChunk * kD * 2;               // bf16 rows of a chunk (32 KiB)
+constexpr uint32_t kRawBytes = kChunk * kD * 4;                // fp32 rows in flight (64 KiB)
+constexpr int kCopies = kRawBytes / 16 / kThreads;             // 16-byte copies per thread (16)
+constexpr int kTiles = 3;                                      // chunk c in tile c % 3
+constexpr uint32_t kTilesOff = kQBytes;                        // the tiles
+constexpr uint32_t kRawOff = kTilesOff + kTiles * kTileBytes;  // raw
+constexpr uint32_t kValidOff = kRawOff + kRawBytes;  // [kTiles] words: row r attended = bit r
+constexpr uint32_t kTrimOff = kValidOff + 16;        // TokenRows::Trim scratch
 constexpr uint32_t kSmemBytes = kTrimOff + 4 * 8;
 static_assert(kHeads == 64 && kD == 512, "one m64 of heads, two n256 halves of O");
 static_assert(kCopies * 16 * kThreads == static_cast<int>(kRawBytes), "whole copies");
@@ -81,6 +85,15 @@ __device__ __forceinline__ void FenceOperands(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+
+// 2^x by the SFU (ex2.approx.ftz: max relative error ~2^-22; 2^-inf = 0). The softmax runs in
+// base 2: scores and the running max are kept times log2(e), so every exp is one ex2.
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
@@ -99,18 +112,24 @@ __device__ __forceinline__ uint32_t OwnTileOffset() {
          (lane & 15) * 8;
 }
 
-// Issues this thread's copies of chunk rows [row0, row0 + kChunk) (clipped to `total`) into raw
-// and writes the chunk's valid byte of this warp pair (bit k: row 8 (w / 2) + k attended) into
-// valid_bytes. Returns true if this thread's row is attended (its bytes were copied).
-__device__ bool IssueChunk(const model::SparseAttentionArgs& a, int64_t t, const TokenRows& rows,
-                           int64_t row0, int64_t total, char* smem, uint8_t* valid_bytes,
-                           bool report, int* error_word) {
+// The key/value row of lane (< 8) of this warp pair's rows in the chunk starting at row0
+// (rows 8 (w / 2) + lane), or null if not attended or past `total`; lanes >= 8: null. Called a
+// chunk ahead of IssueChunk so that the global loads behind it (window position, selection id)
+// are in flight during a chunk's MMAs instead of between its barriers.
+__device__ const float* LookupRow(const model::SparseAttentionArgs& a, int64_t t,
+                                  const TokenRows& rows, int64_t row0, int64_t total, bool report,
+                                  int* error_word) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float* mine = nullptr;
-  if (lane < 8) {
-    const int64_t j = row0 + 8 * (warp >> 1) + lane;
-    mine = j < total ? CandidateRow(a, t, rows, j, report && (warp & 1) == 0, error_word) : nullptr;
-  }
+  const int64_t j = row0 + 8 * (warp >> 1) + lane;
+  if (lane >= 8 || j >= total) return nullptr;
+  return CandidateRow(a, t, rows, j, report && (warp & 1) == 0, error_word);
+}
+
+// Issues this thread's copies of its row (`mine` of lane (l % 16) / 2, LookupRow) into raw and
+// writes the chunk's valid byte of this warp pair (bit k: row 8 (w / 2) + k attended) into
+// valid_bytes. Returns true if this thread's row is attended (its bytes were copied).
+__device__ bool IssueChunk(const float* mine, char* smem, uint8_t* valid_bytes) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned attended = __ballot_sync(0xffffffffu, mine != nullptr) & 0xFFu;
   if ((warp & 1) == 0 && lane == 0) valid_bytes[warp >> 1] = static_cast<uint8_t>(attended);
   const auto* row = reinterpret_cast<const float*>(
@@ -136,9 +155,16 @@ __device__ void ConvertChunk(char* smem, bool attended, uint32_t tile, bool& ine
   for (int i = 0; i < kCopies; ++i) {
     uint2 packed = make_uint2(0u, 0u);
     if (attended) {
-      const float4 v = *reinterpret_cast<const float4*>(raw + i * kThreads * 16);
-      packed.x = attention::Bf16Bits(v.x, inexact) | (attention::Bf16Bits(v.y, inexact) << 16);
-      packed.y = attention::Bf16Bits(v.z, inexact) | (attention::Bf16Bits(v.w, inexact) << 16);
+      const uint4 v = *reinterpret_cast<const uint4*>(raw + i * kThreads * 16);
+      if (((v.x | v.y | v.z | v.w) & 0xFFFFu) == 0) {  // all exactly bf16: the high halves
+        packed.x = __byte_perm(v.x, v.y, 0x7632);
+        packed.y = __byte_perm(v.z, v.w, 0x7632);
+      } else {
+        packed.x = attention::Bf16Bits(__uint_as_float(v.x), inexact) |
+                   (attention::Bf16Bits(__uint_as_float(v.y), inexact) << 16);
+        packed.y = attention::Bf16Bits(__uint_as_float(v.z), inexact) |
+                   (attention::Bf16Bits(__uint_as_float(v.w), inexact) << 16);
+      }
     }
     *reinterpret_cast<uint2*>(dst + i * 256) = packed;
   }
@@ -147,25 +173,29 @@ __device__ void ConvertChunk(char* smem, bool attended, uint32_t tile, bool& ine
 
 // q of the block's 64 heads (fp32 [64][512], row stride 512) as bf16 in the core-matrix layout
 // at smem offset 0: element (h, c) at ((h / 8) kKBlocks + c / 8) 128 + (h % 8) 16 + (c % 8) 2.
-// A warp writes 128 contiguous bytes per store round (8 heads x 4 column pairs of one block).
+// Item e: 4 values (float4 load, one 8-byte store) of head 8 hb + hr, columns 4 cq ..; a warp
+// covers 8 heads x 16 columns per round (two core matrices, 256 contiguous bytes).
 __device__ void StageQ(const float* q, char* smem) {
-  constexpr int kPairs = kHeads * kD / 2;
-  for (int e = threadIdx.x; e < kPairs; e += kThreads) {
-    const int hr = e & 7, cpair = (e >> 3) % (kD / 2), hb = e / (8 * (kD / 2));
-    const int h = 8 * hb + hr, c = 2 * cpair;
+  constexpr int kItems = kHeads * kD / 4;
+#pragma unroll 4
+  for (int e = threadIdx.x; e < kItems; e += kThreads) {
+    const int hr = e & 7, cq = (e >> 3) % (kD / 4), hb = e / (8 * (kD / 4));
+    const int c = 4 * cq;
+    const float4 v = *reinterpret_cast<const float4*>(q + (8 * hb + hr) * kD + c);
     const uint32_t off = (hb * kKBlocks + c / 8) * 128 + hr * 16 + (c % 8) * 2;
-    *reinterpret_cast<uint32_t*>(smem + off) = PackBf16(q[h * kD + c], q[h * kD + c + 1]);
+    *reinterpret_cast<uint2*>(smem + off) = make_uint2(PackBf16(v.x, v.y), PackBf16(v.z, v.w));
   }
   wgmma::FenceProxyAsync();
 }
 
 // Online-softmax state of the thread's heads g (lo) and g + 8 (hi) of its warp's 16.
 struct HeadState {
-  float m_lo, m_hi;  // running max (starts at the sink logit)
+  float m_lo, m_hi;  // running max times log2(e) (starts at the sink logit times log2(e))
   float l_lo, l_hi;  // partial denominator over this thread's columns (sink added at the end)
 };
 
-// Step 3 for one chunk: s (the m64n32 accumulators: s[4 j + e] = head g (e < 2) or g + 8, row
+// Step 3 for one chunk in base-2 units (scale2 = scale log2(e); st.m = max times log2(e)): s
+// (the m64n32 accumulators: s[4 j + e] = head g (e < 2) or g + 8, row
 // 8 j + 2 t4 + (e & 1)) -> P as the A fragments of the two P V k-steps, alpha of the rows.
 __device__ __forceinline__ void SoftmaxChunk(const float (&s)[16], uint32_t valid, float scale,
                                              HeadState& st, uint32_t (&pa)[2][4], float& alpha_lo,
@@ -190,16 +220,16 @@ __device__ __forceinline__ void SoftmaxChunk(const float (&s)[16], uint32_t vali
     max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
   }
   const float m_lo = fmaxf(st.m_lo, max_lo), m_hi = fmaxf(st.m_hi, max_hi);
-  alpha_lo = expf(st.m_lo - m_lo);
-  alpha_hi = expf(st.m_hi - m_hi);
+  alpha_lo = Exp2(st.m_lo - m_lo);
+  alpha_hi = Exp2(st.m_hi - m_hi);
   st.m_lo = m_lo, st.m_hi = m_hi;
   float sum_lo = 0.0f, sum_hi = 0.0f;
   uint32_t lo[4], hi[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     // exp(-inf - m) = 0 for masked rows (m is finite).
-    lo[j] = PackBf16(expf(sc[4 * j] - m_lo), expf(sc[4 * j + 1] - m_lo));
-    hi[j] = PackBf16(expf(sc[4 * j + 2] - m_hi), expf(sc[4 * j + 3] - m_hi));
+    lo[j] = PackBf16(Exp2(sc[4 * j] - m_lo), Exp2(sc[4 * j + 1] - m_lo));
+    hi[j] = PackBf16(Exp2(sc[4 * j + 2] - m_hi), Exp2(sc[4 * j + 3] - m_hi));
     sum_lo += __uint_as_float(lo[j] << 16) + __uint_as_float(lo[j] & 0xFFFF0000u);
     sum_hi += __uint_as_float(hi[j] << 16) + __uint_as_float(hi[j] & 0xFFFF0000u);
   }
@@ -227,8 +257,8 @@ __device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int6
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
   }
   const int64_t h_lo = head0 + 16 * (warp & 3) + g;
-  const float inv_lo = 1.0f / (expf(a.sinks[h_lo] - st.m_lo) + l_lo);
-  const float inv_hi = 1.0f / (expf(a.sinks[h_lo + 8] - st.m_hi) + l_hi);
+  const float inv_lo = 1.0f / (Exp2(__fmul_rn(a.sinks[h_lo], kLog2e) - st.m_lo) + l_lo);
+  const float inv_hi = 1.0f / (Exp2(__fmul_rn(a.sinks[h_lo + 8], kLog2e) - st.m_hi) + l_hi);
   float* out_lo = a.out + (t * a.heads + h_lo) * kD + (kD / 2) * wg + 2 * t4;
   float* out_hi = out_lo + 8 * kD;
 #pragma unroll
@@ -251,51 +281,71 @@ __global__ void __launch_bounds__(kThreads, 1)
   rows.Trim(a, t, reinterpret_cast<long long*>(smem + kTrimOff));
   const int64_t total = rows.candidates();
   const int64_t n_chunks = (total + kChunk - 1) / kChunk;
+  auto lookup = [&](int64_t chunk) {
+    return chunk < n_chunks ? LookupRow(a, t, rows, chunk * kChunk, total, report, error_word)
+                            : nullptr;
+  };
   bool staged = false;  // this thread's row of the chunk in raw is attended
-  if (n_chunks > 0)
-    staged = IssueChunk(a, t, rows, 0, total, smem, valid_bytes, report, error_word);
+  if (n_chunks > 0) staged = IssueChunk(lookup(0), smem, valid_bytes);
   StageQ(a.q + (t * a.heads + head0) * kD, smem);
   bool inexact = false;
   if (n_chunks > 0) {
     ConvertChunk(smem, staged, kTilesOff, inexact);  // chunk 0 -> tile 0
-    if (n_chunks > 1) {
-      staged = IssueChunk(a, t, rows, kChunk, total, smem, valid_bytes + 4, report, error_word);
-    }
+    if (n_chunks > 1) staged = IssueChunk(lookup(1), smem, valid_bytes + 4);
   }
+  // Tile / valid word of chunk ch (cur), ch + 1 (nxt); advanced mod kTiles without division.
+  uint32_t cur = 0, nxt = 1;
+  auto advance = [](uint32_t i) { return i + 1 == kTiles ? 0u : i + 1; };
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
   HeadState st;
-  st.m_lo = a.sinks[head0 + 16 * (warp & 3) + (lane >> 2)];
-  st.m_hi = a.sinks[head0 + 16 * (warp & 3) + (lane >> 2) + 8];
+  st.m_lo = __fmul_rn(a.sinks[head0 + 16 * (warp & 3) + (lane >> 2)], kLog2e);
+  st.m_hi = __fmul_rn(a.sinks[head0 + 16 * (warp & 3) + (lane >> 2) + 8], kLog2e);
   st.l_lo = 0.0f, st.l_hi = 0.0f;
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   const uint32_t base = mma::SharedAddress(smem);
+  const float scale2 = __fmul_rn(a.scale, kLog2e);  // scores in base-2 units
   for (int64_t ch = 0; ch < n_chunks; ++ch) {
-    const uint32_t tile = kTilesOff + static_cast<uint32_t>(ch & 1) * kTileBytes;
-    __syncthreads();  // B1: tile ch % 2, its valid word and q are written (and fenced)
+    const uint32_t tile = kTilesOff + cur * kTileBytes;
+    // B1: tile cur (chunk ch), its valid word and q are written (and fenced); every warpgroup
+    // is past the wait of iteration ch - 1, so S and P V of chunk ch - 2 are done: tile nxt is
+    // free.
+    __syncthreads();
     float s[16];
     wgmma::Fence();
+    // k-step ks: core-matrix columns 2 ks, 2 ks + 1 of q and of the chunk's rows, 256 bytes on
+    // (16 in the descriptors' address field, which stays below 2^14 for any shared address).
+    const uint64_t da0 = wgmma::Descriptor(base, 128, kRowGroupBytes);
+    const uint64_t db0 = wgmma::Descriptor(base + tile, 128, kRowGroupBytes);
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
-      // k-step ks: core-matrix columns 2 ks, 2 ks + 1 of q and of the chunk's rows.
-      const uint64_t da = wgmma::Descriptor(base + 256 * ks, 128, kRowGroupBytes);
-      const uint64_t db = wgmma::Descriptor(base + tile + 256 * ks, 128, kRowGroupBytes);
-      wgmma::WgmmaBf16<32>(s, da, db, ks > 0 ? 1 : 0);
+      wgmma::WgmmaBf16<32>(s, da0 + 16 * ks, db0 + 16 * ks, ks > 0 ? 1 : 0);
     }
     wgmma::CommitGroup();
+    // While S(ch) runs: chunk ch + 1 into tile nxt, the copies of chunk ch + 2 into raw.
+    if (ch + 1 < n_chunks) {
+      const float* next_row = lookup(ch + 2);
+      ConvertChunk(smem, staged, kTilesOff + nxt * kTileBytes, inexact);
+      if (ch + 2 < n_chunks) {
+        staged = IssueChunk(next_row, smem, valid_bytes + 4 * advance(nxt));
+      }
+    }
     wgmma::WaitGroup<0>();  // S(ch) done, and P V(ch - 1) before it
     FenceOperands(s);
     FenceOperands(o);
-    const uint32_t valid = *reinterpret_cast<const uint32_t*>(smem + kValidOff + 4 * (ch & 1));
+    const uint32_t valid = *reinterpret_cast<const uint32_t*>(smem + kValidOff + 4 * cur);
     uint32_t pa[2][4];
     float alpha_lo, alpha_hi;
-    SoftmaxChunk(s, valid, a.scale, st, pa, alpha_lo, alpha_hi);
+    SoftmaxChunk(s, valid, scale2, st, pa, alpha_lo, alpha_hi);
+    // O *= alpha; skipped by the warp when every alpha is 1 (no new max: exact either way).
+    if (__any_sync(0xffffffffu, alpha_lo != 1.0f || alpha_hi != 1.0f)) {
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      o[4 * j] *= alpha_lo, o[4 * j + 1] *= alpha_lo;
-      o[4 * j + 2] *= alpha_hi, o[4 * j + 3] *= alpha_hi;
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j] *= alpha_lo, o[4 * j + 1] *= alpha_lo;
+        o[4 * j + 2] *= alpha_hi, o[4 * j + 3] *= alpha_hi;
+      }
     }
     FenceOperands(o);
     wgmma::Fence();
@@ -307,18 +357,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           base + tile + 2 * kk * kRowGroupBytes + wg * (kRowGroupBytes / 2), kRowGroupBytes, 128);
       wgmma::WgmmaBf16RsTransB256(o, pa[kk], dv, 1);
     }
-    wgmma::CommitGroup();
+    wgmma::CommitGroup();  // left running into the next iteration
     FenceOperands(o);
-    __syncthreads();  // B2: both warpgroups are past S(ch), so P V(ch - 1) no longer reads
-                      // tile (ch + 1) % 2
-    if (ch + 1 < n_chunks) {
-      ConvertChunk(smem, staged, kTilesOff + static_cast<uint32_t>((ch + 1) & 1) * kTileBytes,
-                   inexact);
-      if (ch + 2 < n_chunks) {
-        staged = IssueChunk(a, t, rows, (ch + 2) * kChunk, total, smem,
-                            valid_bytes + 4 * ((ch + 2) & 1), report, error_word);
-      }
-    }
+    cur = nxt, nxt = advance(nxt);
   }
   wgmma::WaitGroup<0>();
   FenceOperands(o);
