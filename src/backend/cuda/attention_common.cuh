@@ -100,25 +100,46 @@ struct TokenRows {
   __device__ int64_t candidates() const { return win_len + sel_len; }
 };
 
-// The key/value row of candidate j of query token t, or null if it is not attended:
-// j < win_len: window row win0 + j if its position is in (p - window, p];
-// else: selection slot sel0 + j - win_len (-1 = empty; ids >= comp_len flag an error if
-// `report`).
-__device__ __forceinline__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t,
-                                                     const TokenRows& rows, int64_t j, bool report,
-                                                     int* error_word) {
-  if (j < rows.win_len) {
-    const int64_t i = rows.win0 + j;
-    const int64_t wp = a.window_pos[i];
-    return (wp <= rows.p && wp > rows.p - a.window) ? a.window_kv + i * a.head_dim : nullptr;
+// Candidate j of query token t in two steps, so that a kernel can issue the load early and
+// resolve the row later: LoadCandidate reads its key (j < win_len: the position of window row
+// win0 + j; else the id in selection slot sel0 + j - win_len), ResolveCandidate turns it into
+// the key/value row, or null if it is not attended (a window position outside (p - window, p],
+// an empty slot -1, or an id >= comp_len, which flags an error if `report`).
+struct CandidateKey {
+  int64_t j;
+  int32_t key;
+};
+
+__device__ __forceinline__ CandidateKey LoadCandidate(const model::SparseAttentionArgs& a,
+                                                      int64_t t, const TokenRows& rows, int64_t j) {
+  const int32_t key = j < rows.win_len
+                          ? a.window_pos[rows.win0 + j]
+                          : a.selection[t * a.n_select + rows.sel0 + (j - rows.win_len)];
+  return {j, key};
+}
+
+__device__ __forceinline__ const float* ResolveCandidate(const model::SparseAttentionArgs& a,
+                                                         const TokenRows& rows, CandidateKey c,
+                                                         bool report, int* error_word) {
+  if (c.j < rows.win_len) {
+    const int64_t wp = c.key;
+    return (wp <= rows.p && wp > rows.p - a.window) ? a.window_kv + (rows.win0 + c.j) * a.head_dim
+                                                    : nullptr;
   }
-  const int32_t g = a.selection[t * a.n_select + rows.sel0 + (j - rows.win_len)];
-  if (g < 0) return nullptr;
-  if (g >= rows.comp_len) {
+  if (c.key < 0) return nullptr;
+  if (c.key >= rows.comp_len) {
     if (report) atomicOr(error_word, kErrSelectionOutOfRange);
     return nullptr;
   }
-  return a.comp_kv + (rows.comp0 + g) * a.head_dim;
+  return a.comp_kv + (rows.comp0 + c.key) * a.head_dim;
+}
+
+// The key/value row of candidate j of query token t, or null if it is not attended (the two
+// steps above at once).
+__device__ __forceinline__ const float* CandidateRow(const model::SparseAttentionArgs& a, int64_t t,
+                                                     const TokenRows& rows, int64_t j, bool report,
+                                                     int* error_word) {
+  return ResolveCandidate(a, rows, LoadCandidate(a, t, rows, j), report, error_word);
 }
 
 // bf16 bits of x, and whether x was exactly a bf16 (else rounded to nearest even).

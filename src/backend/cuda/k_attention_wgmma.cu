@@ -16,7 +16,7 @@
 //      dims per score), issued. Both warpgroups compute the same S (the same instructions on the
 //      same shared memory), so each holds whole rows of P and no exchange is needed;
 //   3. while they run: each thread converts its share of chunk c + 1 into tile (c + 1) % 3 and
-//      issues its copies of chunk c + 2 (whose row lookups were issued just before);
+//      issues its copies of chunk c + 2 (whose row keys were loaded just before);
 //   4. wait (S(c), and P V(c - 1) before it); online softmax in registers: a thread holds heads
 //      g and g + 8 of its warp's 16 x 32 rows of S; row max by a quad shuffle, m_new = max(m,
 //      chunk max) (m starts at the finite sink logit), p = bf16(exp(s - m_new)), l = l alpha +
@@ -54,7 +54,6 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
-using attention::CandidateRow;
 using attention::TokenRows;
 
 constexpr int kThreads = 256;  // two warpgroups
@@ -112,20 +111,27 @@ __device__ __forceinline__ uint32_t OwnTileOffset() {
          (lane & 15) * 8;
 }
 
-// The key/value row of lane (< 8) of this warp pair's rows in the chunk starting at row0
-// (rows 8 (w / 2) + lane), or null if not attended or past `total`; lanes >= 8: null. Called a
-// chunk ahead of IssueChunk so that the global loads behind it (window position, selection id)
-// are in flight during a chunk's MMAs instead of between its barriers.
-__device__ const float* LookupRow(const model::SparseAttentionArgs& a, int64_t t,
-                                  const TokenRows& rows, int64_t row0, int64_t total, bool report,
-                                  int* error_word) {
+// The candidate key (attention_common.cuh) of lane (< 8)'s row of this warp pair in the chunk
+// starting at row0 (row 8 (w / 2) + lane), or j = -1 for lanes >= 8 and rows past `total`.
+// Loaded a chunk ahead and resolved (ResolveRow) just before its copies are issued, so the
+// load is in flight during a chunk's MMAs and conversion instead of stalling between them.
+__device__ attention::CandidateKey LoadRowKey(const model::SparseAttentionArgs& a, int64_t t,
+                                              const TokenRows& rows, int64_t row0, int64_t total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t j = row0 + 8 * (warp >> 1) + lane;
-  if (lane >= 8 || j >= total) return nullptr;
-  return CandidateRow(a, t, rows, j, report && (warp & 1) == 0, error_word);
+  if (lane >= 8 || j >= total) return {-1, 0};
+  return attention::LoadCandidate(a, t, rows, j);
 }
 
-// Issues this thread's copies of its row (`mine` of lane (l % 16) / 2, LookupRow) into raw and
+// The row of a LoadRowKey key, or null (none, or not attended).
+__device__ const float* ResolveRow(const model::SparseAttentionArgs& a, const TokenRows& rows,
+                                   attention::CandidateKey key, bool report, int* error_word) {
+  if (key.j < 0) return nullptr;
+  const bool reporter = report && ((threadIdx.x >> 5) & 1) == 0;  // one warp of each pair
+  return attention::ResolveCandidate(a, rows, key, reporter, error_word);
+}
+
+// Issues this thread's copies of its row (`mine` of lane (l % 16) / 2, ResolveRow) into raw and
 // writes the chunk's valid byte of this warp pair (bit k: row 8 (w / 2) + k attended) into
 // valid_bytes. Returns true if this thread's row is attended (its bytes were copied).
 __device__ bool IssueChunk(const float* mine, char* smem, uint8_t* valid_bytes) {
@@ -176,14 +182,25 @@ __device__ void ConvertChunk(char* smem, bool attended, uint32_t tile, bool& ine
 // Item e: 4 values (float4 load, one 8-byte store) of head 8 hb + hr, columns 4 cq ..; a warp
 // covers 8 heads x 16 columns per round (two core matrices, 256 contiguous bytes).
 __device__ void StageQ(const float* q, char* smem) {
-  constexpr int kItems = kHeads * kD / 4;
-#pragma unroll 4
-  for (int e = threadIdx.x; e < kItems; e += kThreads) {
-    const int hr = e & 7, cq = (e >> 3) % (kD / 4), hb = e / (8 * (kD / 4));
-    const int c = 4 * cq;
-    const float4 v = *reinterpret_cast<const float4*>(q + (8 * hb + hr) * kD + c);
-    const uint32_t off = (hb * kKBlocks + c / 8) * 128 + hr * 16 + (c % 8) * 2;
-    *reinterpret_cast<uint2*>(smem + off) = make_uint2(PackBf16(v.x, v.y), PackBf16(v.z, v.w));
+  constexpr int kItems = kHeads * kD / 4, kPerThread = kItems / kThreads, kBatch = 16;
+  static_assert(kPerThread % kBatch == 0, "whole batches");
+  for (int b = 0; b < kPerThread; b += kBatch) {
+    float4 v[kBatch];  // all loads of a batch in flight before its stores
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int e = threadIdx.x + (b + k) * kThreads;
+      const int hr = e & 7, cq = (e >> 3) % (kD / 4), hb = e / (8 * (kD / 4));
+      v[k] = *reinterpret_cast<const float4*>(q + (8 * hb + hr) * kD + 4 * cq);
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int e = threadIdx.x + (b + k) * kThreads;
+      const int hr = e & 7, cq = (e >> 3) % (kD / 4), hb = e / (8 * (kD / 4));
+      const int c = 4 * cq;
+      const uint32_t off = (hb * kKBlocks + c / 8) * 128 + hr * 16 + (c % 8) * 2;
+      *reinterpret_cast<uint2*>(smem + off) =
+          make_uint2(PackBf16(v[k].x, v[k].y), PackBf16(v[k].z, v[k].w));
+    }
   }
   wgmma::FenceProxyAsync();
 }
@@ -281,17 +298,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   rows.Trim(a, t, reinterpret_cast<long long*>(smem + kTrimOff));
   const int64_t total = rows.candidates();
   const int64_t n_chunks = (total + kChunk - 1) / kChunk;
-  auto lookup = [&](int64_t chunk) {
-    return chunk < n_chunks ? LookupRow(a, t, rows, chunk * kChunk, total, report, error_word)
-                            : nullptr;
+  auto load_key = [&](int64_t chunk) { return LoadRowKey(a, t, rows, chunk * kChunk, total); };
+  auto lookup = [&](attention::CandidateKey key) {
+    return ResolveRow(a, rows, key, report, error_word);
   };
   bool staged = false;  // this thread's row of the chunk in raw is attended
-  if (n_chunks > 0) staged = IssueChunk(lookup(0), smem, valid_bytes);
+  if (n_chunks > 0) staged = IssueChunk(lookup(load_key(0)), smem, valid_bytes);
   StageQ(a.q + (t * a.heads + head0) * kD, smem);
   bool inexact = false;
   if (n_chunks > 0) {
     ConvertChunk(smem, staged, kTilesOff, inexact);  // chunk 0 -> tile 0
-    if (n_chunks > 1) staged = IssueChunk(lookup(1), smem, valid_bytes + 4);
+    if (n_chunks > 1) staged = IssueChunk(lookup(load_key(1)), smem, valid_bytes + 4);
   }
   // Tile / valid word of chunk ch (cur), ch + 1 (nxt); advanced mod kTiles without division.
   uint32_t cur = 0, nxt = 1;
@@ -326,10 +343,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::CommitGroup();
     // While S(ch) runs: chunk ch + 1 into tile nxt, the copies of chunk ch + 2 into raw.
     if (ch + 1 < n_chunks) {
-      const float* next_row = lookup(ch + 2);
+      const attention::CandidateKey next_key = load_key(ch + 2);
       ConvertChunk(smem, staged, kTilesOff + nxt * kTileBytes, inexact);
       if (ch + 2 < n_chunks) {
-        staged = IssueChunk(next_row, smem, valid_bytes + 4 * advance(nxt));
+        staged = IssueChunk(lookup(next_key), smem, valid_bytes + 4 * advance(nxt));
       }
     }
     wgmma::WaitGroup<0>();  // S(ch) done, and P V(ch - 1) before it
