@@ -152,27 +152,35 @@ __device__ bool IssueChunk(const float* mine, char* smem, uint8_t* valid_bytes) 
 
 // Waits for this thread's copies and writes its share of the chunk as bf16 into the tile at
 // `tile` (zeros if its row is not attended); sets `inexact` if a value was not exactly bf16.
-// Ends with the proxy fence that makes the stores visible to the wgmma (after a barrier).
+// Fast path: the high halves of the fp32 bits (exact when every low half is 0, the rows the
+// model produces); one test over the thread's share afterwards, and if any value was not
+// exactly bf16 the share is converted again with rounding (Bf16Bits). Ends with the proxy fence
+// that makes the stores visible to the wgmma (after a barrier).
 __device__ void ConvertChunk(char* smem, bool attended, uint32_t tile, bool& inexact) {
   mma::CpAsyncWaitAll();
   const char* raw = smem + kRawOff + threadIdx.x * 16;
   char* dst = smem + tile + OwnTileOffset();
+  uint32_t low = 0;  // OR of the low halves
 #pragma unroll
   for (int i = 0; i < kCopies; ++i) {
     uint2 packed = make_uint2(0u, 0u);
     if (attended) {
       const uint4 v = *reinterpret_cast<const uint4*>(raw + i * kThreads * 16);
-      if (((v.x | v.y | v.z | v.w) & 0xFFFFu) == 0) {  // all exactly bf16: the high halves
-        packed.x = __byte_perm(v.x, v.y, 0x7632);
-        packed.y = __byte_perm(v.z, v.w, 0x7632);
-      } else {
-        packed.x = attention::Bf16Bits(__uint_as_float(v.x), inexact) |
-                   (attention::Bf16Bits(__uint_as_float(v.y), inexact) << 16);
-        packed.y = attention::Bf16Bits(__uint_as_float(v.z), inexact) |
-                   (attention::Bf16Bits(__uint_as_float(v.w), inexact) << 16);
-      }
+      low |= v.x | v.y | v.z | v.w;
+      packed.x = __byte_perm(v.x, v.y, 0x7632);
+      packed.y = __byte_perm(v.z, v.w, 0x7632);
     }
     *reinterpret_cast<uint2*>(dst + i * 256) = packed;
+  }
+  if ((low & 0xFFFFu) != 0) {  // rare: round every value of the share to nearest
+#pragma unroll 1
+    for (int i = 0; i < kCopies; ++i) {
+      const float4 v = *reinterpret_cast<const float4*>(raw + i * kThreads * 16);
+      uint2 packed;
+      packed.x = attention::Bf16Bits(v.x, inexact) | (attention::Bf16Bits(v.y, inexact) << 16);
+      packed.y = attention::Bf16Bits(v.z, inexact) | (attention::Bf16Bits(v.w, inexact) << 16);
+      *reinterpret_cast<uint2*>(dst + i * 256) = packed;
+    }
   }
   wgmma::FenceProxyAsync();
 }
