@@ -1,9 +1,10 @@
 // Pieces the sparse-attention kernels share (k_attention.cu on CUDA cores,
 // k_attention_mma.cu on tensor cores): which rows a query token attends, the fixed
 // "lane" decomposition of a token's candidates with its merge tree, and the launch with
-// the lanes spread over a thread-block cluster. k_attention_prefill.cu uses only the
-// attended rows (TokenRows / CandidateRow) and host helpers (no lanes, so it is not
-// batch-invariant); k_indexer_mma.cu only MultiprocessorCount. Include from .cu files only.
+// the lanes spread over a thread-block cluster. k_attention_prefill.cu and k_attention_wgmma.cu
+// use only the attended rows (TokenRows, CandidateRow / LoadCandidate + ResolveCandidate,
+// Bf16Bits) and host helpers (no lanes, so they are not batch-invariant); k_indexer_mma.cu only
+// MultiprocessorCount. Include from .cu files only.
 //
 // Batch invariance (bitwise). out[t] must not depend on how many tokens share the call,
 // so the arithmetic of a token is fixed by the token alone:
@@ -101,7 +102,8 @@ struct TokenRows {
 };
 
 // Candidate j of query token t in two steps, so that a kernel can issue the load early and
-// resolve the row later: LoadCandidate reads its key (j < win_len: the position of window row
+// resolve the row later (0 <= j < rows.candidates()): LoadCandidate reads its key (j < win_len:
+// the position of window row
 // win0 + j; else the id in selection slot sel0 + j - win_len), ResolveCandidate turns it into
 // the key/value row, or null if it is not attended (a window position outside (p - window, p],
 // an empty slot -1, or an id >= comp_len, which flags an error if `report`).

@@ -180,48 +180,57 @@ TEST_F(CudaAttentionPrefillTest, Varlen) {
 }
 
 // -1 selection slots (half of them, and all of them), and tokens that attend nothing at
-// all: the output is exactly 0 (only the sink in the denominator).
+// all: the output is exactly 0 (only the sink in the denominator). Head dims 64 (mma.sync
+// kernel) and 512 (wgmma kernel).
 TEST_F(CudaAttentionPrefillTest, EmptySlotsAndNothingAttended) {
-  Case c;
-  c.seqs = {{5, 20, 50}}, c.empty_every = 2, c.name = "half empty";
-  Check(c);
-  c.seqs = {{5, 20, 0}}, c.name = "all slots empty";
-  Check(c);
-  c.seqs = {{3, 0, 0}}, c.name = "nothing attended";
-  Inputs in = MakeInputs(c);
-  PrefillRun run = RunPrefill(in);
-  EXPECT_EQ(run.error_word, 0);
-  for (float v : run.got) ASSERT_EQ(v, 0.0f);
-  // Window rows that are all stale or in the future, and only empty slots.
-  c.seqs = {{2, 40, 10}}, c.stale_every = 0, c.name = "all masked";
-  in = MakeInputs(c);
-  for (int32_t& pos : in.window_pos) pos = pos % 2 == 0 ? -1 : 5000;
-  std::fill(in.selection.begin(), in.selection.end(), -1);
-  run = RunPrefill(in);
-  EXPECT_EQ(run.error_word, 0);
-  for (float v : run.got) ASSERT_EQ(v, 0.0f);
-  CheckInputs(in, c.name);
+  for (int64_t d : {64, 512}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    Case c;
+    c.d = d;
+    c.seqs = {{5, 20, 50}}, c.empty_every = 2, c.name = "half empty";
+    Check(c);
+    c.seqs = {{5, 20, 0}}, c.name = "all slots empty";
+    Check(c);
+    c.seqs = {{3, 0, 0}}, c.name = "nothing attended";
+    Inputs in = MakeInputs(c);
+    PrefillRun run = RunPrefill(in);
+    EXPECT_EQ(run.error_word, 0);
+    for (float v : run.got) ASSERT_EQ(v, 0.0f);
+    // Window rows that are all stale or in the future, and only empty slots.
+    c.seqs = {{2, 40, 10}}, c.stale_every = 0, c.name = "all masked";
+    in = MakeInputs(c);
+    for (int32_t& pos : in.window_pos) pos = pos % 2 == 0 ? -1 : 5000;
+    std::fill(in.selection.begin(), in.selection.end(), -1);
+    run = RunPrefill(in);
+    EXPECT_EQ(run.error_word, 0);
+    for (float v : run.got) ASSERT_EQ(v, 0.0f);
+    CheckInputs(in, c.name);
+  }
 }
 
 // An id >= comp_len (n_comp without varlen) sets kErrSelectionOutOfRange and the row is
 // not attended (the result is the reference with that slot empty), also when the row
-// exists in the shared buffer (it belongs to the next sequence).
+// exists in the shared buffer (it belongs to the next sequence). Head dims 64 and 512.
 TEST_F(CudaAttentionPrefillTest, OutOfRangeIdSetsErrorAndSkipsRow) {
-  Case c;
-  c.seqs = {{1, 20, 30}, {70, 90, 40}}, c.n_select = 16, c.empty_every = 0;
-  c.name = "varlen id >= comp_len";
-  Inputs in = MakeInputs(c);
-  in.selection[5] = 30;                 // token 0: comp_len 30, n_comp 70
-  in.selection[40 * 16 + 3] = 1 << 20;  // a token of the second sequence
-  Inputs skipped = in;
-  skipped.selection[5] = -1, skipped.selection[40 * 16 + 3] = -1;
-  const PrefillRun run = RunPrefill(in);
-  EXPECT_EQ(run.error_word, kernels::kErrSelectionOutOfRange);
-  ExpectClose(run, skipped);
-  c.seqs = {{3, 20, 30}}, c.varlen = false, c.name = "plain id == n_comp";
-  in = MakeInputs(c);
-  in.selection[2 * 16 + 9] = 30;
-  EXPECT_EQ(RunPrefill(in).error_word, kernels::kErrSelectionOutOfRange);
+  for (int64_t d : {64, 512}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    Case c;
+    c.d = d;
+    c.seqs = {{1, 20, 30}, {70, 90, 40}}, c.n_select = 16, c.empty_every = 0;
+    c.name = "varlen id >= comp_len";
+    Inputs in = MakeInputs(c);
+    in.selection[5] = 30;                 // token 0: comp_len 30, n_comp 70
+    in.selection[40 * 16 + 3] = 1 << 20;  // a token of the second sequence
+    Inputs skipped = in;
+    skipped.selection[5] = -1, skipped.selection[40 * 16 + 3] = -1;
+    const PrefillRun run = RunPrefill(in);
+    EXPECT_EQ(run.error_word, kernels::kErrSelectionOutOfRange);
+    ExpectClose(run, skipped);
+    c.seqs = {{3, 20, 30}}, c.varlen = false, c.name = "plain id == n_comp";
+    in = MakeInputs(c);
+    in.selection[2 * 16 + 9] = 30;
+    EXPECT_EQ(RunPrefill(in).error_word, kernels::kErrSelectionOutOfRange);
+  }
 }
 
 // A row that is not exactly bf16 is rounded to nearest and flagged kErrAttnKvNotBf16; the
@@ -297,11 +306,23 @@ TEST_F(CudaAttentionPrefillTest, HeadDim512BothKernels) {
       CheckInputs(in, c.name + (wgmma ? " wgmma" : " mma.sync"));
       out[wgmma ? 1 : 0] = RunPrefill(in).got;
     }
-    if (MaxAbs(out[0]) > 0.0) EXPECT_FALSE(BitExact(out[0], out[1])) << c.name;
+    // The knob reaches the other kernel: their summation orders differ, so do the bits.
+    if (MaxAbs(out[0]) > 0.0) {
+      EXPECT_FALSE(BitExact(out[0], out[1])) << c.name;
+    }
   }
   Case d64;
   const Inputs small = MakeInputs(d64);
-  EXPECT_FALSE(kernels::AttnPrefillUsesWgmma(GpuArgs(small)));  // other head dims: mma.sync
+  model::SparseAttentionArgs g = GpuArgs(small);
+  EXPECT_FALSE(kernels::AttnPrefillUsesWgmma(g));  // other head dims: mma.sync
+  EXPECT_EQ(kernels::SparseAttentionPrefillWgmma(g, nullptr, gpu_->stream()),
+            cudaErrorInvalidValue);
+  Inputs misaligned = MakeInputs(v41);
+  g = GpuArgs(misaligned);
+  g.q += 1;  // not 16-byte aligned: the mma.sync kernel (scalar loads) takes it
+  EXPECT_FALSE(kernels::AttnPrefillUsesWgmma(g));
+  EXPECT_EQ(kernels::SparseAttentionPrefillWgmma(g, nullptr, gpu_->stream()),
+            cudaErrorInvalidValue);
 }
 
 // CudaBackend::SparseAttention takes the prefill kernel in the FP8-activation mode from

@@ -5,12 +5,20 @@
 // do not depend on FMA contraction or on the order of evaluation.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 namespace deepinfer::backend::cuda {
 
 // -inf as a float (no <limits> in device code; the bits of -infinity).
 __device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); }
+
+// Two floats as a bf16x2 word, each rounded to nearest even (lo in the low half).
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
 
 // One RoPE rotation of the pair (xe, xo) by the angle with cosine c and sine s, with the
 // roundings spelled out (RopeKernel and the fused RopeFakeQuant share it, so their bits agree):

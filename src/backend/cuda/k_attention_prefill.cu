@@ -1,5 +1,7 @@
 // Sparse sink attention for prefill in the FP8-activation mode (see kernels_attn_prefill.h for
-// the contract).
+// the contract), on mma.sync. Since session 18 head_dim 512 (V4.1) runs on the wgmma kernel
+// (k_attention_wgmma.cu, 1.58x per V4.1 call) unless DEEPINFER_ATTN_PREFILL_WGMMA=0; the
+// measurements below are this kernel's.
 //
 // MEASURED (H200, AttnPrefillBench.DISABLED_V41Prefill, 64 heads x 512, T = 4096 x 640
 // candidates): 4199-4285 us per call (82-80 TFLOP/s; runs 106 and 106b), against 4525 us (76
@@ -107,11 +109,6 @@ __device__ __forceinline__ void PairBarrier(int tile) {
 // (their P, alpha and 1 / l) and the S / P V warps of head half hh.
 __device__ __forceinline__ void QuadBarrier(int head_half) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(head_half + 5) : "memory");
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
 }
 
 // --- shared memory (every array starts 16-byte aligned: D % 64 == 0) --------------------
@@ -573,8 +570,7 @@ cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* 
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(args.tokens),
                   static_cast<unsigned>(args.heads / kAttnPrefillHeadsPerBlock));
-  pdl::Launch(SparseAttentionPrefillKernel, grid, kThreads, smem, stream, args, error_word);
-  return cudaGetLastError();
+  return pdl::Launch(SparseAttentionPrefillKernel, grid, kThreads, smem, stream, args, error_word);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

@@ -34,7 +34,12 @@
 // Roofline per chunk and SM (H200): MMAs 3 M MAC (S twice, P V once) = 1,536 clk at 2,048 bf16
 // MAC/clk; shared memory ~400 KiB (S: q 64 + K 32 per warpgroup, P V: 16 per warpgroup, the
 // staging 64 written + 64 read + 32 written) = ~3,200 clk at 128 B/clk; L2 64 KiB of fp32 rows.
-// The mma.sync kernel took ~6.8 us (~13,000 clk) per chunk (its header).
+// MEASURED (H200, AttnPrefillBench.DISABLED_V41Prefill: T 4096 x 640 candidates, ~620 chunks per
+// SM): 2,686 us per call = ~4.3 us (~7,900 clk) per chunk, 128 TFLOP/s, against 4,247 us for the
+// mma.sync kernel in the same run (run 159). ncu (run 157, an earlier version at 3,032 us): 2
+// warps per scheduler issuing 0.34 instructions per cycle, the stall samples spread over the
+// staging (cp.async issue ~12%, conversion ~15%), S issue ~7.5%, softmax ~6%, P V ~8%: latency,
+// not one unit. Next: TMA bulk copies of whole rows, a bf16 KV cache (no conversion).
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -76,15 +81,6 @@ static_assert(kHeads == 64 && kD == 512, "one m64 of heads, two n256 halves of O
 static_assert(kCopies * 16 * kThreads == static_cast<int>(kRawBytes), "whole copies");
 static_assert(kSmemBytes <= 227 * 1024, "one block per SM");
 
-// Ties the registers of an asynchronous wgmma's accumulators to the surrounding wgmma fences:
-// the compiler may not move their reads or writes across this point (it does not know that
-// the MMA writes them after its asm statement).
-template <int N>
-__device__ __forceinline__ void FenceOperands(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-
 // 2^x by the SFU (ex2.approx.ftz: max relative error ~2^-22; 2^-inf = 0). The softmax runs in
 // base 2: scores and the running max are kept times log2(e), so every exp is one ex2.
 __device__ __forceinline__ float Exp2(float x) {
@@ -93,11 +89,6 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
-}
 
 // Staging share of thread (warp w, lane l) in every chunk: rows 8 (w / 2) .. + 7 of the chunk,
 // dims 256 (w % 2) .. + 255; lane l's row is 8 (w / 2) + (l % 16) / 2 and its copy i covers
@@ -113,8 +104,8 @@ __device__ __forceinline__ uint32_t OwnTileOffset() {
 
 // The candidate key (attention_common.cuh) of lane (< 8)'s row of this warp pair in the chunk
 // starting at row0 (row 8 (w / 2) + lane), or j = -1 for lanes >= 8 and rows past `total`.
-// Loaded a chunk ahead and resolved (ResolveRow) just before its copies are issued, so the
-// load is in flight during a chunk's MMAs and conversion instead of stalling between them.
+// Loaded before the conversion that precedes its copies and resolved (ResolveRow) after it, so
+// the load is in flight during the conversion instead of stalling the copies.
 __device__ attention::CandidateKey LoadRowKey(const model::SparseAttentionArgs& a, int64_t t,
                                               const TokenRows& rows, int64_t row0, int64_t total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -219,10 +210,16 @@ struct HeadState {
   float l_lo, l_hi;  // partial denominator over this thread's columns (sink added at the end)
 };
 
-// Step 3 for one chunk in base-2 units (scale2 = scale log2(e); st.m = max times log2(e)): s
-// (the m64n32 accumulators: s[4 j + e] = head g (e < 2) or g + 8, row
+// The sink logit of head h in base-2 units: the running max starts here and the denominator's
+// sink term is Exp2(SinkLog2 - m), the same expression both times (Exp2(0) = 1 exactly).
+__device__ __forceinline__ float SinkLog2(const model::SparseAttentionArgs& a, int64_t h) {
+  return __fmul_rn(a.sinks[h], kLog2e);
+}
+
+// Step 4 of the header for one chunk, in base-2 units (scale2 = scale log2(e); st.m = max
+// times log2(e)): s (the m64n32 accumulators: s[4 j + e] = head g (e < 2) or g + 8, row
 // 8 j + 2 t4 + (e & 1)) -> P as the A fragments of the two P V k-steps, alpha of the rows.
-__device__ __forceinline__ void SoftmaxChunk(const float (&s)[16], uint32_t valid, float scale,
+__device__ __forceinline__ void SoftmaxChunk(const float (&s)[16], uint32_t valid, float scale2,
                                              HeadState& st, uint32_t (&pa)[2][4], float& alpha_lo,
                                              float& alpha_hi) {
   const int t4 = threadIdx.x & 3;
@@ -234,7 +231,7 @@ __device__ __forceinline__ void SoftmaxChunk(const float (&s)[16], uint32_t vali
     for (int e = 0; e < 4; ++e) {
       const int row = 8 * j + 2 * t4 + (e & 1);
       // __fmul_rn: never contracted into the exp argument.
-      sc[4 * j + e] = ((valid >> row) & 1u) != 0 ? __fmul_rn(s[4 * j + e], scale) : NegInf();
+      sc[4 * j + e] = ((valid >> row) & 1u) != 0 ? __fmul_rn(s[4 * j + e], scale2) : NegInf();
     }
     max_lo = fmaxf(max_lo, fmaxf(sc[4 * j], sc[4 * j + 1]));
     max_hi = fmaxf(max_hi, fmaxf(sc[4 * j + 2], sc[4 * j + 3]));
@@ -282,8 +279,8 @@ __device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int6
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
   }
   const int64_t h_lo = head0 + 16 * (warp & 3) + g;
-  const float inv_lo = 1.0f / (Exp2(__fmul_rn(a.sinks[h_lo], kLog2e) - st.m_lo) + l_lo);
-  const float inv_hi = 1.0f / (Exp2(__fmul_rn(a.sinks[h_lo + 8], kLog2e) - st.m_hi) + l_hi);
+  const float inv_lo = 1.0f / (Exp2(SinkLog2(a, h_lo) - st.m_lo) + l_lo);
+  const float inv_hi = 1.0f / (Exp2(SinkLog2(a, h_lo + 8) - st.m_hi) + l_hi);
   float* out_lo = a.out + (t * a.heads + h_lo) * kD + (kD / 2) * wg + 2 * t4;
   float* out_hi = out_lo + 8 * kD;
 #pragma unroll
@@ -293,6 +290,52 @@ __device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int6
     *reinterpret_cast<float2*>(out_hi + 8 * j) =
         make_float2(o[4 * j + 2] * inv_hi, o[4 * j + 3] * inv_hi);
   }
+}
+
+// Step 2: issues S(tile) = q K^T into s (32 SS wgmma m64n32k16, one commit group). k-step ks
+// reads core-matrix columns 2 ks, 2 ks + 1 of q and of the tile, 256 bytes on: 16 in the
+// descriptors' address field, which stays below 2^14 for any shared address. (s need not be
+// initialised: the first k-step overwrites it.)
+__device__ __forceinline__ void IssueScores(uint32_t base, uint32_t tile, float (&s)[16]) {
+  wgmma::Fence();
+  const uint64_t da0 = wgmma::Descriptor(base, 128, kRowGroupBytes);
+  const uint64_t db0 = wgmma::Descriptor(base + tile, 128, kRowGroupBytes);
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    wgmma::WgmmaBf16<32>(s, da0 + 16 * ks, db0 + 16 * ks, ks > 0 ? 1 : 0);
+  }
+  wgmma::CommitGroup();
+}
+
+// Step 5: O *= alpha (skipped by a warp whose alphas are all 1: exact either way), then issues
+// O += P V(tile) for the warpgroup's 256 dims (two RS wgmma m64n256k16, one commit group, left
+// running). V rows 16 kk .. are row groups 2 kk, 2 kk + 1; read N-major, the next 8 dims are 128
+// bytes on and the next 8 rows a row group on.
+__device__ __forceinline__ void RescaleAndIssuePv(uint32_t base, uint32_t tile, float alpha_lo,
+                                                  float alpha_hi, uint32_t (&pa)[2][4],
+                                                  float (&o)[128]) {
+  if (__any_sync(0xffffffffu, alpha_lo != 1.0f || alpha_hi != 1.0f)) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j] *= alpha_lo, o[4 * j + 1] *= alpha_lo;
+      o[4 * j + 2] *= alpha_hi, o[4 * j + 3] *= alpha_hi;
+    }
+  }
+  const uint32_t wg = threadIdx.x >> 7;
+  wgmma::FenceOperands(o);
+  wgmma::FenceOperands(pa[0]);
+  wgmma::FenceOperands(pa[1]);
+  wgmma::Fence();
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    const uint64_t dv = wgmma::Descriptor(
+        base + tile + 2 * kk * kRowGroupBytes + wg * (kRowGroupBytes / 2), kRowGroupBytes, 128);
+    wgmma::WgmmaBf16RsTransB<256>(o, pa[kk], dv, 1);
+  }
+  wgmma::CommitGroup();
+  wgmma::FenceOperands(o);
+  wgmma::FenceOperands(pa[0]);
+  wgmma::FenceOperands(pa[1]);
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -310,23 +353,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto lookup = [&](attention::CandidateKey key) {
     return ResolveRow(a, rows, key, report, error_word);
   };
+  // Prologue: chunk 0 copied and converted into tile 0 (q staged meanwhile), chunk 1 copied.
   bool staged = false;  // this thread's row of the chunk in raw is attended
   if (n_chunks > 0) staged = IssueChunk(lookup(load_key(0)), smem, valid_bytes);
   StageQ(a.q + (t * a.heads + head0) * kD, smem);
   bool inexact = false;
   if (n_chunks > 0) {
-    ConvertChunk(smem, staged, kTilesOff, inexact);  // chunk 0 -> tile 0
+    ConvertChunk(smem, staged, kTilesOff, inexact);
     if (n_chunks > 1) staged = IssueChunk(lookup(load_key(1)), smem, valid_bytes + 4);
   }
   // Tile / valid word of chunk ch (cur), ch + 1 (nxt); advanced mod kTiles without division.
   uint32_t cur = 0, nxt = 1;
   auto advance = [](uint32_t i) { return i + 1 == kTiles ? 0u : i + 1; };
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
-  HeadState st;
-  st.m_lo = __fmul_rn(a.sinks[head0 + 16 * (warp & 3) + (lane >> 2)], kLog2e);
-  st.m_hi = __fmul_rn(a.sinks[head0 + 16 * (warp & 3) + (lane >> 2) + 8], kLog2e);
-  st.l_lo = 0.0f, st.l_hi = 0.0f;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t h_lo = head0 + 16 * (warp & 3) + (lane >> 2);
+  HeadState st{SinkLog2(a, h_lo), SinkLog2(a, h_lo + 8), 0.0f, 0.0f};
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -334,22 +376,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale2 = __fmul_rn(a.scale, kLog2e);  // scores in base-2 units
   for (int64_t ch = 0; ch < n_chunks; ++ch) {
     const uint32_t tile = kTilesOff + cur * kTileBytes;
-    // B1: tile cur (chunk ch), its valid word and q are written (and fenced); every warpgroup
-    // is past the wait of iteration ch - 1, so S and P V of chunk ch - 2 are done: tile nxt is
-    // free.
+    // Step 1: tile cur (chunk ch), its valid word and q are written (and fenced); every
+    // warpgroup is past the wait of iteration ch - 1, so S and P V of chunk ch - 2 are done:
+    // tile nxt is free.
     __syncthreads();
     float s[16];
-    wgmma::Fence();
-    // k-step ks: core-matrix columns 2 ks, 2 ks + 1 of q and of the chunk's rows, 256 bytes on
-    // (16 in the descriptors' address field, which stays below 2^14 for any shared address).
-    const uint64_t da0 = wgmma::Descriptor(base, 128, kRowGroupBytes);
-    const uint64_t db0 = wgmma::Descriptor(base + tile, 128, kRowGroupBytes);
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      wgmma::WgmmaBf16<32>(s, da0 + 16 * ks, db0 + 16 * ks, ks > 0 ? 1 : 0);
-    }
-    wgmma::CommitGroup();
-    // While S(ch) runs: chunk ch + 1 into tile nxt, the copies of chunk ch + 2 into raw.
+    IssueScores(base, tile, s);
+    // Step 3, while S(ch) runs: chunk ch + 1 into tile nxt, the copies of chunk ch + 2.
     if (ch + 1 < n_chunks) {
       const attention::CandidateKey next_key = load_key(ch + 2);
       ConvertChunk(smem, staged, kTilesOff + nxt * kTileBytes, inexact);
@@ -358,36 +391,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     wgmma::WaitGroup<0>();  // S(ch) done, and P V(ch - 1) before it
-    FenceOperands(s);
-    FenceOperands(o);
+    wgmma::FenceOperands(s);
+    wgmma::FenceOperands(o);
     const uint32_t valid = *reinterpret_cast<const uint32_t*>(smem + kValidOff + 4 * cur);
     uint32_t pa[2][4];
     float alpha_lo, alpha_hi;
     SoftmaxChunk(s, valid, scale2, st, pa, alpha_lo, alpha_hi);
-    // O *= alpha; skipped by the warp when every alpha is 1 (no new max: exact either way).
-    if (__any_sync(0xffffffffu, alpha_lo != 1.0f || alpha_hi != 1.0f)) {
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        o[4 * j] *= alpha_lo, o[4 * j + 1] *= alpha_lo;
-        o[4 * j + 2] *= alpha_hi, o[4 * j + 3] *= alpha_hi;
-      }
-    }
-    FenceOperands(o);
-    wgmma::Fence();
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      // V rows 16 kk .. (row groups 2 kk, 2 kk + 1), dims 256 wg ..: N-major descriptor (the
-      // next 8 dims 128 bytes on, the next 8 rows a row group on).
-      const uint64_t dv = wgmma::Descriptor(
-          base + tile + 2 * kk * kRowGroupBytes + wg * (kRowGroupBytes / 2), kRowGroupBytes, 128);
-      wgmma::WgmmaBf16RsTransB256(o, pa[kk], dv, 1);
-    }
-    wgmma::CommitGroup();  // left running into the next iteration
-    FenceOperands(o);
+    RescaleAndIssuePv(base, tile, alpha_lo, alpha_hi, pa, o);
     cur = nxt, nxt = advance(nxt);
   }
   wgmma::WaitGroup<0>();
-  FenceOperands(o);
+  wgmma::FenceOperands(o);
   if (__any_sync(0xffffffffu, inexact) && lane == 0) atomicOr(error_word, kErrAttnKvNotBf16);
   WriteOutput(a, t, head0, st, o);
 }
@@ -402,7 +416,8 @@ void SetAttnPrefillWgmmaOverride(const bool* on) {
 }
 
 bool AttnPrefillUsesWgmma(const model::SparseAttentionArgs& args) {
-  if (args.head_dim != kAttnPrefillWgmmaHeadDim) return false;
+  // q is read in 16-byte loads (StageQ).
+  if (args.head_dim != kAttnPrefillWgmmaHeadDim || !Aligned16(args.q)) return false;
   const int forced = g_wgmma_override.load();
   if (forced > 0) return forced == 2;
   const char* env = std::getenv(kAttnPrefillWgmmaEnv);
@@ -411,13 +426,18 @@ bool AttnPrefillUsesWgmma(const model::SparseAttentionArgs& args) {
 
 cudaError_t SparseAttentionPrefillWgmma(const model::SparseAttentionArgs& args, int* error_word,
                                         cudaStream_t stream) {
+  if (!SparseAttentionPrefillApplicable(args) || args.head_dim != kAttnPrefillWgmmaHeadDim ||
+      !Aligned16(args.q)) {
+    return cudaErrorInvalidValue;
+  }
+  if (args.tokens == 0) return cudaSuccess;
   const cudaError_t e =
       launch::RaiseMaxDynamicSmem(SparseAttentionWgmmaKernel, static_cast<int>(kSmemBytes));
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(args.tokens),
                   static_cast<unsigned>(args.heads / kAttnPrefillHeadsPerBlock));
-  pdl::Launch(SparseAttentionWgmmaKernel, grid, kThreads, kSmemBytes, stream, args, error_word);
-  return cudaGetLastError();
+  return pdl::Launch(SparseAttentionWgmmaKernel, grid, kThreads, kSmemBytes, stream, args,
+                     error_word);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

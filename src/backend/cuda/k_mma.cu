@@ -51,6 +51,7 @@
 #include <atomic>
 
 #include "backend/cuda/cuda_dequant.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/kernels_mma.h"
 #include "backend/cuda/mma_bf16.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -107,12 +108,6 @@ struct MmaParams {
   int64_t group_rows;
   int64_t x_group_stride;
 };
-
-// The bf16 pair (lo, hi) rounded to nearest; lo in the low half.
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // One lane's 16 bytes of a weight row plus its power-of-two scale: the factor s for FP8
 // (1 for BF16); for MXFP4 the scale as a bf16 pair (E8m0ToBf16x2) that multiplies the

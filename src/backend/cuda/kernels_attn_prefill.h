@@ -1,5 +1,5 @@
 // Sparse sink attention for prefill (many query tokens) in the FP8-activation mode
-// (k_attention_prefill.cu).
+// (k_attention_prefill.cu on mma.sync; k_attention_wgmma.cu on wgmma at head_dim 512).
 //
 // Same contract as kernels::SparseAttention (model::SparseAttentionArgs, varlen fields,
 // kErrSelectionOutOfRange semantics: rows with a bad id or outside the buffers are not
@@ -22,7 +22,7 @@
 
 namespace deepinfer::backend::cuda::kernels {
 
-inline constexpr int64_t kAttnPrefillHeadsPerBlock = 64;  // 4 MMA m-tiles of heads
+inline constexpr int64_t kAttnPrefillHeadsPerBlock = 64;  // one wgmma M, 4 mma.sync m-tiles
 inline constexpr int64_t kAttnPrefillMaxHeadDim = 512;
 
 // True if SparseAttentionPrefill handles `args`: heads a positive multiple of 64 (at most
@@ -51,16 +51,16 @@ cudaError_t SparseAttentionPrefill(const model::SparseAttentionArgs& args, int* 
 inline constexpr int64_t kAttnPrefillWgmmaHeadDim = 512;
 inline constexpr const char* kAttnPrefillWgmmaEnv = "DEEPINFER_ATTN_PREFILL_WGMMA";
 
-// Whether SparseAttentionPrefill(args) takes the wgmma kernel: head_dim 512, and the override
-// (if set) or the environment allows it.
+// Whether SparseAttentionPrefill(args) takes the wgmma kernel: head_dim 512, q 16-byte aligned
+// (16-byte loads), and the override (if set) or the environment allows it.
 bool AttnPrefillUsesWgmma(const model::SparseAttentionArgs& args);
 
 // Test hook: *on forces the wgmma kernel on (true) or off (false) for head_dim 512 whatever the
 // environment; nullptr: the environment again (an atomic).
 void SetAttnPrefillWgmmaOverride(const bool* on);
 
-// The wgmma kernel alone (args applicable, head_dim 512, tokens > 0); SparseAttentionPrefill
-// calls it.
+// The wgmma kernel alone, for tests and SparseAttentionPrefill: cudaErrorInvalidValue unless
+// args are applicable with head_dim 512 and q 16-byte aligned; cudaSuccess for tokens == 0.
 cudaError_t SparseAttentionPrefillWgmma(const model::SparseAttentionArgs& args, int* error_word,
                                         cudaStream_t stream);
 

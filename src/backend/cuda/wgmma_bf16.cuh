@@ -1,7 +1,7 @@
 // wgmma (Hopper warpgroup MMA) wrappers for bf16 x bf16 -> fp32, no swizzle (k_moe_bf16.cu,
 // k_moe_rs.cu, k_attention_wgmma.cu): both operands in shared memory (SS, WgmmaBf16) or A in
-// registers and B in shared memory (RS, WgmmaBf16Rs), B K-major, except WgmmaBf16RsTransB256
-// (B N-major, below). Include from .cu files only; sm_90a.
+// registers and B in shared memory (RS, WgmmaBf16Rs), B K-major; WgmmaBf16RsTransB reads B
+// N-major. Include from .cu files only; sm_90a.
 //
 // Shared-memory layout both operands use (the "canonical" no-swizzle K-major layout): the
 // tile is cut into core matrices of 8 rows x 8 bf16 (16 bytes per row, the 8 rows contiguous:
@@ -56,6 +56,21 @@ __device__ __forceinline__ void WaitGroup() {
 // async proxy that wgmma reads through (then a barrier for the other threads' writes).
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Ties registers an asynchronous wgmma reads or writes (accumulators, RS A fragments) to this
+// point of the instruction stream: the compiler, which does not know that the MMA uses them
+// after its asm statement, may not move their other reads or writes across it. Place around
+// the wgmma fences and waits.
+template <int N>
+__device__ __forceinline__ void FenceOperands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void FenceOperands(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
 // d (+)= A (64 x 16, descriptor desc_a) * B (16 x N, K-major, descriptor desc_b); accumulate
@@ -220,11 +235,17 @@ __device__ __forceinline__ void WgmmaBf16Rs<128>(float (&d)[64], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-// d (+)= A (64 x 16 in registers) * B (16 x 256) with B N-major in shared memory (imm-trans-b
-// = 1: the 16 K rows are the core matrices' rows, 8 N values of 16 bytes each; see
-// DescriptorMnMajor); accumulate = 0 overwrites d. Asynchronous like WgmmaBf16.
-__device__ __forceinline__ void WgmmaBf16RsTransB256(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t desc_b, int accumulate) {
+// d (+)= A (64 x 16 in registers) * B (16 x N) with B N-major in shared memory (imm-trans-b
+// = 1: the 16 K rows are the core matrices' rows, 8 N values of 16 bytes each; see the
+// MN-major layout at the top); accumulate = 0 overwrites d. Asynchronous like WgmmaBf16.
+// N = 256 is instantiated.
+template <int N>
+__device__ void WgmmaBf16RsTransB(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                  int accumulate);
+
+template <>
+__device__ __forceinline__ void WgmmaBf16RsTransB<256>(float (&d)[128], const uint32_t (&a)[4],
+                                                       uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
