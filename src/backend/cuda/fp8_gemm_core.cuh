@@ -225,14 +225,27 @@ __device__ __forceinline__ float ScaleFromE8m0Word(uint32_t word) {
 // Quantises one 32-value block held one value per lane (the whole warp calls it): returns
 // the e4m3 byte of this lane's value and sets *scale to the block's power-of-two scale, the
 // same numbers as FakeQuantKind::kFp8Block32Pow2 (cuda_numerics.cuh, backend/cpu/numerics.cc).
+__device__ __forceinline__ uint8_t E4m3ByteOf(float v, float s);
 __device__ __forceinline__ uint8_t QuantizeLaneE4m3(float v, float* scale) {
   float amax = fabsf(v);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   const float s = Fp8Pow2Scale(amax);
   *scale = s;
+  return E4m3ByteOf(v, s);
+}
+
+// The e4m3 byte of v in a block of power-of-two scale s (kFp8Block32Pow2: v / s clamped to
+// +-448, rounded to e4m3).
+__device__ __forceinline__ uint8_t E4m3ByteOf(float v, float s) {
   const float q = RoundToE4m3(ClampF(v / s, -448.0f, 448.0f));
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
+}
+
+// The bf16 bits of e4m3 byte `byte` times the block scale s (exact in bf16).
+__device__ __forceinline__ uint16_t E4m3Bf16Bits(uint8_t byte, float s) {
+  const float value = __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3))) * s;
+  return __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
 // The bf16 bits of this lane's kFp8Block32Pow2 value (the whole warp calls it, lane l holding
@@ -241,8 +254,20 @@ __device__ __forceinline__ uint8_t QuantizeLaneE4m3(float v, float* scale) {
 __device__ __forceinline__ uint16_t QuantizeLaneBf16(float v) {
   float scale;
   const uint8_t byte = QuantizeLaneE4m3(v, &scale);
-  const float value = __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3))) * scale;
-  return __bfloat16_as_ushort(__float2bfloat16_rn(value));
+  return E4m3Bf16Bits(byte, scale);
+}
+
+// QuantizeLaneBf16 for a quad: 8 consecutive lanes hold one 32-value block, lane l values
+// 4 (l % 8) .. + 3 (the whole warp calls it: four blocks). The same bits per value for blocks
+// without NaN (MaxF of non-NaN values is exact in any order; with a NaN the order decides
+// whether the scale sees it).
+__device__ __forceinline__ void QuantizeQuadBf16(const float (&v)[4], uint16_t (&bits)[4]) {
+  float amax = MaxF(MaxF(fabsf(v[0]), fabsf(v[1])), MaxF(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float s = Fp8Pow2Scale(amax);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) bits[i] = E4m3Bf16Bits(E4m3ByteOf(v[i], s), s);
 }
 
 // Position of value j (0..31) of a block in the permuted storage order.

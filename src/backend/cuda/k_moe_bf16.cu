@@ -172,16 +172,27 @@ int TokensPerItem(int64_t T, int64_t k, int64_t n_experts) {
 
 // --- activation quantisation ---------------------------------------------------------
 
-// Stored position of value j (0..31) of a 32-value block: groups of 8 as 0 4 1 5 2 6 3 7.
-__device__ __forceinline__ int PermutedBf16Index(int j) {
-  const int n = j & 7;
-  return (j & ~7) + (n < 4 ? 2 * n : 2 * (n - 4) + 1);
-}
-
-// The whole warp quantises one 32-value block (lane l holds value l) and stores the bf16
-// bits of the kFp8Block32Pow2 values (exact in bf16) at block[PermutedBf16Index(l)].
-__device__ __forceinline__ void StoreBf16Block(float v, uint16_t* block) {
-  block[PermutedBf16Index(static_cast<int>(threadIdx.x % 32))] = fp8::QuantizeLaneBf16(v);
+// Quantisation in quads: a warp handles 128 consecutive values (four 32-value blocks), lane l
+// values 4 l .. 4 l + 3 (fp8::QuantizeQuadBf16: 8 lanes per block). Stored order: each group of
+// 8 values as 0 4 1 5 2 6 3 7, i.e. the 16 bytes of a group interleave lane 2m's four values
+// (0..3) with lane 2m + 1's (4..7): the odd lane hands its bits to the even lane, which stores
+// the group with one 16-byte store (a warp: 256 contiguous bytes).
+__device__ __forceinline__ void StoreQuadsBf16(const float (&v)[4], uint16_t* segment) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  uint16_t bits[4];
+  fp8::QuantizeQuadBf16(v, bits);
+  const uint32_t lo = bits[0] | static_cast<uint32_t>(bits[1]) << 16;  // values 0, 1 (or 4, 5)
+  const uint32_t hi = bits[2] | static_cast<uint32_t>(bits[3]) << 16;  // values 2, 3 (or 6, 7)
+  const uint32_t odd_lo = __shfl_down_sync(0xffffffffu, lo, 1);
+  const uint32_t odd_hi = __shfl_down_sync(0xffffffffu, hi, 1);
+  if ((lane & 1) == 0) {
+    uint4 group;  // bf16 pairs (v0, v4), (v1, v5), (v2, v6), (v3, v7)
+    group.x = __byte_perm(lo, odd_lo, 0x5410);
+    group.y = __byte_perm(lo, odd_lo, 0x7632);
+    group.z = __byte_perm(hi, odd_hi, 0x5410);
+    group.w = __byte_perm(hi, odd_hi, 0x7632);
+    *reinterpret_cast<uint4*>(segment + 4 * lane) = group;
+  }
 }
 
 // Decode with few pairs (P <= kDirectMaxPairs, 8-pair streaming items): every pair is an item
@@ -211,34 +222,41 @@ __device__ void WriteDirectItems(const DirectItems& d) {
   if (threadIdx.x == 0) *d.groups.n_items = static_cast<int32_t>(d.P);
 }
 
-// xb [rows, K] (permuted bf16) = the quantised x [rows, K] (row stride K); one warp per block.
-// Block 0 also writes the direct items if any.
+// xb [rows, K] (permuted bf16) = the quantised x [rows, K] (row stride K; K % 128 == 0); one
+// warp per 128-value segment (StoreQuadsBf16). Block 0 also writes the direct items if any.
 __global__ void __launch_bounds__(kThreads)
     QuantizeRowsBf16Kernel(const float* x, int64_t rows, int64_t K, uint16_t* xb,
                            DirectItems direct) {
   pdl::WaitThenAllowNext();
   if (direct.experts != nullptr && blockIdx.x == 0) WriteDirectItems(direct);
   const int lane = threadIdx.x % 32;
-  const int64_t blocks = rows * (K / 32);
+  const int64_t segments = rows * (K / 128);
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
-  for (int64_t b = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32; b < blocks; b += warps) {
-    StoreBf16Block(x[b * 32 + lane], xb + b * 32);
+  for (int64_t b = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32; b < segments;
+       b += warps) {
+    const float4 q = *reinterpret_cast<const float4*>(x + b * 128 + 4 * lane);
+    StoreQuadsBf16({q.x, q.y, q.z, q.w}, xb + b * 128);
   }
 }
 
-// hb [P, I] (permuted bf16) = quantised SwiGLU(g, u) * weight of pair p (gu [P, 2I]).
+// hb [P, I] (permuted bf16) = quantised SwiGLU(g, u) * weight of pair p (gu [P, 2I]; I % 128 ==
+// 0); one warp per 128-value segment of a pair's row (StoreQuadsBf16).
 __global__ void __launch_bounds__(kThreads)
     SwiGluBf16Kernel(const float* gu, const float* weights, int64_t P, int64_t I, float limit,
                      uint16_t* hb) {
   pdl::WaitThenAllowNext();
   const int lane = threadIdx.x % 32;
-  const int64_t per_row = I / 32;
+  const int64_t per_row = I / 128;
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
   for (int64_t b = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32; b < P * per_row;
        b += warps) {
-    const int64_t p = b / per_row, c = (b % per_row) * 32 + lane;
-    const float h = SwiGluValue(gu[p * 2 * I + c], gu[p * 2 * I + I + c], limit) * weights[p];
-    StoreBf16Block(h, hb + p * I + (c - lane));
+    const int64_t p = b / per_row, c = (b % per_row) * 128 + 4 * lane;
+    const float4 g = *reinterpret_cast<const float4*>(gu + p * 2 * I + c);
+    const float4 u = *reinterpret_cast<const float4*>(gu + p * 2 * I + I + c);
+    const float w = weights[p];
+    StoreQuadsBf16({SwiGluValue(g.x, u.x, limit) * w, SwiGluValue(g.y, u.y, limit) * w,
+                    SwiGluValue(g.z, u.z, limit) * w, SwiGluValue(g.w, u.w, limit) * w},
+                   hb + p * I + (c - 4 * lane));
   }
 }
 
@@ -469,7 +487,7 @@ cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaS
   if (bn == 8 && P <= kDirectMaxPairs && P <= max_items) {
     direct = DirectItems{l.experts, P, l.n_experts, groups, l.error_word};
   }
-  cudaError_t e = pdl::Launch(QuantizeRowsBf16Kernel, fp8::WarpPerBlockGrid(l.T * (l.D / 32)),
+  cudaError_t e = pdl::Launch(QuantizeRowsBf16Kernel, fp8::WarpPerBlockGrid(l.T * (l.D / 128)),
                               kThreads, 0, stream, l.x, l.T, l.D, xb, direct);
   if (e == cudaSuccess && direct.experts == nullptr) {
     e = moe_groups::LaunchGrouping(l.experts, P, l.n_experts, bn, groups, l.error_word, stream);
@@ -493,7 +511,7 @@ cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaS
                : LaunchGemm(bn, a, max_items, stream);
   };
   if ((e = gemm()) != cudaSuccess) return e;
-  e = pdl::Launch(SwiGluBf16Kernel, fp8::WarpPerBlockGrid(P * (l.I / 32)), kThreads, 0, stream, gu,
+  e = pdl::Launch(SwiGluBf16Kernel, fp8::WarpPerBlockGrid(P * (l.I / 128)), kThreads, 0, stream, gu,
                   l.weights, P, l.I, l.swiglu_limit, hb);
   if (e != cudaSuccess) return e;
   a.up = false;
