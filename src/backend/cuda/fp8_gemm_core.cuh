@@ -222,10 +222,16 @@ __device__ __forceinline__ float ScaleFromE8m0Word(uint32_t word) {
   return __int_as_float((((word >> (8 * kByte)) & 0xFFu) + kShift) << 23);
 }
 
+// The e4m3 byte of v in a block of power-of-two scale s (kFp8Block32Pow2: v / s clamped to
+// +-448, rounded to e4m3).
+__device__ __forceinline__ uint8_t E4m3ByteOf(float v, float s) {
+  const float q = RoundToE4m3(ClampF(v / s, -448.0f, 448.0f));
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
+}
+
 // Quantises one 32-value block held one value per lane (the whole warp calls it): returns
 // the e4m3 byte of this lane's value and sets *scale to the block's power-of-two scale, the
 // same numbers as FakeQuantKind::kFp8Block32Pow2 (cuda_numerics.cuh, backend/cpu/numerics.cc).
-__device__ __forceinline__ uint8_t E4m3ByteOf(float v, float s);
 __device__ __forceinline__ uint8_t QuantizeLaneE4m3(float v, float* scale) {
   float amax = fabsf(v);
 #pragma unroll
@@ -233,13 +239,6 @@ __device__ __forceinline__ uint8_t QuantizeLaneE4m3(float v, float* scale) {
   const float s = Fp8Pow2Scale(amax);
   *scale = s;
   return E4m3ByteOf(v, s);
-}
-
-// The e4m3 byte of v in a block of power-of-two scale s (kFp8Block32Pow2: v / s clamped to
-// +-448, rounded to e4m3).
-__device__ __forceinline__ uint8_t E4m3ByteOf(float v, float s) {
-  const float q = RoundToE4m3(ClampF(v / s, -448.0f, 448.0f));
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
 }
 
 // The bf16 bits of e4m3 byte `byte` times the block scale s (exact in bf16).
