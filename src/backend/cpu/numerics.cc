@@ -76,9 +76,10 @@ float Pow2Ceil(float t) {
   return std::ldexp(1.0f, exponent);
 }
 
+float Fp8Pow2Scale(float amax) { return Pow2Ceil(std::max(amax, 1e-4f) * (1.0f / 448.0f)); }
+
 void FakeQuantFp8Pow2Block(float* x, int n) {
-  const float inv448 = 1.0f / 448.0f;
-  const float scale = Pow2Ceil(std::max(Amax(x, n), 1e-4f) * inv448);
+  const float scale = Fp8Pow2Scale(Amax(x, n));
   for (int i = 0; i < n; ++i) {
     const float q = std::clamp(x[i] / scale, -448.0f, 448.0f);
     x[i] = RoundToE4m3(q) * scale;

@@ -22,6 +22,9 @@ float RoundToE4m3(float x);
 float RoundToE2m1(float x);
 // 2^ceil(log2(t)) for t > 0, from the float bits (exponent, +1 if any mantissa bit set).
 float Pow2Ceil(float t);
+// The power-of-two e4m3 block scale of a block whose largest |value| is amax (kFp8Block32Pow2's
+// formula, any block length): amax floored at 1e-4, / 448, rounded up to a power of two.
+float Fp8Pow2Scale(float amax);
 
 // In-place fake quantisation of one block of n values (see model/backend.h FakeQuantKind).
 void FakeQuantFp8Pow2Block(float* x, int n);  // e4m3, amax floor 1e-4, /448

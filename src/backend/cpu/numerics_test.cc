@@ -51,6 +51,13 @@ TEST(NumericsTest, Pow2CeilUsesFloatBits) {
   EXPECT_EQ(Pow2Ceil(0.25f), 0.25f);
 }
 
+TEST(NumericsTest, Fp8Pow2ScaleFloorsAndRoundsUp) {
+  EXPECT_EQ(Fp8Pow2Scale(448.0f), 1.0f);                    // 448 / 448 = 1 exactly
+  EXPECT_EQ(Fp8Pow2Scale(449.0f), 2.0f);                    // just above: the next power of two
+  EXPECT_EQ(Fp8Pow2Scale(0.0f), Pow2Ceil(1e-4f / 448.0f));  // the amax floor
+  EXPECT_EQ(Fp8Pow2Scale(1.0f), 1.0f / 256.0f);             // 1 / 448 rounds up to 2^-8
+}
+
 TEST(NumericsTest, FakeQuantFp8Block) {
   float x[32] = {};
   x[0] = 448.0f;  // amax 448 -> scale 2^ceil(log2(1)) = 1

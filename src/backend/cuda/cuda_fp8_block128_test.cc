@@ -39,7 +39,7 @@ std::vector<float> CpuQuantized(const std::vector<float>& x, int64_t T, int64_t 
       std::copy_n(&x[t * ldx + kb * kB], kB, block);
       float amax = 0.0f;
       for (int64_t i = 0; i < kB; ++i) amax = std::max(amax, std::fabs(block[i]));
-      (*scales)[t * (K / kB) + kb] = cpu::Pow2Ceil(std::max(amax, 1e-4f) * (1.0f / 448.0f));
+      (*scales)[t * (K / kB) + kb] = cpu::Fp8Pow2Scale(amax);
       cpu::FakeQuantFp8Pow2Block(block, static_cast<int>(kB));
     }
   }
