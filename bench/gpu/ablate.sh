@@ -10,7 +10,7 @@
 #
 #   --build DIR    folder holding bin/gpu_model_bench (bins.tar.xz is unpacked if needed)
 #   --model DIR    a flash4 checkpoint (make_bench_model --layers-preset flash4 --scale real;
-#                  generated there if absent, with bin/make_bench_model)
+#                  generated there, with bin/make_bench_model, unless DIR/config.json exists)
 #   --out DIR      results (default $OUT, else ./ablate-out): ab-<group>-<rep>.txt ('+' in a
 #                  group name written as '_'), ablation.md
 #   --batches      decode batch sizes (context 4096)
@@ -54,13 +54,13 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$BUILD" ] && [ -n "$MODEL" ] || { echo "--build DIR and --model DIR are required" >&2; exit 2; }
 BIN="$BUILD/bin"
-if [ ! -d "$BIN" ] && [ -f "$BUILD/bins.tar.xz" ]; then tar -xJf "$BUILD/bins.tar.xz" -C "$BUILD"; fi
+# shellcheck source=SCRIPTDIR/bench_env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_env.sh"
+bench_unpack_bins "$BUILD"
+bench_library_path "$BUILD"
 [ -x "$BIN/gpu_model_bench" ] || { echo "no $BIN/gpu_model_bench" >&2; exit 2; }
 mkdir -p "$RESULTS"
-if [ ! -d "$MODEL" ]; then
-  "$BIN/make_bench_model" --out "$MODEL" --layers-preset flash4 --scale real >/dev/null ||
-    { echo "make_bench_model failed" >&2; exit 1; }
-fi
+bench_ensure_model "$BIN" "$MODEL" >/dev/null || { echo "make_bench_model failed" >&2; exit 1; }
 
 # One run: $1 = file name, $2 = skip patterns (empty: none). Prints "B=1 1.43 B=8 2.72 ...".
 run_one() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Self-test of ablate.sh with a stub gpu_model_bench (no GPU): the stub's step time depends on
 # DEEPINFER_CUDA_SKIP_KERNELS and on the round, so the table must show the medians and the
-# differences from the base runs, and a group whose runs print nothing must read "failed".
+# differences from the base runs, and a group whose runs print nothing must read "failed". The
+# model folder starts without config.json, so the stub make_bench_model must be run once.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TMP=$(mktemp -d)
@@ -24,6 +25,14 @@ printf '  timed steps: 8 graph launches\n'
 printf 'decode B=8    C=4096   step     %d.%02d ms      1 tok/s\n' $(( (b8 + jitter) / 100 )) $(( (b8 + jitter) % 100 ))
 STUB
 chmod +x "$TMP/build/bin/gpu_model_bench"
+cat > "$TMP/build/bin/make_bench_model" <<'STUB'
+#!/usr/bin/env bash
+# Writes OUT/config.json (--out OUT) and counts its calls next to itself.
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+mkdir -p "$out" && echo '{}' > "$out/config.json"
+echo x >> "$(dirname "$0")/model-calls"
+STUB
+chmod +x "$TMP/build/bin/make_bench_model"
 "$HERE/ablate.sh" --build "$TMP/build" --model "$TMP/model" --out "$TMP/out" --batches 1,8 \
   --repeats 3 --groups "streams=LinearStreamKernel;broken=Fail" > "$TMP/log" 2>&1
 table="$TMP/out/ablation.md"
@@ -36,4 +45,6 @@ grep -qF '| base | 1.52 | 3.02 |' "$table" || fail "base row"
 grep -qF '| streams | 1.22 (-0.30) | 2.52 (-0.50) |' "$table" || fail "streams row"
 grep -qF '| broken | failed | failed |' "$table" || fail "failed row"
 grep -q 'broken (round 3): failed, see ab-broken-3.txt' "$TMP/log" || fail "progress line"
+[ -f "$TMP/model/config.json" ] && [ "$(wc -l < "$TMP/build/bin/model-calls")" = 1 ] ||
+  fail "the checkpoint was not generated exactly once"
 echo "ablate_test: ok"

@@ -56,15 +56,10 @@ done
 mkdir -p "$RESULTS"
 LOG="$RESULTS/run.log"  # every step's output (the device tool returns at most 8 files)
 BIN="$BUILD/bin"
-# tools/gpu/prepare-carry.sh ships the binaries packed.
-if [ ! -d "$BIN" ] && [ -f "$BUILD/bins.tar.xz" ]; then tar -xJf "$BUILD/bins.tar.xz" -C "$BUILD"; fi
-if [ -f "$BUILD/gpu-libs.tar.xz" ]; then
-  LIBDIR=$(mktemp -d)
-  tar -xJf "$BUILD/gpu-libs.tar.xz" -C "$LIBDIR" && export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
-done
+# shellcheck source=SCRIPTDIR/bench_env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_env.sh"
+bench_unpack_bins "$BUILD"
+bench_library_path "$BUILD"
 PYLIB=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
 [ -n "$PYLIB" ] && [ -d "$PYLIB" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PYLIB"
 export PYTHONUNBUFFERED=1
@@ -83,8 +78,7 @@ fi
 
 if (want ours || want reference) && [ ! -f "$MODEL/config.json" ]; then
   step "checkpoint"
-  time "$BIN/make_bench_model" --out "$MODEL" --layers-preset flash4 --scale real \
-      --threads "$(nproc)" 2>&1 | tee -a "$LOG"
+  time bench_ensure_model "$BIN" "$MODEL" 2>&1 | tee -a "$LOG"
   du -sh "$MODEL"
 fi
 

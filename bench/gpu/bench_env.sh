@@ -1,0 +1,36 @@
+# shellcheck shell=bash
+# Set-up shared by the GPU-machine scripts run.sh and ablate.sh (sourced; defines functions only).
+# A build folder is either a CMake build (bin/...) or tools/gpu/prepare-carry.sh's carry
+# (bins.tar.xz, gpu-libs.tar.xz).
+
+# Unpacks BUILD/bins.tar.xz into BUILD/bin unless BUILD/bin exists.
+bench_unpack_bins() {
+  local build=$1
+  if [ ! -d "$build/bin" ] && [ -f "$build/bins.tar.xz" ]; then
+    tar -xJf "$build/bins.tar.xz" -C "$build"
+  fi
+}
+
+# Puts the carried Debian libraries (BUILD/gpu-libs.tar.xz, unpacked into a temporary folder)
+# and the CUDA library folders on LD_LIBRARY_PATH.
+bench_library_path() {
+  local build=$1 libdir d
+  if [ -f "$build/gpu-libs.tar.xz" ]; then
+    libdir=$(mktemp -d)
+    tar -xJf "$build/gpu-libs.tar.xz" -C "$libdir" &&
+      export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+  done
+  return 0
+}
+
+# Generates the flash4 bench checkpoint (real shapes) at MODEL with BIN/make_bench_model unless
+# MODEL/config.json exists (a folder without it, e.g. an interrupted generation, is redone).
+# Returns make_bench_model's status.
+bench_ensure_model() {
+  local bin=$1 model=$2
+  [ -f "$model/config.json" ] && return 0
+  "$bin/make_bench_model" --out "$model" --layers-preset flash4 --scale real --threads "$(nproc)"
+}
