@@ -10,7 +10,7 @@
 #
 #   --build DIR    folder holding bin/gpu_model_bench (bins.tar.xz is unpacked if needed)
 #   --model DIR    a flash4 checkpoint (make_bench_model --layers-preset flash4 --scale real;
-#                  generated there, with bin/make_bench_model, unless DIR/config.json exists)
+#                  generated there with bin/make_bench_model unless complete: bench_env.sh)
 #   --out DIR      results (default $OUT, else ./ablate-out): ab-<group>-<rep>.txt ('+' in a
 #                  group name written as '_'), ablation.md
 #   --batches      decode batch sizes (context 4096)

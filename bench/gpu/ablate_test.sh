@@ -2,12 +2,14 @@
 # Self-test of ablate.sh with a stub gpu_model_bench (no GPU): the stub's step time depends on
 # DEEPINFER_CUDA_SKIP_KERNELS and on the round, so the table must show the medians and the
 # differences from the base runs, and a group whose runs print nothing must read "failed". The
-# model folder starts without config.json, so the stub make_bench_model must be run once.
+# model folder starts as an interrupted generation (config.json, no index), so it must be
+# removed and the stub make_bench_model run once.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/build/bin" "$TMP/model"
+echo '{}' > "$TMP/model/config.json"  # an interrupted generation: config.json, no index
 cat > "$TMP/build/bin/gpu_model_bench" <<'STUB'
 #!/usr/bin/env bash
 # Prints decode lines like gpu_model_bench: base 1.50 / 3.00 ms plus 0.02 x (call number mod 3),
@@ -27,9 +29,11 @@ STUB
 chmod +x "$TMP/build/bin/gpu_model_bench"
 cat > "$TMP/build/bin/make_bench_model" <<'STUB'
 #!/usr/bin/env bash
-# Writes OUT/config.json (--out OUT) and counts its calls next to itself.
+# Like make_bench_model: refuses a non-empty OUT (--out OUT), writes config.json first and the
+# index last; counts its calls next to itself.
 while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
-mkdir -p "$out" && echo '{}' > "$out/config.json"
+[ -d "$out" ] && [ -n "$(ls -A "$out")" ] && { echo "$out exists and is not empty"; exit 1; }
+mkdir -p "$out" && echo '{}' > "$out/config.json" && echo '{}' > "$out/model.safetensors.index.json"
 echo x >> "$(dirname "$0")/model-calls"
 STUB
 chmod +x "$TMP/build/bin/make_bench_model"
@@ -45,6 +49,7 @@ grep -qF '| base | 1.52 | 3.02 |' "$table" || fail "base row"
 grep -qF '| streams | 1.22 (-0.30) | 2.52 (-0.50) |' "$table" || fail "streams row"
 grep -qF '| broken | failed | failed |' "$table" || fail "failed row"
 grep -q 'broken (round 3): failed, see ab-broken-3.txt' "$TMP/log" || fail "progress line"
-[ -f "$TMP/model/config.json" ] && [ "$(wc -l < "$TMP/build/bin/model-calls")" = 1 ] ||
-  fail "the checkpoint was not generated exactly once"
+[ -f "$TMP/model/model.safetensors.index.json" ] &&
+  [ "$(wc -l < "$TMP/build/bin/model-calls")" = 1 ] ||
+  fail "the interrupted checkpoint was not redone exactly once"
 echo "ablate_test: ok"

@@ -27,10 +27,16 @@ bench_library_path() {
 }
 
 # Generates the flash4 bench checkpoint (real shapes) at MODEL with BIN/make_bench_model unless
-# MODEL/config.json exists (a folder without it, e.g. an interrupted generation, is redone).
-# Returns make_bench_model's status.
+# it is complete: make_bench_model writes config.json first and model.safetensors.index.json
+# last, so the index is the mark. An interrupted generation (config.json, no index) is removed
+# and redone; any other non-empty folder without the index is refused (make_bench_model does
+# not write into one). Returns make_bench_model's status.
 bench_ensure_model() {
   local bin=$1 model=$2
-  [ -f "$model/config.json" ] && return 0
+  [ -f "$model/model.safetensors.index.json" ] && return 0
+  if [ -f "$model/config.json" ]; then
+    echo "bench_ensure_model: $model is an interrupted generation (no index): redoing it" >&2
+    rm -rf "$model"
+  fi
   "$bin/make_bench_model" --out "$model" --layers-preset flash4 --scale real --threads "$(nproc)"
 }

@@ -10,8 +10,8 @@ Per SASS instruction: its share of the warp stall samples ("Warp Stall Sampling 
 its executions and excess shared-memory wavefronts. --top prints the instructions with the most
 samples; --phases prints the instruction stream cut at landmark instructions (barriers, MMAs,
 wgmma fences and waits, global / shared loads and stores, shuffles, SFU ops, branches) with the
-samples of each run summed, which shows a kernel's phases (staging, MMAs, softmax, ...) in
-order; --listing writes every instruction, one line each. Used for the issue 9 notes (run 157:
+samples of each run summed (ex= is the executions of the run's last instruction), which shows a
+kernel's phases (staging, MMAs, softmax, ...) in order; --listing writes every instruction, one line each. Used for the issue 9 notes (run 157:
 bench/gpu/results/2026-12-02-t/run157).
 """
 import argparse
@@ -36,8 +36,9 @@ def number(text):
 
 def read_instructions(text):
     """[(address, sass, samples, executed, excess wavefronts)] of the first kernel in the file
-    (log lines before the table are skipped)."""
-    start = text.find('"Address"')
+    (everything before its table's header line, which starts with "Address", is skipped)."""
+    match = re.search(r'^"Address",', text, re.MULTILINE)
+    start = match.start() if match else -1
     if start < 0:
         raise ValueError('no source table (a line starting with "Address") found')
     rows = list(csv.reader(io.StringIO(text[start:])))

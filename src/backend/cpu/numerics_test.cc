@@ -52,10 +52,10 @@ TEST(NumericsTest, Pow2CeilUsesFloatBits) {
 }
 
 TEST(NumericsTest, Fp8Pow2ScaleFloorsAndRoundsUp) {
-  EXPECT_EQ(Fp8Pow2Scale(448.0f), 1.0f);                    // 448 / 448 = 1 exactly
-  EXPECT_EQ(Fp8Pow2Scale(449.0f), 2.0f);                    // just above: the next power of two
-  EXPECT_EQ(Fp8Pow2Scale(0.0f), Pow2Ceil(1e-4f / 448.0f));  // the amax floor
-  EXPECT_EQ(Fp8Pow2Scale(1.0f), 1.0f / 256.0f);             // 1 / 448 rounds up to 2^-8
+  EXPECT_EQ(Fp8Pow2Scale(448.0f), 1.0f);         // 448 / 448 = 1 exactly
+  EXPECT_EQ(Fp8Pow2Scale(449.0f), 2.0f);         // just above: the next power of two
+  EXPECT_EQ(Fp8Pow2Scale(0.0f), 0x1p-22f);       // the amax floor: 1e-4 / 448 = 2.2e-7 -> 2^-22
+  EXPECT_EQ(Fp8Pow2Scale(1.0f), 1.0f / 256.0f);  // 1 / 448 rounds up to 2^-8
 }
 
 TEST(NumericsTest, FakeQuantFp8Block) {

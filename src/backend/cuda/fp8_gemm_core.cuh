@@ -284,7 +284,8 @@ __device__ __forceinline__ void StoreQuantizedBlock(float v, uint8_t* q_block, f
   if (lane == 0) *scale = s;
 }
 
-// Warps (one per 32-value block, grid-stride) of 256-thread blocks: a grid for n_blocks.
+// Warps (one per work item, grid-stride: a 32-value block, or a 128-value segment in the expert
+// path's quad kernels) of 256-thread blocks: a grid for n_blocks items.
 inline unsigned WarpPerBlockGrid(int64_t n_blocks) {
   const int64_t blocks = (n_blocks + 7) / 8;
   return static_cast<unsigned>(blocks < 132 * 16 ? (blocks < 1 ? 1 : blocks) : 132 * 16);

@@ -472,7 +472,8 @@ int64_t RoutedExpertsBf16ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I
 
 cudaError_t RoutedExpertsBf16(const RoutedExpertsLaunch& l, void* scratch, cudaStream_t stream) {
   if (l.T <= 0) return cudaSuccess;
-  if (!RoutedExpertsBf16Applicable(l.up_format, l.down_format, l.D, l.I, l.T, l.k, l.n_experts)) {
+  if (!RoutedExpertsBf16Applicable(l.up_format, l.down_format, l.D, l.I, l.T, l.k, l.n_experts) ||
+      !Aligned16(l.x)) {  // x: float4 loads (QuantizeRowsBf16Kernel)
     return cudaErrorInvalidValue;
   }
   const int bn = TokensPerItem(l.T, l.k, l.n_experts);

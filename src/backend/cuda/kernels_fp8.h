@@ -97,7 +97,8 @@ cudaError_t RoutedExpertsFp8(const RoutedExpertsLaunch& launch, void* scratch, c
 // in batch-invariant mode); deterministic, and independent of the other tokens' routing as
 // long as T stays on one side of the streaming threshold (ExpertsStreamMaxMeanPairs).
 // Applicable: w1/w3 and w2 MXFP4, D and I multiples of 128 and <= 8192, each expert's scale arrays
-// 4-byte aligned (the caller checks that), 1 <= k <= kMaxFusedExpertSlots.
+// 4-byte aligned (the caller checks that), 1 <= k <= kMaxFusedExpertSlots. RoutedExpertsBf16
+// itself also needs x 16-byte aligned (float4 loads; cudaErrorInvalidValue otherwise).
 bool RoutedExpertsBf16Applicable(model::WeightFormat up_format, model::WeightFormat down_format,
                                  int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts);
 
