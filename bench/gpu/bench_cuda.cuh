@@ -13,25 +13,34 @@
 #include <cstdlib>
 #include <vector>
 
-// Any CUDA / cuBLAS(Lt) error: "<program>: <call> failed: <reason> (file:line)", exit 1.
-#define CUDA_CHECK(expr)                                                   \
-  do {                                                                     \
-    const cudaError_t err_ = (expr);                                       \
-    if (err_ != cudaSuccess) {                                             \
-      std::fprintf(stderr, "%s: %s failed: %s (%s:%d)\n", kProgram, #expr, \
-                   cudaGetErrorString(err_), __FILE__, __LINE__);          \
-      std::exit(1);                                                        \
-    }                                                                      \
+namespace deepinfer::bench {
+
+// Prints "<program>: <call> failed: <reason> (file:line)" and exits 1 (the checks below).
+[[noreturn]] inline void DieOnFailure(const char* program, const char* call, const char* reason,
+                                      const char* file, int line) {
+  std::fprintf(stderr, "%s: %s failed: %s (%s:%d)\n", program, call, reason, file, line);
+  std::exit(1);
+}
+
+}  // namespace deepinfer::bench
+
+// Any CUDA / cuBLAS(Lt) error: DieOnFailure with the call's text and the library's reason.
+#define CUDA_CHECK(expr)                                                                    \
+  do {                                                                                      \
+    const cudaError_t err_ = (expr);                                                        \
+    if (err_ != cudaSuccess) {                                                              \
+      ::deepinfer::bench::DieOnFailure(kProgram, #expr, cudaGetErrorString(err_), __FILE__, \
+                                       __LINE__);                                           \
+    }                                                                                       \
   } while (0)
 
-#define CUBLAS_CHECK(expr)                                                 \
-  do {                                                                     \
-    const cublasStatus_t st_ = (expr);                                     \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                    \
-      std::fprintf(stderr, "%s: %s failed: %s (%s:%d)\n", kProgram, #expr, \
-                   cublasLtGetStatusString(st_), __FILE__, __LINE__);      \
-      std::exit(1);                                                        \
-    }                                                                      \
+#define CUBLAS_CHECK(expr)                                                                      \
+  do {                                                                                          \
+    const cublasStatus_t st_ = (expr);                                                          \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+      ::deepinfer::bench::DieOnFailure(kProgram, #expr, cublasLtGetStatusString(st_), __FILE__, \
+                                       __LINE__);                                               \
+    }                                                                                           \
   } while (0)
 
 namespace deepinfer::bench {

@@ -26,6 +26,9 @@ bench_library_path() {
   return 0
 }
 
+# Whether MODEL holds a complete generated checkpoint (bench_ensure_model's mark).
+bench_model_complete() { [ -f "$1/model.safetensors.index.json" ]; }
+
 # Generates the flash4 bench checkpoint (real shapes) at MODEL with BIN/make_bench_model unless
 # it is complete: make_bench_model writes config.json first and model.safetensors.index.json
 # last, so the index is the mark. An interrupted generation (config.json, no index) is removed
@@ -33,7 +36,7 @@ bench_library_path() {
 # not write into one). Returns make_bench_model's status.
 bench_ensure_model() {
   local bin=$1 model=$2
-  [ -f "$model/model.safetensors.index.json" ] && return 0
+  bench_model_complete "$model" && return 0
   if [ -f "$model/config.json" ]; then
     echo "bench_ensure_model: $model is an interrupted generation (no index): redoing it" >&2
     rm -rf "$model"

@@ -76,7 +76,7 @@ if want ceilings; then
   "$BIN/gpu_ceilings" --json "$RESULTS/ceilings.json" 2>&1 | tee -a "$LOG"
 fi
 
-if (want ours || want reference) && [ ! -f "$MODEL/model.safetensors.index.json" ]; then
+if (want ours || want reference) && ! bench_model_complete "$MODEL"; then
   step "checkpoint"
   time bench_ensure_model "$BIN" "$MODEL" 2>&1 | tee -a "$LOG"
   du -sh "$MODEL"

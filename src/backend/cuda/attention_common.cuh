@@ -152,6 +152,12 @@ __device__ __forceinline__ uint32_t Bf16Bits(float x, bool& inexact) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
+// Four floats as two bf16x2 words (Bf16Bits of each, the lower value in the low half).
+__device__ __forceinline__ uint2 Bf16x4Bits(float4 v, bool& inexact) {
+  return make_uint2(Bf16Bits(v.x, inexact) | (Bf16Bits(v.y, inexact) << 16),
+                    Bf16Bits(v.z, inexact) | (Bf16Bits(v.w, inexact) << 16));
+}
+
 // kv[r] = bf16(raw[r]) for the kRows rows of a chunk (raw fp32 [kRows][d], kv bf16 with
 // row stride rs), zero for rows with raw_valid[r] == 0; kv_valid = raw_valid. One warp per
 // row (rows warp, warp + warps, ..), lanes over 4-value quads: no index division. d is a
@@ -167,9 +173,7 @@ __device__ bool ConvertRowsToBf16(const float* raw, const int* raw_valid, int64_
     for (int c = 4 * lane; c < n; c += 128) {
       uint2 packed = make_uint2(0u, 0u);
       if (valid) {
-        const float4 v = *reinterpret_cast<const float4*>(raw + r * d + c);
-        packed.x = Bf16Bits(v.x, inexact) | (Bf16Bits(v.y, inexact) << 16);
-        packed.y = Bf16Bits(v.z, inexact) | (Bf16Bits(v.w, inexact) << 16);
+        packed = Bf16x4Bits(*reinterpret_cast<const float4*>(raw + r * d + c), inexact);
       }
       *reinterpret_cast<uint2*>(kv + r * rs + c) = packed;
     }

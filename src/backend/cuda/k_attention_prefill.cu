@@ -209,9 +209,7 @@ __device__ void ConvertOwnRows(const float* raw, uint32_t attended, int64_t d, u
     for (int64_t c = 4 * lane; c < d; c += 128) {
       uint2 packed = make_uint2(0u, 0u);
       if (valid) {
-        const float4 v = *reinterpret_cast<const float4*>(raw + r * d + c);
-        packed.x = attention::Bf16Bits(v.x, inexact) | (attention::Bf16Bits(v.y, inexact) << 16);
-        packed.y = attention::Bf16Bits(v.z, inexact) | (attention::Bf16Bits(v.w, inexact) << 16);
+        packed = attention::Bf16x4Bits(*reinterpret_cast<const float4*>(raw + r * d + c), inexact);
       }
       *reinterpret_cast<uint2*>(kv + r * rs + c) = packed;
     }

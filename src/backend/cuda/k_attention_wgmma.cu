@@ -44,11 +44,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/env_knob.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_prefill.h"
 #include "backend/cuda/launch_sink.h"
@@ -166,11 +165,8 @@ __device__ void ConvertChunk(char* smem, bool attended, uint32_t tile, bool& ine
   if ((low & 0xFFFFu) != 0) {  // rare: round every value of the share to nearest
 #pragma unroll 1
     for (int i = 0; i < kCopies; ++i) {
-      const float4 v = *reinterpret_cast<const float4*>(raw + i * kThreads * 16);
-      uint2 packed;
-      packed.x = attention::Bf16Bits(v.x, inexact) | (attention::Bf16Bits(v.y, inexact) << 16);
-      packed.y = attention::Bf16Bits(v.z, inexact) | (attention::Bf16Bits(v.w, inexact) << 16);
-      *reinterpret_cast<uint2*>(dst + i * 256) = packed;
+      *reinterpret_cast<uint2*>(dst + i * 256) =
+          attention::Bf16x4Bits(*reinterpret_cast<const float4*>(raw + i * kThreads * 16), inexact);
     }
   }
   wgmma::FenceProxyAsync();
@@ -183,20 +179,24 @@ __device__ void ConvertChunk(char* smem, bool attended, uint32_t tile, bool& ine
 __device__ void StageQ(const float* q, char* smem) {
   constexpr int kItems = kHeads * kD / 4, kPerThread = kItems / kThreads, kBatch = 16;
   static_assert(kPerThread % kBatch == 0, "whole batches");
+  // Item e: head h = 8 hb + hr, columns c = 4 cq ..; its q offset and its shared byte offset.
+  auto head_and_column = [](int e, int* h, int* c) {
+    const int hr = e & 7, cq = (e >> 3) % (kD / 4), hb = e / (8 * (kD / 4));
+    *h = 8 * hb + hr, *c = 4 * cq;
+  };
   for (int b = 0; b < kPerThread; b += kBatch) {
     float4 v[kBatch];  // all loads of a batch in flight before its stores
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
-      const int e = threadIdx.x + (b + k) * kThreads;
-      const int hr = e & 7, cq = (e >> 3) % (kD / 4), hb = e / (8 * (kD / 4));
-      v[k] = *reinterpret_cast<const float4*>(q + (8 * hb + hr) * kD + 4 * cq);
+      int h, c;
+      head_and_column(threadIdx.x + (b + k) * kThreads, &h, &c);
+      v[k] = *reinterpret_cast<const float4*>(q + h * kD + c);
     }
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
-      const int e = threadIdx.x + (b + k) * kThreads;
-      const int hr = e & 7, cq = (e >> 3) % (kD / 4), hb = e / (8 * (kD / 4));
-      const int c = 4 * cq;
-      const uint32_t off = (hb * kKBlocks + c / 8) * 128 + hr * 16 + (c % 8) * 2;
+      int h, c;
+      head_and_column(threadIdx.x + (b + k) * kThreads, &h, &c);
+      const uint32_t off = ((h / 8) * kKBlocks + c / 8) * 128 + (h % 8) * 16 + (c % 8) * 2;
       *reinterpret_cast<uint2*>(smem + off) =
           make_uint2(PackBf16(v[k].x, v[k].y), PackBf16(v[k].z, v[k].w));
     }
@@ -420,8 +420,7 @@ bool AttnPrefillUsesWgmma(const model::SparseAttentionArgs& args) {
   if (args.head_dim != kAttnPrefillWgmmaHeadDim || !Aligned16(args.q)) return false;
   const int forced = g_wgmma_override.load();
   if (forced > 0) return forced == 2;
-  const char* env = std::getenv(kAttnPrefillWgmmaEnv);
-  return env == nullptr || std::string_view(env) != "0";
+  return EnvIntOr(kAttnPrefillWgmmaEnv, 1, 0, 1) != 0;
 }
 
 cudaError_t SparseAttentionPrefillWgmma(const model::SparseAttentionArgs& args, int* error_word,
