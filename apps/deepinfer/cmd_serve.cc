@@ -166,6 +166,11 @@ int RunServe(int argc, char** argv) {
   app.add_flag("--fp8-activations", flags.backend_options.fp8_activations,
                "cuda: quantise GEMM activations to FP8 like DeepSeek's kernels (faster prefill; "
                "deviates slightly from the reference)");
+  app.add_option("--fp8-expert-copy-gib", flags.backend_options.fp8_expert_copy_gib,
+                 "cuda with --fp8-activations: GiB of FP8 copies of the MXFP4 experts kept for "
+                 "prefill (FP8 tensor-core expert GEMMs; twice the expert bytes again; for "
+                 "prefill servers)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--host", flags.host, "address to listen on")->capture_default_str();
   app.add_option("--port", flags.port, "port to listen on (0: any free port)")
       ->capture_default_str();

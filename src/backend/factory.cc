@@ -33,6 +33,9 @@ base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view n
     if (options.fp8_activations) {
       return base::InvalidArgumentError("FP8 activations need a CUDA backend, not cpu");
     }
+    if (options.fp8_expert_copy_gib > 0) {
+      return base::InvalidArgumentError("FP8 expert copies need a CUDA backend, not cpu");
+    }
     return std::unique_ptr<model::Backend>(new cpu::CpuBackend());
   }
   const int device = ParseCudaDevice(name);
@@ -48,6 +51,10 @@ base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view n
   DI_ASSIGN_OR_RETURN(auto backend, cuda::CudaBackend::Create(device));
   if (options.batch_invariant) backend->set_batch_invariant(true);
   if (options.fp8_activations) backend->set_fp8_activations(true);
+  if (options.fp8_expert_copy_gib >= 0) {
+    backend->set_experts_block128_copy_budget(
+        static_cast<size_t>(options.fp8_expert_copy_gib * double(size_t{1} << 30)));
+  }
   return std::unique_ptr<model::Backend>(std::move(backend));
 #else
   (void)options;

@@ -21,6 +21,10 @@ struct BackendOptions {
   // GEMM activations quantised to FP8 like DeepSeek's kernels (CUDA only; a documented
   // deviation from the goldens, model.md §2.8).
   bool fp8_activations = false;
+  // With fp8_activations: GiB of e4m3 block-128 copies of the MXFP4 experts that prefill may
+  // keep (the FP8 tensor-core expert GEMMs; twice the expert bytes again). Negative: the
+  // backend's default (CUDA: 0, or DEEPINFER_EXPERTS_FP8_COPY_GIB). Only cuda takes a value > 0.
+  double fp8_expert_copy_gib = -1.0;
 };
 
 // "cpu" -> the fp32 reference backend; "cuda" / "cuda:N" -> the Hopper backend on device N

@@ -45,6 +45,10 @@ TEST(BackendFactoryTest, CpuTakesBatchInvarianceButNotFp8Activations) {
   ASSERT_FALSE(fp8.ok());
   EXPECT_EQ(fp8.status().code(), base::StatusCode::kInvalidArgument);
   EXPECT_NE(fp8.status().ToString().find("FP8"), std::string::npos) << fp8.status();
+  auto copies = CreateBackend("cpu", {.fp8_expert_copy_gib = 8.0});
+  ASSERT_FALSE(copies.ok());
+  EXPECT_EQ(copies.status().code(), base::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CreateBackend("cpu", {.fp8_expert_copy_gib = 0.0}).ok());
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 
 #include "backend/cuda/device_arena.h"
 #include "backend/cuda/kernels_block128.h"
+#include "backend/cuda/kernels_moe_block128.h"
 #include "backend/cuda/kernels_stream.h"
 #include "backend/cuda/stream_tape.h"
 #include "backend/cuda/weight_cache.h"
@@ -214,6 +215,19 @@ class CudaBackend final : public model::Backend {
   // DEEPINFER_EXPERTS_BF16_MIN_TOKENS=<t> at creation, 0 = never).
   static constexpr int64_t kExpertsBf16MinTokens = 1;
   void set_experts_bf16_min_tokens(int64_t t) { experts_bf16_min_tokens_ = t; }
+  // FP8-activation mode, not batch-invariant: RoutedExperts at prefill sizes (more than
+  // kernels::ExpertsStreamMaxMeanPairs() pairs per expert on average) runs on FP8 tensor cores
+  // over e4m3 copies of the MXFP4 experts at 128 x 128 block scales (kernels_moe_block128.h:
+  // activations per 128 values, like the block-128 Linears), made on first use and kept next to
+  // the MXFP4 bytes (which decode keeps reading): twice the expert bytes again, so off by
+  // default (budget 0). At most `bytes` of such copies; a layer whose copies do not all fit
+  // keeps RoutedExpertsBf16. DEEPINFER_EXPERTS_FP8_COPY_GIB=<GiB> at creation (prefill servers:
+  // `deepinfer serve --fp8-expert-copy-gib`).
+  static constexpr size_t kExpertsBlock128CopyBudget = 0;
+  void set_experts_block128_copy_budget(size_t bytes) { experts_block128_copy_budget_ = bytes; }
+  size_t experts_block128_copy_bytes() const {
+    return weights_.copy_bytes(WeightCache::CopyKind::kExpertBlock128);
+  }
   // Batch-invariant mode (backend::BackendOptions): no kernel is chosen by token count. Linear
   // skips the one-row GEMV and runs the tensor-core path in slices of at most 64 tokens
   // (FP8-mode Linears keep kernels::LinearFp8), RoutedExperts the grouped kernels in slices of
@@ -533,15 +547,23 @@ class CudaBackend final : public model::Backend {
     model::WeightFormat down_format = model::WeightFormat::kMxFp4;
     int64_t D = 0, I = 0;
     bool scales_aligned4 = true;  // every scale pointer 4-byte aligned (the FP8 kernels)
+    // The block-128 copies' pointer table (ExpertBlock128TableFor), once made; refused: some
+    // copy could not be made (budget or memory), not asked again.
+    kernels::ExpertBlock128Pointers* block128 = nullptr;
+    bool block128_refused = false;
   };
-  const ExpertTable* ExpertTableFor(const model::RoutedExpertsArgs& args);
+  ExpertTable* ExpertTableFor(const model::RoutedExpertsArgs& args);
   // The kernels' view of a RoutedExperts call on a cached expert table.
   kernels::RoutedExpertsLaunch ExpertsLaunch(const model::RoutedExpertsArgs& args,
                                              const ExpertTable& table) const;
   // RoutedExperts in the FP8-activation mode (kernels::RoutedExpertsFp8, or
   // kernels::RoutedExpertsBf16 from experts_bf16_min_tokens_ tokens outside batch-invariant
   // mode).
-  void RoutedExpertsFp8(const model::RoutedExpertsArgs& args, const ExpertTable& table);
+  void RoutedExpertsFp8(const model::RoutedExpertsArgs& args, ExpertTable& table);
+  // The device table of block-128 copies of the call's experts (made on first use); null when
+  // they do not all fit (the table remembers that) or after a failure (recorded).
+  const kernels::ExpertBlock128Pointers* ExpertBlock128TableFor(
+      const model::RoutedExpertsArgs& args, ExpertTable& table);
   base::StatusOr<ExpertTable> BuildExpertTable(const model::RoutedExpertsArgs& args);
   void FreeExpertTables();
 
@@ -569,13 +591,14 @@ class CudaBackend final : public model::Backend {
   int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
   bool paged_indexer_ = true;
   bool linear_many_ = true;
-  int64_t linear_stream_max_tokens_ = 0;  // set in Init(); FP8 mode's LinearStream (0 = never)
-  int64_t fp8_bf16_copy_min_tokens_ = 0;  // set in Init(); kept bf16 weight copies (0 = never)
-  size_t fp8_bf16_copy_budget_ = 0;       // set in Init(); their device bytes at most
-  int64_t fp8_block128_min_tokens_ = 0;   // set in Init(); cuBLASLt block-128 FP8 (0 = never)
-  size_t fp8_block128_copy_budget_ = 0;   // set in Init(); its re-blocked copies' bytes at most
-  int64_t experts_bf16_min_tokens_ = 0;   // set in Init(); RoutedExpertsBf16 (0 = never)
-  bool batch_invariant_ = false;          // set in Init(); set_batch_invariant
+  int64_t linear_stream_max_tokens_ = 0;     // set in Init(); FP8 mode's LinearStream (0 = never)
+  int64_t fp8_bf16_copy_min_tokens_ = 0;     // set in Init(); kept bf16 weight copies (0 = never)
+  size_t fp8_bf16_copy_budget_ = 0;          // set in Init(); their device bytes at most
+  int64_t fp8_block128_min_tokens_ = 0;      // set in Init(); cuBLASLt block-128 FP8 (0 = never)
+  size_t fp8_block128_copy_budget_ = 0;      // set in Init(); its re-blocked copies' bytes at most
+  int64_t experts_bf16_min_tokens_ = 0;      // set in Init(); RoutedExpertsBf16 (0 = never)
+  size_t experts_block128_copy_budget_ = 0;  // set in Init(); expert block-128 copies (0 = off)
+  bool batch_invariant_ = false;             // set in Init(); set_batch_invariant
 
   // Set in Init(); SparseAttentionPrefill from this many tokens (FP8 mode; 0 = never).
   int64_t attention_prefill_min_tokens_ = kAttentionPrefillMinTokens;

@@ -9,7 +9,9 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_moe.h"
+#include "backend/cuda/kernels_moe_block128.h"
 #include "base/check.h"
+#include "base/logging.h"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -96,7 +98,10 @@ void CudaBackend::FreeExpertTables() {
   cudaSetDevice(device_);
   FlushTape();
   if (stream_) cudaStreamSynchronize(stream_);  // no kernel still reads a table
-  for (auto& [key, table] : expert_tables_) cudaFree(table.device);
+  for (auto& [key, table] : expert_tables_) {
+    cudaFree(table.device);
+    if (table.block128 != nullptr) cudaFree(table.block128);
+  }
   expert_tables_.clear();
 }
 
@@ -146,11 +151,11 @@ base::StatusOr<CudaBackend::ExpertTable> CudaBackend::BuildExpertTable(
   return table;
 }
 
-const CudaBackend::ExpertTable* CudaBackend::ExpertTableFor(const model::RoutedExpertsArgs& a) {
+CudaBackend::ExpertTable* CudaBackend::ExpertTableFor(const model::RoutedExpertsArgs& a) {
   const model::ExpertWeights& first = a.table[0];
   auto it = expert_tables_.find(a.table);
   if (it != expert_tables_.end()) {
-    const ExpertTable& t = it->second;
+    ExpertTable& t = it->second;
     if (t.n_experts == a.n_experts && t.first_w1 == first.w1.data &&
         t.last_w2 == a.table[a.n_experts - 1].w2.data && t.up_format == first.w1.format &&
         t.down_format == first.w2.format && t.I == first.w1.rows && t.D == first.w1.cols) {
@@ -160,6 +165,7 @@ const CudaBackend::ExpertTable* CudaBackend::ExpertTableFor(const model::RoutedE
     FlushTape();
     if (!Check(cudaStreamSynchronize(stream_), "RoutedExperts table refresh")) return nullptr;
     cudaFree(it->second.device);
+    if (it->second.block128 != nullptr) cudaFree(it->second.block128);
     expert_tables_.erase(it);
   }
   base::StatusOr<ExpertTable> built = BuildExpertTable(a);
@@ -194,7 +200,7 @@ void CudaBackend::RoutedExperts(const model::RoutedExpertsArgs& a) {
   if (fp8_activations_ &&
       kernels::RoutedExpertsFp8Applicable(first.w1.format, first.w2.format, a.D, first.w1.rows, a.T,
                                           a.k, a.n_experts)) {
-    const ExpertTable* table = ExpertTableFor(a);
+    ExpertTable* table = ExpertTableFor(a);
     if (table == nullptr) return;
     if (table->scales_aligned4 && table->D == a.D) return RoutedExpertsFp8(a, *table);
   }
@@ -247,8 +253,24 @@ kernels::RoutedExpertsLaunch CudaBackend::ExpertsLaunch(const model::RoutedExper
   return launch;
 }
 
-void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, const ExpertTable& table) {
+void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTable& table) {
   const kernels::RoutedExpertsLaunch launch = ExpertsLaunch(a, table);
+  if (!batch_invariant_ && experts_block128_copy_budget_ > 0 && !table.block128_refused &&
+      table.up_format == model::WeightFormat::kMxFp4 &&
+      table.down_format == model::WeightFormat::kMxFp4 &&
+      kernels::RoutedExpertsBlock128Applicable(a.D, table.I, a.T, a.k, a.n_experts) &&
+      kernels::Aligned16(a.x)) {
+    const kernels::ExpertBlock128Pointers* copies = ExpertBlock128TableFor(a, table);
+    if (!Usable()) return;
+    if (copies != nullptr) {
+      void* scratch = TempBytes(static_cast<size_t>(
+          kernels::RoutedExpertsBlock128ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts)));
+      if (scratch == nullptr) return;
+      Check(kernels::RoutedExpertsBlock128(launch, copies, scratch, stream_),
+            "RoutedExperts (block-128 FP8)");
+      return Done("RoutedExperts");
+    }
+  }
   if (!batch_invariant_ && experts_bf16_min_tokens_ > 0 && a.T >= experts_bf16_min_tokens_ &&
       kernels::RoutedExpertsBf16Applicable(table.up_format, table.down_format, a.D, table.I, a.T,
                                            a.k, a.n_experts)) {
@@ -263,6 +285,65 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, const Expe
   if (scratch == nullptr) return;
   Check(kernels::RoutedExpertsFp8(launch, scratch, stream_), "RoutedExperts (fp8)");
   Done("RoutedExperts");
+}
+
+const kernels::ExpertBlock128Pointers* CudaBackend::ExpertBlock128TableFor(
+    const model::RoutedExpertsArgs& a, ExpertTable& table) {
+  if (table.block128 != nullptr) return table.block128;
+  if (table.block128_refused) return nullptr;
+  std::vector<kernels::ExpertBlock128Pointers> host(static_cast<size_t>(a.n_experts));
+  for (int64_t e = 0; e < a.n_experts; ++e) {
+    const model::ExpertWeights& ew = a.table[e];
+    const model::WeightRef* refs[3] = {&ew.w1, &ew.w2, &ew.w3};
+    for (int m = 0; m < 3; ++m) {
+      base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(*refs[m]);
+      if (!dw.ok()) {
+        Fail(dw.status());
+        return nullptr;
+      }
+      const void* copy =
+          kernels::ExpertBlock128Convertible(*dw)
+              ? weights_.DerivedCopy(
+                    *dw, WeightCache::CopyKind::kExpertBlock128,
+                    static_cast<size_t>(kernels::Block128WeightBytes(dw->rows, dw->cols)),
+                    experts_block128_copy_budget_, kFp8Bf16CopyKeepFree,
+                    [this](const kernels::DeviceWeight& view, void* out) {
+                      return kernels::RequantMxFp4Block128(view, out, stream_);
+                    })
+              : nullptr;
+      if (copy == nullptr) {
+        // Copies made so far stay with their weights (the budget counts them); this layer
+        // keeps the MXFP4 paths.
+        LOG_WARN(
+            "RoutedExperts: no block-128 copy of {} (budget {:.1f} GiB, {:.1f} GiB made); "
+            "its layer keeps the MXFP4 kernels",
+            refs[m]->name, experts_block128_copy_budget_ / double(1 << 30),
+            experts_block128_copy_bytes() / double(1 << 30));
+        table.block128_refused = true;
+        return nullptr;
+      }
+      const kernels::Block128Weight view = kernels::Block128WeightAt(copy, dw->rows, dw->cols);
+      host[e].data[m] = view.data;
+      host[e].scale[m] = view.scale;
+    }
+  }
+  const size_t bytes = host.size() * sizeof(kernels::ExpertBlock128Pointers);
+  FlushTape();  // the upload below is enqueued directly (and waited for)
+  kernels::ExpertBlock128Pointers* device = nullptr;
+  cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&device), bytes);
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(device, host.data(), bytes, cudaMemcpyHostToDevice, stream_);
+  }
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);  // `host` dies here
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    if (device != nullptr) cudaFree(device);
+    Fail(base::ResourceExhaustedError(std::string("RoutedExperts: block-128 table upload: ") +
+                                      cudaGetErrorString(err)));
+    return nullptr;
+  }
+  table.block128 = device;
+  return device;
 }
 
 }  // namespace deepinfer::backend::cuda

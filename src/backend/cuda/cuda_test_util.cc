@@ -6,6 +6,9 @@
 #include <limits>
 #include <sstream>
 
+#include "backend/cpu/numerics.h"
+#include "base/check.h"
+
 namespace deepinfer::backend::cuda::testing {
 namespace {
 
@@ -289,9 +292,17 @@ std::vector<float> RoutedExpertsReference(cpu::CpuBackend& cpu,
                                           int64_t I, const std::vector<float>& x, int64_t T,
                                           const std::vector<int32_t>& ids,
                                           const std::vector<float>& weights, int64_t k, float limit,
-                                          bool fp8_activations) {
+                                          bool fp8_activations, int quant_block) {
+  CHECK(quant_block == 32 || quant_block == 128) << quant_block;
+  // Rows of n values (n % quant_block == 0) fake-quantised per quant_block values.
+  auto quantise = [&](float* rows, int64_t n_rows, int64_t n) {
+    if (quant_block == 32)
+      return cpu.FakeQuant(rows, n_rows, n, n, model::FakeQuantKind::kFp8Block32Pow2);
+    for (int64_t b = 0; b < n_rows * n; b += quant_block)
+      cpu::FakeQuantFp8Pow2Block(rows + b, quant_block);
+  };
   std::vector<float> in = x;
-  if (fp8_activations) cpu.FakeQuant(in.data(), T, D, D, model::FakeQuantKind::kFp8Block32Pow2);
+  if (fp8_activations) quantise(in.data(), T, D);
   std::vector<float> y(T * D, 0.0f), gate(I), up(I), h(I), out(D);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < k; ++i) {
@@ -299,7 +310,7 @@ std::vector<float> RoutedExpertsReference(cpu::CpuBackend& cpu,
       cpu.Linear(in.data() + t * D, 1, D, e.w1, 0, I, gate.data(), I, false);
       cpu.Linear(in.data() + t * D, 1, D, e.w3, 0, I, up.data(), I, false);
       cpu.SwiGlu(gate.data(), up.data(), 1, I, limit, &weights[t * k + i], h.data());
-      if (fp8_activations) cpu.FakeQuant(h.data(), 1, I, I, model::FakeQuantKind::kFp8Block32Pow2);
+      if (fp8_activations) quantise(h.data(), 1, I);
       cpu.Linear(h.data(), 1, I, e.w2, 0, D, out.data(), D, false);
       for (int64_t d = 0; d < D; ++d) y[t * D + d] += out[d];
     }

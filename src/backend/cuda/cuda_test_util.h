@@ -89,14 +89,15 @@ float MaxAbs(const std::vector<float>& v);
 
 // The CPU reference of RoutedExperts, per token t and slot i in order:
 // y[t] += Linear(w2, SwiGlu(Linear(w1, x_t), Linear(w3, x_t)) * weights[t, i]). With
-// fp8_activations, x_t and the SwiGLU output are fake-quantised (kFp8Block32Pow2) first, as
-// the CUDA FP8-activation mode quantises its GEMM inputs.
+// fp8_activations, x_t and the SwiGLU output are fake-quantised (kFp8Block32Pow2's formula per
+// quant_block values: 32, or 128 for the block-128 paths) first, as the CUDA FP8-activation
+// mode quantises its GEMM inputs.
 std::vector<float> RoutedExpertsReference(cpu::CpuBackend& cpu,
                                           const std::vector<model::ExpertWeights>& table, int64_t D,
                                           int64_t I, const std::vector<float>& x, int64_t T,
                                           const std::vector<int32_t>& ids,
                                           const std::vector<float>& weights, int64_t k, float limit,
-                                          bool fp8_activations);
+                                          bool fp8_activations, int quant_block = 32);
 
 // Sets (value non-null) or unsets an environment variable for its lifetime (restores the
 // previous value).

@@ -40,8 +40,9 @@ class WeightCache {
   // Derived device copies of an uploaded weight, made on first request and freed with it: the
   // bf16 [rows, cols] copy (exact, cuBLAS bf16 GEMMs) and the FP8 copy re-blocked to 128 x 128
   // scales (kernels_block128.h, cuBLASLt's block-scaled FP8 GEMM).
-  enum class CopyKind { kBf16 = 0, kFp8Block128 = 1 };
-  static constexpr int kCopyKinds = static_cast<int>(CopyKind::kFp8Block128) + 1;
+  // kExpertBlock128: an MXFP4 expert matrix as e4m3 at 128 x 128 scales (kernels_moe_block128.h).
+  enum class CopyKind { kBf16 = 0, kFp8Block128 = 1, kExpertBlock128 = 2 };
+  static constexpr int kCopyKinds = static_cast<int>(CopyKind::kExpertBlock128) + 1;
   // The `kind` copy (`bytes` long) of the uploaded weight whose device view is `view` (the view
   // Get returned), made on the first request by make(view, out), which enqueues the work that
   // fills the fresh device buffer `out` (in stream order before any use of the copy). nullptr

@@ -1,0 +1,246 @@
+// The routed experts on FP8 tensor cores over block-128 expert copies (kernels_moe_block128.h):
+// the MXFP4 -> e4m3 re-blocking against its CPU values (bitwise), and CudaBackend::RoutedExperts
+// with a copy budget against a per-token CPU reference that quantises x and h per 128 values;
+// the budget's edges (none, too small) keep the bf16 path.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/numerics.h"
+#include "backend/cuda/cuda_fp8_test_util.h"
+#include "backend/cuda/kernels_block128.h"
+#include "backend/cuda/kernels_moe_block128.h"
+
+namespace deepinfer::backend::cuda::testing {
+namespace {
+
+constexpr int64_t kB = kernels::kBlock128;
+constexpr size_t kBudget = size_t{1} << 30;
+
+// The value of element (r, c) of an MXFP4 weight [rows, cols] (nibble c % 2 of byte c / 2).
+float Mxfp4Value(const HostWeight& w, int64_t r, int64_t c) {
+  const int64_t cols = w.device.cols;
+  const uint8_t byte = w.data[(r * cols + c) / 2];
+  const uint8_t nibble = c % 2 == 0 ? byte & 0xF : byte >> 4;
+  return cpu::E2m1ToF32(nibble) * cpu::E8m0ToF32(w.scale[r * (cols / 32) + c / 32]);
+}
+
+class CudaMoeBlock128Test : public CudaFp8Test {
+ protected:
+  void SetUp() override {
+    CudaFp8Test::SetUp();
+    if (gpu_ == nullptr) return;
+    EnableManyTokenPaths(kBudget);
+  }
+  void TearDown() override {
+    if (gpu_ != nullptr) gpu_->set_experts_block128_copy_budget(0);
+    CudaFp8Test::TearDown();
+  }
+
+  // Checks RequantMxFp4Block128 of w: every copied value times its block scale equals the CPU's
+  // e4m3 rounding of value / scale times scale (bitwise), the scale is 2^(largest ue8m0 byte of
+  // the block - 133); with `exact`, it equals the MXFP4 value itself.
+  void ExpectRequant(const HostWeight& w, bool exact) {
+    const int64_t rows = w.device.rows, cols = w.device.cols;
+    ASSERT_TRUE(kernels::ExpertBlock128Convertible(w.device));
+    uint8_t* buffer = PoisonedBytes(kernels::Block128WeightBytes(rows, cols));
+    ASSERT_EQ(kernels::RequantMxFp4Block128(w.device, buffer, gpu_->stream()), cudaSuccess);
+    const kernels::Block128Weight view = kernels::Block128WeightAt(buffer, rows, cols);
+    const std::vector<uint8_t> data = BytesFromGpu(view.data, rows * cols);
+    const std::vector<float> scale = FromGpu(view.scale, rows / kB * view.scale_ld);
+    int64_t mismatches = 0, inexact = 0;
+    for (int64_t rb = 0; rb < rows / kB; ++rb) {
+      for (int64_t kb = 0; kb < cols / kB; ++kb) {
+        int s_max = 0;
+        for (int64_t r = rb * kB; r < rb * kB + kB; ++r) {
+          for (int64_t c = kb * kB; c < kb * kB + kB; c += 32) {
+            s_max = std::max<int>(s_max, w.scale[r * (cols / 32) + c / 32]);
+          }
+        }
+        const float block_scale = std::ldexp(1.0f, s_max - 133);
+        ASSERT_EQ(scale[rb * view.scale_ld + kb], block_scale) << rb << " " << kb;
+        for (int64_t r = rb * kB; r < rb * kB + kB; ++r) {
+          for (int64_t c = kb * kB; c < kb * kB + kB; ++c) {
+            const float value = Mxfp4Value(w, r, c);
+            const float got =
+                cpu::E4m3ToF32(data[kernels::ExpertBlock128ByteOffset(r, c, cols)]) * block_scale;
+            mismatches += got != cpu::RoundToE4m3(value / block_scale) * block_scale;
+            inexact += got != value;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+    if (exact) {
+      EXPECT_EQ(inexact, 0);
+    } else {
+      EXPECT_GT(inexact, 0) << "the wide scale range should need rounding somewhere";
+    }
+  }
+
+  // RoutedExperts through the backend (FP8 mode, not batch-invariant) with a block-128 copy
+  // budget of `budget` bytes.
+  std::vector<float> RunGpu(const Experts& ex, const std::vector<float>& x, int64_t T,
+                            const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                            int64_t k, size_t budget) {
+    gpu_->set_experts_block128_copy_budget(budget);
+    model::RoutedExpertsArgs a;
+    a.x = ToGpu(x), a.T = T, a.D = ex.D, a.experts = ToGpu(ids), a.weights = ToGpu(weights);
+    a.k = k, a.table = ex.table.data(), a.n_experts = static_cast<int64_t>(ex.table.size());
+    a.swiglu_limit = 7.0f;
+    a.y = PoisonedFloats(T * ex.D);
+    gpu_->RoutedExperts(a);
+    EXPECT_TRUE(gpu_->Synchronize().ok());
+    return FromGpu(a.y, T * ex.D);
+  }
+
+  std::vector<float> Reference(const Experts& ex, const std::vector<float>& x, int64_t T,
+                               const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                               int64_t k, int quant_block) {
+    return RoutedExpertsReference(cpu_, ex.table, ex.D, ex.I, x, T, ids, weights, k, 7.0f,
+                                  /*fp8_activations=*/true, quant_block);
+  }
+
+  // Block-128 copy bytes of an expert table of n distinct experts.
+  static int64_t CopyBytes(const Experts& ex, int64_t n) {
+    return n * (2 * kernels::Block128WeightBytes(ex.I, ex.D) +
+                kernels::Block128WeightBytes(ex.D, ex.I));
+  }
+};
+
+TEST_F(CudaMoeBlock128Test, RequantMatchesCpu) {
+  // Scales within 14 octaves of the block's largest: exact. 30 octaves apart: rounded.
+  ExpectRequant(MakeWeight(WeightFormat::kMxFp4, 256, 384, 118, 124), /*exact=*/true);
+  ExpectRequant(MakeWeight(WeightFormat::kMxFp4, 128, 256, 100, 130), /*exact=*/false);
+  const HostWeight odd = MakeWeight(WeightFormat::kMxFp4, 64, 256);
+  uint8_t* buffer = PoisonedBytes(kernels::Block128WeightBytes(64, 256));
+  EXPECT_FALSE(kernels::ExpertBlock128Convertible(odd.device));
+  EXPECT_EQ(kernels::RequantMxFp4Block128(odd.device, buffer, gpu_->stream()),
+            cudaErrorInvalidValue);
+}
+
+// Mean pairs per expert 15 (T 40), 38, 113 and 263 (several items for most experts), with
+// items of 64 (the default), 96 and 128 pairs, against the per-128 reference; the copies were
+// made (their bytes counted) and the results differ from the bf16 path's (budget 0), which
+// matches the per-32 reference.
+TEST_F(CudaMoeBlock128Test, MatchesBlock128Reference) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t k = 6;
+  struct Case {
+    int64_t T;
+    const char* item_pairs;  // DEEPINFER_EXPERTS_BLOCK128_ITEM_PAIRS
+    int width;
+  };
+  for (const Case c : {Case{40, nullptr, 64}, Case{100, "96", 96}, Case{300, nullptr, 64},
+                       Case{300, "128", 128}, Case{700, nullptr, 64}}) {
+    const int64_t T = c.T;
+    SCOPED_TRACE(::testing::Message() << "T " << T << " items of " << c.width);
+    const ScopedEnv width("DEEPINFER_EXPERTS_BLOCK128_ITEM_PAIRS", c.item_pairs);
+    ASSERT_EQ(kernels::RoutedExpertsBlock128ItemPairs(T, k, 16), c.width);
+    ASSERT_TRUE(kernels::RoutedExpertsBlock128Applicable(ex.D, ex.I, T, k, 16));
+    const std::vector<float> x = Normal(T * ex.D, 4.0f);
+    const std::vector<int32_t> ids = Route(T, k, 16);
+    const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+    const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
+    const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, kBudget);
+    EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
+    EXPECT_TRUE(AllClose(got, expected, 2e-2, 2e-2 * MaxAbs(expected)));
+    EXPECT_EQ(static_cast<int64_t>(gpu_->experts_block128_copy_bytes()), CopyBytes(ex, 16));
+    const std::vector<float> bf16 = RunGpu(ex, x, T, ids, weights, k, 0);
+    EXPECT_FALSE(BitExact(bf16, got));
+    EXPECT_TRUE(RelL2Close(bf16, Reference(ex, x, T, ids, weights, k, 32), 5e-3));
+  }
+  // Below the mean-pairs threshold (decode sizes) the path does not apply.
+  EXPECT_FALSE(kernels::RoutedExpertsBlock128Applicable(ex.D, ex.I, 32, k, 16));
+}
+
+// A token routed to an id outside [0, n_experts) gets a NaN row; the others are unaffected.
+TEST_F(CudaMoeBlock128Test, OutOfRangeIdGivesNaNRow) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t T = 64, k = 6;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const std::vector<float> clean = RunGpu(ex, x, T, ids, weights, k, kBudget);
+  ids[5 * k + 2] = 99;
+  gpu_->set_experts_block128_copy_budget(kBudget);
+  model::RoutedExpertsArgs a;
+  a.x = ToGpu(x), a.T = T, a.D = ex.D, a.experts = ToGpu(ids), a.weights = ToGpu(weights);
+  a.k = k, a.table = ex.table.data(), a.n_experts = 16, a.swiglu_limit = 7.0f;
+  a.y = PoisonedFloats(T * ex.D);
+  gpu_->RoutedExperts(a);
+  // (FromGpu would check the backend's status first.)
+  std::vector<float> got(T * ex.D);
+  ASSERT_EQ(cudaMemcpy(got.data(), a.y, got.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  const base::Status s = gpu_->Synchronize();  // the error word reports the id
+  EXPECT_EQ(s.code(), base::StatusCode::kInvalidArgument) << s;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t d = 0; d < ex.D; ++d) {
+      const float v = got[t * ex.D + d];
+      if (t == 5) {
+        ASSERT_TRUE(std::isnan(v)) << d;
+      } else {
+        ASSERT_EQ(v, clean[t * ex.D + d]) << t << " " << d;
+      }
+    }
+  }
+  gpu_.reset();  // skip TearDown's status check: this backend failed on purpose
+}
+
+// A budget too small for the layer's copies: the bf16 path runs (bitwise the budget-0 result)
+// and asks for no further copies.
+TEST_F(CudaMoeBlock128Test, SmallBudgetKeepsBf16Path) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t T = 200, k = 6;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const std::vector<float> bf16 = RunGpu(ex, x, T, ids, weights, k, 0);
+  const size_t small = static_cast<size_t>(CopyBytes(ex, 3));
+  EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, small), bf16));
+  EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, small), bf16));
+  EXPECT_LE(gpu_->experts_block128_copy_bytes(), small);
+}
+
+// The direct entry refuses what it cannot run: no copy table, decode sizes, unaligned x, shapes
+// that are not multiples of 128.
+TEST_F(CudaMoeBlock128Test, DirectEntryChecksArguments) {
+  kernels::RoutedExpertsLaunch l;
+  l.n_experts = 16, l.D = 256, l.I = 384, l.T = 300, l.k = 6;
+  l.x = PoisonedFloats(l.T * l.D + 1);
+  auto* table = reinterpret_cast<const kernels::ExpertBlock128Pointers*>(
+      PoisonedBytes(16 * static_cast<int64_t>(sizeof(kernels::ExpertBlock128Pointers))));
+  void* scratch = PoisonedBytes(16);
+  EXPECT_EQ(kernels::RoutedExpertsBlock128(l, nullptr, scratch, gpu_->stream()),
+            cudaErrorInvalidValue);
+  kernels::RoutedExpertsLaunch small = l;
+  small.T = 32;  // 12 pairs per expert: the streaming kernels' side
+  EXPECT_EQ(kernels::RoutedExpertsBlock128(small, table, scratch, gpu_->stream()),
+            cudaErrorInvalidValue);
+  kernels::RoutedExpertsLaunch unaligned = l;
+  unaligned.x = l.x + 1;
+  EXPECT_EQ(kernels::RoutedExpertsBlock128(unaligned, table, scratch, gpu_->stream()),
+            cudaErrorInvalidValue);
+  EXPECT_FALSE(kernels::RoutedExpertsBlock128Applicable(256, 320, 300, 6, 16));
+  EXPECT_FALSE(kernels::RoutedExpertsBlock128Applicable(192, 384, 300, 6, 16));
+  EXPECT_FALSE(kernels::RoutedExpertsBlock128Applicable(256, 384, 300, 65, 16));
+  EXPECT_TRUE(kernels::RoutedExpertsBlock128Applicable(256, 384, 300, 6, 16));
+}
+
+TEST_F(CudaMoeBlock128Test, RealV41Shape) {
+  if (SmallOnly()) GTEST_SKIP() << "DEEPINFER_CUDA_TEST_SMALL";
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 5120, 2304);
+  const int64_t T = 40, k = 6;  // 15 pairs per expert
+  const std::vector<float> x = Normal(T * ex.D);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 0.5f);
+  const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
+  EXPECT_TRUE(RelL2Close(RunGpu(ex, x, T, ids, weights, k, size_t{4} << 30), expected, 5e-3));
+}
+
+}  // namespace
+}  // namespace deepinfer::backend::cuda::testing

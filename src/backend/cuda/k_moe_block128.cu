@@ -1,0 +1,478 @@
+// Routed experts for prefill on FP8 tensor cores over block-128 e4m3 copies of the experts
+// (kernels_moe_block128.h, which states the numerics).
+//
+// Why. The bf16 path (k_moe_bf16.cu / k_moe_rs.cu) dequantises MXFP4 into bf16 wgmma operands:
+// ~210 TFLOP/s at the V4.1 shape, half of it the dequantisation's issue, and a ceiling of the
+// bf16 rate. Here both operands are e4m3 already in memory: the GEMM is cp.async copies and
+// wgmma m64nBNk32 from shared memory, with one fp32 promotion per 128 values of K.
+//
+// GEMM structure (ExpertGemmBlock128Kernel). Grid: (weight rows / 128) x work items (the
+// grouping of moe_groups.cuh: up to BN pairs of one expert). A block (2 warpgroups) owns 128
+// weight rows -- one row block of the copy's scales, in one matrix (w1, w3 or w2) -- times one
+// item, all of K in 128-value stages through a ring of kStages slots: the weight tile (128 rows x
+// 128 bytes), the item's activation rows (BN x 128 bytes, gathered by token), both in the
+// no-swizzle core-matrix layout (wgmma_fp8.cuh), and the BN token scales of the stage. Per stage
+// each warpgroup runs four SS wgmma m64nBNk32 into a partial accumulator (the first overwrites
+// it), waits for them, and adds partial * (weight block scale * token scale) into its fp32
+// accumulator (one FMA per output). One __syncthreads per stage; the copies of stage i + kStages
+// - 1 are issued right after it, into the slot stage i - 1 used.
+//
+// Roofline at the V4.1 shape (T = 4096, k = 6, 384 experts of [2304, 5120] x 3): 1.74 TFLOP per
+// layer (1.2 ms at the measured ~1,420 TFLOP/s FP8 rate); the copies are 13.6 GB per layer, read
+// at least once per layer (~3 ms at 4.5 TB/s): at 4k the path is bound by the weight bytes, from
+// ~16k tokens by the tensor cores.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/bulk_copy.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/env_knob.h"
+#include "backend/cuda/fp8_gemm_core.cuh"
+#include "backend/cuda/kernels_fp8.h"
+#include "backend/cuda/kernels_moe.h"
+#include "backend/cuda/kernels_moe_block128.h"
+#include "backend/cuda/launch_sink.h"
+#include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/moe_groups.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/wgmma_fp8.cuh"
+
+namespace deepinfer::backend::cuda::kernels {
+namespace {
+
+using moe_groups::Item;
+using moe_groups::MaxItems;
+
+constexpr int kThreads = 256;      // quantisation / SwiGLU / re-blocking kernels
+constexpr int kBM = 128;           // weight rows per block (one scale row block)
+constexpr int kBK = 128;           // K values per stage (one scale block)
+constexpr int kChunks = kBK / 16;  // 16-byte chunks per tile row
+constexpr int kWTileBytes = kBM * kBK;
+
+// Byte offset of the 16-byte chunk (row r, chunk c) of a tile in the no-swizzle core-matrix
+// layout: core matrix (r / 8, c) at (r / 8 * kChunks + c) * 128, its row r % 8 at + (r % 8) * 16.
+// A wgmma k32 step s reads chunks 2 s and 2 s + 1: LBO 128, SBO kChunks * 128.
+__host__ __device__ constexpr uint32_t TileOffset(int r, int c) {
+  return static_cast<uint32_t>(((r / 8) * kChunks + c) * 128 + (r % 8) * 16);
+}
+
+template <int kBN>
+struct Shape {
+  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "wgmma m64nBNk32 shapes instantiated");
+  static constexpr int kXTileBytes = kBN * kBK;
+  // One packed activation stage (PackItemsKernel): the X tile, then the BN fp32 token scales.
+  static constexpr int kPackStageBytes = kXTileBytes + kBN * 4;
+  static constexpr int kScaleOffset = kWTileBytes + kXTileBytes;  // in a ring slot
+  static constexpr int kStageBytes = kWTileBytes + kPackStageBytes;
+  // Ring depth: 5 slots; 4 at BN 64, whose ~99 KiB and <= 112 registers let two blocks share an
+  // SM.
+  static constexpr int kStages = kBN == 64 ? 4 : 5;
+  static constexpr int kMinBlocks = kBN == 64 ? 2 : 1;
+  // The ring, then the full and empty barriers of its slots.
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8;
+};
+
+constexpr int kConsumerWarps = 8;                        // 2 warpgroups
+constexpr int kGemmThreads = 32 * (kConsumerWarps + 1);  // + the producer warp
+constexpr int kPackThreads = 256;
+
+// One GEMM launch: out[pair, v] = sum over K blocks kb of wscale(v, kb) * ascale(row, kb) *
+// sum_{k in kb} act[row, k] * W[v, k], for the rows v of [w1; w3] (up: act = the quantised x,
+// row = pair / k, out = gu [P, 2I]) or of w2 (down: act = the quantised h, row = pair, out [P, D]);
+// the activations and scales come packed per item (PackItemsKernel).
+struct GemmArgs {
+  const ExpertBlock128Pointers* table;
+  bool up;
+  int64_t D, I;
+  int64_t w_scale_ld;     // Block128ScaleLd(K / 128) of the copies' scales
+  const uint8_t* packed;  // [max_items][K / 128] packed stages
+  const int32_t* order;
+  const Item* items;
+  const int32_t* n_items;
+  float* out;  // [P, n_rows]
+};
+
+// The packed stages of every item: stage st of item i (at (i * n_stages + st) * kPackStageBytes)
+// holds its tokens' 128 values st * 128 .. in the no-swizzle core-matrix tile layout (token n =
+// tile row n; rows from the item's count on are zeros), then their scales (zeros past count), so
+// that the GEMM's producer brings each stage in with one bulk copy. Grid (n_stages, max_items);
+// act row of token n = order[start + n] / act_div.
+template <int kBN>
+__global__ void __launch_bounds__(kPackThreads)
+    PackItemsKernel(const uint8_t* act, const float* act_scale, int64_t scale_ld, int64_t K,
+                    int64_t act_div, const int32_t* order, const Item* items,
+                    const int32_t* n_items, uint8_t* packed) {
+  pdl::WaitThenAllowNext();
+  using S = Shape<kBN>;
+  if (static_cast<int32_t>(blockIdx.y) >= *n_items) return;
+  const Item item = items[blockIdx.y];
+  const int st = blockIdx.x;
+  const int64_t n_stages = K / kBK;
+  uint8_t* dst = packed + (int64_t{blockIdx.y} * n_stages + st) * S::kPackStageBytes;
+  for (int c = threadIdx.x; c < kBN * kChunks; c += kPackThreads) {
+    const int n = c / kChunks, q = c % kChunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (n < item.count) {
+      const int64_t row = order[item.start + n] / act_div;
+      v = *reinterpret_cast<const uint4*>(act + row * K + st * kBK + q * 16);
+    }
+    *reinterpret_cast<uint4*>(dst + TileOffset(n, q)) = v;
+  }
+  for (int n = threadIdx.x; n < kBN; n += kPackThreads) {
+    const float sc =
+        n < item.count ? act_scale[st * scale_ld + order[item.start + n] / act_div] : 0.0f;
+    reinterpret_cast<float*>(dst + S::kXTileBytes)[n] = sc;
+  }
+}
+
+// Grid (weight rows / 128, max_items): 2 consumer warpgroups (weight rows 64 wg .. + 63 of the
+// block's 128) and one producer warp. The producer's lane 0 fills ring slot st % kStages with
+// stage st -- the weight tile (16 KiB) and the item's packed stage, two bulk copies completing
+// on the slot's full barrier -- once the consumers have released the slot (its empty barrier,
+// one arrival per consumer warp). A consumer warpgroup waits for the full barrier, runs four SS
+// wgmma m64nBNk32 into `part` (the first overwrites it), waits for them and promotes part *
+// weight block scale * token scale into acc, then releases the slot. The two warpgroups drift
+// apart freely: one's promotion overlaps the other's MMAs.
+template <int kBN>
+__global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
+    ExpertGemmBlock128Kernel(GemmArgs a) {
+  pdl::WaitThenAllowNext();
+  using S = Shape<kBN>;
+  extern __shared__ __align__(128) char smem[];
+  if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
+  const Item item = a.items[blockIdx.y];
+  const ExpertBlock128Pointers& ep = a.table[item.expert];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t n_rows = a.up ? 2 * a.I : a.D, K = a.up ? a.D : a.I;
+  const int n_stages = static_cast<int>(K / kBK);
+  const int64_t v0 = int64_t{blockIdx.x} * kBM;
+  // The block's 128 rows lie in one matrix (I % 128 == 0): up: w1 below I, w3 from I; down: w2.
+  const bool second = a.up && v0 >= a.I;
+  const int m = a.up ? (second ? 2 : 0) : 1;
+  const int64_t row0 = second ? v0 - a.I : v0;
+  const unsigned smem_base = mma::SharedAddress(smem);
+  const unsigned bars = smem_base + S::kStages * S::kStageBytes;
+  auto full = [&](int slot) { return bars + 8u * static_cast<unsigned>(slot); };
+  auto empty = [&](int slot) { return bars + 8u * static_cast<unsigned>(S::kStages + slot); };
+  if (tid == 0) {
+    for (int slot = 0; slot < S::kStages; ++slot) {
+      bulk::BarrierInit(full(slot), 1);
+      bulk::BarrierInit(empty(slot), kConsumerWarps);
+    }
+    bulk::FenceBarrierInit();
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {  // the producer
+    if (lane != 0) return;
+    // The row block's tiles, K block after K block (16 KiB each, already in the smem layout).
+    const uint8_t* w = ep.data[m] + (row0 / kBM) * (K / kBK) * kWTileBytes;
+    const uint8_t* xp = a.packed + int64_t{blockIdx.y} * n_stages * S::kPackStageBytes;
+    for (int st = 0; st < n_stages; ++st) {
+      const int slot = st % S::kStages;
+      if (st >= S::kStages) bulk::WaitPhase(empty(slot), ((st / S::kStages) - 1) & 1);
+      const unsigned dst = smem_base + slot * S::kStageBytes;
+      bulk::ArriveExpectTx(full(slot), kWTileBytes + S::kPackStageBytes);
+      bulk::BulkCopy(dst, w + int64_t{st} * kWTileBytes, kWTileBytes, full(slot));
+      bulk::BulkCopy(dst + kWTileBytes, xp + int64_t{st} * S::kPackStageBytes, S::kPackStageBytes,
+                     full(slot));
+    }
+    return;
+  }
+
+  const float* w_scale = ep.scale[m] + (row0 / kBM) * a.w_scale_ld;
+  const int wg = tid / 128, t4 = tid % 4;
+  float acc[kBN / 2], part[kBN / 2];
+#pragma unroll
+  for (int e = 0; e < kBN / 2; ++e) acc[e] = 0.0f;
+  for (int i = 0; i < n_stages; ++i) {
+    const int slot = i % S::kStages;
+    const unsigned base = smem_base + slot * S::kStageBytes;
+    bulk::WaitPhase(full(slot), (i / S::kStages) & 1);
+    wgmma::FenceOperands(part);
+    wgmma::Fence();
+#pragma unroll
+    for (int ks = 0; ks < kBK / 32; ++ks) {
+      const uint64_t da = wgmma::Descriptor(base + TileOffset(64 * wg, 2 * ks), 128, kChunks * 128);
+      const uint64_t db =
+          wgmma::Descriptor(base + kWTileBytes + TileOffset(0, 2 * ks), 128, kChunks * 128);
+      wgmma::WgmmaE4m3<kBN>(part, da, db, ks > 0 ? 1 : 0);
+    }
+    wgmma::CommitGroup();
+    const float ws = __ldg(w_scale + i);
+    wgmma::WaitGroup<0>();
+    wgmma::FenceOperands(part);
+    const float* xs =
+        reinterpret_cast<const float*>(smem + slot * S::kStageBytes + S::kScaleOffset);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const float2 sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t4);
+      const float s0 = ws * sc.x, s1 = ws * sc.y;
+      acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(part[4 * j + 1], s1, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(part[4 * j + 2], s0, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+    }
+    __syncwarp();
+    if (lane == 0) bulk::Arrive(empty(slot));  // this warp no longer reads the slot
+  }
+  // Accumulator element 4 j + e: block row 64 wg + 16 (warp % 4) + g (+ 8 for e >= 2), token
+  // 8 j + 2 t4 (+ 1 for odd e); out[pair, v0 + row].
+  const int32_t* act_rows = a.order + item.start;
+  const int g = lane / 4;
+#pragma unroll
+  for (int e = 0; e < kBN / 2; ++e) {
+    const int64_t v = v0 + 64 * wg + 16 * (warp % 4) + g + ((e & 3) >= 2 ? 8 : 0);
+    const int n = 8 * (e / 4) + 2 * t4 + (e & 1);
+    if (v < n_rows && n < item.count) a.out[int64_t{act_rows[n]} * n_rows + v] = acc[e];
+  }
+}
+
+// Packs the activations of a launch's items, then runs the GEMM over them.
+template <int kBN>
+cudaError_t LaunchGemm(const GemmArgs& a, const uint8_t* act, const float* act_scale,
+                       int64_t scale_ld, int64_t act_div, int64_t max_items, uint8_t* packed,
+                       cudaStream_t stream) {
+  const int64_t K = a.up ? a.D : a.I, rows = a.up ? 2 * a.I : a.D;
+  cudaError_t e = pdl::Launch(
+      PackItemsKernel<kBN>, dim3(static_cast<unsigned>(K / kBK), static_cast<unsigned>(max_items)),
+      kPackThreads, 0, stream, act, act_scale, scale_ld, K, act_div, a.order, a.items, a.n_items,
+      packed);
+  if (e != cudaSuccess) return e;
+  const auto kernel = ExpertGemmBlock128Kernel<kBN>;
+  if ((e = launch::RaiseMaxDynamicSmem(kernel, Shape<kBN>::kSmemBytes)) != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(rows / kBM), static_cast<unsigned>(max_items));
+  GemmArgs g = a;
+  g.packed = packed;
+  return pdl::Launch(kernel, grid, kGemmThreads, static_cast<size_t>(Shape<kBN>::kSmemBytes),
+                     stream, g);
+}
+
+// Bytes of one launch's packed stages (K values per token).
+int64_t PackedBytes(int bn, int64_t max_items, int64_t K) {
+  return max_items * (K / kBK) * (int64_t{bn} * kBK + int64_t{bn} * 4);
+}
+
+cudaError_t LaunchGemmOfWidth(int bn, const GemmArgs& a, const uint8_t* act, const float* act_scale,
+                              int64_t scale_ld, int64_t act_div, int64_t max_items, uint8_t* packed,
+                              cudaStream_t stream) {
+  if (bn == 64) {
+    return LaunchGemm<64>(a, act, act_scale, scale_ld, act_div, max_items, packed, stream);
+  }
+  if (bn == 96) {
+    return LaunchGemm<96>(a, act, act_scale, scale_ld, act_div, max_items, packed, stream);
+  }
+  return LaunchGemm<128>(a, act, act_scale, scale_ld, act_div, max_items, packed, stream);
+}
+
+// hq [P, I] e4m3 and hs [I / 128][hs_ld] = SwiGLU(g, u) * weight of pair p quantised per 128
+// values (gu [P, 2I]); one warp per (pair, 128-value block), lane l values 4 l .. 4 l + 3.
+__global__ void __launch_bounds__(kThreads)
+    SwiGluBlock128Kernel(const float* gu, const float* weights, int64_t P, int64_t I, float limit,
+                         uint8_t* hq, float* hs, int64_t hs_ld) {
+  pdl::WaitThenAllowNext();
+  const int lane = threadIdx.x % 32;
+  const int64_t per_row = I / kBK;
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  for (int64_t b = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32; b < P * per_row;
+       b += warps) {
+    const int64_t p = b / per_row, kb = b % per_row, c = kb * kBK + 4 * lane;
+    const float4 g = *reinterpret_cast<const float4*>(gu + p * 2 * I + c);
+    const float4 u = *reinterpret_cast<const float4*>(gu + p * 2 * I + I + c);
+    const float wt = weights[p];
+    const float v[4] = {SwiGluValue(g.x, u.x, limit) * wt, SwiGluValue(g.y, u.y, limit) * wt,
+                        SwiGluValue(g.z, u.z, limit) * wt, SwiGluValue(g.w, u.w, limit) * wt};
+    float amax = MaxF(MaxF(fabsf(v[0]), fabsf(v[1])), MaxF(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = Fp8Pow2Scale(amax);
+    const float inv = 1.0f / s;  // exact: s is a power of two
+    uint32_t packed = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const auto byte = static_cast<uint32_t>(
+          __nv_cvt_float_to_fp8(ClampF(v[q] * inv, -448.0f, 448.0f), __NV_SATFINITE, __NV_E4M3));
+      packed |= byte << (8 * q);
+    }
+    *reinterpret_cast<uint32_t*>(hq + p * I + c) = packed;
+    if (lane == 0) hs[kb * hs_ld + p] = s;
+  }
+}
+
+// The e2m1 value of a nibble (bit 3 sign, bits 0-2 the code of {0, .5, 1, 1.5, 2, 3, 4, 6}).
+__device__ __forceinline__ float E2m1Value(uint32_t nibble) {
+  const uint32_t e = (nibble >> 1) & 3u, m = nibble & 1u;
+  const float mag = e == 0
+                        ? 0.5f * static_cast<float>(m)
+                        : (1.0f + 0.5f * static_cast<float>(m)) * static_cast<float>(1u << (e - 1));
+  return (nibble & 8u) != 0 ? -mag : mag;
+}
+
+// One block per 128 x 128 block of an MXFP4 matrix (blockIdx.x = K block, .y = row block).
+// smax = the largest of the block's ue8m0 scale bytes; value (e2m1 times 2^(S - 127)) is stored
+// as the e4m3 byte of e2m1 * 2^(S - smax + 6) (nearest even; exact while S >= smax - 14) with
+// the block scale 2^(smax - 133), in the tile layout (ExpertBlock128ByteOffset). Thread t: row
+// t / 2 of the block, values 64 (t % 2) .. + 63 (four 16-byte chunks of the tile).
+__global__ void __launch_bounds__(kThreads)
+    RequantMxFp4Block128Kernel(const uint8_t* data, const uint8_t* scale, int64_t cols,
+                               uint8_t* out, float* out_scale, int64_t scale_ld) {
+  pdl::WaitThenAllowNext();
+  __shared__ int block_max;
+  const int64_t kb = blockIdx.x, rb = blockIdx.y;
+  const int tid = threadIdx.x, half = tid % 2, r = tid / 2;
+  const int64_t row = rb * kBM + r;
+  const uint8_t* s_row = scale + row * (cols / 32) + kb * 4 + half * 2;
+  const int s0 = s_row[0], s1 = s_row[1];
+  if (tid == 0) block_max = 0;
+  __syncthreads();
+  atomicMax(&block_max, max(s0, s1));
+  __syncthreads();
+  const int smax = block_max;
+  const uint8_t* src = data + row * (cols / 2) + kb * (kBK / 2) + half * 32;
+  uint8_t* tile = out + (rb * (cols / kBK) + kb) * kWTileBytes;
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {  // one 32-value scale block: 16 bytes in, two chunks out
+    const float f = ldexpf(1.0f, (q == 0 ? s0 : s1) - smax + 6);
+    const uint4 raw = *reinterpret_cast<const uint4*>(src + 16 * q);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t packed[8];
+#pragma unroll
+    for (int wi = 0; wi < 4; ++wi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t p = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t nibble = (words[wi] >> (4 * (4 * h + j))) & 0xFu;
+          const auto byte = static_cast<uint32_t>(
+              __nv_cvt_float_to_fp8(E2m1Value(nibble) * f, __NV_SATFINITE, __NV_E4M3));
+          p |= byte << (8 * j);
+        }
+        packed[2 * wi + h] = p;
+      }
+    }
+    const int chunk = 4 * half + 2 * q;
+    *reinterpret_cast<uint4*>(tile + TileOffset(r, chunk)) =
+        make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    *reinterpret_cast<uint4*>(tile + TileOffset(r, chunk + 1)) =
+        make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  }
+  if (tid == 0) out_scale[rb * scale_ld + kb] = ldexpf(1.0f, smax - 133);
+}
+
+struct Scratch {
+  int64_t xq = 0, gu = 0, hq = 0, out = 0, packed = 0;
+  moe_groups::GroupScratch groups;
+  int64_t total = 0;
+};
+
+Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, int bn) {
+  const int64_t P = T * k;
+  Scratch s;
+  ScratchCarver carver;
+  s.xq = carver.Take(Block128ActivationBytes(T, D));
+  s.gu = carver.Take(P * 2 * I * 4);
+  s.hq = carver.Take(Block128ActivationBytes(P, I));
+  s.out = carver.Take(P * D * 4);
+  s.packed = carver.Take(PackedBytes(bn, MaxItems(P, n_experts, bn), std::max(D, I)));
+  s.groups = moe_groups::TakeGroupScratch(carver, P, n_experts, bn);
+  s.total = carver.total();
+  return s;
+}
+
+}  // namespace
+
+bool ExpertBlock128Convertible(const DeviceWeight& w) {
+  return w.format == model::WeightFormat::kMxFp4 && w.data != nullptr && w.scale != nullptr &&
+         Aligned16(w.data) && w.rows > 0 && w.cols > 0 && w.rows % kBM == 0 && w.cols % kBK == 0;
+}
+
+cudaError_t RequantMxFp4Block128(const DeviceWeight& w, void* buffer, cudaStream_t stream) {
+  if (!ExpertBlock128Convertible(w) || !Aligned16(buffer)) return cudaErrorInvalidValue;
+  const Block128Weight view = Block128WeightAt(buffer, w.rows, w.cols);
+  const dim3 grid(static_cast<unsigned>(w.cols / kBK), static_cast<unsigned>(w.rows / kBM));
+  return pdl::Launch(RequantMxFp4Block128Kernel, grid, kThreads, 0, stream,
+                     static_cast<const uint8_t*>(w.data), w.scale, w.cols,
+                     const_cast<uint8_t*>(view.data), const_cast<float*>(view.scale),
+                     view.scale_ld);
+}
+
+int RoutedExpertsBlock128ItemPairs(int64_t T, int64_t k, int64_t n_experts) {
+  // Items of 64 pairs: two blocks share an SM (~99 KiB, <= 112 registers). MEASURED (H200, run
+  // 166, the 4-layer prefill's RoutedExperts at 4k / prefill tok/s at 4k and 16k): items of 64
+  // 18.3 ms / 81.2k / 76.2k, 96 21.3 ms / 75.4k / 72.9k, 128 22.4 ms / 73.1k / 73.4k, even
+  // though wider items read each expert's weights fewer times.
+  // DEEPINFER_EXPERTS_BLOCK128_ITEM_PAIRS = 96 / 128 (read on every call): experiments.
+  (void)T, (void)k, (void)n_experts;
+  const int64_t forced = EnvIntOr("DEEPINFER_EXPERTS_BLOCK128_ITEM_PAIRS", 64, 0, 1 << 20);
+  return forced == 96 || forced == 128 ? static_cast<int>(forced) : 64;
+}
+
+bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k,
+                                     int64_t n_experts) {
+  if (D <= 0 || I <= 0 || D % 128 != 0 || I % 128 != 0 || std::max(D, I) > 8192 || T < 1 || k < 1 ||
+      k > kMaxFusedExpertSlots || n_experts < 1 || T * k > (int64_t{1} << 30)) {
+    return false;
+  }
+  const int64_t mean_pairs = (T * k + n_experts - 1) / n_experts;
+  return mean_pairs > ExpertsStreamMaxMeanPairs() &&
+         MaxItems(T * k, n_experts, RoutedExpertsBlock128ItemPairs(T, k, n_experts)) <= 65535;
+}
+
+int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
+                                          int64_t n_experts) {
+  return Layout(T, k, D, I, n_experts, RoutedExpertsBlock128ItemPairs(T, k, n_experts)).total;
+}
+
+cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, const ExpertBlock128Pointers* table,
+                                  void* scratch, cudaStream_t stream) {
+  if (l.T <= 0) return cudaSuccess;
+  if (!RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts) || table == nullptr ||
+      !Aligned16(l.x)) {
+    return cudaErrorInvalidValue;
+  }
+  const int bn = RoutedExpertsBlock128ItemPairs(l.T, l.k, l.n_experts);
+  const int64_t P = l.T * l.k;
+  const Scratch s = Layout(l.T, l.k, l.D, l.I, l.n_experts, bn);
+  auto* base = static_cast<char*>(scratch);
+  auto* xq = reinterpret_cast<uint8_t*>(base + s.xq);
+  auto* gu = reinterpret_cast<float*>(base + s.gu);
+  auto* hq = reinterpret_cast<uint8_t*>(base + s.hq);
+  auto* out = reinterpret_cast<float*>(base + s.out);
+  float* xs = Block128ActivationScales(xq, l.T, l.D);
+  float* hs = Block128ActivationScales(hq, P, l.I);
+  const moe_groups::Groups groups = moe_groups::GroupsAt(base, s.groups);
+  const int64_t max_items = MaxItems(P, l.n_experts, bn);
+
+  cudaError_t e = QuantizeFp8Block128(l.x, l.T, l.D, l.D, xq, xs, stream);
+  if (e == cudaSuccess) {
+    e = moe_groups::LaunchGrouping(l.experts, P, l.n_experts, bn, groups, l.error_word, stream);
+  }
+  if (e != cudaSuccess) return e;
+  auto* packed = reinterpret_cast<uint8_t*>(base + s.packed);
+  GemmArgs a{};
+  a.table = table;
+  a.D = l.D;
+  a.I = l.I;
+  a.order = groups.order;
+  a.items = groups.items;
+  a.n_items = groups.n_items;
+  a.up = true;
+  a.w_scale_ld = Block128ScaleLd(l.D / kBK);
+  a.out = gu;
+  e = LaunchGemmOfWidth(bn, a, xq, xs, Block128ScaleLd(l.T), l.k, max_items, packed, stream);
+  if (e != cudaSuccess) return e;
+  e = pdl::Launch(SwiGluBlock128Kernel, fp8::WarpPerBlockGrid(P * (l.I / kBK)), kThreads, 0, stream,
+                  gu, l.weights, P, l.I, l.swiglu_limit, hq, hs, Block128ScaleLd(P));
+  if (e != cudaSuccess) return e;
+  a.up = false;
+  a.w_scale_ld = Block128ScaleLd(l.I / kBK);
+  a.out = out;
+  e = LaunchGemmOfWidth(bn, a, hq, hs, Block128ScaleLd(P), 1, max_items, packed, stream);
+  if (e != cudaSuccess) return e;
+  return CombineSlots(out, l.experts, l.T, l.k, l.n_experts, l.D, l.y, stream);
+}
+
+}  // namespace deepinfer::backend::cuda::kernels

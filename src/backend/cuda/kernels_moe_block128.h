@@ -1,0 +1,77 @@
+// Routed experts for prefill in the FP8-activation mode on FP8 tensor cores (k_moe_block128.cu),
+// with the MXFP4 experts copied once to e4m3 at 128 x 128 block scales.
+//
+// Numerics (the block-128 choice the Linears of 512 or more tokens already make,
+// kernels_block128.h; DeepSeek-V3's Hopper inference numerics): activations (x, and the SwiGLU
+// output h) are quantised per token per 128 values to e4m3 with a power-of-two scale (the
+// kFp8Block32Pow2 formula over 128 values); each expert matrix is re-blocked to e4m3 values with
+// one fp32 power-of-two scale per 128 x 128 block; the tensor core sums each 128-value block of K
+// (four wgmma k32 steps) and the kernel promotes that partial sum once per block into an fp32
+// accumulator, times the two scales. The re-blocking is exact while the block's 32-value ue8m0
+// scales lie within 14 octaves of its largest (an e2m1 value times 2^(own - largest + 6) is then
+// an e4m3 value; the + 6 uses e4m3's headroom: 6 * 2^6 = 384 <= 448); beyond that, values are
+// rounded to nearest even like RequantFp8Block128's. The results differ from the 32-value paths
+// (RoutedExpertsBf16 / RoutedExpertsFp8) by the activation blocks and the FP8 sums.
+//
+// Memory: the copy is 1 byte per weight (+ a float per 128 x 128 block), twice the MXFP4 bytes,
+// kept next to them (decode keeps reading MXFP4). The backend makes it only within a budget
+// (CudaBackend::set_experts_block128_copy_budget; DEEPINFER_EXPERTS_FP8_COPY_GIB).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_block128.h"
+
+namespace deepinfer::backend::cuda::kernels {
+
+// One expert's three copies, for m = w1, w2, w3: data[m] the e4m3 values of a [rows, cols]
+// matrix in 128 x 128 tiles (ExpertBlock128ByteOffset: tile (r / 128, c / 128) is 16 KiB of
+// contiguous bytes in the wgmma no-swizzle core-matrix layout, so a GEMM stage copies it as one
+// sequential stream into shared memory unchanged) and scale[m] fp32 [rows / 128][Block128ScaleLd(
+// cols / 128)]; both at Block128WeightAt's offsets.
+struct ExpertBlock128Pointers {
+  const uint8_t* data[3];
+  const float* scale[3];
+};
+
+// Byte offset of element (r, c) in an expert copy's data (cols a multiple of 128): tile
+// (r / 128, c / 128) at ((r / 128) * (cols / 128) + c / 128) * 16384; inside it the 16-byte chunk
+// (row r % 128, chunk (c % 128) / 16) at ((r % 128) / 8 * 8 + chunk) * 128 + (r % 8) * 16.
+constexpr int64_t ExpertBlock128ByteOffset(int64_t r, int64_t c, int64_t cols) {
+  const int64_t tile = (r / 128) * (cols / 128) + c / 128;
+  const int64_t rr = r % 128, chunk = (c % 128) / 16;
+  return tile * 16384 + ((rr / 8) * 8 + chunk) * 128 + (rr % 8) * 16 + c % 16;
+}
+
+// True if w (an expert matrix) can be copied: MXFP4 with rows and cols positive multiples of 128.
+bool ExpertBlock128Convertible(const DeviceWeight& w);
+
+// Fills `buffer` (Block128WeightBytes(w.rows, w.cols) bytes, 16-byte aligned) with the e4m3
+// copy of w at 128 x 128 scales (see above). cudaErrorInvalidValue if not convertible.
+cudaError_t RequantMxFp4Block128(const DeviceWeight& w, void* buffer, cudaStream_t stream);
+
+// Whether RoutedExpertsBlock128 takes a launch of these shapes: D and I multiples of 128 up to
+// 8192, 1 <= k <= kMaxFusedExpertSlots, and a mean of more than ExpertsStreamMaxMeanPairs()
+// pairs per expert (prefill sizes; decode stays on the MXFP4 streaming kernels).
+bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts);
+
+// Pairs per work item: 64, or 96 / 128 when DEEPINFER_EXPERTS_BLOCK128_ITEM_PAIRS says so (read
+// on every call).
+int RoutedExpertsBlock128ItemPairs(int64_t T, int64_t k, int64_t n_experts);
+
+int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
+                                          int64_t n_experts);
+
+// y [T, D] = the routed experts of l (its x, experts, weights, swiglu_limit; l.table is not
+// read) on the copies `table` (device [l.n_experts]); overwritten. Launches: quantise x, group
+// the pairs, up GEMM, SwiGLU + quantise, down GEMM, combine the slots (graph-capturable: grid
+// sizes depend on the shapes only). An expert id outside [0, n_experts) sets
+// kErrExpertOutOfRange and makes its token's row NaN. cudaErrorInvalidValue when not applicable
+// or x is not 16-byte aligned.
+cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, const ExpertBlock128Pointers* table,
+                                  void* scratch, cudaStream_t stream);
+
+}  // namespace deepinfer::backend::cuda::kernels
