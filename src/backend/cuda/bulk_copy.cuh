@@ -40,6 +40,12 @@ __device__ __forceinline__ void BulkCopy(uint32_t dst, const void* src, uint32_t
       : "memory");
 }
 
+// One arrival on `bar` once all of this thread's earlier cp.async (non-bulk) copies have
+// landed; the barrier's expected count must include it (.noinc).
+__device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
 // One poll of `bar`: true when its phase with parity `parity` has completed (its bytes have
 // landed and are visible to this thread). The "memory" clobber keeps the stage's reads after
 // a successful poll.

@@ -221,9 +221,14 @@ class CudaBackend final : public model::Backend {
   // activations per 128 values, like the block-128 Linears), made on first use and kept next to
   // the MXFP4 bytes (which decode keeps reading): twice the expert bytes again, so off by
   // default (budget 0). At most `bytes` of such copies; a layer whose copies do not all fit
-  // keeps RoutedExpertsBf16. DEEPINFER_EXPERTS_FP8_COPY_GIB=<GiB> at creation (prefill servers:
-  // `deepinfer serve --fp8-expert-copy-gib`).
+  // keeps the register path below. DEEPINFER_EXPERTS_FP8_COPY_GIB=<GiB> at creation (prefill
+  // servers: `deepinfer serve --fp8-expert-copy-gib`).
   static constexpr size_t kExpertsBlock128CopyBudget = 0;
+  // Without copies (budget 0, or a layer whose copies did not fit), the same FP8 prefill path
+  // reads the MXFP4 bytes and builds the e4m3 operands in registers (k_moe_block128_rs.cu):
+  // on by default; set_experts_block128(false) or DEEPINFER_EXPERTS_BLOCK128=0 at creation
+  // keeps RoutedExpertsBf16 there.
+  void set_experts_block128(bool on) { experts_block128_ = on; }
   void set_experts_block128_copy_budget(size_t bytes) { experts_block128_copy_budget_ = bytes; }
   size_t experts_block128_copy_bytes() const {
     return weights_.copy_bytes(WeightCache::CopyKind::kExpertBlock128);
@@ -598,6 +603,7 @@ class CudaBackend final : public model::Backend {
   size_t fp8_block128_copy_budget_ = 0;      // set in Init(); its re-blocked copies' bytes at most
   int64_t experts_bf16_min_tokens_ = 0;      // set in Init(); RoutedExpertsBf16 (0 = never)
   size_t experts_block128_copy_budget_ = 0;  // set in Init(); expert block-128 copies (0 = off)
+  bool experts_block128_ = true;             // set in Init(); the register path without copies
   bool batch_invariant_ = false;             // set in Init(); set_batch_invariant
 
   // Set in Init(); SparseAttentionPrefill from this many tokens (FP8 mode; 0 = never).

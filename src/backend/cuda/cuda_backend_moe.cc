@@ -255,14 +255,16 @@ kernels::RoutedExpertsLaunch CudaBackend::ExpertsLaunch(const model::RoutedExper
 
 void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTable& table) {
   const kernels::RoutedExpertsLaunch launch = ExpertsLaunch(a, table);
-  if (!batch_invariant_ && experts_block128_copy_budget_ > 0 && !table.block128_refused &&
-      table.up_format == model::WeightFormat::kMxFp4 &&
-      table.down_format == model::WeightFormat::kMxFp4 &&
+  if (!batch_invariant_ && table.up_format == model::WeightFormat::kMxFp4 &&
+      table.down_format == model::WeightFormat::kMxFp4 && table.scales_aligned4 &&
       kernels::RoutedExpertsBlock128Applicable(a.D, table.I, a.T, a.k, a.n_experts) &&
       kernels::Aligned16(a.x)) {
-    const kernels::ExpertBlock128Pointers* copies = ExpertBlock128TableFor(a, table);
-    if (!Usable()) return;
-    if (copies != nullptr) {
+    const kernels::ExpertBlock128Pointers* copies = nullptr;
+    if (experts_block128_copy_budget_ > 0 && !table.block128_refused) {
+      copies = ExpertBlock128TableFor(a, table);
+      if (!Usable()) return;
+    }
+    if (copies != nullptr || experts_block128_) {
       void* scratch = TempBytes(static_cast<size_t>(
           kernels::RoutedExpertsBlock128ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts)));
       if (scratch == nullptr) return;

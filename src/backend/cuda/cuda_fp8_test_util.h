@@ -51,6 +51,7 @@ class CudaFp8Test : public CudaVsCpuTest {
       gpu_->set_linear_stream_max_tokens(0);
       gpu_->set_fp8_bf16_copy(0, 0);
       gpu_->set_fp8_block128_min_tokens(0);
+      gpu_->set_experts_block128(false);  // cuda_moe_block128_test.cc tests it
     }
   }
 

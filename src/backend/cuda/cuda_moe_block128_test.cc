@@ -1,7 +1,8 @@
-// The routed experts on FP8 tensor cores over block-128 expert copies (kernels_moe_block128.h):
-// the MXFP4 -> e4m3 re-blocking against its CPU values (bitwise), and CudaBackend::RoutedExperts
-// with a copy budget against a per-token CPU reference that quantises x and h per 128 values;
-// the budget's edges (none, too small) keep the bf16 path.
+// The routed experts on FP8 tensor cores (kernels_moe_block128.h): the MXFP4 -> e4m3 re-blocking
+// against its CPU values (bitwise), and CudaBackend::RoutedExperts on the e4m3 copies (a copy
+// budget) and on the MXFP4 bytes (the register path) against a per-token CPU reference that
+// quantises x and h per 128 values; a too-small budget falls back to the register path, and
+// with both off the bf16 path runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,9 +37,16 @@ class CudaMoeBlock128Test : public CudaFp8Test {
     EnableManyTokenPaths(kBudget);
   }
   void TearDown() override {
-    if (gpu_ != nullptr) gpu_->set_experts_block128_copy_budget(0);
+    if (gpu_ != nullptr) {
+      gpu_->set_experts_block128_copy_budget(0);
+      gpu_->set_experts_block128(false);
+    }
     CudaFp8Test::TearDown();
   }
+
+  // Which path RunGpu takes: the e4m3 copies (budget `copy_budget`), the register path over the
+  // MXFP4 bytes (no budget), or RoutedExpertsBf16 (both off).
+  enum class Path { kCopies, kRegisters, kBf16 };
 
   // Checks RequantMxFp4Block128 of w: every copied value times its block scale equals the CPU's
   // e4m3 rounding of value / scale times scale (bitwise), the scale is 2^(largest ue8m0 byte of
@@ -81,12 +89,12 @@ class CudaMoeBlock128Test : public CudaFp8Test {
     }
   }
 
-  // RoutedExperts through the backend (FP8 mode, not batch-invariant) with a block-128 copy
-  // budget of `budget` bytes.
+  // RoutedExperts through the backend (FP8 mode, not batch-invariant) on `path`.
   std::vector<float> RunGpu(const Experts& ex, const std::vector<float>& x, int64_t T,
                             const std::vector<int32_t>& ids, const std::vector<float>& weights,
-                            int64_t k, size_t budget) {
-    gpu_->set_experts_block128_copy_budget(budget);
+                            int64_t k, Path path, size_t copy_budget = kBudget) {
+    gpu_->set_experts_block128_copy_budget(path == Path::kCopies ? copy_budget : 0);
+    gpu_->set_experts_block128(path != Path::kBf16);
     model::RoutedExpertsArgs a;
     a.x = ToGpu(x), a.T = T, a.D = ex.D, a.experts = ToGpu(ids), a.weights = ToGpu(weights);
     a.k = k, a.table = ex.table.data(), a.n_experts = static_cast<int64_t>(ex.table.size());
@@ -123,9 +131,10 @@ TEST_F(CudaMoeBlock128Test, RequantMatchesCpu) {
 }
 
 // Mean pairs per expert 15 (T 40), 38, 113 and 263 (several items for most experts), with
-// items of 64 (the default), 96 and 128 pairs, against the per-128 reference; the copies were
-// made (their bytes counted) and the results differ from the bf16 path's (budget 0), which
-// matches the per-32 reference.
+// items of 64 (the default), 96 and 128 pairs: the copies and the register path against the
+// per-128 reference and close to each other (the same operand values; the tensor core may sum
+// a k32 step's products in another order); the copies were made (their bytes counted); the
+// bf16 path's results differ and match the per-32 reference.
 TEST_F(CudaMoeBlock128Test, MatchesBlock128Reference) {
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
   const int64_t k = 6;
@@ -145,11 +154,16 @@ TEST_F(CudaMoeBlock128Test, MatchesBlock128Reference) {
     const std::vector<int32_t> ids = Route(T, k, 16);
     const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
     const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
-    const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, kBudget);
+    const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, Path::kCopies);
     EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
     EXPECT_TRUE(AllClose(got, expected, 2e-2, 2e-2 * MaxAbs(expected)));
     EXPECT_EQ(static_cast<int64_t>(gpu_->experts_block128_copy_bytes()), CopyBytes(ex, 16));
-    const std::vector<float> bf16 = RunGpu(ex, x, T, ids, weights, k, 0);
+    const std::vector<float> regs = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
+    EXPECT_TRUE(RelL2Close(regs, expected, 5e-3));
+    EXPECT_TRUE(AllClose(regs, expected, 2e-2, 2e-2 * MaxAbs(expected)));
+    EXPECT_TRUE(RelL2Close(regs, got, 1e-3));
+    EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, Path::kRegisters), regs));
+    const std::vector<float> bf16 = RunGpu(ex, x, T, ids, weights, k, Path::kBf16);
     EXPECT_FALSE(BitExact(bf16, got));
     EXPECT_TRUE(RelL2Close(bf16, Reference(ex, x, T, ids, weights, k, 32), 5e-3));
   }
@@ -157,16 +171,20 @@ TEST_F(CudaMoeBlock128Test, MatchesBlock128Reference) {
   EXPECT_FALSE(kernels::RoutedExpertsBlock128Applicable(ex.D, ex.I, 32, k, 16));
 }
 
-// A token routed to an id outside [0, n_experts) gets a NaN row; the others are unaffected.
-TEST_F(CudaMoeBlock128Test, OutOfRangeIdGivesNaNRow) {
+// A token routed to an id outside [0, n_experts) gets a NaN row; the others are unaffected (on
+// both FP8 paths).
+class CudaMoeBlock128PathTest : public CudaMoeBlock128Test,
+                                public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CudaMoeBlock128PathTest, OutOfRangeIdGivesNaNRow) {
+  const Path path = GetParam() ? Path::kCopies : Path::kRegisters;
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
   const int64_t T = 64, k = 6;
   const std::vector<float> x = Normal(T * ex.D, 4.0f);
   std::vector<int32_t> ids = Route(T, k, 16);
   const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
-  const std::vector<float> clean = RunGpu(ex, x, T, ids, weights, k, kBudget);
+  const std::vector<float> clean = RunGpu(ex, x, T, ids, weights, k, path);
   ids[5 * k + 2] = 99;
-  gpu_->set_experts_block128_copy_budget(kBudget);
   model::RoutedExpertsArgs a;
   a.x = ToGpu(x), a.T = T, a.D = ex.D, a.experts = ToGpu(ids), a.weights = ToGpu(weights);
   a.k = k, a.table = ex.table.data(), a.n_experts = 16, a.swiglu_limit = 7.0f;
@@ -191,23 +209,25 @@ TEST_F(CudaMoeBlock128Test, OutOfRangeIdGivesNaNRow) {
   gpu_.reset();  // skip TearDown's status check: this backend failed on purpose
 }
 
-// A budget too small for the layer's copies: the bf16 path runs (bitwise the budget-0 result)
-// and asks for no further copies.
-TEST_F(CudaMoeBlock128Test, SmallBudgetKeepsBf16Path) {
+INSTANTIATE_TEST_SUITE_P(CopiesOrRegisters, CudaMoeBlock128PathTest, ::testing::Bool());
+
+// A budget too small for the layer's copies: the register path runs (bitwise its result without
+// a budget) and no further copies are asked for.
+TEST_F(CudaMoeBlock128Test, SmallBudgetFallsBackToRegisters) {
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
   const int64_t T = 200, k = 6;
   const std::vector<float> x = Normal(T * ex.D, 4.0f);
   const std::vector<int32_t> ids = Route(T, k, 16);
   const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
-  const std::vector<float> bf16 = RunGpu(ex, x, T, ids, weights, k, 0);
+  const std::vector<float> regs = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
   const size_t small = static_cast<size_t>(CopyBytes(ex, 3));
-  EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, small), bf16));
-  EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, small), bf16));
+  EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, Path::kCopies, small), regs));
+  EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, Path::kCopies, small), regs));
   EXPECT_LE(gpu_->experts_block128_copy_bytes(), small);
 }
 
-// The direct entry refuses what it cannot run: no copy table, decode sizes, unaligned x, shapes
-// that are not multiples of 128.
+// The direct entry refuses what it cannot run: neither copies nor an MXFP4 table, decode sizes,
+// unaligned x, shapes that are not multiples of 128.
 TEST_F(CudaMoeBlock128Test, DirectEntryChecksArguments) {
   kernels::RoutedExpertsLaunch l;
   l.n_experts = 16, l.D = 256, l.I = 384, l.T = 300, l.k = 6;
@@ -239,7 +259,9 @@ TEST_F(CudaMoeBlock128Test, RealV41Shape) {
   const std::vector<int32_t> ids = Route(T, k, 16);
   const std::vector<float> weights = Uniform(T * k, 0.05f, 0.5f);
   const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
-  EXPECT_TRUE(RelL2Close(RunGpu(ex, x, T, ids, weights, k, size_t{4} << 30), expected, 5e-3));
+  EXPECT_TRUE(RelL2Close(RunGpu(ex, x, T, ids, weights, k, Path::kCopies, size_t{4} << 30),
+                         expected, 5e-3));
+  EXPECT_TRUE(RelL2Close(RunGpu(ex, x, T, ids, weights, k, Path::kRegisters), expected, 5e-3));
 }
 
 }  // namespace

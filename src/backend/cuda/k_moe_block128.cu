@@ -24,6 +24,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/bulk_copy.cuh"
@@ -35,6 +36,7 @@
 #include "backend/cuda/kernels_moe_block128.h"
 #include "backend/cuda/launch_sink.h"
 #include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/moe_block128.cuh"
 #include "backend/cuda/moe_groups.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/wgmma_fp8.cuh"
@@ -42,30 +44,30 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
-using moe_groups::Item;
+using moe_block128::E2m1Value;
+using moe_block128::GemmArgs;
+using moe_block128::Item;
+using moe_block128::kBK;
+using moe_block128::kBM;
+using moe_block128::kChunks;
+using moe_block128::kConsumerWarps;
+using moe_block128::kGemmThreads;
+using moe_block128::kWTileBytes;
+using moe_block128::Pack;
+using moe_block128::TileOffset;
 using moe_groups::MaxItems;
 
-constexpr int kThreads = 256;      // quantisation / SwiGLU / re-blocking kernels
-constexpr int kBM = 128;           // weight rows per block (one scale row block)
-constexpr int kBK = 128;           // K values per stage (one scale block)
-constexpr int kChunks = kBK / 16;  // 16-byte chunks per tile row
-constexpr int kWTileBytes = kBM * kBK;
+static_assert(sizeof(moe_block128::GemmItem) == sizeof(moe_groups::Item) &&
+                  offsetof(moe_block128::GemmItem, count) == offsetof(moe_groups::Item, count),
+              "GemmItem mirrors moe_groups::Item");
 
-// Byte offset of the 16-byte chunk (row r, chunk c) of a tile in the no-swizzle core-matrix
-// layout: core matrix (r / 8, c) at (r / 8 * kChunks + c) * 128, its row r % 8 at + (r % 8) * 16.
-// A wgmma k32 step s reads chunks 2 s and 2 s + 1: LBO 128, SBO kChunks * 128.
-__host__ __device__ constexpr uint32_t TileOffset(int r, int c) {
-  return static_cast<uint32_t>(((r / 8) * kChunks + c) * 128 + (r % 8) * 16);
-}
+constexpr int kThreads = 256;  // quantisation / SwiGLU / re-blocking kernels
 
+// The e4m3-copy GEMM's ring: slot = the weight tile, then one packed activation stage.
 template <int kBN>
 struct Shape {
-  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "wgmma m64nBNk32 shapes instantiated");
-  static constexpr int kXTileBytes = kBN * kBK;
-  // One packed activation stage (PackItemsKernel): the X tile, then the BN fp32 token scales.
-  static constexpr int kPackStageBytes = kXTileBytes + kBN * 4;
-  static constexpr int kScaleOffset = kWTileBytes + kXTileBytes;  // in a ring slot
-  static constexpr int kStageBytes = kWTileBytes + kPackStageBytes;
+  static constexpr int kScaleOffset = kWTileBytes + Pack<kBN>::kXTileBytes;  // in a ring slot
+  static constexpr int kStageBytes = kWTileBytes + Pack<kBN>::kStageBytes;
   // Ring depth: 5 slots; 4 at BN 64, whose ~99 KiB and <= 112 registers let two blocks share an
   // SM.
   static constexpr int kStages = kBN == 64 ? 4 : 5;
@@ -73,60 +75,6 @@ struct Shape {
   // The ring, then the full and empty barriers of its slots.
   static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8;
 };
-
-constexpr int kConsumerWarps = 8;                        // 2 warpgroups
-constexpr int kGemmThreads = 32 * (kConsumerWarps + 1);  // + the producer warp
-constexpr int kPackThreads = 256;
-
-// One GEMM launch: out[pair, v] = sum over K blocks kb of wscale(v, kb) * ascale(row, kb) *
-// sum_{k in kb} act[row, k] * W[v, k], for the rows v of [w1; w3] (up: act = the quantised x,
-// row = pair / k, out = gu [P, 2I]) or of w2 (down: act = the quantised h, row = pair, out [P, D]);
-// the activations and scales come packed per item (PackItemsKernel).
-struct GemmArgs {
-  const ExpertBlock128Pointers* table;
-  bool up;
-  int64_t D, I;
-  int64_t w_scale_ld;     // Block128ScaleLd(K / 128) of the copies' scales
-  const uint8_t* packed;  // [max_items][K / 128] packed stages
-  const int32_t* order;
-  const Item* items;
-  const int32_t* n_items;
-  float* out;  // [P, n_rows]
-};
-
-// The packed stages of every item: stage st of item i (at (i * n_stages + st) * kPackStageBytes)
-// holds its tokens' 128 values st * 128 .. in the no-swizzle core-matrix tile layout (token n =
-// tile row n; rows from the item's count on are zeros), then their scales (zeros past count), so
-// that the GEMM's producer brings each stage in with one bulk copy. Grid (n_stages, max_items);
-// act row of token n = order[start + n] / act_div.
-template <int kBN>
-__global__ void __launch_bounds__(kPackThreads)
-    PackItemsKernel(const uint8_t* act, const float* act_scale, int64_t scale_ld, int64_t K,
-                    int64_t act_div, const int32_t* order, const Item* items,
-                    const int32_t* n_items, uint8_t* packed) {
-  pdl::WaitThenAllowNext();
-  using S = Shape<kBN>;
-  if (static_cast<int32_t>(blockIdx.y) >= *n_items) return;
-  const Item item = items[blockIdx.y];
-  const int st = blockIdx.x;
-  const int64_t n_stages = K / kBK;
-  uint8_t* dst = packed + (int64_t{blockIdx.y} * n_stages + st) * S::kPackStageBytes;
-  for (int c = threadIdx.x; c < kBN * kChunks; c += kPackThreads) {
-    const int n = c / kChunks, q = c % kChunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (n < item.count) {
-      const int64_t row = order[item.start + n] / act_div;
-      v = *reinterpret_cast<const uint4*>(act + row * K + st * kBK + q * 16);
-    }
-    *reinterpret_cast<uint4*>(dst + TileOffset(n, q)) = v;
-  }
-  for (int n = threadIdx.x; n < kBN; n += kPackThreads) {
-    const float sc =
-        n < item.count ? act_scale[st * scale_ld + order[item.start + n] / act_div] : 0.0f;
-    reinterpret_cast<float*>(dst + S::kXTileBytes)[n] = sc;
-  }
-}
-
 // Grid (weight rows / 128, max_items): 2 consumer warpgroups (weight rows 64 wg .. + 63 of the
 // block's 128) and one producer warp. The producer's lane 0 fills ring slot st % kStages with
 // stage st -- the weight tile (16 KiB) and the item's packed stage, two bulk copies completing
@@ -169,15 +117,15 @@ __global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
     if (lane != 0) return;
     // The row block's tiles, K block after K block (16 KiB each, already in the smem layout).
     const uint8_t* w = ep.data[m] + (row0 / kBM) * (K / kBK) * kWTileBytes;
-    const uint8_t* xp = a.packed + int64_t{blockIdx.y} * n_stages * S::kPackStageBytes;
+    const uint8_t* xp = a.packed + int64_t{blockIdx.y} * n_stages * Pack<kBN>::kStageBytes;
     for (int st = 0; st < n_stages; ++st) {
       const int slot = st % S::kStages;
       if (st >= S::kStages) bulk::WaitPhase(empty(slot), ((st / S::kStages) - 1) & 1);
       const unsigned dst = smem_base + slot * S::kStageBytes;
-      bulk::ArriveExpectTx(full(slot), kWTileBytes + S::kPackStageBytes);
+      bulk::ArriveExpectTx(full(slot), kWTileBytes + Pack<kBN>::kStageBytes);
       bulk::BulkCopy(dst, w + int64_t{st} * kWTileBytes, kWTileBytes, full(slot));
-      bulk::BulkCopy(dst + kWTileBytes, xp + int64_t{st} * S::kPackStageBytes, S::kPackStageBytes,
-                     full(slot));
+      bulk::BulkCopy(dst + kWTileBytes, xp + int64_t{st} * Pack<kBN>::kStageBytes,
+                     Pack<kBN>::kStageBytes, full(slot));
     }
     return;
   }
@@ -218,34 +166,28 @@ __global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
     __syncwarp();
     if (lane == 0) bulk::Arrive(empty(slot));  // this warp no longer reads the slot
   }
-  // Accumulator element 4 j + e: block row 64 wg + 16 (warp % 4) + g (+ 8 for e >= 2), token
-  // 8 j + 2 t4 (+ 1 for odd e); out[pair, v0 + row].
-  const int32_t* act_rows = a.order + item.start;
-  const int g = lane / 4;
-#pragma unroll
-  for (int e = 0; e < kBN / 2; ++e) {
-    const int64_t v = v0 + 64 * wg + 16 * (warp % 4) + g + ((e & 3) >= 2 ? 8 : 0);
-    const int n = 8 * (e / 4) + 2 * t4 + (e & 1);
-    if (v < n_rows && n < item.count) a.out[int64_t{act_rows[n]} * n_rows + v] = acc[e];
-  }
+  moe_block128::StoreOutputs<kBN>(acc, a, item, v0, n_rows, tid);
 }
 
-// Packs the activations of a launch's items, then runs the GEMM over them.
+// Packs the activations of a launch's items, then runs the e4m3-copy GEMM (a.table != null) or
+// the register-A GEMM over the MXFP4 experts (a.mxfp4) over them.
 template <int kBN>
 cudaError_t LaunchGemm(const GemmArgs& a, const uint8_t* act, const float* act_scale,
                        int64_t scale_ld, int64_t act_div, int64_t max_items, uint8_t* packed,
                        cudaStream_t stream) {
-  const int64_t K = a.up ? a.D : a.I, rows = a.up ? 2 * a.I : a.D;
-  cudaError_t e = pdl::Launch(
-      PackItemsKernel<kBN>, dim3(static_cast<unsigned>(K / kBK), static_cast<unsigned>(max_items)),
-      kPackThreads, 0, stream, act, act_scale, scale_ld, K, act_div, a.order, a.items, a.n_items,
-      packed);
-  if (e != cudaSuccess) return e;
-  const auto kernel = ExpertGemmBlock128Kernel<kBN>;
-  if ((e = launch::RaiseMaxDynamicSmem(kernel, Shape<kBN>::kSmemBytes)) != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(rows / kBM), static_cast<unsigned>(max_items));
   GemmArgs g = a;
   g.packed = packed;
+  const bool copies = a.table != nullptr;
+  cudaError_t e = copies ? moe_block128::LaunchPack<kBN, false>(a, act, act_scale, scale_ld,
+                                                                act_div, max_items, packed, stream)
+                         : moe_block128::LaunchPack<kBN, true>(a, act, act_scale, scale_ld, act_div,
+                                                               max_items, packed, stream);
+  if (e != cudaSuccess) return e;
+  if (!copies) return moe_block128::LaunchMxfp4Gemm(kBN, g, max_items, stream);
+  const auto kernel = ExpertGemmBlock128Kernel<kBN>;
+  if ((e = launch::RaiseMaxDynamicSmem(kernel, Shape<kBN>::kSmemBytes)) != cudaSuccess) return e;
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  const dim3 grid(static_cast<unsigned>(rows / kBM), static_cast<unsigned>(max_items));
   return pdl::Launch(kernel, grid, kGemmThreads, static_cast<size_t>(Shape<kBN>::kSmemBytes),
                      stream, g);
 }
@@ -299,15 +241,6 @@ __global__ void __launch_bounds__(kThreads)
     *reinterpret_cast<uint32_t*>(hq + p * I + c) = packed;
     if (lane == 0) hs[kb * hs_ld + p] = s;
   }
-}
-
-// The e2m1 value of a nibble (bit 3 sign, bits 0-2 the code of {0, .5, 1, 1.5, 2, 3, 4, 6}).
-__device__ __forceinline__ float E2m1Value(uint32_t nibble) {
-  const uint32_t e = (nibble >> 1) & 3u, m = nibble & 1u;
-  const float mag = e == 0
-                        ? 0.5f * static_cast<float>(m)
-                        : (1.0f + 0.5f * static_cast<float>(m)) * static_cast<float>(1u << (e - 1));
-  return (nibble & 8u) != 0 ? -mag : mag;
 }
 
 // One block per 128 x 128 block of an MXFP4 matrix (blockIdx.x = K block, .y = row block).
@@ -429,8 +362,8 @@ int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64
 cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, const ExpertBlock128Pointers* table,
                                   void* scratch, cudaStream_t stream) {
   if (l.T <= 0) return cudaSuccess;
-  if (!RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts) || table == nullptr ||
-      !Aligned16(l.x)) {
+  if (!RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts) ||
+      (table == nullptr && l.table == nullptr) || !Aligned16(l.x)) {
     return cudaErrorInvalidValue;
   }
   const int bn = RoutedExpertsBlock128ItemPairs(l.T, l.k, l.n_experts);
@@ -454,10 +387,11 @@ cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, const ExpertBloc
   auto* packed = reinterpret_cast<uint8_t*>(base + s.packed);
   GemmArgs a{};
   a.table = table;
+  a.mxfp4 = l.table;
   a.D = l.D;
   a.I = l.I;
   a.order = groups.order;
-  a.items = groups.items;
+  a.items = reinterpret_cast<const moe_block128::GemmItem*>(groups.items);
   a.n_items = groups.n_items;
   a.up = true;
   a.w_scale_ld = Block128ScaleLd(l.D / kBK);

@@ -15,7 +15,9 @@
 //
 // Memory: the copy is 1 byte per weight (+ a float per 128 x 128 block), twice the MXFP4 bytes,
 // kept next to them (decode keeps reading MXFP4). The backend makes it only within a budget
-// (CudaBackend::set_experts_block128_copy_budget; DEEPINFER_EXPERTS_FP8_COPY_GIB).
+// (CudaBackend::set_experts_block128_copy_budget; DEEPINFER_EXPERTS_FP8_COPY_GIB); without it
+// the GEMMs read the MXFP4 bytes and build the e4m3 operands in registers (k_moe_block128_rs.cu:
+// no extra memory, slower than the copies, faster than RoutedExpertsBf16).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -65,13 +67,18 @@ int RoutedExpertsBlock128ItemPairs(int64_t T, int64_t k, int64_t n_experts);
 int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
                                           int64_t n_experts);
 
-// y [T, D] = the routed experts of l (its x, experts, weights, swiglu_limit; l.table is not
-// read) on the copies `table` (device [l.n_experts]); overwritten. Launches: quantise x, group
-// the pairs, up GEMM, SwiGLU + quantise, down GEMM, combine the slots (graph-capturable: grid
-// sizes depend on the shapes only). An expert id outside [0, n_experts) sets
-// kErrExpertOutOfRange and makes its token's row NaN. cudaErrorInvalidValue when not applicable
-// or x is not 16-byte aligned.
-cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, const ExpertBlock128Pointers* table,
-                                  void* scratch, cudaStream_t stream);
+// y [T, D] = the routed experts of l (its x, experts, weights, swiglu_limit) on FP8 tensor cores;
+// overwritten. With `copies` (device [l.n_experts]) the GEMMs read the e4m3 copies; with
+// copies == nullptr they read l.table's MXFP4 bytes and build the e4m3 operands in registers
+// (k_moe_block128_rs.cu: every scale pointer of l.table 4-byte aligned, the caller's check).
+// Both give the numerics above; the register path keeps one scale per row and 128-value block
+// (so it is exact wherever the copy is). Launches: quantise x, group the pairs, pack, up GEMM,
+// SwiGLU + quantise, pack, down GEMM, combine the slots (graph-capturable: grid sizes depend on
+// the shapes only). An expert id outside [0, n_experts) sets kErrExpertOutOfRange and makes its
+// token's row NaN. cudaErrorInvalidValue when not applicable, with neither copies nor l.table,
+// or x not 16-byte aligned.
+cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l,
+                                  const ExpertBlock128Pointers* copies, void* scratch,
+                                  cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda::kernels

@@ -1,0 +1,231 @@
+// The register-A GEMM of RoutedExpertsBlock128 (kernels_moe_block128.h): the expert GEMMs on FP8
+// tensor cores straight from the MXFP4 bytes, without e4m3 copies.
+//
+// Numerics: those of the copies, with one weight scale per row and 128-value block: smax = the
+// largest of the row's four ue8m0 bytes of the block, and each e2m1 value v of a 32-value block
+// with byte S becomes the e4m3 byte of v * 2^(S - smax + 6) (nearest even; exact while S >=
+// smax - 14), promoted with 2^(smax - 133). Wherever the copy (one smax per 128 x 128 block) is
+// exact, the operand values times their scales are the same.
+//
+// Structure: the e4m3-copy kernel's (k_moe_block128.cu: a producer warp, a ring of slots with
+// full / empty mbarriers, two consumer warpgroups of 64 weight rows, one fp32 promotion per 128
+// values) with the weight tile as raw MXFP4 bytes -- 64 per row and stage, brought by the
+// producer warp's 16-byte cp.async copies (L2 256-byte prefetch; rows kRowPitch apart in shared
+// memory: conflict-free 4-byte reads), completing on the full barrier through
+// cp.async.mbarrier.arrive -- and the A operand built in registers (wgmma RS m64nBNk32). (One bulk
+// copy per 64-byte row piece was 3x slower than the e4m3 copies' kernel: 128 small TMA requests a
+// stage, run 169.) Fragment lane t of rows g and g + 8 needs MMA k-indices 4 t .. 4 t + 3 and 16 +
+// 4 t
+// ..: the activations are packed in the order PermutedWords32 gives, so that these are the 8
+// nibbles of word t of the row's 16-byte block -- one 4-byte shared-memory read per row and k32
+// step. A nibble becomes its e4m3 byte by table: the 8 magnitudes for shift d = smax - S (32
+// tables of 8 bytes built in shared memory at the start, with the copies' rounding) picked by
+// PRMT on the 3-bit codes, the sign by a second PRMT.
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "backend/cuda/bulk_copy.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/fp8_gemm_core.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_sink.h"
+#include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/moe_block128.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/wgmma_fp8.cuh"
+
+namespace deepinfer::backend::cuda::kernels::moe_block128 {
+namespace {
+
+constexpr int kRawRowBytes = kBK / 2;           // e2m1 bytes of a row per stage
+constexpr int kRowPitch = kRawRowBytes + 16;    // rows 80 bytes apart: banks 20 g + t
+constexpr int kRawTileBytes = kBM * kRowPitch;  // one stage's weight rows
+constexpr int kShiftTables = 32;                // d = 0 .. 31 (larger d: table 31)
+constexpr int kTableBytes = kShiftTables * 8;
+
+template <int kBN>
+struct RsShape {
+  static constexpr int kStageBytes = kRawTileBytes + Pack<kBN>::kStageBytes;
+  static constexpr int kScaleOffset = kRawTileBytes + Pack<kBN>::kXTileBytes;
+  static constexpr int kStages = 4;
+  static constexpr int kMinBlocks = kBN == 64 ? 2 : 1;
+  // The ring, the shift tables, the full and empty barriers.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kTableBytes + 2 * kStages * 8;
+};
+
+// Four e2m1 nibbles (the low 16 bits of h, nibble i = value i) as four e4m3 bytes: magnitude by
+// the shift table (bytes: code 0 .. 7), sign bit 3 of each nibble to bit 7 of its byte.
+__device__ __forceinline__ uint32_t E2m1x4ToE4m3(uint32_t h, uint2 table) {
+  const uint32_t mag = __byte_perm(table.x, table.y, h & 0x7777u);
+  const uint32_t sign = __byte_perm(0x8000u, 0u, (h >> 3) & 0x1111u);
+  return mag | sign;
+}
+
+// The largest byte of w.
+__device__ __forceinline__ uint32_t MaxByte(uint32_t w) {
+  const uint32_t m = __vmaxu4(w, w >> 16);
+  return __vmaxu4(m, m >> 8) & 0xFFu;
+}
+
+// 2^(smax - 133) as a float (normal from smax = 7 on).
+__device__ __forceinline__ float RowScale(uint32_t smax) {
+  return smax >= 7 ? __uint_as_float((smax - 6) << 23) : ldexpf(1.0f, static_cast<int>(smax) - 133);
+}
+
+// Grid (weight rows / 128, max_items), kGemmThreads threads: see the top of the file.
+template <int kBN>
+__global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
+    ExpertGemmMxfp4Kernel(GemmArgs a) {
+  pdl::WaitThenAllowNext();
+  using S = RsShape<kBN>;
+  extern __shared__ __align__(128) char smem[];
+  if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
+  const Item item = a.items[blockIdx.y];
+  const ExpertPointers& ep = a.mxfp4[item.expert];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t n_rows = a.up ? 2 * a.I : a.D, K = a.up ? a.D : a.I;
+  const int n_stages = static_cast<int>(K / kBK);
+  const int64_t v0 = int64_t{blockIdx.x} * kBM;
+  const bool second = a.up && v0 >= a.I;  // up: w1 below I, w3 from I; down: w2
+  const int m = a.up ? (second ? 2 : 0) : 1;
+  const int64_t row0 = second ? v0 - a.I : v0;
+  const unsigned smem_base = mma::SharedAddress(smem);
+  const unsigned tables = smem_base + S::kStages * S::kStageBytes;
+  const unsigned bars = tables + kTableBytes;
+  auto full = [&](int slot) { return bars + 8u * static_cast<unsigned>(slot); };
+  auto empty = [&](int slot) { return bars + 8u * static_cast<unsigned>(S::kStages + slot); };
+  if (tid < kShiftTables) {  // table d = tid: byte c = e4m3(e2m1 code c * 2^(6 - d))
+    const float f = ldexpf(1.0f, 6 - tid);
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const auto byte = static_cast<uint32_t>(__nv_cvt_float_to_fp8(
+          E2m1Value(static_cast<uint32_t>(c)) * f, __NV_SATFINITE, __NV_E4M3));
+      if (c < 4) {
+        lo |= byte << (8 * c);
+      } else {
+        hi |= byte << (8 * (c - 4));
+      }
+    }
+    reinterpret_cast<uint2*>(smem + S::kStages * S::kStageBytes)[tid] = make_uint2(lo, hi);
+  }
+  if (tid == 0) {
+    for (int slot = 0; slot < S::kStages; ++slot) {
+      bulk::BarrierInit(full(slot), 1 + 32);  // lane 0's expect-tx arrival + 32 cp.async ones
+      bulk::BarrierInit(empty(slot), kConsumerWarps);
+    }
+    bulk::FenceBarrierInit();
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {  // the producer warp
+    const auto* raw = static_cast<const uint8_t*>(ep.data[m]) + row0 * (K / 2);
+    const uint8_t* xp = a.packed + int64_t{blockIdx.y} * n_stages * Pack<kBN>::kStageBytes;
+    for (int st = 0; st < n_stages; ++st) {
+      const int slot = st % S::kStages;
+      if (st >= S::kStages) bulk::WaitPhase(empty(slot), ((st / S::kStages) - 1) & 1);
+      const unsigned dst = smem_base + slot * S::kStageBytes;
+      if (lane == 0) {
+        bulk::ArriveExpectTx(full(slot), Pack<kBN>::kStageBytes);
+        bulk::BulkCopy(dst + kRawTileBytes, xp + int64_t{st} * Pack<kBN>::kStageBytes,
+                       Pack<kBN>::kStageBytes, full(slot));
+      }
+      // The weight rows: 16-byte chunk c = lane + 32 i is row c / 4, chunk c % 4 (four lanes
+      // read a row's 64 contiguous bytes; the L2 256-byte prefetch brings its next three stages).
+#pragma unroll
+      for (int i = 0; i < kBM * kRawRowBytes / 16 / 32; ++i) {
+        const int c = lane + 32 * i, r = c / 4, q = c % 4;
+        fp8::CpAsync16Prefetch(dst + r * kRowPitch + q * 16,
+                               raw + r * (K / 2) + st * kRawRowBytes + q * 16);
+      }
+      bulk::CpAsyncArriveNoinc(full(slot));  // one of the 32 lane arrivals the barrier expects
+    }
+    return;
+  }
+
+  const int wg = tid / 128, g = lane / 4, t4 = lane % 4;
+  const int r_lo = 64 * wg + 16 * (warp % 4) + g;  // this lane's fragment rows r_lo, r_lo + 8
+  const auto* scale_lo = reinterpret_cast<const uint32_t*>(ep.scale[m] + (row0 + r_lo) * (K / 32));
+  const auto* scale_hi =
+      reinterpret_cast<const uint32_t*>(ep.scale[m] + (row0 + r_lo + 8) * (K / 32));
+  const char* shift_tables = smem + S::kStages * S::kStageBytes;
+  float acc[kBN / 2], part[kBN / 2];
+#pragma unroll
+  for (int e = 0; e < kBN / 2; ++e) acc[e] = 0.0f;
+  for (int i = 0; i < n_stages; ++i) {
+    const int slot = i % S::kStages;
+    const uint32_t s_lo = __ldg(scale_lo + i), s_hi = __ldg(scale_hi + i);  // 4 blocks a row
+    const uint32_t max_lo = MaxByte(s_lo), max_hi = MaxByte(s_hi);
+    bulk::WaitPhase(full(slot), (i / S::kStages) & 1);
+    const char* raw = smem + slot * S::kStageBytes;
+    uint32_t frag[4][4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t w_lo =
+          *reinterpret_cast<const uint32_t*>(raw + r_lo * kRowPitch + 16 * b + 4 * t4);
+      const uint32_t w_hi =
+          *reinterpret_cast<const uint32_t*>(raw + (r_lo + 8) * kRowPitch + 16 * b + 4 * t4);
+      const uint32_t d_lo = min(max_lo - ((s_lo >> (8 * b)) & 0xFFu), kShiftTables - 1u);
+      const uint32_t d_hi = min(max_hi - ((s_hi >> (8 * b)) & 0xFFu), kShiftTables - 1u);
+      const uint2 t_lo = reinterpret_cast<const uint2*>(shift_tables)[d_lo];
+      const uint2 t_hi = reinterpret_cast<const uint2*>(shift_tables)[d_hi];
+      frag[b][0] = E2m1x4ToE4m3(w_lo, t_lo);
+      frag[b][1] = E2m1x4ToE4m3(w_hi, t_hi);
+      frag[b][2] = E2m1x4ToE4m3(w_lo >> 16, t_lo);
+      frag[b][3] = E2m1x4ToE4m3(w_hi >> 16, t_hi);
+    }
+    const unsigned x_base = smem_base + slot * S::kStageBytes + kRawTileBytes;
+    wgmma::FenceOperands(part);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) wgmma::FenceOperands(frag[b]);
+    wgmma::Fence();
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint64_t db = wgmma::Descriptor(x_base + TileOffset(0, 2 * b), 128, kChunks * 128);
+      wgmma::WgmmaE4m3Rs<kBN>(part, frag[b], db, b > 0 ? 1 : 0);
+    }
+    wgmma::CommitGroup();
+    const float ws_lo = RowScale(max_lo), ws_hi = RowScale(max_hi);
+    wgmma::WaitGroup<0>();
+    wgmma::FenceOperands(part);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) wgmma::FenceOperands(frag[b]);
+    const float* xs =
+        reinterpret_cast<const float*>(smem + slot * S::kStageBytes + S::kScaleOffset);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const float2 sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t4);
+      acc[4 * j + 0] = fmaf(part[4 * j + 0], ws_lo * sc.x, acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(part[4 * j + 1], ws_lo * sc.y, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(part[4 * j + 2], ws_hi * sc.x, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(part[4 * j + 3], ws_hi * sc.y, acc[4 * j + 3]);
+    }
+    __syncwarp();
+    if (lane == 0) bulk::Arrive(empty(slot));  // this warp no longer reads the slot
+  }
+  StoreOutputs<kBN>(acc, a, item, v0, n_rows, tid);
+}
+
+template <int kBN>
+cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  const auto kernel = ExpertGemmMxfp4Kernel<kBN>;
+  const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, RsShape<kBN>::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  const dim3 grid(static_cast<unsigned>(rows / kBM), static_cast<unsigned>(max_items));
+  return pdl::Launch(kernel, grid, kGemmThreads, static_cast<size_t>(RsShape<kBN>::kSmemBytes),
+                     stream, a);
+}
+
+}  // namespace
+
+cudaError_t LaunchMxfp4Gemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  if (a.mxfp4 == nullptr) return cudaErrorInvalidValue;
+  if (bn == 64) return Launch<64>(a, max_items, stream);
+  if (bn == 96) return Launch<96>(a, max_items, stream);
+  if (bn == 128) return Launch<128>(a, max_items, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace deepinfer::backend::cuda::kernels::moe_block128
