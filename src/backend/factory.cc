@@ -1,5 +1,6 @@
 #include "backend/factory.h"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -52,8 +53,9 @@ base::StatusOr<std::unique_ptr<model::Backend>> CreateBackend(std::string_view n
   if (options.batch_invariant) backend->set_batch_invariant(true);
   if (options.fp8_activations) backend->set_fp8_activations(true);
   if (options.fp8_expert_copy_gib >= 0) {
-    backend->set_experts_block128_copy_budget(
-        static_cast<size_t>(options.fp8_expert_copy_gib * double(size_t{1} << 30)));
+    // Clamped at 1 PiB (a larger or infinite value would overflow the conversion).
+    const double gib = std::min(options.fp8_expert_copy_gib, double(1 << 20));
+    backend->set_experts_block128_copy_budget(static_cast<size_t>(gib * double(size_t{1} << 30)));
   }
   return std::unique_ptr<model::Backend>(std::move(backend));
 #else

@@ -561,14 +561,19 @@ class CudaBackend final : public model::Backend {
   // The kernels' view of a RoutedExperts call on a cached expert table.
   kernels::RoutedExpertsLaunch ExpertsLaunch(const model::RoutedExpertsArgs& args,
                                              const ExpertTable& table) const;
-  // RoutedExperts in the FP8-activation mode (kernels::RoutedExpertsFp8, or
-  // kernels::RoutedExpertsBf16 from experts_bf16_min_tokens_ tokens outside batch-invariant
-  // mode).
+  // RoutedExperts in the FP8-activation mode: outside batch-invariant mode at prefill sizes
+  // kernels::RoutedExpertsBlock128 (on the e4m3 copies within the budget, else from the MXFP4
+  // bytes unless experts_block128_ is off), else kernels::RoutedExpertsBf16 from
+  // experts_bf16_min_tokens_ tokens, else kernels::RoutedExpertsFp8.
   void RoutedExpertsFp8(const model::RoutedExpertsArgs& args, ExpertTable& table);
   // The device table of block-128 copies of the call's experts (made on first use); null when
   // they do not all fit (the table remembers that) or after a failure (recorded).
   const kernels::ExpertBlock128Pointers* ExpertBlock128TableFor(
       const model::RoutedExpertsArgs& args, ExpertTable& table);
+  // Whether all of a layer's copies fit the budget and the free memory (logs why not).
+  bool ExpertBlock128CopiesFit(const model::RoutedExpertsArgs& args, const ExpertTable& table);
+  // The block-128 copy of one expert matrix (made on first use); null if not made.
+  const void* ExpertBlock128CopyOf(const model::WeightRef& ref);
   base::StatusOr<ExpertTable> BuildExpertTable(const model::RoutedExpertsArgs& args);
   void FreeExpertTables();
 

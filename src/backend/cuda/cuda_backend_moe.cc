@@ -289,42 +289,60 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTabl
   Done("RoutedExperts");
 }
 
+bool CudaBackend::ExpertBlock128CopiesFit(const model::RoutedExpertsArgs& a,
+                                          const ExpertTable& table) {
+  // All of the layer's copies or none: a layer that could only be partly copied would hold
+  // copies it never uses.
+  const int64_t layer = a.n_experts * (2 * kernels::Block128WeightBytes(table.I, table.D) +
+                                       kernels::Block128WeightBytes(table.D, table.I));
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  const auto bytes = static_cast<size_t>(layer);
+  if (experts_block128_copy_bytes() + bytes <= experts_block128_copy_budget_ &&
+      free_bytes >= bytes + kFp8Bf16CopyKeepFree) {
+    return true;
+  }
+  LOG_WARN(
+      "RoutedExperts: no block-128 copies of {} ({:.1f} GiB; budget {:.1f} GiB, {:.1f} GiB "
+      "made, {:.1f} GiB free); its layer keeps the register path",
+      a.table[0].w1.name, bytes / double(1 << 30), experts_block128_copy_budget_ / double(1 << 30),
+      experts_block128_copy_bytes() / double(1 << 30), free_bytes / double(1 << 30));
+  return false;
+}
+
+const void* CudaBackend::ExpertBlock128CopyOf(const model::WeightRef& ref) {
+  base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(ref);
+  if (!dw.ok()) {
+    Fail(dw.status());
+    return nullptr;
+  }
+  if (!kernels::ExpertBlock128Convertible(*dw)) return nullptr;
+  return weights_.DerivedCopy(*dw, WeightCache::CopyKind::kExpertBlock128,
+                              static_cast<size_t>(kernels::Block128WeightBytes(dw->rows, dw->cols)),
+                              experts_block128_copy_budget_, kFp8Bf16CopyKeepFree,
+                              [this](const kernels::DeviceWeight& view, void* out) {
+                                return kernels::RequantMxFp4Block128(view, out, stream_);
+                              });
+}
+
 const kernels::ExpertBlock128Pointers* CudaBackend::ExpertBlock128TableFor(
     const model::RoutedExpertsArgs& a, ExpertTable& table) {
   if (table.block128 != nullptr) return table.block128;
   if (table.block128_refused) return nullptr;
+  table.block128_refused = true;  // until every copy is made and the table uploaded
+  if (!ExpertBlock128CopiesFit(a, table)) return nullptr;
   std::vector<kernels::ExpertBlock128Pointers> host(static_cast<size_t>(a.n_experts));
   for (int64_t e = 0; e < a.n_experts; ++e) {
     const model::ExpertWeights& ew = a.table[e];
     const model::WeightRef* refs[3] = {&ew.w1, &ew.w2, &ew.w3};
     for (int m = 0; m < 3; ++m) {
-      base::StatusOr<kernels::DeviceWeight> dw = weights_.Get(*refs[m]);
-      if (!dw.ok()) {
-        Fail(dw.status());
-        return nullptr;
-      }
-      const void* copy =
-          kernels::ExpertBlock128Convertible(*dw)
-              ? weights_.DerivedCopy(
-                    *dw, WeightCache::CopyKind::kExpertBlock128,
-                    static_cast<size_t>(kernels::Block128WeightBytes(dw->rows, dw->cols)),
-                    experts_block128_copy_budget_, kFp8Bf16CopyKeepFree,
-                    [this](const kernels::DeviceWeight& view, void* out) {
-                      return kernels::RequantMxFp4Block128(view, out, stream_);
-                    })
-              : nullptr;
-      if (copy == nullptr) {
-        // Copies made so far stay with their weights (the budget counts them); this layer
-        // keeps the MXFP4 paths.
-        LOG_WARN(
-            "RoutedExperts: no block-128 copy of {} (budget {:.1f} GiB, {:.1f} GiB made); "
-            "its layer keeps the MXFP4 kernels",
-            refs[m]->name, experts_block128_copy_budget_ / double(1 << 30),
-            experts_block128_copy_bytes() / double(1 << 30));
-        table.block128_refused = true;
-        return nullptr;
-      }
-      const kernels::Block128Weight view = kernels::Block128WeightAt(copy, dw->rows, dw->cols);
+      const void* copy = ExpertBlock128CopyOf(*refs[m]);
+      if (copy == nullptr) return nullptr;  // (a failure is recorded; else the layer keeps MXFP4)
+      const kernels::Block128Weight view =
+          kernels::Block128WeightAt(copy, refs[m]->rows, refs[m]->cols);
       host[e].data[m] = view.data;
       host[e].scale[m] = view.scale;
     }
@@ -345,6 +363,7 @@ const kernels::ExpertBlock128Pointers* CudaBackend::ExpertBlock128TableFor(
     return nullptr;
   }
   table.block128 = device;
+  table.block128_refused = false;
   return device;
 }
 

@@ -3,19 +3,20 @@
 //
 // Why. The bf16 path (k_moe_bf16.cu / k_moe_rs.cu) dequantises MXFP4 into bf16 wgmma operands:
 // ~210 TFLOP/s at the V4.1 shape, half of it the dequantisation's issue, and a ceiling of the
-// bf16 rate. Here both operands are e4m3 already in memory: the GEMM is cp.async copies and
-// wgmma m64nBNk32 from shared memory, with one fp32 promotion per 128 values of K.
+// bf16 rate. Here both operands are e4m3 already in memory (the copies; k_moe_block128_rs.cu
+// builds them in registers from the MXFP4 bytes instead), with one fp32 promotion per 128 values.
 //
 // GEMM structure (ExpertGemmBlock128Kernel). Grid: (weight rows / 128) x work items (the
-// grouping of moe_groups.cuh: up to BN pairs of one expert). A block (2 warpgroups) owns 128
-// weight rows -- one row block of the copy's scales, in one matrix (w1, w3 or w2) -- times one
-// item, all of K in 128-value stages through a ring of kStages slots: the weight tile (128 rows x
-// 128 bytes), the item's activation rows (BN x 128 bytes, gathered by token), both in the
-// no-swizzle core-matrix layout (wgmma_fp8.cuh), and the BN token scales of the stage. Per stage
-// each warpgroup runs four SS wgmma m64nBNk32 into a partial accumulator (the first overwrites
-// it), waits for them, and adds partial * (weight block scale * token scale) into its fp32
-// accumulator (one FMA per output). One __syncthreads per stage; the copies of stage i + kStages
-// - 1 are issued right after it, into the slot stage i - 1 used.
+// grouping of moe_groups.cuh: up to BN pairs of one expert). A block owns 128 weight rows -- one
+// row block of the copy's scales, in one matrix (w1, w3 or w2) -- times one item, all of K in
+// 128-value stages through a ring of kStages slots. A producer warp fills slot st % kStages with
+// stage st by two bulk copies on the slot's full mbarrier: the weight tile (16 KiB, stored in the
+// no-swizzle core-matrix layout of wgmma_fp8.cuh) and the item's packed stage (PackItemsKernel:
+// its tokens' 128 values in the same layout, then their scales). Two consumer warpgroups (64 rows
+// each) wait for the full barrier, run four SS wgmma m64nBNk32 into a partial accumulator (the
+// first overwrites it), wait for them, add partial * (weight block scale * token scale) into
+// their fp32 accumulator, and release the slot on its empty mbarrier (one arrival per warp). No
+// block barrier in the loop: one warpgroup's promotion overlaps the other's MMAs.
 //
 // Roofline at the V4.1 shape (T = 4096, k = 6, 384 experts of [2304, 5120] x 3): 1.74 TFLOP per
 // layer (1.2 ms at the measured ~1,420 TFLOP/s FP8 rate); the copies are 13.6 GB per layer, read
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
     const uint8_t* xp = a.packed + int64_t{blockIdx.y} * n_stages * Pack<kBN>::kStageBytes;
     for (int st = 0; st < n_stages; ++st) {
       const int slot = st % S::kStages;
-      if (st >= S::kStages) bulk::WaitPhase(empty(slot), ((st / S::kStages) - 1) & 1);
+      if (st >= S::kStages) bulk::WaitPhaseOrTrap(empty(slot), ((st / S::kStages) - 1) & 1);
       const unsigned dst = smem_base + slot * S::kStageBytes;
       bulk::ArriveExpectTx(full(slot), kWTileBytes + Pack<kBN>::kStageBytes);
       bulk::BulkCopy(dst, w + int64_t{st} * kWTileBytes, kWTileBytes, full(slot));
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
   for (int i = 0; i < n_stages; ++i) {
     const int slot = i % S::kStages;
     const unsigned base = smem_base + slot * S::kStageBytes;
-    bulk::WaitPhase(full(slot), (i / S::kStages) & 1);
+    bulk::WaitPhaseOrTrap(full(slot), (i / S::kStages) & 1);
     wgmma::FenceOperands(part);
     wgmma::Fence();
 #pragma unroll
@@ -359,11 +360,13 @@ int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64
   return Layout(T, k, D, I, n_experts, RoutedExpertsBlock128ItemPairs(T, k, n_experts)).total;
 }
 
-cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, const ExpertBlock128Pointers* table,
-                                  void* scratch, cudaStream_t stream) {
+cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l,
+                                  const ExpertBlock128Pointers* copies, void* scratch,
+                                  cudaStream_t stream) {
   if (l.T <= 0) return cudaSuccess;
   if (!RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts) ||
-      (table == nullptr && l.table == nullptr) || !Aligned16(l.x)) {
+      l.up_format != model::WeightFormat::kMxFp4 || l.down_format != model::WeightFormat::kMxFp4 ||
+      (copies == nullptr && l.table == nullptr) || !Aligned16(l.x)) {
     return cudaErrorInvalidValue;
   }
   const int bn = RoutedExpertsBlock128ItemPairs(l.T, l.k, l.n_experts);
@@ -386,7 +389,7 @@ cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, const ExpertBloc
   if (e != cudaSuccess) return e;
   auto* packed = reinterpret_cast<uint8_t*>(base + s.packed);
   GemmArgs a{};
-  a.table = table;
+  a.table = copies;
   a.mxfp4 = l.table;
   a.D = l.D;
   a.I = l.I;

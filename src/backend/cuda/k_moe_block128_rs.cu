@@ -14,13 +14,14 @@
 // memory: conflict-free 4-byte reads), completing on the full barrier through
 // cp.async.mbarrier.arrive -- and the A operand built in registers (wgmma RS m64nBNk32). (One bulk
 // copy per 64-byte row piece was 3x slower than the e4m3 copies' kernel: 128 small TMA requests a
-// stage, run 169.) Fragment lane t of rows g and g + 8 needs MMA k-indices 4 t .. 4 t + 3 and 16 +
-// 4 t
-// ..: the activations are packed in the order PermutedWords32 gives, so that these are the 8
-// nibbles of word t of the row's 16-byte block -- one 4-byte shared-memory read per row and k32
-// step. A nibble becomes its e4m3 byte by table: the 8 magnitudes for shift d = smax - S (32
-// tables of 8 bytes built in shared memory at the start, with the copies' rounding) picked by
-// PRMT on the 3-bit codes, the sign by a second PRMT.
+// stage, run 169.)
+//
+// Fragment lane t of rows g and g + 8 needs MMA k-indices 4t..4t+3 and 16+4t..16+4t+3. The
+// activations are packed in the order PermutedWords32 gives, so that these are the 8 nibbles of
+// word t of the row's 16-byte block: one 4-byte shared-memory read per row and k32 step. A nibble
+// becomes its e4m3 byte by table: the 8 magnitudes for shift d = smax - S (32 tables of 8 bytes
+// built in shared memory at the start, with the copies' rounding) picked by PRMT on the 3-bit
+// codes, the sign by a second PRMT.
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -73,6 +74,95 @@ __device__ __forceinline__ float RowScale(uint32_t smax) {
   return smax >= 7 ? __uint_as_float((smax - 6) << 23) : ldexpf(1.0f, static_cast<int>(smax) - 133);
 }
 
+// Shift table d (thread d < kShiftTables) at tables[d]: byte c (c < 8) = the e4m3 byte of the
+// e2m1 code c times 2^(6 - d), rounded like RequantMxFp4Block128.
+__device__ __forceinline__ void BuildShiftTable(uint2* tables, int d) {
+  const float f = ldexpf(1.0f, 6 - d);
+  uint32_t bytes[2] = {0, 0};
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const auto byte = static_cast<uint32_t>(
+        __nv_cvt_float_to_fp8(E2m1Value(static_cast<uint32_t>(c)) * f, __NV_SATFINITE, __NV_E4M3));
+    bytes[c / 4] |= byte << (8 * (c % 4));
+  }
+  tables[d] = make_uint2(bytes[0], bytes[1]);
+}
+
+// The ring's barriers: full (slot) and empty (slot) at shared address `bars`.
+template <int kStages>
+struct Barriers {
+  unsigned bars;
+  __device__ unsigned full(int slot) const { return bars + 8u * static_cast<unsigned>(slot); }
+  __device__ unsigned empty(int slot) const {
+    return bars + 8u * static_cast<unsigned>(kStages + slot);
+  }
+};
+
+// The producer warp: stage st into slot st % kStages once the slot is released -- the item's
+// packed stage by one bulk copy (lane 0, with the slot's expected bytes), the 128 weight rows'
+// 64 bytes by 16-byte cp.async (chunk c = lane + 32 i: row c / 4, chunk c % 4; four lanes read a
+// row's contiguous bytes, the L2 256-byte prefetch brings its next three stages), each lane
+// arriving on the full barrier once its copies have landed.
+template <int kBN>
+__device__ void ProduceStages(const uint8_t* raw, int64_t K, const uint8_t* xp, int n_stages,
+                              unsigned smem_base, Barriers<RsShape<kBN>::kStages> bar, int lane) {
+  using S = RsShape<kBN>;
+  for (int st = 0; st < n_stages; ++st) {
+    const int slot = st % S::kStages;
+    if (st >= S::kStages) bulk::WaitPhaseOrTrap(bar.empty(slot), ((st / S::kStages) - 1) & 1);
+    const unsigned dst = smem_base + slot * S::kStageBytes;
+    if (lane == 0) {
+      bulk::ArriveExpectTx(bar.full(slot), Pack<kBN>::kStageBytes);
+      bulk::BulkCopy(dst + kRawTileBytes, xp + int64_t{st} * Pack<kBN>::kStageBytes,
+                     Pack<kBN>::kStageBytes, bar.full(slot));
+    }
+#pragma unroll
+    for (int i = 0; i < kBM * kRawRowBytes / 16 / 32; ++i) {
+      const int c = lane + 32 * i, r = c / 4, q = c % 4;
+      fp8::CpAsync16Prefetch(dst + r * kRowPitch + q * 16,
+                             raw + r * (K / 2) + st * kRawRowBytes + q * 16);
+    }
+    bulk::CpAsyncArriveNoinc(bar.full(slot));  // one of the 32 lane arrivals the barrier expects
+  }
+  fp8::CpAsyncWait<0>();  // no copy of this thread outlives it
+}
+
+// The A fragments of one stage for this lane's rows r_lo and r_lo + 8 (raw: the slot's weight
+// rows; s_lo / s_hi: the rows' four scale bytes, max_lo / max_hi their largest): k32 step b's
+// registers from word t4 of each row's 16-byte block b (wgmma_fp8.cuh: WgmmaE4m3Rs).
+__device__ __forceinline__ void BuildFragments(const char* raw, const uint2* tables, int r_lo,
+                                               int t4, uint32_t s_lo, uint32_t s_hi,
+                                               uint32_t max_lo, uint32_t max_hi,
+                                               uint32_t (&frag)[4][4]) {
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const uint32_t w_lo =
+        *reinterpret_cast<const uint32_t*>(raw + r_lo * kRowPitch + 16 * b + 4 * t4);
+    const uint32_t w_hi =
+        *reinterpret_cast<const uint32_t*>(raw + (r_lo + 8) * kRowPitch + 16 * b + 4 * t4);
+    const uint2 t_lo = tables[min(max_lo - ((s_lo >> (8 * b)) & 0xFFu), kShiftTables - 1u)];
+    const uint2 t_hi = tables[min(max_hi - ((s_hi >> (8 * b)) & 0xFFu), kShiftTables - 1u)];
+    frag[b][0] = E2m1x4ToE4m3(w_lo, t_lo);
+    frag[b][1] = E2m1x4ToE4m3(w_hi, t_hi);
+    frag[b][2] = E2m1x4ToE4m3(w_lo >> 16, t_lo);
+    frag[b][3] = E2m1x4ToE4m3(w_hi >> 16, t_hi);
+  }
+}
+
+// acc += part * row scale (ws_lo for fragment row g, ws_hi for g + 8) * token scale (xs).
+template <int kBN>
+__device__ __forceinline__ void Promote(const float (&part)[kBN / 2], const float* xs, int t4,
+                                        float ws_lo, float ws_hi, float (&acc)[kBN / 2]) {
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const float2 sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t4);
+    acc[4 * j + 0] = fmaf(part[4 * j + 0], ws_lo * sc.x, acc[4 * j + 0]);
+    acc[4 * j + 1] = fmaf(part[4 * j + 1], ws_lo * sc.y, acc[4 * j + 1]);
+    acc[4 * j + 2] = fmaf(part[4 * j + 2], ws_hi * sc.x, acc[4 * j + 2]);
+    acc[4 * j + 3] = fmaf(part[4 * j + 3], ws_hi * sc.y, acc[4 * j + 3]);
+  }
+}
+
 // Grid (weight rows / 128, max_items), kGemmThreads threads: see the top of the file.
 template <int kBN>
 __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
@@ -91,65 +181,29 @@ __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
   const int m = a.up ? (second ? 2 : 0) : 1;
   const int64_t row0 = second ? v0 - a.I : v0;
   const unsigned smem_base = mma::SharedAddress(smem);
-  const unsigned tables = smem_base + S::kStages * S::kStageBytes;
-  const unsigned bars = tables + kTableBytes;
-  auto full = [&](int slot) { return bars + 8u * static_cast<unsigned>(slot); };
-  auto empty = [&](int slot) { return bars + 8u * static_cast<unsigned>(S::kStages + slot); };
-  if (tid < kShiftTables) {  // table d = tid: byte c = e4m3(e2m1 code c * 2^(6 - d))
-    const float f = ldexpf(1.0f, 6 - tid);
-    uint32_t lo = 0, hi = 0;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const auto byte = static_cast<uint32_t>(__nv_cvt_float_to_fp8(
-          E2m1Value(static_cast<uint32_t>(c)) * f, __NV_SATFINITE, __NV_E4M3));
-      if (c < 4) {
-        lo |= byte << (8 * c);
-      } else {
-        hi |= byte << (8 * (c - 4));
-      }
-    }
-    reinterpret_cast<uint2*>(smem + S::kStages * S::kStageBytes)[tid] = make_uint2(lo, hi);
-  }
+  auto* tables = reinterpret_cast<uint2*>(smem + S::kStages * S::kStageBytes);
+  const Barriers<S::kStages> bar{smem_base + S::kStages * S::kStageBytes + kTableBytes};
+  if (tid < kShiftTables) BuildShiftTable(tables, tid);
   if (tid == 0) {
     for (int slot = 0; slot < S::kStages; ++slot) {
-      bulk::BarrierInit(full(slot), 1 + 32);  // lane 0's expect-tx arrival + 32 cp.async ones
-      bulk::BarrierInit(empty(slot), kConsumerWarps);
+      bulk::BarrierInit(bar.full(slot), 1 + 32);  // lane 0's expect-tx arrival + 32 cp.async ones
+      bulk::BarrierInit(bar.empty(slot), kConsumerWarps);
     }
     bulk::FenceBarrierInit();
   }
   __syncthreads();
-
-  if (warp == kConsumerWarps) {  // the producer warp
-    const auto* raw = static_cast<const uint8_t*>(ep.data[m]) + row0 * (K / 2);
-    const uint8_t* xp = a.packed + int64_t{blockIdx.y} * n_stages * Pack<kBN>::kStageBytes;
-    for (int st = 0; st < n_stages; ++st) {
-      const int slot = st % S::kStages;
-      if (st >= S::kStages) bulk::WaitPhase(empty(slot), ((st / S::kStages) - 1) & 1);
-      const unsigned dst = smem_base + slot * S::kStageBytes;
-      if (lane == 0) {
-        bulk::ArriveExpectTx(full(slot), Pack<kBN>::kStageBytes);
-        bulk::BulkCopy(dst + kRawTileBytes, xp + int64_t{st} * Pack<kBN>::kStageBytes,
-                       Pack<kBN>::kStageBytes, full(slot));
-      }
-      // The weight rows: 16-byte chunk c = lane + 32 i is row c / 4, chunk c % 4 (four lanes
-      // read a row's 64 contiguous bytes; the L2 256-byte prefetch brings its next three stages).
-#pragma unroll
-      for (int i = 0; i < kBM * kRawRowBytes / 16 / 32; ++i) {
-        const int c = lane + 32 * i, r = c / 4, q = c % 4;
-        fp8::CpAsync16Prefetch(dst + r * kRowPitch + q * 16,
-                               raw + r * (K / 2) + st * kRawRowBytes + q * 16);
-      }
-      bulk::CpAsyncArriveNoinc(full(slot));  // one of the 32 lane arrivals the barrier expects
-    }
+  if (warp == kConsumerWarps) {
+    ProduceStages<kBN>(static_cast<const uint8_t*>(ep.data[m]) + row0 * (K / 2), K,
+                       a.packed + int64_t{blockIdx.y} * n_stages * Pack<kBN>::kStageBytes, n_stages,
+                       smem_base, bar, lane);
     return;
   }
 
-  const int wg = tid / 128, g = lane / 4, t4 = lane % 4;
-  const int r_lo = 64 * wg + 16 * (warp % 4) + g;  // this lane's fragment rows r_lo, r_lo + 8
+  const int wg = tid / 128, t4 = lane % 4;
+  const int r_lo = 64 * wg + 16 * (warp % 4) + lane / 4;  // fragment rows r_lo, r_lo + 8
   const auto* scale_lo = reinterpret_cast<const uint32_t*>(ep.scale[m] + (row0 + r_lo) * (K / 32));
   const auto* scale_hi =
       reinterpret_cast<const uint32_t*>(ep.scale[m] + (row0 + r_lo + 8) * (K / 32));
-  const char* shift_tables = smem + S::kStages * S::kStageBytes;
   float acc[kBN / 2], part[kBN / 2];
 #pragma unroll
   for (int e = 0; e < kBN / 2; ++e) acc[e] = 0.0f;
@@ -157,24 +211,10 @@ __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
     const int slot = i % S::kStages;
     const uint32_t s_lo = __ldg(scale_lo + i), s_hi = __ldg(scale_hi + i);  // 4 blocks a row
     const uint32_t max_lo = MaxByte(s_lo), max_hi = MaxByte(s_hi);
-    bulk::WaitPhase(full(slot), (i / S::kStages) & 1);
-    const char* raw = smem + slot * S::kStageBytes;
+    bulk::WaitPhaseOrTrap(bar.full(slot), (i / S::kStages) & 1);
     uint32_t frag[4][4];
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const uint32_t w_lo =
-          *reinterpret_cast<const uint32_t*>(raw + r_lo * kRowPitch + 16 * b + 4 * t4);
-      const uint32_t w_hi =
-          *reinterpret_cast<const uint32_t*>(raw + (r_lo + 8) * kRowPitch + 16 * b + 4 * t4);
-      const uint32_t d_lo = min(max_lo - ((s_lo >> (8 * b)) & 0xFFu), kShiftTables - 1u);
-      const uint32_t d_hi = min(max_hi - ((s_hi >> (8 * b)) & 0xFFu), kShiftTables - 1u);
-      const uint2 t_lo = reinterpret_cast<const uint2*>(shift_tables)[d_lo];
-      const uint2 t_hi = reinterpret_cast<const uint2*>(shift_tables)[d_hi];
-      frag[b][0] = E2m1x4ToE4m3(w_lo, t_lo);
-      frag[b][1] = E2m1x4ToE4m3(w_hi, t_hi);
-      frag[b][2] = E2m1x4ToE4m3(w_lo >> 16, t_lo);
-      frag[b][3] = E2m1x4ToE4m3(w_hi >> 16, t_hi);
-    }
+    BuildFragments(smem + slot * S::kStageBytes, tables, r_lo, t4, s_lo, s_hi, max_lo, max_hi,
+                   frag);
     const unsigned x_base = smem_base + slot * S::kStageBytes + kRawTileBytes;
     wgmma::FenceOperands(part);
 #pragma unroll
@@ -191,18 +231,11 @@ __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
     wgmma::FenceOperands(part);
 #pragma unroll
     for (int b = 0; b < 4; ++b) wgmma::FenceOperands(frag[b]);
-    const float* xs =
-        reinterpret_cast<const float*>(smem + slot * S::kStageBytes + S::kScaleOffset);
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const float2 sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t4);
-      acc[4 * j + 0] = fmaf(part[4 * j + 0], ws_lo * sc.x, acc[4 * j + 0]);
-      acc[4 * j + 1] = fmaf(part[4 * j + 1], ws_lo * sc.y, acc[4 * j + 1]);
-      acc[4 * j + 2] = fmaf(part[4 * j + 2], ws_hi * sc.x, acc[4 * j + 2]);
-      acc[4 * j + 3] = fmaf(part[4 * j + 3], ws_hi * sc.y, acc[4 * j + 3]);
-    }
+    Promote<kBN>(part,
+                 reinterpret_cast<const float*>(smem + slot * S::kStageBytes + S::kScaleOffset), t4,
+                 ws_lo, ws_hi, acc);
     __syncwarp();
-    if (lane == 0) bulk::Arrive(empty(slot));  // this warp no longer reads the slot
+    if (lane == 0) bulk::Arrive(bar.empty(slot));  // this warp no longer reads the slot
   }
   StoreOutputs<kBN>(acc, a, item, v0, n_rows, tid);
 }

@@ -75,8 +75,9 @@ int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64
 // (so it is exact wherever the copy is). Launches: quantise x, group the pairs, pack, up GEMM,
 // SwiGLU + quantise, pack, down GEMM, combine the slots (graph-capturable: grid sizes depend on
 // the shapes only). An expert id outside [0, n_experts) sets kErrExpertOutOfRange and makes its
-// token's row NaN. cudaErrorInvalidValue when not applicable, with neither copies nor l.table,
-// or x not 16-byte aligned.
+// token's row NaN. cudaErrorInvalidValue when not applicable, for weights other than MXFP4,
+// with neither copies nor l.table, or x not 16-byte aligned. (l.table's data pointers must be
+// 16-byte aligned, like every MXFP4 kernel's.)
 cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l,
                                   const ExpertBlock128Pointers* copies, void* scratch,
                                   cudaStream_t stream);
