@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -109,6 +110,27 @@ __device__ __forceinline__ float Pow2Ceil(float t) {
 // power of two. (backend/cpu/numerics.cc FakeQuantFp8Pow2Block computes the same.)
 __device__ __forceinline__ float Fp8Pow2Scale(float amax) {
   return Pow2Ceil(MaxF(amax, 1e-4f) * (1.0f / 448.0f));
+}
+
+// One warp quantises a 128-value block per token (the block-128 activations), lane l holding
+// values 4 l .. 4 l + 3: returns lane l's four e4m3 bytes (value 4 l + i in byte i) of
+// clamp(v / s, +-448) rounded to nearest even, s = Fp8Pow2Scale(the block's amax) in *scale.
+// Every lane of the warp must call it (shuffles).
+__device__ __forceinline__ uint32_t QuantizeWarpBlock128E4m3(const float (&v)[4], float* scale) {
+  float amax = MaxF(MaxF(fabsf(v[0]), fabsf(v[1])), MaxF(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float s = Fp8Pow2Scale(amax);
+  const float inv = 1.0f / s;  // exact: s is a power of two
+  uint32_t packed = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const auto byte = static_cast<uint32_t>(
+        __nv_cvt_float_to_fp8(ClampF(v[q] * inv, -448.0f, 448.0f), __NV_SATFINITE, __NV_E4M3));
+    packed |= byte << (8 * q);
+  }
+  *scale = s;
+  return packed;
 }
 
 // A quiet NaN: the output of an op whose input was invalid (never a plausible value).

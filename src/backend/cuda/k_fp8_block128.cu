@@ -38,16 +38,10 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0) scale[kb * scale_ld + t] = 1.0f;
       continue;
     }
-    const float4 v = *reinterpret_cast<const float4*>(x + t * ldx + k);
-    float amax = MaxF(MaxF(fabsf(v.x), fabsf(v.y)), MaxF(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = Fp8Pow2Scale(amax);
-    const float inv = 1.0f / s;  // exact: s is a power of two
-    const uint32_t packed = E4m3Byte(ClampF(v.x * inv, -448.0f, 448.0f)) |
-                            E4m3Byte(ClampF(v.y * inv, -448.0f, 448.0f)) << 8 |
-                            E4m3Byte(ClampF(v.z * inv, -448.0f, 448.0f)) << 16 |
-                            E4m3Byte(ClampF(v.w * inv, -448.0f, 448.0f)) << 24;
+    const float4 v4 = *reinterpret_cast<const float4*>(x + t * ldx + k);
+    const float v[4] = {v4.x, v4.y, v4.z, v4.w};
+    float s;
+    const uint32_t packed = QuantizeWarpBlock128E4m3(v, &s);
     *reinterpret_cast<uint32_t*>(q + t * K + k) = packed;
     if (lane == 0) scale[kb * scale_ld + t] = s;
   }

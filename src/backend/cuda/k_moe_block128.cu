@@ -45,7 +45,8 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
-using moe_block128::E2m1Value;
+using moe_block128::Barriers;
+using moe_block128::BlockJob;
 using moe_block128::GemmArgs;
 using moe_block128::Item;
 using moe_block128::kBK;
@@ -91,27 +92,14 @@ __global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
   using S = Shape<kBN>;
   extern __shared__ __align__(128) char smem[];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
-  const Item item = a.items[blockIdx.y];
-  const ExpertBlock128Pointers& ep = a.table[item.expert];
+  const BlockJob job = BlockJob::Of(a);
+  const ExpertBlock128Pointers& ep = a.table[job.item.expert];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int64_t n_rows = a.up ? 2 * a.I : a.D, K = a.up ? a.D : a.I;
-  const int n_stages = static_cast<int>(K / kBK);
-  const int64_t v0 = int64_t{blockIdx.x} * kBM;
-  // The block's 128 rows lie in one matrix (I % 128 == 0): up: w1 below I, w3 from I; down: w2.
-  const bool second = a.up && v0 >= a.I;
-  const int m = a.up ? (second ? 2 : 0) : 1;
-  const int64_t row0 = second ? v0 - a.I : v0;
+  const int64_t K = job.K, row0 = job.row0;
+  const int n_stages = job.n_stages, m = job.m;
   const unsigned smem_base = mma::SharedAddress(smem);
-  const unsigned bars = smem_base + S::kStages * S::kStageBytes;
-  auto full = [&](int slot) { return bars + 8u * static_cast<unsigned>(slot); };
-  auto empty = [&](int slot) { return bars + 8u * static_cast<unsigned>(S::kStages + slot); };
-  if (tid == 0) {
-    for (int slot = 0; slot < S::kStages; ++slot) {
-      bulk::BarrierInit(full(slot), 1);
-      bulk::BarrierInit(empty(slot), kConsumerWarps);
-    }
-    bulk::FenceBarrierInit();
-  }
+  const Barriers<S::kStages> bar{smem_base + S::kStages * S::kStageBytes};
+  if (tid == 0) bar.Init(1);
   __syncthreads();
 
   if (warp == kConsumerWarps) {  // the producer
@@ -121,12 +109,12 @@ __global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
     const uint8_t* xp = a.packed + int64_t{blockIdx.y} * n_stages * Pack<kBN>::kStageBytes;
     for (int st = 0; st < n_stages; ++st) {
       const int slot = st % S::kStages;
-      if (st >= S::kStages) bulk::WaitPhaseOrTrap(empty(slot), ((st / S::kStages) - 1) & 1);
+      if (st >= S::kStages) bulk::WaitPhaseOrTrap(bar.empty(slot), ((st / S::kStages) - 1) & 1);
       const unsigned dst = smem_base + slot * S::kStageBytes;
-      bulk::ArriveExpectTx(full(slot), kWTileBytes + Pack<kBN>::kStageBytes);
-      bulk::BulkCopy(dst, w + int64_t{st} * kWTileBytes, kWTileBytes, full(slot));
+      bulk::ArriveExpectTx(bar.full(slot), kWTileBytes + Pack<kBN>::kStageBytes);
+      bulk::BulkCopy(dst, w + int64_t{st} * kWTileBytes, kWTileBytes, bar.full(slot));
       bulk::BulkCopy(dst + kWTileBytes, xp + int64_t{st} * Pack<kBN>::kStageBytes,
-                     Pack<kBN>::kStageBytes, full(slot));
+                     Pack<kBN>::kStageBytes, bar.full(slot));
     }
     return;
   }
@@ -139,7 +127,7 @@ __global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
   for (int i = 0; i < n_stages; ++i) {
     const int slot = i % S::kStages;
     const unsigned base = smem_base + slot * S::kStageBytes;
-    bulk::WaitPhaseOrTrap(full(slot), (i / S::kStages) & 1);
+    bulk::WaitPhaseOrTrap(bar.full(slot), (i / S::kStages) & 1);
     wgmma::FenceOperands(part);
     wgmma::Fence();
 #pragma unroll
@@ -165,9 +153,9 @@ __global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
       acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
     }
     __syncwarp();
-    if (lane == 0) bulk::Arrive(empty(slot));  // this warp no longer reads the slot
+    if (lane == 0) bulk::Arrive(bar.empty(slot));  // this warp no longer reads the slot
   }
-  moe_block128::StoreOutputs<kBN>(acc, a, item, v0, n_rows, tid);
+  moe_block128::StoreOutputs<kBN>(acc, a, job.item, job.v0, job.n_rows, tid);
 }
 
 // Packs the activations of a launch's items, then runs the e4m3-copy GEMM (a.table != null) or
@@ -227,19 +215,8 @@ __global__ void __launch_bounds__(kThreads)
     const float wt = weights[p];
     const float v[4] = {SwiGluValue(g.x, u.x, limit) * wt, SwiGluValue(g.y, u.y, limit) * wt,
                         SwiGluValue(g.z, u.z, limit) * wt, SwiGluValue(g.w, u.w, limit) * wt};
-    float amax = MaxF(MaxF(fabsf(v[0]), fabsf(v[1])), MaxF(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = MaxF(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = Fp8Pow2Scale(amax);
-    const float inv = 1.0f / s;  // exact: s is a power of two
-    uint32_t packed = 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const auto byte = static_cast<uint32_t>(
-          __nv_cvt_float_to_fp8(ClampF(v[q] * inv, -448.0f, 448.0f), __NV_SATFINITE, __NV_E4M3));
-      packed |= byte << (8 * q);
-    }
-    *reinterpret_cast<uint32_t*>(hq + p * I + c) = packed;
+    float s;
+    *reinterpret_cast<uint32_t*>(hq + p * I + c) = QuantizeWarpBlock128E4m3(v, &s);
     if (lane == 0) hs[kb * hs_ld + p] = s;
   }
 }
@@ -280,8 +257,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t nibble = (words[wi] >> (4 * (4 * h + j))) & 0xFu;
-          const auto byte = static_cast<uint32_t>(
-              __nv_cvt_float_to_fp8(E2m1Value(nibble) * f, __NV_SATFINITE, __NV_E4M3));
+          const auto byte = static_cast<uint32_t>(__nv_cvt_float_to_fp8(
+              E2m1ToF32(static_cast<uint8_t>(nibble)) * f, __NV_SATFINITE, __NV_E4M3));
           p |= byte << (8 * j);
         }
         packed[2 * wi + h] = p;

@@ -82,21 +82,11 @@ __device__ __forceinline__ void BuildShiftTable(uint2* tables, int d) {
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
     const auto byte = static_cast<uint32_t>(
-        __nv_cvt_float_to_fp8(E2m1Value(static_cast<uint32_t>(c)) * f, __NV_SATFINITE, __NV_E4M3));
+        __nv_cvt_float_to_fp8(E2m1ToF32(static_cast<uint8_t>(c)) * f, __NV_SATFINITE, __NV_E4M3));
     bytes[c / 4] |= byte << (8 * (c % 4));
   }
   tables[d] = make_uint2(bytes[0], bytes[1]);
 }
-
-// The ring's barriers: full (slot) and empty (slot) at shared address `bars`.
-template <int kStages>
-struct Barriers {
-  unsigned bars;
-  __device__ unsigned full(int slot) const { return bars + 8u * static_cast<unsigned>(slot); }
-  __device__ unsigned empty(int slot) const {
-    return bars + 8u * static_cast<unsigned>(kStages + slot);
-  }
-};
 
 // The producer warp: stage st into slot st % kStages once the slot is released -- the item's
 // packed stage by one bulk copy (lane 0, with the slot's expected bytes), the 128 weight rows'
@@ -171,26 +161,16 @@ __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
   using S = RsShape<kBN>;
   extern __shared__ __align__(128) char smem[];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
-  const Item item = a.items[blockIdx.y];
-  const ExpertPointers& ep = a.mxfp4[item.expert];
+  const BlockJob job = BlockJob::Of(a);
+  const ExpertPointers& ep = a.mxfp4[job.item.expert];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int64_t n_rows = a.up ? 2 * a.I : a.D, K = a.up ? a.D : a.I;
-  const int n_stages = static_cast<int>(K / kBK);
-  const int64_t v0 = int64_t{blockIdx.x} * kBM;
-  const bool second = a.up && v0 >= a.I;  // up: w1 below I, w3 from I; down: w2
-  const int m = a.up ? (second ? 2 : 0) : 1;
-  const int64_t row0 = second ? v0 - a.I : v0;
+  const int64_t K = job.K, row0 = job.row0;
+  const int n_stages = job.n_stages, m = job.m;
   const unsigned smem_base = mma::SharedAddress(smem);
   auto* tables = reinterpret_cast<uint2*>(smem + S::kStages * S::kStageBytes);
   const Barriers<S::kStages> bar{smem_base + S::kStages * S::kStageBytes + kTableBytes};
   if (tid < kShiftTables) BuildShiftTable(tables, tid);
-  if (tid == 0) {
-    for (int slot = 0; slot < S::kStages; ++slot) {
-      bulk::BarrierInit(bar.full(slot), 1 + 32);  // lane 0's expect-tx arrival + 32 cp.async ones
-      bulk::BarrierInit(bar.empty(slot), kConsumerWarps);
-    }
-    bulk::FenceBarrierInit();
-  }
+  if (tid == 0) bar.Init(1 + 32);  // lane 0's expect-tx arrival + 32 cp.async ones
   __syncthreads();
   if (warp == kConsumerWarps) {
     ProduceStages<kBN>(static_cast<const uint8_t*>(ep.data[m]) + row0 * (K / 2), K,
@@ -237,7 +217,7 @@ __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
     __syncwarp();
     if (lane == 0) bulk::Arrive(bar.empty(slot));  // this warp no longer reads the slot
   }
-  StoreOutputs<kBN>(acc, a, item, v0, n_rows, tid);
+  StoreOutputs<kBN>(acc, a, job.item, job.v0, job.n_rows, tid);
 }
 
 template <int kBN>

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_moe_block128.h"
 #include "backend/cuda/moe_groups.cuh"
@@ -53,15 +54,6 @@ using Item = GemmItem;
 // A wgmma k32 step s reads chunks 2 s and 2 s + 1: LBO 128, SBO kChunks * 128.
 __host__ __device__ constexpr uint32_t TileOffset(int r, int c) {
   return static_cast<uint32_t>(((r / 8) * kChunks + c) * 128 + (r % 8) * 16);
-}
-
-// The e2m1 value of a nibble (bit 3 sign, bits 0-2 the code of {0, .5, 1, 1.5, 2, 3, 4, 6}).
-__device__ __forceinline__ float E2m1Value(uint32_t nibble) {
-  const uint32_t e = (nibble >> 1) & 3u, m = nibble & 1u;
-  const float mag = e == 0
-                        ? 0.5f * static_cast<float>(m)
-                        : (1.0f + 0.5f * static_cast<float>(m)) * static_cast<float>(1u << (e - 1));
-  return (nibble & 8u) != 0 ? -mag : mag;
 }
 
 // The register-A kernel's order of a 32-value block (words w0 .. w7 of 4 values, in lo = w0..w3,
@@ -137,6 +129,48 @@ cudaError_t LaunchPack(const GemmArgs& a, const uint8_t* act, const float* act_s
                      kPackThreads, 0, stream, act, act_scale, scale_ld, K, act_div, a.order,
                      a.items, a.n_items, packed);
 }
+
+// What a GEMM block (blockIdx.x: 128 weight rows, blockIdx.y: an item) works on. The block's rows
+// lie in one matrix (I % 128 == 0): up: w1 below I, w3 from I; down: w2.
+struct BlockJob {
+  Item item;
+  int64_t n_rows, K;  // weight rows of the launch ([w1; w3] or w2), values per row
+  int n_stages;       // K / 128
+  int64_t v0;         // first row of the block in the launch's rows
+  int m;              // the matrix: 0 (w1), 1 (w2) or 2 (w3)
+  int64_t row0;       // first row of the block in matrix m
+
+  __device__ static BlockJob Of(const GemmArgs& a) {
+    BlockJob j;
+    j.item = a.items[blockIdx.y];
+    j.n_rows = a.up ? 2 * a.I : a.D;
+    j.K = a.up ? a.D : a.I;
+    j.n_stages = static_cast<int>(j.K / kBK);
+    j.v0 = int64_t{blockIdx.x} * kBM;
+    const bool second = a.up && j.v0 >= a.I;
+    j.m = a.up ? (second ? 2 : 0) : 1;
+    j.row0 = second ? j.v0 - a.I : j.v0;
+    return j;
+  }
+};
+
+// A ring's barriers at shared address `bars`: full(slot), then empty(slot).
+template <int kStages>
+struct Barriers {
+  unsigned bars;
+  __device__ unsigned full(int slot) const { return bars + 8u * static_cast<unsigned>(slot); }
+  __device__ unsigned empty(int slot) const {
+    return bars + 8u * static_cast<unsigned>(kStages + slot);
+  }
+  // Thread 0: full barriers expecting `full_arrivals`, empty ones one arrival per consumer warp.
+  __device__ void Init(unsigned full_arrivals) const {
+    for (int slot = 0; slot < kStages; ++slot) {
+      bulk::BarrierInit(full(slot), full_arrivals);
+      bulk::BarrierInit(empty(slot), kConsumerWarps);
+    }
+    bulk::FenceBarrierInit();
+  }
+};
 
 // Stores the accumulators of a consumer warpgroup (wgmma layout): element 4 j + e is block row
 // 64 wg + 16 (warp % 4) + g (+ 8 for e >= 2), token 8 j + 2 t4 (+ 1 for odd e); out[pair, v0 +
