@@ -21,7 +21,7 @@
 // word t of the row's 16-byte block: one 4-byte shared-memory read per row and k32 step. A nibble
 // becomes its e4m3 byte by table: the 8 magnitudes for shift d = smax - S (32 tables of 8 bytes
 // built in shared memory at the start, with the copies' rounding) picked by PRMT on the 3-bit
-// codes, the sign by a second PRMT.
+// codes, the signs of four values by one sign-mode PRMT (E2m1x8ToE4m3).
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -55,12 +55,29 @@ struct RsShape {
   static constexpr int kSmemBytes = kStages * kStageBytes + kTableBytes + 2 * kStages * 8;
 };
 
-// Four e2m1 nibbles (the low 16 bits of h, nibble i = value i) as four e4m3 bytes: magnitude by
-// the shift table (bytes: code 0 .. 7), sign bit 3 of each nibble to bit 7 of its byte.
-__device__ __forceinline__ uint32_t E2m1x4ToE4m3(uint32_t h, uint2 table) {
-  const uint32_t mag = __byte_perm(table.x, table.y, h & 0x7777u);
-  const uint32_t sign = __byte_perm(0x8000u, 0u, (h >> 3) & 0x1111u);
-  return mag | sign;
+// PTX prmt with an immediate selector, in its default mode (CUDA's __byte_perm ignores bit 3 of
+// a selector nibble): byte n of the result is byte (nibble n of kSel) & 7 of {hi, lo}, or, when
+// bit 3 of the nibble is set, that byte's bit 7 replicated over the byte.
+template <uint32_t kSel>
+__device__ __forceinline__ uint32_t PrmtSignMode(uint32_t lo, uint32_t hi) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(lo), "r"(hi), "n"(kSel));
+  return d;
+}
+
+// The eight e2m1 nibbles of w (nibble i = value i) as e4m3 bytes: lo = values 0..3, hi = values
+// 4..7 (byte i = value 4 h + i). The magnitude by the shift table (bytes: codes 0 .. 7) picked
+// by PRMT on the 3-bit codes; the sign by one sign-mode PRMT per register: byte j of w << 4 has
+// nibble 2 j's sign bit as its bit 7, byte j of w nibble 2 j + 1's, so selectors 8 + {0, 4, 1,
+// 5} (lo) and 8 + {2, 6, 3, 7} (hi) replicate the eight sign bits in value order; one LOP3
+// keeps their bit 7 and ORs it in. 9 instructions per 8 values.
+__device__ __forceinline__ void E2m1x8ToE4m3(uint32_t w, uint2 table, uint32_t& lo, uint32_t& hi) {
+  const uint32_t codes = w & 0x77777777u;
+  const uint32_t w4 = w << 4;
+  const uint32_t signs_lo = PrmtSignMode<0xD9C8u>(w4, w);
+  const uint32_t signs_hi = PrmtSignMode<0xFBEAu>(w4, w);
+  lo = __byte_perm(table.x, table.y, codes) | (signs_lo & 0x80808080u);
+  hi = __byte_perm(table.x, table.y, codes >> 16) | (signs_hi & 0x80808080u);
 }
 
 // The largest byte of w.
@@ -132,10 +149,8 @@ __device__ __forceinline__ void BuildFragments(const char* raw, const uint2* tab
         *reinterpret_cast<const uint32_t*>(raw + (r_lo + 8) * kRowPitch + 16 * b + 4 * t4);
     const uint2 t_lo = tables[min(max_lo - ((s_lo >> (8 * b)) & 0xFFu), kShiftTables - 1u)];
     const uint2 t_hi = tables[min(max_hi - ((s_hi >> (8 * b)) & 0xFFu), kShiftTables - 1u)];
-    frag[b][0] = E2m1x4ToE4m3(w_lo, t_lo);
-    frag[b][1] = E2m1x4ToE4m3(w_hi, t_hi);
-    frag[b][2] = E2m1x4ToE4m3(w_lo >> 16, t_lo);
-    frag[b][3] = E2m1x4ToE4m3(w_hi >> 16, t_hi);
+    E2m1x8ToE4m3(w_lo, t_lo, frag[b][0], frag[b][2]);
+    E2m1x8ToE4m3(w_hi, t_hi, frag[b][1], frag[b][3]);
   }
 }
 
