@@ -265,10 +265,11 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTabl
       if (!Usable()) return;
     }
     if (copies != nullptr || experts_block128_) {
-      void* scratch = TempBytes(static_cast<size_t>(
-          kernels::RoutedExpertsBlock128ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts)));
+      const int item_pairs = kernels::RoutedExpertsBlock128ItemPairs(a.T, a.k, a.n_experts);
+      void* scratch = TempBytes(static_cast<size_t>(kernels::RoutedExpertsBlock128ScratchBytes(
+          a.T, a.k, a.D, table.I, a.n_experts, item_pairs)));
       if (scratch == nullptr) return;
-      Check(kernels::RoutedExpertsBlock128(launch, copies, scratch, stream_),
+      Check(kernels::RoutedExpertsBlock128(launch, item_pairs, copies, scratch, stream_),
             "RoutedExperts (block-128 FP8)");
       return Done("RoutedExperts");
     }

@@ -248,7 +248,7 @@ TEST_F(CudaMoeBlock128Test, SmallBudgetFallsBackToRegisters) {
 }
 
 // The direct entry refuses what it cannot run: neither copies nor an MXFP4 table, decode sizes,
-// unaligned x, shapes that are not multiples of 128.
+// unaligned x, shapes that are not multiples of 128, item widths without a kernel.
 TEST_F(CudaMoeBlock128Test, DirectEntryChecksArguments) {
   kernels::RoutedExpertsLaunch l;
   l.n_experts = 16, l.D = 256, l.I = 384, l.T = 300, l.k = 6;
@@ -256,16 +256,21 @@ TEST_F(CudaMoeBlock128Test, DirectEntryChecksArguments) {
   auto* table = reinterpret_cast<const kernels::ExpertBlock128Pointers*>(
       PoisonedBytes(16 * static_cast<int64_t>(sizeof(kernels::ExpertBlock128Pointers))));
   void* scratch = PoisonedBytes(16);
-  EXPECT_EQ(kernels::RoutedExpertsBlock128(l, nullptr, scratch, gpu_->stream()),
+  EXPECT_EQ(kernels::RoutedExpertsBlock128(l, 64, nullptr, scratch, gpu_->stream()),
             cudaErrorInvalidValue);
   kernels::RoutedExpertsLaunch small = l;
   small.T = 32;  // 12 pairs per expert: the streaming kernels' side
-  EXPECT_EQ(kernels::RoutedExpertsBlock128(small, table, scratch, gpu_->stream()),
+  EXPECT_EQ(kernels::RoutedExpertsBlock128(small, 64, table, scratch, gpu_->stream()),
             cudaErrorInvalidValue);
   kernels::RoutedExpertsLaunch unaligned = l;
   unaligned.x = l.x + 1;
-  EXPECT_EQ(kernels::RoutedExpertsBlock128(unaligned, table, scratch, gpu_->stream()),
+  EXPECT_EQ(kernels::RoutedExpertsBlock128(unaligned, 64, table, scratch, gpu_->stream()),
             cudaErrorInvalidValue);
+  for (const int width : {0, 32, 80, 256}) {  // item widths without a kernel
+    EXPECT_EQ(kernels::RoutedExpertsBlock128(l, width, table, scratch, gpu_->stream()),
+              cudaErrorInvalidValue)
+        << width;
+  }
   EXPECT_FALSE(kernels::RoutedExpertsBlock128Applicable(256, 320, 300, 6, 16));
   EXPECT_FALSE(kernels::RoutedExpertsBlock128Applicable(192, 384, 300, 6, 16));
   EXPECT_FALSE(kernels::RoutedExpertsBlock128Applicable(256, 384, 300, 65, 16));

@@ -328,25 +328,26 @@ bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k,
     return false;
   }
   const int64_t mean_pairs = (T * k + n_experts - 1) / n_experts;
-  return mean_pairs > ExpertsStreamMaxMeanPairs() &&
-         MaxItems(T * k, n_experts, RoutedExpertsBlock128ItemPairs(T, k, n_experts)) <= 65535;
+  // Items of 64 pairs, the narrowest width, give the most items (the grid's y limit).
+  return mean_pairs > ExpertsStreamMaxMeanPairs() && MaxItems(T * k, n_experts, 64) <= 65535;
 }
 
 int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
-                                          int64_t n_experts) {
-  return Layout(T, k, D, I, n_experts, RoutedExpertsBlock128ItemPairs(T, k, n_experts)).total;
+                                          int64_t n_experts, int item_pairs) {
+  return Layout(T, k, D, I, n_experts, item_pairs).total;
 }
 
-cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l,
+cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, int item_pairs,
                                   const ExpertBlock128Pointers* copies, void* scratch,
                                   cudaStream_t stream) {
   if (l.T <= 0) return cudaSuccess;
-  if (!RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts) ||
+  if ((item_pairs != 64 && item_pairs != 96 && item_pairs != 128) ||
+      !RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts) ||
       l.up_format != model::WeightFormat::kMxFp4 || l.down_format != model::WeightFormat::kMxFp4 ||
       (copies == nullptr && l.table == nullptr) || !Aligned16(l.x)) {
     return cudaErrorInvalidValue;
   }
-  const int bn = RoutedExpertsBlock128ItemPairs(l.T, l.k, l.n_experts);
+  const int bn = item_pairs;
   const int64_t P = l.T * l.k;
   const Scratch s = Layout(l.T, l.k, l.D, l.I, l.n_experts, bn);
   auto* base = static_cast<char*>(scratch);

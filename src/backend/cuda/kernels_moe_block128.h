@@ -61,11 +61,13 @@ cudaError_t RequantMxFp4Block128(const DeviceWeight& w, void* buffer, cudaStream
 bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts);
 
 // Pairs per work item: 64, or 96 / 128 when DEEPINFER_EXPERTS_BLOCK128_ITEM_PAIRS says so (read
-// on every call).
+// on every call). The caller picks it once and passes the same width to the scratch size and the
+// launch.
 int RoutedExpertsBlock128ItemPairs(int64_t T, int64_t k, int64_t n_experts);
 
+// Scratch of a launch with items of item_pairs (64, 96 or 128) pairs.
 int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
-                                          int64_t n_experts);
+                                          int64_t n_experts, int item_pairs);
 
 // y [T, D] = the routed experts of l (its x, experts, weights, swiglu_limit) on FP8 tensor cores;
 // overwritten. With `copies` (device [l.n_experts]) the GEMMs read the e4m3 copies; with
@@ -77,8 +79,9 @@ int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64
 // the shapes only). An expert id outside [0, n_experts) sets kErrExpertOutOfRange and makes its
 // token's row NaN. cudaErrorInvalidValue when not applicable, for weights other than MXFP4,
 // with neither copies nor l.table, or x not 16-byte aligned. (l.table's data pointers must be
-// 16-byte aligned, like every MXFP4 kernel's.)
-cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l,
+// 16-byte aligned, like every MXFP4 kernel's.) Items of item_pairs pairs (64, 96 or 128, else
+// cudaErrorInvalidValue); scratch holds RoutedExpertsBlock128ScratchBytes(..., item_pairs).
+cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, int item_pairs,
                                   const ExpertBlock128Pointers* copies, void* scratch,
                                   cudaStream_t stream);
 
