@@ -211,12 +211,14 @@ TEST_P(CudaMoeBlock128PathTest, OutOfRangeIdGivesNaNRow) {
   a.k = k, a.table = ex.table.data(), a.n_experts = 16, a.swiglu_limit = 7.0f;
   a.y = PoisonedFloats(T * ex.D);
   gpu_->RoutedExperts(a);
-  // (FromGpu would check the backend's status first.)
+  // The backend's stream is non-blocking: a plain cudaMemcpy does not wait for it, so the stream
+  // is synchronised first (run 177 read a poisoned row otherwise). FromGpu would stop at the
+  // backend's status.
+  const base::Status s = gpu_->Synchronize();  // the error word reports the id
+  EXPECT_EQ(s.code(), base::StatusCode::kInvalidArgument) << s;
   std::vector<float> got(T * ex.D);
   ASSERT_EQ(cudaMemcpy(got.data(), a.y, got.size() * sizeof(float), cudaMemcpyDeviceToHost),
             cudaSuccess);
-  const base::Status s = gpu_->Synchronize();  // the error word reports the id
-  EXPECT_EQ(s.code(), base::StatusCode::kInvalidArgument) << s;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t d = 0; d < ex.D; ++d) {
       const float v = got[t * ex.D + d];
