@@ -24,12 +24,6 @@ __global__ void OtherProbeKernel(int* out) {
 
 const void* Func(void (*kernel)(int*)) { return reinterpret_cast<const void*>(kernel); }
 
-// Resets the skip patterns when a test ends (they are process-wide).
-struct ScopedSkipPatterns {
-  explicit ScopedSkipPatterns(std::vector<std::string> p) { SetKernelSkipPatterns(std::move(p)); }
-  ~ScopedSkipPatterns() { SetKernelSkipPatterns({}); }
-};
-
 TEST(KernelCensusTest, ShortensDemangledNames) {
   EXPECT_EQ(ShortenDemangled("void a::b::(anonymous namespace)::RmsNormKernel(float const*, long)"),
             "RmsNormKernel");
@@ -94,7 +88,7 @@ TEST(KernelCensusTest, SkipPatternsDropOnlyMatchingRecordedLaunches) {
     EXPECT_EQ(RecordAndRun(stream, tape, out, &recorded), 8);  // 7, then + 1
     EXPECT_EQ(recorded, 2);
     {
-      const ScopedSkipPatterns skip({"NoSuchKernel", "CensusProbe"});
+      const ScopedKernelSkipPatterns skip({"NoSuchKernel", "CensusProbe"});
       EXPECT_TRUE(KernelSkippedForMeasurement(Func(CensusProbeKernel<7>)));
       EXPECT_FALSE(KernelSkippedForMeasurement(Func(OtherProbeKernel)));
       EXPECT_EQ(RecordAndRun(stream, tape, out, &recorded), 2);  // 1 + 1: the probe dropped

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/numerics.h"
 #include "backend/cuda/cuda_fp8_test_util.h"
+#include "backend/cuda/kernel_census.h"
 #include "backend/cuda/kernels_block128.h"
 #include "backend/cuda/kernels_moe_block128.h"
 
@@ -233,6 +234,34 @@ TEST_P(CudaMoeBlock128PathTest, OutOfRangeIdGivesNaNRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CopiesOrRegisters, CudaMoeBlock128PathTest, ::testing::Bool());
+
+// Which GEMM kernel computes each path: with a kernel's launches dropped (kernel_census.h), the
+// path that uses it gives other bits (its expert GEMMs leave the previous run's products in the
+// scratch: the arena hands the same block back), and the other paths the same bits.
+TEST_F(CudaMoeBlock128Test, EachPathRunsItsOwnGemm) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
+  const int64_t T = 300, k = 6;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f), other = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const Path paths[] = {Path::kCopies, Path::kRegisters, Path::kBf16};
+  std::vector<float> clean[3];
+  for (const Path path : paths)
+    clean[static_cast<int>(path)] = RunGpu(ex, x, T, ids, weights, k, path);
+  const std::pair<const char*, Path> gemms[] = {{"ExpertGemmBlock128Kernel", Path::kCopies},
+                                                {"ExpertGemmMxfp4Kernel", Path::kRegisters}};
+  for (const auto& [kernel, user] : gemms) {
+    SCOPED_TRACE(kernel);
+    RunGpu(ex, other, T, ids, weights, k, user);
+    const ScopedKernelSkipPatterns skip({kernel});
+    EXPECT_FALSE(BitExact(RunGpu(ex, x, T, ids, weights, k, user), clean[static_cast<int>(user)]));
+    for (const Path path : paths) {
+      if (path == user) continue;
+      EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, path), clean[static_cast<int>(path)]))
+          << static_cast<int>(path);
+    }
+  }
+}
 
 // A budget too small for the layer's copies: none is made (all of a layer's or none), the
 // register path runs (bitwise its result without a budget), and the layer is not asked again.

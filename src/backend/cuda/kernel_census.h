@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace deepinfer::backend::cuda {
@@ -27,6 +28,18 @@ std::string KernelShortName(const void* func);
 bool KernelSkippedForMeasurement(const void* func);
 // Replaces the skip patterns for the rest of the process (tests; empty: none).
 void SetKernelSkipPatterns(std::vector<std::string> patterns);
+
+// Sets the skip patterns for a scope and clears them when it ends (tests: the patterns are
+// process-wide).
+class ScopedKernelSkipPatterns {
+ public:
+  explicit ScopedKernelSkipPatterns(std::vector<std::string> patterns) {
+    SetKernelSkipPatterns(std::move(patterns));
+  }
+  ~ScopedKernelSkipPatterns() { SetKernelSkipPatterns({}); }
+  ScopedKernelSkipPatterns(const ScopedKernelSkipPatterns&) = delete;
+  ScopedKernelSkipPatterns& operator=(const ScopedKernelSkipPatterns&) = delete;
+};
 
 // "a,, b" -> {"a", "b"} (spaces dropped).
 std::vector<std::string> SplitKernelPatterns(const char* text);
