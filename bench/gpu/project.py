@@ -17,7 +17,10 @@ dense weights and shared expert of its own B/8 users):
   is longer (run 168: 3.01 against 1.47 ms at B=1, 7.05 against 5.95 at B=32). The difference
   is per-op overhead of the ~140 small kernels, which sit in the dense part, so it is taken off
   there: dense = time_ms - head - experts (at least 0). Until session 20 the projection used the
-  breakdown's step, which made the measured rows pessimistic.
+  breakdown's step, which made the measured rows pessimistic. The head and expert op times are
+  themselves op-by-op event times (launch gaps included), so dense may now come out too small
+  and the expert term (rescaled to one GPU's experts) too large: at low batch, where one GPU
+  reads fewer experts than the bench did, the rows lean optimistic.
 * experts(B): the measured routed-expert time per layer at batch b scaled by the ratio of
   expert bytes one GPU reads (48 * (1 - (1 - 6/384)^B), at least 1) to the bytes the bench
   GPU read (384 * (1 - (1 - 6/384)^b)).

@@ -239,6 +239,8 @@ INSTANTIATE_TEST_SUITE_P(CopiesOrRegisters, CudaMoeBlock128PathTest, ::testing::
 // path that uses it gives other bits (its expert GEMMs leave the previous run's products in the
 // scratch: the arena hands the same block back), and the other paths the same bits.
 TEST_F(CudaMoeBlock128Test, EachPathRunsItsOwnGemm) {
+  // Skip patterns drop recorded launches only (DEEPINFER_CUDA_GRAPHS=0 issues them directly).
+  if (!gpu_->graphs()) GTEST_SKIP() << "launches are not recorded: skip patterns do not apply";
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
   const int64_t T = 300, k = 6;
   const std::vector<float> x = Normal(T * ex.D, 4.0f), other = Normal(T * ex.D, 4.0f);

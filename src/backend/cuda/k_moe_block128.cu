@@ -41,6 +41,7 @@
 #include "backend/cuda/moe_groups.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/wgmma_fp8.cuh"
+#include "base/check.h"
 
 namespace deepinfer::backend::cuda::kernels {
 namespace {
@@ -334,6 +335,7 @@ bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k,
 
 int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
                                           int64_t n_experts, int item_pairs) {
+  CHECK(item_pairs == 64 || item_pairs == 96 || item_pairs == 128) << item_pairs;
   return Layout(T, k, D, I, n_experts, item_pairs).total;
 }
 

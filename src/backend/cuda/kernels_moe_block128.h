@@ -65,7 +65,7 @@ bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k,
 // launch.
 int RoutedExpertsBlock128ItemPairs(int64_t T, int64_t k, int64_t n_experts);
 
-// Scratch of a launch with items of item_pairs (64, 96 or 128) pairs.
+// Scratch of a launch with items of item_pairs pairs (64, 96 or 128; CHECKed).
 int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
                                           int64_t n_experts, int item_pairs);
 
