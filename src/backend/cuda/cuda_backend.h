@@ -575,6 +575,10 @@ class CudaBackend final : public model::Backend {
   // The block-128 copy of one expert matrix (made on first use); null if not made.
   const void* ExpertBlock128CopyOf(const model::WeightRef& ref);
   base::StatusOr<ExpertTable> BuildExpertTable(const model::RoutedExpertsArgs& args);
+  // A device copy of `bytes` host bytes (cudaMalloc; uploaded and waited for on the stream);
+  // ResourceExhausted naming `what` on failure.
+  base::StatusOr<void*> UploadTable(const void* host, size_t bytes, const char* what);
+  void FreeExpertTable(ExpertTable& table);  // its device tables (the stream must be idle)
   void FreeExpertTables();
 
   int device_ = 0;

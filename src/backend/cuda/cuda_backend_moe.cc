@@ -98,11 +98,32 @@ void CudaBackend::FreeExpertTables() {
   cudaSetDevice(device_);
   FlushTape();
   if (stream_) cudaStreamSynchronize(stream_);  // no kernel still reads a table
-  for (auto& [key, table] : expert_tables_) {
-    cudaFree(table.device);
-    if (table.block128 != nullptr) cudaFree(table.block128);
-  }
+  for (auto& [key, table] : expert_tables_) FreeExpertTable(table);
   expert_tables_.clear();
+}
+
+void CudaBackend::FreeExpertTable(ExpertTable& table) {
+  cudaFree(table.device);
+  if (table.block128 != nullptr) cudaFree(table.block128);
+  table.device = nullptr;
+  table.block128 = nullptr;
+}
+
+base::StatusOr<void*> CudaBackend::UploadTable(const void* host, size_t bytes, const char* what) {
+  FlushTape();  // the upload below is enqueued directly (and waited for)
+  void* device = nullptr;
+  cudaError_t err = cudaMalloc(&device, bytes);
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_);
+  }
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);  // the host copy may die after
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    if (device != nullptr) cudaFree(device);
+    return base::ResourceExhaustedError(std::string("RoutedExperts: ") + what +
+                                        " upload: " + cudaGetErrorString(err));
+  }
+  return device;
 }
 
 base::StatusOr<CudaBackend::ExpertTable> CudaBackend::BuildExpertTable(
@@ -135,19 +156,9 @@ base::StatusOr<CudaBackend::ExpertTable> CudaBackend::BuildExpertTable(
       table.scales_aligned4 &= reinterpret_cast<uintptr_t>(dw.scale) % 4 == 0;
     }
   }
-  const size_t bytes = host.size() * sizeof(kernels::ExpertPointers);
-  FlushTape();  // the upload below is enqueued directly (and waited for)
-  cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&table.device), bytes);
-  if (err == cudaSuccess) {
-    err = cudaMemcpyAsync(table.device, host.data(), bytes, cudaMemcpyHostToDevice, stream_);
-  }
-  if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);  // `host` dies here
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    if (table.device) cudaFree(table.device);
-    return base::ResourceExhaustedError(std::string("RoutedExperts: expert table upload: ") +
-                                        cudaGetErrorString(err));
-  }
+  DI_ASSIGN_OR_RETURN(void* device,
+                      UploadTable(host.data(), host.size() * sizeof(host[0]), "expert table"));
+  table.device = static_cast<kernels::ExpertPointers*>(device);
   return table;
 }
 
@@ -164,8 +175,7 @@ CudaBackend::ExpertTable* CudaBackend::ExpertTableFor(const model::RoutedExperts
     // Another table now lives at this address: rebuild.
     FlushTape();
     if (!Check(cudaStreamSynchronize(stream_), "RoutedExperts table refresh")) return nullptr;
-    cudaFree(it->second.device);
-    if (it->second.block128 != nullptr) cudaFree(it->second.block128);
+    FreeExpertTable(it->second);
     expert_tables_.erase(it);
   }
   base::StatusOr<ExpertTable> built = BuildExpertTable(a);
@@ -348,24 +358,15 @@ const kernels::ExpertBlock128Pointers* CudaBackend::ExpertBlock128TableFor(
       host[e].scale[m] = view.scale;
     }
   }
-  const size_t bytes = host.size() * sizeof(kernels::ExpertBlock128Pointers);
-  FlushTape();  // the upload below is enqueued directly (and waited for)
-  kernels::ExpertBlock128Pointers* device = nullptr;
-  cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&device), bytes);
-  if (err == cudaSuccess) {
-    err = cudaMemcpyAsync(device, host.data(), bytes, cudaMemcpyHostToDevice, stream_);
-  }
-  if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);  // `host` dies here
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    if (device != nullptr) cudaFree(device);
-    Fail(base::ResourceExhaustedError(std::string("RoutedExperts: block-128 table upload: ") +
-                                      cudaGetErrorString(err)));
+  base::StatusOr<void*> device =
+      UploadTable(host.data(), host.size() * sizeof(host[0]), "block-128 table");
+  if (!device.ok()) {
+    Fail(device.status());
     return nullptr;
   }
-  table.block128 = device;
+  table.block128 = static_cast<kernels::ExpertBlock128Pointers*>(*device);
   table.block128_refused = false;
-  return device;
+  return table.block128;
 }
 
 }  // namespace deepinfer::backend::cuda

@@ -142,17 +142,8 @@ __global__ void __launch_bounds__(kGemmThreads, Shape<kBN>::kMinBlocks)
     const float ws = __ldg(w_scale + i);
     wgmma::WaitGroup<0>();
     wgmma::FenceOperands(part);
-    const float* xs =
-        reinterpret_cast<const float*>(smem + slot * S::kStageBytes + S::kScaleOffset);
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const float2 sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t4);
-      const float s0 = ws * sc.x, s1 = ws * sc.y;
-      acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-      acc[4 * j + 1] = fmaf(part[4 * j + 1], s1, acc[4 * j + 1]);
-      acc[4 * j + 2] = fmaf(part[4 * j + 2], s0, acc[4 * j + 2]);
-      acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
-    }
+    const auto* xs = reinterpret_cast<const float*>(smem + slot * S::kStageBytes + S::kScaleOffset);
+    moe_block128::Promote<kBN>(part, xs, t4, ws, ws, acc);  // one scale per 128 x 128 block
     __syncwarp();
     if (lane == 0) bulk::Arrive(bar.empty(slot));  // this warp no longer reads the slot
   }
@@ -184,7 +175,7 @@ cudaError_t LaunchGemm(const GemmArgs& a, const uint8_t* act, const float* act_s
 
 // Bytes of one launch's packed stages (K values per token).
 int64_t PackedBytes(int bn, int64_t max_items, int64_t K) {
-  return max_items * (K / kBK) * (int64_t{bn} * kBK + int64_t{bn} * 4);
+  return max_items * (K / kBK) * moe_block128::PackStageBytes(bn);
 }
 
 cudaError_t LaunchGemmOfWidth(int bn, const GemmArgs& a, const uint8_t* act, const float* act_scale,

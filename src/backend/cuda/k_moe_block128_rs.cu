@@ -154,20 +154,6 @@ __device__ __forceinline__ void BuildFragments(const char* raw, const uint2* tab
   }
 }
 
-// acc += part * row scale (ws_lo for fragment row g, ws_hi for g + 8) * token scale (xs).
-template <int kBN>
-__device__ __forceinline__ void Promote(const float (&part)[kBN / 2], const float* xs, int t4,
-                                        float ws_lo, float ws_hi, float (&acc)[kBN / 2]) {
-#pragma unroll
-  for (int j = 0; j < kBN / 8; ++j) {
-    const float2 sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t4);
-    acc[4 * j + 0] = fmaf(part[4 * j + 0], ws_lo * sc.x, acc[4 * j + 0]);
-    acc[4 * j + 1] = fmaf(part[4 * j + 1], ws_lo * sc.y, acc[4 * j + 1]);
-    acc[4 * j + 2] = fmaf(part[4 * j + 2], ws_hi * sc.x, acc[4 * j + 2]);
-    acc[4 * j + 3] = fmaf(part[4 * j + 3], ws_hi * sc.y, acc[4 * j + 3]);
-  }
-}
-
 // Grid (weight rows / 128, max_items), kGemmThreads threads: see the top of the file.
 template <int kBN>
 __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)

@@ -68,11 +68,13 @@ __device__ __forceinline__ void PermutedWords32(uint4* lo, uint4* hi) {
 
 // One packed activation stage of an item of <= kBN tokens (PackItemsKernel): the X tile (kBN
 // rows x 128 e4m3 in the tile layout), then the kBN fp32 token scales.
+// Bytes of one packed stage of an item of bn tokens: the X tile, then the bn scales.
+constexpr int PackStageBytes(int bn) { return bn * kBK + bn * 4; }
 template <int kBN>
 struct Pack {
   static_assert(kBN == 64 || kBN == 96 || kBN == 128, "wgmma m64nBNk32 shapes instantiated");
   static constexpr int kXTileBytes = kBN * kBK;
-  static constexpr int kStageBytes = kXTileBytes + kBN * 4;
+  static constexpr int kStageBytes = PackStageBytes(kBN);
 };
 
 constexpr int kConsumerWarps = 8;                        // 2 warpgroups
@@ -171,6 +173,22 @@ struct Barriers {
     bulk::FenceBarrierInit();
   }
 };
+
+// The fp32 promotion of one stage: acc += part * weight scale (ws_lo for accumulator row g,
+// ws_hi for g + 8) * token scale (xs: the stage's kBN token scales; the wgmma accumulator layout
+// of StoreOutputs, t4 = lane % 4).
+template <int kBN>
+__device__ __forceinline__ void Promote(const float (&part)[kBN / 2], const float* xs, int t4,
+                                        float ws_lo, float ws_hi, float (&acc)[kBN / 2]) {
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const float2 sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t4);
+    acc[4 * j + 0] = fmaf(part[4 * j + 0], ws_lo * sc.x, acc[4 * j + 0]);
+    acc[4 * j + 1] = fmaf(part[4 * j + 1], ws_lo * sc.y, acc[4 * j + 1]);
+    acc[4 * j + 2] = fmaf(part[4 * j + 2], ws_hi * sc.x, acc[4 * j + 2]);
+    acc[4 * j + 3] = fmaf(part[4 * j + 3], ws_hi * sc.y, acc[4 * j + 3]);
+  }
+}
 
 // Stores the accumulators of a consumer warpgroup (wgmma layout): element 4 j + e is block row
 // 64 wg + 16 (warp % 4) + g (+ 8 for e >= 2), token 8 j + 2 t4 (+ 1 for odd e); out[pair, v0 +
