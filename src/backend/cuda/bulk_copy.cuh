@@ -71,7 +71,10 @@ __device__ __forceinline__ void WaitPhase(uint32_t bar, uint32_t parity) {
 // not completed after ~2^32 clock cycles (about 2 s; a fill takes microseconds) means a
 // transaction count that never arrives (a box's bytes not what was armed, a rejected copy):
 // trap (the launch fails with an error) rather than hang the process.
+// The clock is read only once the first try has failed (no instructions for it on the path of
+// a phase already complete).
 __device__ __forceinline__ void WaitPhaseOrTrap(uint32_t bar, uint32_t parity) {
+  if (TryWaitPhase(bar, parity)) return;
   const long long start = clock64();
   while (!TryWaitPhase(bar, parity)) {
     if (clock64() - start > (1ll << 32)) __trap();

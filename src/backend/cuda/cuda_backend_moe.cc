@@ -105,8 +105,10 @@ void CudaBackend::FreeExpertTables() {
 void CudaBackend::FreeExpertTable(ExpertTable& table) {
   cudaFree(table.device);
   if (table.block128 != nullptr) cudaFree(table.block128);
+  if (table.row_smax != nullptr) cudaFree(table.row_smax);
   table.device = nullptr;
   table.block128 = nullptr;
+  table.row_smax = nullptr;
 }
 
 base::StatusOr<void*> CudaBackend::UploadTable(const void* host, size_t bytes, const char* what) {
@@ -275,11 +277,13 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTabl
       if (!Usable()) return;
     }
     if (copies != nullptr || experts_block128_) {
+      const uint8_t* row_smax = copies == nullptr ? ExpertRowScaleMaxFor(table) : nullptr;
+      if (!Usable()) return;
       const int item_pairs = kernels::RoutedExpertsBlock128ItemPairs(a.T, a.k, a.n_experts);
       void* scratch = TempBytes(static_cast<size_t>(kernels::RoutedExpertsBlock128ScratchBytes(
           a.T, a.k, a.D, table.I, a.n_experts, item_pairs)));
       if (scratch == nullptr) return;
-      Check(kernels::RoutedExpertsBlock128(launch, item_pairs, copies, scratch, stream_),
+      Check(kernels::RoutedExpertsBlock128(launch, item_pairs, copies, row_smax, scratch, stream_),
             "RoutedExperts (block-128 FP8)");
       return Done("RoutedExperts");
     }
@@ -337,6 +341,27 @@ const void* CudaBackend::ExpertBlock128CopyOf(const model::WeightRef& ref) {
                               [this](const kernels::DeviceWeight& view, void* out) {
                                 return kernels::RequantMxFp4Block128(view, out, stream_);
                               });
+}
+
+const uint8_t* CudaBackend::ExpertRowScaleMaxFor(ExpertTable& table) {
+  if (table.row_smax != nullptr) return table.row_smax;
+  const auto bytes =
+      static_cast<size_t>(table.n_experts * kernels::ExpertRowScaleMaxStride(table.D, table.I));
+  void* device = nullptr;
+  cudaError_t err = cudaMalloc(&device, bytes);
+  if (err == cudaSuccess) {
+    err = kernels::ExpertRowScaleMax(table.device, table.n_experts, table.D, table.I,
+                                     static_cast<uint8_t*>(device), stream_);
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    if (device != nullptr) cudaFree(device);
+    Fail(base::ResourceExhaustedError(std::string("RoutedExperts: row scales: ") +
+                                      cudaGetErrorString(err)));
+    return nullptr;
+  }
+  table.row_smax = static_cast<uint8_t*>(device);
+  return table.row_smax;
 }
 
 const kernels::ExpertBlock128Pointers* CudaBackend::ExpertBlock128TableFor(

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/numerics.h"
@@ -113,6 +114,20 @@ class CudaMoeBlock128Test : public CudaFp8Test {
                                   /*fp8_activations=*/true, quant_block);
   }
 
+  // The kernels' device table of ex's experts (MakeExperts: one weight set per expert).
+  const kernels::ExpertPointers* DeviceTable(const Experts& ex) {
+    std::vector<kernels::ExpertPointers> host(ex.table.size());
+    for (size_t e = 0; e < host.size(); ++e) {
+      for (int m = 0; m < 3; ++m) {
+        host[e].data[m] = ex.mats[3 * e + m].device.data;
+        host[e].scale[m] = ex.mats[3 * e + m].device.scale;
+      }
+    }
+    std::vector<uint8_t> bytes(sizeof(kernels::ExpertPointers) * host.size());
+    std::memcpy(bytes.data(), host.data(), bytes.size());
+    return reinterpret_cast<const kernels::ExpertPointers*>(BytesToGpu(bytes));
+  }
+
   // Block-128 copy bytes of an expert table of n distinct experts.
   static int64_t CopyBytes(const Experts& ex, int64_t n) {
     return n * (2 * kernels::Block128WeightBytes(ex.I, ex.D) +
@@ -129,6 +144,61 @@ TEST_F(CudaMoeBlock128Test, RequantMatchesCpu) {
   EXPECT_FALSE(kernels::ExpertBlock128Convertible(odd.device));
   EXPECT_EQ(kernels::RequantMxFp4Block128(odd.device, buffer, gpu_->stream()),
             cudaErrorInvalidValue);
+}
+
+// ExpertRowScaleMax (the register path's one weight scale per row) against the CPU's maximum of
+// each row's scale bytes, for w1, w3 and w2 rows of three experts whose bytes span 30 octaves;
+// arguments it cannot take are refused.
+TEST_F(CudaMoeBlock128Test, RowScaleMaxMatchesCpu) {
+  const Experts ex = MakeExperts(3, WeightFormat::kMxFp4, 256, 384, 100, 130);
+  const kernels::ExpertPointers* table = DeviceTable(ex);
+  const int64_t stride = kernels::ExpertRowScaleMaxStride(ex.D, ex.I);
+  ASSERT_EQ(stride, 2 * 384 + 256);
+  uint8_t* out = PoisonedBytes(3 * stride);
+  ASSERT_EQ(kernels::ExpertRowScaleMax(table, 3, ex.D, ex.I, out, gpu_->stream()), cudaSuccess);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  const std::vector<uint8_t> got = BytesFromGpu(out, 3 * stride);
+  for (int e = 0; e < 3; ++e) {
+    for (int64_t r = 0; r < stride; ++r) {
+      // Rows of w1 (mats 3e), then w3 (3e + 2), then w2 (3e + 1).
+      const int m = r < ex.I ? 0 : (r < 2 * ex.I ? 2 : 1);
+      const int64_t row = m == 0 ? r : (m == 2 ? r - ex.I : r - 2 * ex.I);
+      const int64_t blocks = (m == 1 ? ex.I : ex.D) / 32;
+      const std::vector<uint8_t>& scale = ex.mats[3 * e + m].scale;
+      const uint8_t expected =
+          *std::max_element(scale.begin() + row * blocks, scale.begin() + (row + 1) * blocks);
+      ASSERT_EQ(got[e * stride + r], expected) << "expert " << e << " row " << r;
+    }
+  }
+  EXPECT_EQ(kernels::ExpertRowScaleMax(nullptr, 3, ex.D, ex.I, out, gpu_->stream()),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::ExpertRowScaleMax(table, 3, 200, ex.I, out, gpu_->stream()),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::ExpertRowScaleMax(table, 0, ex.D, ex.I, out, gpu_->stream()),
+            cudaErrorInvalidValue);
+}
+
+// The direct entry without row scales makes them in its scratch: the same bits as the backend,
+// which passes the ones it keeps with its expert table.
+TEST_F(CudaMoeBlock128Test, DirectEntryMakesItsOwnRowScales) {
+  const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384, 110, 126);
+  const int64_t T = 300, k = 6;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const std::vector<float> backend = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
+  kernels::RoutedExpertsLaunch l;
+  l.table = DeviceTable(ex), l.n_experts = 16, l.D = ex.D, l.I = ex.I;
+  l.x = ToGpu(x), l.T = T, l.experts = ToGpu(ids), l.weights = ToGpu(weights), l.k = k;
+  l.swiglu_limit = 7.0f, l.y = PoisonedFloats(T * ex.D);
+  l.error_word = ToGpu(std::vector<int32_t>{0});
+  const int width = kernels::RoutedExpertsBlock128ItemPairs(T, k, 16);
+  void* scratch =
+      PoisonedBytes(kernels::RoutedExpertsBlock128ScratchBytes(T, k, ex.D, ex.I, 16, width));
+  ASSERT_EQ(kernels::RoutedExpertsBlock128(l, width, nullptr, nullptr, scratch, gpu_->stream()),
+            cudaSuccess);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_TRUE(BitExact(FromGpu(l.y, T * ex.D), backend));
 }
 
 // Mean pairs per expert 15 (T 40), 38, 113 and 263 (several items for most experts), with
@@ -175,7 +245,7 @@ TEST_F(CudaMoeBlock128Test, MatchesBlock128Reference) {
 
 // K of 6 and 5 stages (D 768, I 640): the rings (4 or 5 slots) wrap around, so the empty barriers
 // and the phase parities are exercised at every item width; the experts' scale bytes span 30
-// octaves, so the shift tables' rounding entries (and the clamp at 31) are used.
+// octaves, so the shift tables' rounding and zero entries are used.
 TEST_F(CudaMoeBlock128Test, RingsWrapAroundWithWideScales) {
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 768, 640, 100, 130);
   const int64_t T = 100, k = 6;
@@ -289,18 +359,18 @@ TEST_F(CudaMoeBlock128Test, DirectEntryChecksArguments) {
   auto* table = reinterpret_cast<const kernels::ExpertBlock128Pointers*>(
       PoisonedBytes(16 * static_cast<int64_t>(sizeof(kernels::ExpertBlock128Pointers))));
   void* scratch = PoisonedBytes(16);
-  EXPECT_EQ(kernels::RoutedExpertsBlock128(l, 64, nullptr, scratch, gpu_->stream()),
+  EXPECT_EQ(kernels::RoutedExpertsBlock128(l, 64, nullptr, nullptr, scratch, gpu_->stream()),
             cudaErrorInvalidValue);
   kernels::RoutedExpertsLaunch small = l;
   small.T = 32;  // 12 pairs per expert: the streaming kernels' side
-  EXPECT_EQ(kernels::RoutedExpertsBlock128(small, 64, table, scratch, gpu_->stream()),
+  EXPECT_EQ(kernels::RoutedExpertsBlock128(small, 64, table, nullptr, scratch, gpu_->stream()),
             cudaErrorInvalidValue);
   kernels::RoutedExpertsLaunch unaligned = l;
   unaligned.x = l.x + 1;
-  EXPECT_EQ(kernels::RoutedExpertsBlock128(unaligned, 64, table, scratch, gpu_->stream()),
+  EXPECT_EQ(kernels::RoutedExpertsBlock128(unaligned, 64, table, nullptr, scratch, gpu_->stream()),
             cudaErrorInvalidValue);
   for (const int width : {0, 32, 80, 256}) {  // item widths without a kernel
-    EXPECT_EQ(kernels::RoutedExpertsBlock128(l, width, table, scratch, gpu_->stream()),
+    EXPECT_EQ(kernels::RoutedExpertsBlock128(l, width, table, nullptr, scratch, gpu_->stream()),
               cudaErrorInvalidValue)
         << width;
   }

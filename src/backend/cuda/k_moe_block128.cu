@@ -268,6 +268,7 @@ __global__ void __launch_bounds__(kThreads)
 struct Scratch {
   int64_t xq = 0, gu = 0, hq = 0, out = 0, packed = 0;
   moe_groups::GroupScratch groups;
+  int64_t row_smax = 0;  // the register path's row scales (ExpertRowScaleMax)
   int64_t total = 0;
 };
 
@@ -281,6 +282,7 @@ Scratch Layout(int64_t T, int64_t k, int64_t D, int64_t I, int64_t n_experts, in
   s.out = carver.Take(P * D * 4);
   s.packed = carver.Take(PackedBytes(bn, MaxItems(P, n_experts, bn), std::max(D, I)));
   s.groups = moe_groups::TakeGroupScratch(carver, P, n_experts, bn);
+  s.row_smax = carver.Take(n_experts * ExpertRowScaleMaxStride(D, I));
   s.total = carver.total();
   return s;
 }
@@ -331,8 +333,8 @@ int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64
 }
 
 cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, int item_pairs,
-                                  const ExpertBlock128Pointers* copies, void* scratch,
-                                  cudaStream_t stream) {
+                                  const ExpertBlock128Pointers* copies, const uint8_t* row_smax,
+                                  void* scratch, cudaStream_t stream) {
   if (l.T <= 0) return cudaSuccess;
   if ((item_pairs != 64 && item_pairs != 96 && item_pairs != 128) ||
       !RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts) ||
@@ -353,7 +355,13 @@ cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, int item_pairs,
   const moe_groups::Groups groups = moe_groups::GroupsAt(base, s.groups);
   const int64_t max_items = MaxItems(P, l.n_experts, bn);
 
-  cudaError_t e = QuantizeFp8Block128(l.x, l.T, l.D, l.D, xq, xs, stream);
+  cudaError_t e = cudaSuccess;
+  if (copies == nullptr && row_smax == nullptr) {
+    auto* made = reinterpret_cast<uint8_t*>(base + s.row_smax);
+    e = ExpertRowScaleMax(l.table, l.n_experts, l.D, l.I, made, stream);
+    row_smax = made;
+  }
+  if (e == cudaSuccess) e = QuantizeFp8Block128(l.x, l.T, l.D, l.D, xq, xs, stream);
   if (e == cudaSuccess) {
     e = moe_groups::LaunchGrouping(l.experts, P, l.n_experts, bn, groups, l.error_word, stream);
   }
@@ -362,6 +370,7 @@ cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, int item_pairs,
   GemmArgs a{};
   a.table = copies;
   a.mxfp4 = l.table;
+  a.row_smax = row_smax;
   a.D = l.D;
   a.I = l.I;
   a.order = groups.order;

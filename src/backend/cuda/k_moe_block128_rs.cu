@@ -1,27 +1,43 @@
 // The register-A GEMM of RoutedExpertsBlock128 (kernels_moe_block128.h): the expert GEMMs on FP8
 // tensor cores straight from the MXFP4 bytes, without e4m3 copies.
 //
-// Numerics: those of the copies, with one weight scale per row and 128-value block: smax = the
-// largest of the row's four ue8m0 bytes of the block, and each e2m1 value v of a 32-value block
-// with byte S becomes the e4m3 byte of v * 2^(S - smax + 6) (nearest even; exact while S >=
-// smax - 14), promoted with 2^(smax - 133). Wherever the copy (one smax per 128 x 128 block) is
-// exact, the operand values times their scales are the same.
+// Numerics: those of the copies, with one weight scale per row: smax = the largest ue8m0 byte of
+// the whole row (ExpertRowScaleMax: kept with the backend's expert table), and each e2m1 value v of
+// a 32-value block with byte S becomes the e4m3 byte of v * 2^(S - smax + 6) (nearest even; exact
+// while S >= smax
+// - 14). The tensor core sums each 128-value block of K (four k32 steps); the kernel promotes that
+// sum into the fp32 accumulator times the activations' token scale, and multiplies the row's
+// 2^(smax - 133) in once at the end. All scalings are powers of two, so wherever a row's blocks
+// lie within 14 octaves of its largest the results are those of one scale per row and 128-value
+// block (the form before session 21, bitwise), and the operand values times their scales those
+// of the copies wherever the copies are exact.
 //
 // Structure: the e4m3-copy kernel's (k_moe_block128.cu: a producer warp, a ring of slots with
 // full / empty mbarriers, two consumer warpgroups of 64 weight rows, one fp32 promotion per 128
 // values) with the weight tile as raw MXFP4 bytes -- 64 per row and stage, brought by the
 // producer warp's 16-byte cp.async copies (L2 256-byte prefetch; rows kRowPitch apart in shared
-// memory: conflict-free 4-byte reads), completing on the full barrier through
-// cp.async.mbarrier.arrive -- and the A operand built in registers (wgmma RS m64nBNk32). (One bulk
+// memory: conflict-free 4-byte reads), with the rows' scale words of the stage, completing on the
+// full barrier through cp.async.mbarrier.arrive -- and the A operand built in registers (wgmma RS
+// m64nBNk32). (One bulk
 // copy per 64-byte row piece was 3x slower than the e4m3 copies' kernel: 128 small TMA requests a
 // stage, run 169.)
 //
 // Fragment lane t of rows g and g + 8 needs MMA k-indices 4t..4t+3 and 16+4t..16+4t+3. The
 // activations are packed in the order PermutedWords32 gives, so that these are the 8 nibbles of
 // word t of the row's 16-byte block: one 4-byte shared-memory read per row and k32 step. A nibble
-// becomes its e4m3 byte by table: the 8 magnitudes for shift d = smax - S (32 tables of 8 bytes
-// built in shared memory at the start, with the copies' rounding) picked by PRMT on the 3-bit
-// codes, the signs of four values by one sign-mode PRMT (E2m1x8ToE4m3).
+// becomes its e4m3 byte by table: the 8 magnitudes for shift d = smax - S (256 tables of 8 bytes
+// built in static shared memory at the start, with the copies' rounding; the four shifts of a
+// row's stage are one byte-wise subtraction) picked by PRMT on the 3-bit codes, the signs of four
+// values by one sign-mode PRMT (E2m1x8ToE4m3).
+//
+// SASS per stage and consumer thread at items of 64 pairs (cuobjdump; the loop from the full
+// barrier's wait to the slot's release): ~310 instructions after session 20; 202 now (no spills,
+// 94 registers): 72 convert (9 per word of 8 values), 16 + 8 LDS pick the tables, 8 LDS read the
+// weights, 32 FFMA + 8 LDS promote, 4 QGMMA. Session 21 took out the per-stage row maximum (two
+// emulated byte-wise max chains), the table index clamp, the 32 FMULs of the row scale in the
+// promotion, the scale loads from global memory (now in the slot), a narrowed mask per half word,
+// the per-step descriptor arithmetic and the spills (run 180: 246 -> RoutedExperts 27.1 -> 24.0
+// ms).
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -42,17 +58,22 @@ namespace {
 constexpr int kRawRowBytes = kBK / 2;           // e2m1 bytes of a row per stage
 constexpr int kRowPitch = kRawRowBytes + 16;    // rows 80 bytes apart: banks 20 g + t
 constexpr int kRawTileBytes = kBM * kRowPitch;  // one stage's weight rows
-constexpr int kShiftTables = 32;                // d = 0 .. 31 (larger d: table 31)
-constexpr int kTableBytes = kShiftTables * 8;
+constexpr int kShiftTables = 256;               // d = 0 .. 255: every byte difference
 
+constexpr int kScaleWordBytes = kBM * 4;  // the 128 rows' four scale bytes of one stage
+
+// A slot: the raw weight rows, the packed activation stage (X tile, token scales), the rows'
+// scale words.
 template <int kBN>
 struct RsShape {
-  static constexpr int kStageBytes = kRawTileBytes + Pack<kBN>::kStageBytes;
+  static constexpr int kStageBytes = kRawTileBytes + Pack<kBN>::kStageBytes + kScaleWordBytes;
   static constexpr int kScaleOffset = kRawTileBytes + Pack<kBN>::kXTileBytes;
+  static constexpr int kScaleWordOffset = kRawTileBytes + Pack<kBN>::kStageBytes;
+  // Four slots: five were no faster (RoutedExperts 19.54-19.55 against 19.38-19.41 ms, run 182).
   static constexpr int kStages = 4;
   static constexpr int kMinBlocks = kBN == 64 ? 2 : 1;
-  // The ring, the shift tables, the full and empty barriers.
-  static constexpr int kSmemBytes = kStages * kStageBytes + kTableBytes + 2 * kStages * 8;
+  // The ring, the full and empty barriers (the shift tables are static shared memory).
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8;
 };
 
 // PTX prmt with an immediate selector, in its default mode (CUDA's __byte_perm ignores bit 3 of
@@ -65,6 +86,15 @@ __device__ __forceinline__ uint32_t PrmtSignMode(uint32_t lo, uint32_t hi) {
   return d;
 }
 
+// PTX prmt with a register selector (its low 16 bits; every nibble's bit 3 must be clear for
+// plain byte selection). Opaque to the compiler, so that one 32-bit mask serves both halves of a
+// word (with __byte_perm nvcc narrows the mask per half: one instruction more per word).
+__device__ __forceinline__ uint32_t Prmt(uint32_t lo, uint32_t hi, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(lo), "r"(hi), "r"(sel));
+  return d;
+}
+
 // The eight e2m1 nibbles of w (nibble i = value i) as e4m3 bytes: lo = values 0..3, hi = values
 // 4..7 (byte i = value 4 h + i). The magnitude by the shift table (bytes: codes 0 .. 7) picked
 // by PRMT on the 3-bit codes; the sign by one sign-mode PRMT per register: byte j of w << 4 has
@@ -72,12 +102,12 @@ __device__ __forceinline__ uint32_t PrmtSignMode(uint32_t lo, uint32_t hi) {
 // 5} (lo) and 8 + {2, 6, 3, 7} (hi) replicate the eight sign bits in value order; one LOP3
 // keeps their bit 7 and ORs it in. 9 instructions per 8 values.
 __device__ __forceinline__ void E2m1x8ToE4m3(uint32_t w, uint2 table, uint32_t& lo, uint32_t& hi) {
-  const uint32_t codes = w & 0x77777777u;
+  const uint32_t codes = w & 0x77777777u;  // one mask for both halves (Prmt reads 16 bits)
   const uint32_t w4 = w << 4;
   const uint32_t signs_lo = PrmtSignMode<0xD9C8u>(w4, w);
   const uint32_t signs_hi = PrmtSignMode<0xFBEAu>(w4, w);
-  lo = __byte_perm(table.x, table.y, codes) | (signs_lo & 0x80808080u);
-  hi = __byte_perm(table.x, table.y, codes >> 16) | (signs_hi & 0x80808080u);
+  lo = Prmt(table.x, table.y, codes) | (signs_lo & 0x80808080u);
+  hi = Prmt(table.x, table.y, codes >> 16) | (signs_hi & 0x80808080u);
 }
 
 // The largest byte of w.
@@ -86,13 +116,30 @@ __device__ __forceinline__ uint32_t MaxByte(uint32_t w) {
   return __vmaxu4(m, m >> 8) & 0xFFu;
 }
 
+// out[e * stride + r] = the largest scale byte of row r of expert e's [w1; w3; w2] (stride =
+// ExpertRowScaleMaxStride(D, I)); one thread per row, grid (rows / 256, n_experts).
+__global__ void __launch_bounds__(256)
+    RowScaleMaxKernel(const ExpertPointers* table, int64_t D, int64_t I, uint8_t* out) {
+  pdl::WaitThenAllowNext();
+  const int64_t stride = ExpertRowScaleMaxStride(D, I);
+  const int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (r >= stride) return;
+  const ExpertPointers& ep = table[blockIdx.y];
+  const int m = r < I ? 0 : (r < 2 * I ? 2 : 1);
+  const int64_t row = r < I ? r : (r < 2 * I ? r - I : r - 2 * I), K = m == 1 ? I : D;
+  const auto* words = reinterpret_cast<const uint32_t*>(ep.scale[m] + row * (K / 32));
+  uint32_t mx = 0;
+  for (int64_t w = 0; w < K / 128; ++w) mx = __vmaxu4(mx, __ldg(words + w));
+  out[int64_t{blockIdx.y} * stride + r] = static_cast<uint8_t>(MaxByte(mx));
+}
+
 // 2^(smax - 133) as a float (normal from smax = 7 on).
 __device__ __forceinline__ float RowScale(uint32_t smax) {
   return smax >= 7 ? __uint_as_float((smax - 6) << 23) : ldexpf(1.0f, static_cast<int>(smax) - 133);
 }
 
 // Shift table d (thread d < kShiftTables) at tables[d]: byte c (c < 8) = the e4m3 byte of the
-// e2m1 code c times 2^(6 - d), rounded like RequantMxFp4Block128.
+// e2m1 code c times 2^(6 - d), rounded like RequantMxFp4Block128 (zeros from d = 16 on).
 __device__ __forceinline__ void BuildShiftTable(uint2* tables, int d) {
   const float f = ldexpf(1.0f, 6 - d);
   uint32_t bytes[2] = {0, 0};
@@ -108,11 +155,13 @@ __device__ __forceinline__ void BuildShiftTable(uint2* tables, int d) {
 // The producer warp: stage st into slot st % kStages once the slot is released -- the item's
 // packed stage by one bulk copy (lane 0, with the slot's expected bytes), the 128 weight rows'
 // 64 bytes by 16-byte cp.async (chunk c = lane + 32 i: row c / 4, chunk c % 4; four lanes read a
-// row's contiguous bytes, the L2 256-byte prefetch brings its next three stages), each lane
-// arriving on the full barrier once its copies have landed.
+// row's contiguous bytes, the L2 256-byte prefetch brings its next three stages) and their scale
+// words by 4-byte cp.async (rows lane + 32 j), each lane arriving on the full barrier once its
+// copies have landed. (scale: the block's first row's ue8m0 bytes, K / 32 a row.)
 template <int kBN>
-__device__ void ProduceStages(const uint8_t* raw, int64_t K, const uint8_t* xp, int n_stages,
-                              unsigned smem_base, Barriers<RsShape<kBN>::kStages> bar, int lane) {
+__device__ void ProduceStages(const uint8_t* raw, const uint8_t* scale, int64_t K,
+                              const uint8_t* xp, int n_stages, unsigned smem_base,
+                              Barriers<RsShape<kBN>::kStages> bar, int lane) {
   using S = RsShape<kBN>;
   for (int st = 0; st < n_stages; ++st) {
     const int slot = st % S::kStages;
@@ -123,35 +172,64 @@ __device__ void ProduceStages(const uint8_t* raw, int64_t K, const uint8_t* xp, 
       bulk::BulkCopy(dst + kRawTileBytes, xp + int64_t{st} * Pack<kBN>::kStageBytes,
                      Pack<kBN>::kStageBytes, bar.full(slot));
     }
+    // Chunk c = lane + 32 i is row lane / 4 + 8 i, chunk lane % 4 (addresses by one stride).
+    const uint8_t* src = raw + (lane / 4) * (K / 2) + st * kRawRowBytes + (lane % 4) * 16;
+    const unsigned dst_lane = dst + (lane / 4) * kRowPitch + (lane % 4) * 16;
 #pragma unroll
     for (int i = 0; i < kBM * kRawRowBytes / 16 / 32; ++i) {
-      const int c = lane + 32 * i, r = c / 4, q = c % 4;
-      fp8::CpAsync16Prefetch(dst + r * kRowPitch + q * 16,
-                             raw + r * (K / 2) + st * kRawRowBytes + q * 16);
+      fp8::CpAsync16Prefetch(dst_lane + 8 * i * kRowPitch, src + i * (4 * K));
+    }
+    const uint8_t* words = scale + lane * (K / 32) + 4 * st;
+#pragma unroll
+    for (int j = 0; j < kBM / 32; ++j) {
+      fp8::CpAsync4(dst + S::kScaleWordOffset + 4 * (lane + 32 * j), words + j * K);
     }
     bulk::CpAsyncArriveNoinc(bar.full(slot));  // one of the 32 lane arrivals the barrier expects
   }
   fp8::CpAsyncWait<0>();  // no copy of this thread outlives it
 }
 
-// The A fragments of one stage for this lane's rows r_lo and r_lo + 8 (raw: the slot's weight
-// rows; s_lo / s_hi: the rows' four scale bytes, max_lo / max_hi their largest): k32 step b's
-// registers from word t4 of each row's 16-byte block b (wgmma_fp8.cuh: WgmmaE4m3Rs).
-__device__ __forceinline__ void BuildFragments(const char* raw, const uint2* tables, int r_lo,
-                                               int t4, uint32_t s_lo, uint32_t s_hi,
-                                               uint32_t max_lo, uint32_t max_hi,
-                                               uint32_t (&frag)[4][4]) {
+// The A fragment of k32 step b for this lane's rows r_lo and r_lo + 8 (raw: the slot's weight
+// rows; d_lo / d_hi: byte b = the row's shift smax - S of its 32-value block b) from word t4 of
+// each row's 16-byte block b (wgmma_fp8.cuh: WgmmaE4m3Rs).
+__device__ __forceinline__ void BuildFragment(const char* raw, const uint2* tables, int r_lo,
+                                              int t4, int b, uint32_t d_lo, uint32_t d_hi,
+                                              uint32_t (&frag)[4]) {
+  const uint32_t w_lo =
+      *reinterpret_cast<const uint32_t*>(raw + r_lo * kRowPitch + 16 * b + 4 * t4);
+  const uint32_t w_hi =
+      *reinterpret_cast<const uint32_t*>(raw + (r_lo + 8) * kRowPitch + 16 * b + 4 * t4);
+  const uint2 t_lo = tables[(d_lo >> (8 * b)) & 0xFFu];
+  const uint2 t_hi = tables[(d_hi >> (8 * b)) & 0xFFu];
+  E2m1x8ToE4m3(w_lo, t_lo, frag[0], frag[2]);
+  E2m1x8ToE4m3(w_hi, t_hi, frag[1], frag[3]);
+}
+
+// One stage's four k32 steps into part (overwritten): the four fragments, then the four wgmmas.
+// (Issuing each step's wgmma as soon as its fragment is built, so that the tensor core works
+// while the next one is built, was slower: RoutedExperts 24.3-24.4 against 24.0 ms, run 180.)
+template <int kBN>
+__device__ __forceinline__ void StageMmas(const char* raw, const uint2* tables, int r_lo, int t4,
+                                          uint32_t d_lo, uint32_t d_hi, uint64_t x_desc,
+                                          float (&part)[kBN / 2]) {
+  uint32_t frag[4][4];
+  wgmma::FenceOperands(part);
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
-    const uint32_t w_lo =
-        *reinterpret_cast<const uint32_t*>(raw + r_lo * kRowPitch + 16 * b + 4 * t4);
-    const uint32_t w_hi =
-        *reinterpret_cast<const uint32_t*>(raw + (r_lo + 8) * kRowPitch + 16 * b + 4 * t4);
-    const uint2 t_lo = tables[min(max_lo - ((s_lo >> (8 * b)) & 0xFFu), kShiftTables - 1u)];
-    const uint2 t_hi = tables[min(max_hi - ((s_hi >> (8 * b)) & 0xFFu), kShiftTables - 1u)];
-    E2m1x8ToE4m3(w_lo, t_lo, frag[b][0], frag[b][2]);
-    E2m1x8ToE4m3(w_hi, t_hi, frag[b][1], frag[b][3]);
+    BuildFragment(raw, tables, r_lo, t4, b, d_lo, d_hi, frag[b]);
+    wgmma::FenceOperands(frag[b]);
   }
+  wgmma::Fence();
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const uint64_t db = wgmma::DescriptorPlus(x_desc, TileOffset(0, 2 * b));
+    wgmma::WgmmaE4m3Rs<kBN>(part, frag[b], db, b > 0 ? 1 : 0);
+  }
+  wgmma::CommitGroup();
+  wgmma::WaitGroup<0>();
+  wgmma::FenceOperands(part);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) wgmma::FenceOperands(frag[b]);
 }
 
 // Grid (weight rows / 128, max_items), kGemmThreads threads: see the top of the file.
@@ -167,14 +245,16 @@ __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t K = job.K, row0 = job.row0;
   const int n_stages = job.n_stages, m = job.m;
+  // The shift tables are static shared memory: lookups address them from a uniform register.
+  __shared__ uint2 tables[kShiftTables];
   const unsigned smem_base = mma::SharedAddress(smem);
-  auto* tables = reinterpret_cast<uint2*>(smem + S::kStages * S::kStageBytes);
-  const Barriers<S::kStages> bar{smem_base + S::kStages * S::kStageBytes + kTableBytes};
+  const Barriers<S::kStages> bar{smem_base + S::kStages * S::kStageBytes};
   if (tid < kShiftTables) BuildShiftTable(tables, tid);
   if (tid == 0) bar.Init(1 + 32);  // lane 0's expect-tx arrival + 32 cp.async ones
   __syncthreads();
   if (warp == kConsumerWarps) {
-    ProduceStages<kBN>(static_cast<const uint8_t*>(ep.data[m]) + row0 * (K / 2), K,
+    ProduceStages<kBN>(static_cast<const uint8_t*>(ep.data[m]) + row0 * (K / 2),
+                       ep.scale[m] + row0 * (K / 32), K,
                        a.packed + int64_t{blockIdx.y} * n_stages * Pack<kBN>::kStageBytes, n_stages,
                        smem_base, bar, lane);
     return;
@@ -182,42 +262,33 @@ __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
 
   const int wg = tid / 128, t4 = lane % 4;
   const int r_lo = 64 * wg + 16 * (warp % 4) + lane / 4;  // fragment rows r_lo, r_lo + 8
-  const auto* scale_lo = reinterpret_cast<const uint32_t*>(ep.scale[m] + (row0 + r_lo) * (K / 32));
-  const auto* scale_hi =
-      reinterpret_cast<const uint32_t*>(ep.scale[m] + (row0 + r_lo + 8) * (K / 32));
+  const uint8_t* smax_rows = a.row_smax + job.item.expert * ExpertRowScaleMaxStride(a.D, a.I) +
+                             (a.up ? 0 : 2 * a.I) + job.v0;
+  const uint32_t smax_lo = smax_rows[r_lo], smax_hi = smax_rows[r_lo + 8];
+  // smax in every byte: minus a stage's four scale bytes (each <= smax, so no borrows) gives
+  // the four shifts.
+  const uint32_t rep_lo = smax_lo * 0x01010101u, rep_hi = smax_hi * 0x01010101u;
+  // The X tile of slot 0 (k32 step b of slot s: + s * kStageBytes + TileOffset(0, 2 b)).
+  const uint64_t x_desc0 = wgmma::Descriptor(smem_base + kRawTileBytes, 128, kChunks * 128);
   float acc[kBN / 2], part[kBN / 2];
 #pragma unroll
   for (int e = 0; e < kBN / 2; ++e) acc[e] = 0.0f;
   for (int i = 0; i < n_stages; ++i) {
     const int slot = i % S::kStages;
-    const uint32_t s_lo = __ldg(scale_lo + i), s_hi = __ldg(scale_hi + i);  // 4 blocks a row
-    const uint32_t max_lo = MaxByte(s_lo), max_hi = MaxByte(s_hi);
     bulk::WaitPhaseOrTrap(bar.full(slot), (i / S::kStages) & 1);
-    uint32_t frag[4][4];
-    BuildFragments(smem + slot * S::kStageBytes, tables, r_lo, t4, s_lo, s_hi, max_lo, max_hi,
-                   frag);
-    const unsigned x_base = smem_base + slot * S::kStageBytes + kRawTileBytes;
-    wgmma::FenceOperands(part);
-#pragma unroll
-    for (int b = 0; b < 4; ++b) wgmma::FenceOperands(frag[b]);
-    wgmma::Fence();
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const uint64_t db = wgmma::Descriptor(x_base + TileOffset(0, 2 * b), 128, kChunks * 128);
-      wgmma::WgmmaE4m3Rs<kBN>(part, frag[b], db, b > 0 ? 1 : 0);
-    }
-    wgmma::CommitGroup();
-    const float ws_lo = RowScale(max_lo), ws_hi = RowScale(max_hi);
-    wgmma::WaitGroup<0>();
-    wgmma::FenceOperands(part);
-#pragma unroll
-    for (int b = 0; b < 4; ++b) wgmma::FenceOperands(frag[b]);
-    Promote<kBN>(part,
-                 reinterpret_cast<const float*>(smem + slot * S::kStageBytes + S::kScaleOffset), t4,
-                 ws_lo, ws_hi, acc);
+    const char* slot_bytes = smem + slot * S::kStageBytes;
+    const auto* words = reinterpret_cast<const uint32_t*>(slot_bytes + S::kScaleWordOffset);
+    const uint32_t d_lo = rep_lo - words[r_lo], d_hi = rep_hi - words[r_lo + 8];
+    StageMmas<kBN>(slot_bytes, tables, r_lo, t4, d_lo, d_hi,
+                   wgmma::DescriptorPlus(x_desc0, slot * S::kStageBytes), part);
+    Promote<kBN>(part, reinterpret_cast<const float*>(slot_bytes + S::kScaleOffset), t4, 1.0f, 1.0f,
+                 acc);
     __syncwarp();
     if (lane == 0) bulk::Arrive(bar.empty(slot));  // this warp no longer reads the slot
   }
+  const float ws_lo = RowScale(smax_lo), ws_hi = RowScale(smax_hi);
+#pragma unroll
+  for (int e = 0; e < kBN / 2; ++e) acc[e] *= (e & 3) >= 2 ? ws_hi : ws_lo;
   StoreOutputs<kBN>(acc, a, job.item, job.v0, job.n_rows, tid);
 }
 
@@ -235,7 +306,7 @@ cudaError_t Launch(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t LaunchMxfp4Gemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
-  if (a.mxfp4 == nullptr) return cudaErrorInvalidValue;
+  if (a.mxfp4 == nullptr || a.row_smax == nullptr) return cudaErrorInvalidValue;
   if (bn == 64) return Launch<64>(a, max_items, stream);
   if (bn == 96) return Launch<96>(a, max_items, stream);
   if (bn == 128) return Launch<128>(a, max_items, stream);
@@ -243,3 +314,18 @@ cudaError_t LaunchMxfp4Gemm(int bn, const GemmArgs& a, int64_t max_items, cudaSt
 }
 
 }  // namespace deepinfer::backend::cuda::kernels::moe_block128
+
+namespace deepinfer::backend::cuda::kernels {
+
+cudaError_t ExpertRowScaleMax(const ExpertPointers* table, int64_t n_experts, int64_t D, int64_t I,
+                              uint8_t* out, cudaStream_t stream) {
+  if (table == nullptr || out == nullptr || n_experts < 1 || n_experts > 65535 || D <= 0 ||
+      I <= 0 || D % 128 != 0 || I % 128 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t rows = ExpertRowScaleMaxStride(D, I);
+  const dim3 grid(static_cast<unsigned>((rows + 255) / 256), static_cast<unsigned>(n_experts));
+  return pdl::Launch(moe_block128::RowScaleMaxKernel, grid, 256, 0, stream, table, D, I, out);
+}
+
+}  // namespace deepinfer::backend::cuda::kernels

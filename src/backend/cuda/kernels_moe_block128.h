@@ -55,6 +55,16 @@ bool ExpertBlock128Convertible(const DeviceWeight& w);
 // copy of w at 128 x 128 scales (see above). cudaErrorInvalidValue if not convertible.
 cudaError_t RequantMxFp4Block128(const DeviceWeight& w, void* buffer, cudaStream_t stream);
 
+// Rows of one expert in ExpertRowScaleMax's output: w1's I, then w3's I, then w2's D.
+constexpr int64_t ExpertRowScaleMaxStride(int64_t D, int64_t I) { return 2 * I + D; }
+
+// out[e * ExpertRowScaleMaxStride(D, I) + r] = the largest ue8m0 scale byte of row r of expert
+// e's [w1; w3; w2] (table: device [n_experts] MXFP4 experts of [I, D] / [D, I] / [I, D], scale
+// pointers 4-byte aligned; D and I multiples of 128; n_experts <= 65535), the register path's
+// one weight scale per row. cudaErrorInvalidValue otherwise.
+cudaError_t ExpertRowScaleMax(const ExpertPointers* table, int64_t n_experts, int64_t D, int64_t I,
+                              uint8_t* out, cudaStream_t stream);
+
 // Whether RoutedExpertsBlock128 takes a launch of these shapes: D and I multiples of 128 up to
 // 8192, 1 <= k <= kMaxFusedExpertSlots, and a mean of more than ExpertsStreamMaxMeanPairs()
 // pairs per expert (prefill sizes; decode stays on the MXFP4 streaming kernels).
@@ -73,8 +83,11 @@ int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64
 // overwritten. With `copies` (device [l.n_experts]) the GEMMs read the e4m3 copies; with
 // copies == nullptr they read l.table's MXFP4 bytes and build the e4m3 operands in registers
 // (k_moe_block128_rs.cu: every scale pointer of l.table 4-byte aligned, the caller's check).
-// Both give the numerics above; the register path keeps one scale per row and 128-value block
-// (so it is exact wherever the copy is). Launches: quantise x, group the pairs, pack, up GEMM,
+// Both give the numerics above; the register path scales each row by its largest ue8m0 byte
+// (row_smax: ExpertRowScaleMax of l.table made by the caller, or null: made into the scratch
+// at every call, one launch more), so its operands are exact while a row's 32-value scales
+// lie within 14 octaves of the row's largest (the copies: of their 128 x 128 block's largest;
+// trained weights satisfy both). Launches: quantise x, group the pairs, pack, up GEMM,
 // SwiGLU + quantise, pack, down GEMM, combine the slots (graph-capturable: grid sizes depend on
 // the shapes only). An expert id outside [0, n_experts) sets kErrExpertOutOfRange and makes its
 // token's row NaN. cudaErrorInvalidValue when not applicable, for weights other than MXFP4,
@@ -82,7 +95,7 @@ int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64
 // 16-byte aligned, like every MXFP4 kernel's.) Items of item_pairs pairs (64, 96 or 128, else
 // cudaErrorInvalidValue); scratch holds RoutedExpertsBlock128ScratchBytes(..., item_pairs).
 cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, int item_pairs,
-                                  const ExpertBlock128Pointers* copies, void* scratch,
-                                  cudaStream_t stream);
+                                  const ExpertBlock128Pointers* copies, const uint8_t* row_smax,
+                                  void* scratch, cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda::kernels

@@ -43,6 +43,8 @@ struct GemmArgs {
   const GemmItem* items;
   const int32_t* n_items;
   float* out;  // [P, n_rows]
+  // The register-A kernel's row scales (ExpertRowScaleMax of a.mxfp4).
+  const uint8_t* row_smax;
 };
 
 namespace {

@@ -42,6 +42,13 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t smem_addr, uint32_t lbo,
          (uint64_t{(sbo >> 4) & 0x3FFFu} << 32);
 }
 
+// desc with its start address moved by `bytes` (a multiple of 16): one add instead of a new
+// descriptor. The moved address must stay below 256 KiB (shared memory is at most 228 KiB), so
+// that the 14-bit field does not carry into LBO.
+__device__ __forceinline__ uint64_t DescriptorPlus(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
+
 __device__ __forceinline__ void Fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
