@@ -11,9 +11,10 @@ prints the loop's static instruction count and its mix by opcode; --list prints 
 The count includes rarely taken paths inside the loop (a barrier's retry branch), so the
 executed count per iteration is a little lower.
 
-cuobjdump: from PATH, $CUOBJDUMP, or the PyPI wheel (a developer tool, not a dependency):
+cuobjdump: $CUOBJDUMP or the one on PATH. The CUDA toolkit here has none; PyPI's wheel brings it
+(a developer tool, not a dependency of the project):
   python3 -m pip download --no-deps -d /tmp/whl nvidia-cuda-cuobjdump &&
-  unzip -o /tmp/whl/nvidia_cuda_cuobjdump-*.whl -d /tmp/cuobjdump   # binary under nvidia/*/bin
+  unzip -o /tmp/whl/nvidia_cuda_cuobjdump-*.whl -d /tmp/cuobjdump   # then PATH=/tmp/cuobjdump/nvidia/cu13/bin:$PATH
 Standard library only; --self-test checks the parser on a built-in sample.
 """
 import argparse

@@ -557,8 +557,10 @@ class CudaBackend final : public model::Backend {
     kernels::ExpertBlock128Pointers* block128 = nullptr;
     bool block128_refused = false;
     // kernels::ExpertRowScaleMax of the table (the block-128 register path's row scales), made
-    // on first use: [n_experts][ExpertRowScaleMaxStride(D, I)] bytes.
+    // on first use: [n_experts][ExpertRowScaleMaxStride(D, I)] bytes; refused: could not be
+    // made (the kernels then make them at every call), not asked again.
     uint8_t* row_smax = nullptr;
+    bool row_smax_refused = false;
   };
   ExpertTable* ExpertTableFor(const model::RoutedExpertsArgs& args);
   // The kernels' view of a RoutedExperts call on a cached expert table.
@@ -569,8 +571,8 @@ class CudaBackend final : public model::Backend {
   // bytes unless experts_block128_ is off), else kernels::RoutedExpertsBf16 from
   // experts_bf16_min_tokens_ tokens, else kernels::RoutedExpertsFp8.
   void RoutedExpertsFp8(const model::RoutedExpertsArgs& args, ExpertTable& table);
-  // The table's row scales for the block-128 register path (made on first use); null after a
-  // failure (recorded).
+  // The table's row scales for the block-128 register path (made on first use); null when they
+  // could not be made (a warning; RoutedExpertsBlock128 then makes them itself).
   const uint8_t* ExpertRowScaleMaxFor(ExpertTable& table);
   // The device table of block-128 copies of the call's experts (made on first use); null when
   // they do not all fit (the table remembers that) or after a failure (recorded).

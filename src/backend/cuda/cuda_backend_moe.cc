@@ -278,7 +278,6 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTabl
     }
     if (copies != nullptr || experts_block128_) {
       const uint8_t* row_smax = copies == nullptr ? ExpertRowScaleMaxFor(table) : nullptr;
-      if (!Usable()) return;
       const int item_pairs = kernels::RoutedExpertsBlock128ItemPairs(a.T, a.k, a.n_experts);
       void* scratch = TempBytes(static_cast<size_t>(kernels::RoutedExpertsBlock128ScratchBytes(
           a.T, a.k, a.D, table.I, a.n_experts, item_pairs)));
@@ -344,7 +343,7 @@ const void* CudaBackend::ExpertBlock128CopyOf(const model::WeightRef& ref) {
 }
 
 const uint8_t* CudaBackend::ExpertRowScaleMaxFor(ExpertTable& table) {
-  if (table.row_smax != nullptr) return table.row_smax;
+  if (table.row_smax != nullptr || table.row_smax_refused) return table.row_smax;
   const auto bytes =
       static_cast<size_t>(table.n_experts * kernels::ExpertRowScaleMaxStride(table.D, table.I));
   void* device = nullptr;
@@ -354,10 +353,12 @@ const uint8_t* CudaBackend::ExpertRowScaleMaxFor(ExpertTable& table) {
                                      static_cast<uint8_t*>(device), stream_);
   }
   if (err != cudaSuccess) {
+    // Not fatal: RoutedExpertsBlock128 then makes the row scales in its scratch at every call.
     cudaGetLastError();
     if (device != nullptr) cudaFree(device);
-    Fail(base::ResourceExhaustedError(std::string("RoutedExperts: row scales: ") +
-                                      cudaGetErrorString(err)));
+    table.row_smax_refused = true;
+    LOG_WARN("RoutedExperts: no kept row scales ({} bytes: {}); they are made at every call", bytes,
+             cudaGetErrorString(err));
     return nullptr;
   }
   table.row_smax = static_cast<uint8_t*>(device);

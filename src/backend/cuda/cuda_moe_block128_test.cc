@@ -163,6 +163,8 @@ TEST_F(CudaMoeBlock128Test, RowScaleMaxMatchesCpu) {
       // Rows of w1 (mats 3e), then w3 (3e + 2), then w2 (3e + 1).
       const int m = r < ex.I ? 0 : (r < 2 * ex.I ? 2 : 1);
       const int64_t row = m == 0 ? r : (m == 2 ? r - ex.I : r - 2 * ex.I);
+      const kernels::ExpertRow er = kernels::ExpertRowOf(r, ex.I);
+      ASSERT_TRUE(er.m == m && er.row == row) << r;
       const int64_t blocks = (m == 1 ? ex.I : ex.D) / 32;
       const std::vector<uint8_t>& scale = ex.mats[3 * e + m].scale;
       const uint8_t expected =
@@ -199,6 +201,37 @@ TEST_F(CudaMoeBlock128Test, DirectEntryMakesItsOwnRowScales) {
             cudaSuccess);
   ASSERT_TRUE(gpu_->Synchronize().ok());
   EXPECT_TRUE(BitExact(FromGpu(l.y, T * ex.D), backend));
+}
+
+// Each matrix's scale bytes in its own range, 22 octaves between w1's and w3's: a GEMM that read
+// another matrix's row scales would flush w1's values to zero (w3's maxima) or wrap the shifts
+// (w1's maxima under w3's or w2's bytes). The register path still matches the per-128 reference.
+TEST_F(CudaMoeBlock128Test, EachMatrixUsesItsOwnRowScales) {
+  Experts ex;
+  ex.D = 256, ex.I = 384;
+  ex.mats.reserve(3 * 16);
+  for (int e = 0; e < 16; ++e) {
+    ex.mats.push_back(MakeWeight(WeightFormat::kMxFp4, ex.I, ex.D, 100, 106));  // w1
+    ex.mats.push_back(MakeWeight(WeightFormat::kMxFp4, ex.D, ex.I, 111, 117));  // w2
+    ex.mats.push_back(MakeWeight(WeightFormat::kMxFp4, ex.I, ex.D, 122, 128));  // w3
+  }
+  for (int e = 0; e < 16; ++e) {
+    ExpertWeights w;
+    w.w1 = ex.mats[3 * e].ref, w.w2 = ex.mats[3 * e + 1].ref, w.w3 = ex.mats[3 * e + 2].ref;
+    w.w1.name = std::to_string(e) + ".w1";
+    w.w2.name = std::to_string(e) + ".w2";
+    w.w3.name = std::to_string(e) + ".w3";
+    ex.table.push_back(w);
+  }
+  const int64_t T = 300, k = 6;
+  const std::vector<float> x = Normal(T * ex.D, 4.0f);
+  const std::vector<int32_t> ids = Route(T, k, 16);
+  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
+  const std::vector<float> regs = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
+  EXPECT_GT(MaxAbs(expected), 0.0f);
+  EXPECT_TRUE(RelL2Close(regs, expected, 5e-3));
+  EXPECT_TRUE(AllClose(regs, expected, 2e-2, 2e-2 * MaxAbs(expected)));
 }
 
 // Mean pairs per expert 15 (T 40), 38, 113 and 263 (several items for most experts), with

@@ -1,43 +1,38 @@
 // The register-A GEMM of RoutedExpertsBlock128 (kernels_moe_block128.h): the expert GEMMs on FP8
 // tensor cores straight from the MXFP4 bytes, without e4m3 copies.
 //
-// Numerics: those of the copies, with one weight scale per row: smax = the largest ue8m0 byte of
-// the whole row (ExpertRowScaleMax: kept with the backend's expert table), and each e2m1 value v of
-// a 32-value block with byte S becomes the e4m3 byte of v * 2^(S - smax + 6) (nearest even; exact
-// while S >= smax
-// - 14). The tensor core sums each 128-value block of K (four k32 steps); the kernel promotes that
-// sum into the fp32 accumulator times the activations' token scale, and multiplies the row's
-// 2^(smax - 133) in once at the end. All scalings are powers of two, so wherever a row's blocks
-// lie within 14 octaves of its largest the results are those of one scale per row and 128-value
-// block (the form before session 21, bitwise), and the operand values times their scales those
-// of the copies wherever the copies are exact.
+// Numerics: those of the copies, with one weight scale per row. smax = the largest ue8m0 byte of
+// the whole row (ExpertRowScaleMax, kept with the backend's expert table); each e2m1 value v of a
+// 32-value block with byte S becomes the e4m3 byte of v * 2^(S - smax + 6) (nearest even; exact
+// while S >= smax - 14). The tensor core sums each 128-value block of K (four k32 steps); the
+// kernel promotes that sum into the fp32 accumulator times the activations' token scale and
+// multiplies the row's 2^(smax - 133) in once at the end. All scalings are powers of two, so
+// wherever a row's blocks lie within 14 octaves of its largest the results are bitwise those of
+// one scale per row and 128-value block, and the operand values times their scales are those of
+// the copies wherever the copies are exact.
 //
 // Structure: the e4m3-copy kernel's (k_moe_block128.cu: a producer warp, a ring of slots with
 // full / empty mbarriers, two consumer warpgroups of 64 weight rows, one fp32 promotion per 128
-// values) with the weight tile as raw MXFP4 bytes -- 64 per row and stage, brought by the
-// producer warp's 16-byte cp.async copies (L2 256-byte prefetch; rows kRowPitch apart in shared
-// memory: conflict-free 4-byte reads), with the rows' scale words of the stage, completing on the
-// full barrier through cp.async.mbarrier.arrive -- and the A operand built in registers (wgmma RS
-// m64nBNk32). (One bulk
-// copy per 64-byte row piece was 3x slower than the e4m3 copies' kernel: 128 small TMA requests a
-// stage, run 169.)
+// values) with the weight tile as raw MXFP4 bytes: 64 per row and stage, brought by the producer
+// warp's 16-byte cp.async copies (L2 256-byte prefetch; rows kRowPitch apart in shared memory:
+// conflict-free 4-byte reads) together with the rows' scale words of the stage, completing on the
+// full barrier through cp.async.mbarrier.arrive. The A operand is built in registers (wgmma RS
+// m64nBNk32). (One bulk copy per 64-byte row piece was 3x slower than the e4m3 copies' kernel: 128
+// small TMA requests a stage, run 169.)
 //
 // Fragment lane t of rows g and g + 8 needs MMA k-indices 4t..4t+3 and 16+4t..16+4t+3. The
 // activations are packed in the order PermutedWords32 gives, so that these are the 8 nibbles of
 // word t of the row's 16-byte block: one 4-byte shared-memory read per row and k32 step. A nibble
 // becomes its e4m3 byte by table: the 8 magnitudes for shift d = smax - S (256 tables of 8 bytes
 // built in static shared memory at the start, with the copies' rounding; the four shifts of a
-// row's stage are one byte-wise subtraction) picked by PRMT on the 3-bit codes, the signs of four
+// row's stage are one 32-bit subtraction) picked by PRMT on the 3-bit codes, the signs of four
 // values by one sign-mode PRMT (E2m1x8ToE4m3).
 //
-// SASS per stage and consumer thread at items of 64 pairs (cuobjdump; the loop from the full
-// barrier's wait to the slot's release): ~310 instructions after session 20; 202 now (no spills,
-// 94 registers): 72 convert (9 per word of 8 values), 16 + 8 LDS pick the tables, 8 LDS read the
-// weights, 32 FFMA + 8 LDS promote, 4 QGMMA. Session 21 took out the per-stage row maximum (two
-// emulated byte-wise max chains), the table index clamp, the 32 FMULs of the row scale in the
-// promotion, the scale loads from global memory (now in the slot), a narrowed mask per half word,
-// the per-step descriptor arithmetic and the spills (run 180: 246 -> RoutedExperts 27.1 -> 24.0
-// ms).
+// Cost (items of 64 pairs; bench/gpu/sass_loop.py on the object file): 202 SASS instructions per
+// stage and consumer thread, 94 registers, no spills: 72 convert (9 per word of 8 values), 8 SHF +
+// 8 LOP3 + 8 LDS.64 pick the tables, 2 LDS read the scale words and 8 the weights, 32 FFMA + 8
+// LDS.64 promote, 4 QGMMA. (Session 20's form with a per-stage maximum took ~310.) ncu (run 183):
+// 55% issue, 30% tensor; a warpgroup's conversion and its own MMAs are serial.
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -59,6 +54,7 @@ constexpr int kRawRowBytes = kBK / 2;           // e2m1 bytes of a row per stage
 constexpr int kRowPitch = kRawRowBytes + 16;    // rows 80 bytes apart: banks 20 g + t
 constexpr int kRawTileBytes = kBM * kRowPitch;  // one stage's weight rows
 constexpr int kShiftTables = 256;               // d = 0 .. 255: every byte difference
+static_assert(kShiftTables <= 32 * kConsumerWarps, "the consumer threads build one table each");
 
 constexpr int kScaleWordBytes = kBM * 4;  // the 128 rows' four scale bytes of one stage
 
@@ -117,7 +113,7 @@ __device__ __forceinline__ uint32_t MaxByte(uint32_t w) {
 }
 
 // out[e * stride + r] = the largest scale byte of row r of expert e's [w1; w3; w2] (stride =
-// ExpertRowScaleMaxStride(D, I)); one thread per row, grid (rows / 256, n_experts).
+// ExpertRowScaleMaxStride(D, I)); one thread per row, grid (ceil(stride / 256), n_experts).
 __global__ void __launch_bounds__(256)
     RowScaleMaxKernel(const ExpertPointers* table, int64_t D, int64_t I, uint8_t* out) {
   pdl::WaitThenAllowNext();
@@ -125,9 +121,9 @@ __global__ void __launch_bounds__(256)
   const int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (r >= stride) return;
   const ExpertPointers& ep = table[blockIdx.y];
-  const int m = r < I ? 0 : (r < 2 * I ? 2 : 1);
-  const int64_t row = r < I ? r : (r < 2 * I ? r - I : r - 2 * I), K = m == 1 ? I : D;
-  const auto* words = reinterpret_cast<const uint32_t*>(ep.scale[m] + row * (K / 32));
+  const ExpertRow er = ExpertRowOf(r, I);
+  const int64_t K = er.m == 1 ? I : D;
+  const auto* words = reinterpret_cast<const uint32_t*>(ep.scale[er.m] + er.row * (K / 32));
   uint32_t mx = 0;
   for (int64_t w = 0; w < K / 128; ++w) mx = __vmaxu4(mx, __ldg(words + w));
   out[int64_t{blockIdx.y} * stride + r] = static_cast<uint8_t>(MaxByte(mx));
@@ -139,7 +135,7 @@ __device__ __forceinline__ float RowScale(uint32_t smax) {
 }
 
 // Shift table d (thread d < kShiftTables) at tables[d]: byte c (c < 8) = the e4m3 byte of the
-// e2m1 code c times 2^(6 - d), rounded like RequantMxFp4Block128 (zeros from d = 16 on).
+// e2m1 code c times 2^(6 - d), rounded like RequantMxFp4Block128 (all zeros from d = 19 on).
 __device__ __forceinline__ void BuildShiftTable(uint2* tables, int d) {
   const float f = ldexpf(1.0f, 6 - d);
   uint32_t bytes[2] = {0, 0};
@@ -262,6 +258,7 @@ __global__ void __launch_bounds__(kGemmThreads, RsShape<kBN>::kMinBlocks)
 
   const int wg = tid / 128, t4 = lane % 4;
   const int r_lo = 64 * wg + 16 * (warp % 4) + lane / 4;  // fragment rows r_lo, r_lo + 8
+  // The launch's row v is the table's row v for up ([w1; w3]) and 2I + v for down (w2).
   const uint8_t* smax_rows = a.row_smax + job.item.expert * ExpertRowScaleMaxStride(a.D, a.I) +
                              (a.up ? 0 : 2 * a.I) + job.v0;
   const uint32_t smax_lo = smax_rows[r_lo], smax_hi = smax_rows[r_lo + 8];

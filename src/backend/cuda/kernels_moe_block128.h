@@ -17,7 +17,8 @@
 // kept next to them (decode keeps reading MXFP4). The backend makes it only within a budget
 // (CudaBackend::set_experts_block128_copy_budget; DEEPINFER_EXPERTS_FP8_COPY_GIB); without it
 // the GEMMs read the MXFP4 bytes and build the e4m3 operands in registers (k_moe_block128_rs.cu:
-// no extra memory, slower than the copies, faster than RoutedExpertsBf16).
+// no copies, only a byte per weight row for the row scales, 3.7 MB per V4.1-Flash layer; since
+// session 21 within ~1% of the copies' speed).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -58,6 +59,16 @@ cudaError_t RequantMxFp4Block128(const DeviceWeight& w, void* buffer, cudaStream
 // Rows of one expert in ExpertRowScaleMax's output: w1's I, then w3's I, then w2's D.
 constexpr int64_t ExpertRowScaleMaxStride(int64_t D, int64_t I) { return 2 * I + D; }
 
+// Row r (< ExpertRowScaleMaxStride) of that output: matrix m (0 = w1, 1 = w2, 2 = w3, the order
+// of ExpertPointers) and its row there.
+struct ExpertRow {
+  int m;
+  int64_t row;
+};
+constexpr ExpertRow ExpertRowOf(int64_t r, int64_t I) {
+  return r < I ? ExpertRow{0, r} : (r < 2 * I ? ExpertRow{2, r - I} : ExpertRow{1, r - 2 * I});
+}
+
 // out[e * ExpertRowScaleMaxStride(D, I) + r] = the largest ue8m0 scale byte of row r of expert
 // e's [w1; w3; w2] (table: device [n_experts] MXFP4 experts of [I, D] / [D, I] / [I, D], scale
 // pointers 4-byte aligned; D and I multiples of 128; n_experts <= 65535), the register path's
@@ -84,8 +95,9 @@ int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64
 // copies == nullptr they read l.table's MXFP4 bytes and build the e4m3 operands in registers
 // (k_moe_block128_rs.cu: every scale pointer of l.table 4-byte aligned, the caller's check).
 // Both give the numerics above; the register path scales each row by its largest ue8m0 byte
-// (row_smax: ExpertRowScaleMax of l.table made by the caller, or null: made into the scratch
-// at every call, one launch more), so its operands are exact while a row's 32-value scales
+// (row_smax: ExpertRowScaleMax of l.table's current bytes made by the caller -- a byte below a
+// row's true maximum gives wrong results -- or null: made into the scratch at every call, one
+// launch more), so its operands are exact while a row's 32-value scales
 // lie within 14 octaves of the row's largest (the copies: of their 128 x 128 block's largest;
 // trained weights satisfy both). Launches: quantise x, group the pairs, pack, up GEMM,
 // SwiGLU + quantise, pack, down GEMM, combine the slots (graph-capturable: grid sizes depend on
