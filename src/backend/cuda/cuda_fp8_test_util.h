@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -268,14 +269,24 @@ class CudaFp8Test : public CudaVsCpuTest {
   // pool > 0 only `pool` distinct weight sets, expert e using set e % pool (benchmarks).
   Experts MakeExperts(int64_t n, WeightFormat f, int64_t D, int64_t I, int scale_lo = 118,
                       int scale_hi = 124, int64_t pool = 0) {
+    const ScaleRange r{scale_lo, scale_hi};
+    return MakeExpertsPerMatrix(n, f, D, I, {r, r, r}, pool);
+  }
+
+  // MakeExperts with the scale bytes of w1, w2 and w3 in ranges[0], [1] and [2].
+  struct ScaleRange {
+    int lo, hi;
+  };
+  Experts MakeExpertsPerMatrix(int64_t n, WeightFormat f, int64_t D, int64_t I,
+                               const std::array<ScaleRange, 3>& ranges, int64_t pool = 0) {
     Experts ex;
     ex.D = D, ex.I = I;
     const int64_t distinct = pool > 0 ? std::min(pool, n) : n;
     ex.mats.reserve(3 * distinct);
     for (int64_t e = 0; e < distinct; ++e) {
-      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
-      ex.mats.push_back(MakeWeight(f, D, I, scale_lo, scale_hi));
-      ex.mats.push_back(MakeWeight(f, I, D, scale_lo, scale_hi));
+      ex.mats.push_back(MakeWeight(f, I, D, ranges[0].lo, ranges[0].hi));
+      ex.mats.push_back(MakeWeight(f, D, I, ranges[1].lo, ranges[1].hi));
+      ex.mats.push_back(MakeWeight(f, I, D, ranges[2].lo, ranges[2].hi));
     }
     for (int64_t e = 0; e < n; ++e) {
       const int64_t set = e % distinct;

@@ -207,22 +207,8 @@ TEST_F(CudaMoeBlock128Test, DirectEntryMakesItsOwnRowScales) {
 // another matrix's row scales would flush w1's values to zero (w3's maxima) or wrap the shifts
 // (w1's maxima under w3's or w2's bytes). The register path still matches the per-128 reference.
 TEST_F(CudaMoeBlock128Test, EachMatrixUsesItsOwnRowScales) {
-  Experts ex;
-  ex.D = 256, ex.I = 384;
-  ex.mats.reserve(3 * 16);
-  for (int e = 0; e < 16; ++e) {
-    ex.mats.push_back(MakeWeight(WeightFormat::kMxFp4, ex.I, ex.D, 100, 106));  // w1
-    ex.mats.push_back(MakeWeight(WeightFormat::kMxFp4, ex.D, ex.I, 111, 117));  // w2
-    ex.mats.push_back(MakeWeight(WeightFormat::kMxFp4, ex.I, ex.D, 122, 128));  // w3
-  }
-  for (int e = 0; e < 16; ++e) {
-    ExpertWeights w;
-    w.w1 = ex.mats[3 * e].ref, w.w2 = ex.mats[3 * e + 1].ref, w.w3 = ex.mats[3 * e + 2].ref;
-    w.w1.name = std::to_string(e) + ".w1";
-    w.w2.name = std::to_string(e) + ".w2";
-    w.w3.name = std::to_string(e) + ".w3";
-    ex.table.push_back(w);
-  }
+  const Experts ex = MakeExpertsPerMatrix(16, WeightFormat::kMxFp4, 256, 384,
+                                          {{{100, 106}, {111, 117}, {122, 128}}});
   const int64_t T = 300, k = 6;
   const std::vector<float> x = Normal(T * ex.D, 4.0f);
   const std::vector<int32_t> ids = Route(T, k, 16);
