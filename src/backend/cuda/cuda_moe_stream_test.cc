@@ -296,8 +296,8 @@ TEST_F(CudaMoeStreamTest, OutOfRangeIdGivesNanRowAndError) {
 
 // The shape choice (moe_bf16_internal.cuh): unset, empty or unknown names take the default
 // table, whose pick fits the item width (2-warp shapes serve at most 16 pairs, w8pf2b3 8); a
-// named shape serves every width it fits and leaves the others to the table; the last row of
-// the table serves the largest grids.
+// named shape serves every width it fits and leaves the others to the table; the largest grids
+// take w8pf4s8 for items of 8 and 16 pairs and the last row for 32.
 TEST_F(CudaMoeStreamTest, ShapeChoiceByEnvironmentAndTable) {
   const int64_t grids[] = {1, 252, 512, 513, 1944, 21000, int64_t{1} << 40};
   std::vector<std::vector<int>> by_table;
@@ -312,9 +312,14 @@ TEST_F(CudaMoeStreamTest, ShapeChoiceByEnvironmentAndTable) {
         EXPECT_TRUE(moe_bf16::StreamShapeFits(moe_bf16::kStreamShapes[s], nt)) << nt << " " << g;
         by_table.back().push_back(s);
       }
-      const moe_bf16::StreamTier& last = *std::rbegin(moe_bf16::kDefaultStreamTiers);
-      EXPECT_EQ(by_table.back().back(), last.shape) << nt;
     }
+    // The largest grids (B > 32): items of 8 and 16 pairs take w8pf4s8 (run 190), 32-pair items
+    // the last row, which serves every width.
+    const moe_bf16::StreamTier& last = *std::rbegin(moe_bf16::kDefaultStreamTiers);
+    EXPECT_EQ(by_table[0].back(), moe_bf16::FindStreamShape("w8pf4s8"));
+    EXPECT_EQ(by_table[1].back(), moe_bf16::FindStreamShape("w8pf4s8"));
+    EXPECT_EQ(by_table[2].back(), last.shape);
+    EXPECT_EQ(last.shape, moe_bf16::FindStreamShape("w8pf4s4"));
     // Every decode launch up to B = 32 takes one shape (the one run 126 measured in the step):
     // the V4.1 up / down GEMM grids at B = 1 (216 / 240) and B = 32 (7,776 / 8,640).
     for (int64_t g : {216, 240, 7776, 8640}) {

@@ -44,6 +44,10 @@
 // in the 4-layer decode step (ms, two interleaved rounds; one width / 32 / 16: B=32 5.92, 5.91 /
 // 6.02, 5.91 / 5.96, 6.05; B=256 16.04, 16.05 / 16.50, 16.35 / 15.81, 16.02): an expert's second
 // 8-pair item re-reads its weights from L2, not HBM. Not kept.
+// Session 22 (runs 186-190): the DRAM bytes above one read per distinct expert (12-35%, ncu) came
+// from the weight loads' 256-byte L2 prefetch, whose later sectors were fetched again; the loads
+// now ask for 128-byte lines (stream_mma.cuh: kL2Prefetch; step -1.5 to -2.5% at B = 8-256), and
+// w8pf4s8 serves the large grids too (moe_bf16_internal.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -151,7 +155,8 @@ constexpr bool DefaultTableValid() {
   }
   const StreamShape& last =
       kStreamShapes[kDefaultStreamTiers[std::size(kDefaultStreamTiers) - 1].shape];
-  return StreamShapeFits(last, 1) && StreamShapeFits(last, 2) && StreamShapeFits(last, 4);
+  return kDefaultStreamTiers[std::size(kDefaultStreamTiers) - 1].max_nt >= 4 &&
+         StreamShapeFits(last, 1) && StreamShapeFits(last, 2) && StreamShapeFits(last, 4);
 }
 static_assert(DefaultTableValid(), "kDefaultStreamTiers: known shapes, the last fits every width");
 
@@ -162,7 +167,9 @@ int PickStreamShape(int nt, int64_t grid128) {
   const int chosen = env != nullptr ? FindStreamShape(env) : -1;
   if (chosen >= 0 && StreamShapeFits(kStreamShapes[chosen], nt)) return chosen;
   for (const StreamTier& t : kDefaultStreamTiers) {
-    if (grid128 <= t.max_grid && StreamShapeFits(kStreamShapes[t.shape], nt)) return t.shape;
+    if (grid128 <= t.max_grid && nt <= t.max_nt && StreamShapeFits(kStreamShapes[t.shape], nt)) {
+      return t.shape;
+    }
   }
   return kDefaultStreamTiers[std::size(kDefaultStreamTiers) - 1].shape;
 }

@@ -40,19 +40,28 @@ __device__ __forceinline__ void CpAsyncWaitAllBut(int64_t pending) {
   }
 }
 
-// 16 bytes read once from global memory (streamed weights): not kept in L1, and the L2
-// fetches the 256-byte sector group around them, so that a warp reading 64 bytes of a row
-// per step has the row's next steps brought from HBM with them. kOrdered: asm volatile (the
-// loads keep their program order; stream_mma.cuh issues its ring that way).
-template <bool kOrdered = false>
+// 16 bytes read once from global memory (streamed weights): not kept in L1, and the L2 fetches
+// the kPrefetch-byte block around them (256 or 128), so that a warp reading 64 bytes of a row per
+// step has the row's next steps brought from HBM with them. kOrdered: asm volatile (the loads keep
+// their program order; stream_mma.cuh issues its ring that way).
+template <bool kOrdered = false, int kPrefetch = 256>
 __device__ __forceinline__ uint4 LoadStreaming16(const void* p) {
+  static_assert(kPrefetch == 256 || kPrefetch == 128, "an L2 prefetch size of PTX");
   uint4 r;
-  if constexpr (kOrdered) {
+  if constexpr (kOrdered && kPrefetch == 256) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(p));
-  } else {
+  } else if constexpr (kOrdered) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+  } else if constexpr (kPrefetch == 256) {
     asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+  } else {
+    asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
         : "l"(p));
   }

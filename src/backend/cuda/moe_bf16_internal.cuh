@@ -125,11 +125,12 @@ constexpr bool StreamShapeFits(const StreamShape& s, int nt) {
 // THE DEFAULT TABLE (DEEPINFER_EXPERTS_STREAM_VARIANT unset; edit it after a sweep): the first
 // row whose max_grid is >= the launch's grid size in 128-row blocks (max items x ceil(rows /
 // 128): at the V4.1 shape and k = 6, B = 1 is 216 / 240 (up / down GEMM), B = 32 7,776 / 8,640,
-// B = 256 ~21000) and whose
-// shape fits the item width. The last row must fit every width.
+// B = 256 ~21000), whose max_nt is >= the item width (8 nt pairs) and whose shape fits that
+// width. The last row must fit every width.
 struct StreamTier {
   int64_t max_grid;
-  int shape;  // index in kStreamShapes
+  int shape;   // index in kStreamShapes
+  int max_nt;  // widest items the row serves
 };
 // Sweep on the H200 (run 54, one layer's RoutedExperts at the real shape, us): T = 1: w8pf4s4
 // 56.9, w16pf2s4 56.2, w8pf4s8 56.6, w2pf4s4 (the former small-grid row) 90.8; T = 8: w8pf4s4
@@ -139,12 +140,16 @@ struct StreamTier {
 // w8pf4s4 B=1 1.438 / 1.434 / 1.441 against 1.445 / 1.438 / 1.445, B=8 2.724 / 2.718 / 2.742
 // against 2.738 / 2.739 / 2.746, B=32 5.894 / 5.877 / 5.955 against 5.924 / 5.924 / 5.931
 // (8 of 9 pairs faster, -0.3 to -0.5% on average; run 123's sweep of all shapes: no other
-// faster). So w8pf4s8 for every launch up to B = 32 (both GEMMs' grids <= 9,216 blocks);
-// above, unmeasured in the step, w8pf4s4 (w8pf4s8's 32-pair items would take 128 KiB of
-// slices: one block per SM).
+// faster). So w8pf4s8 for every launch up to B = 32 (both GEMMs' grids <= 9,216 blocks).
+// Above, with the 128-byte weight loads (run 190, two interleaved rounds, ms): w8pf4s8 against
+// w8pf4s4 B=64 8.34 / 8.38 against 8.45 / 8.45, B=128 11.15 / 11.17 against 11.23 / 11.36,
+// B=256 15.08 / 15.13 against 15.19 / 15.30 (w16pf2s4: 9.6-17.1, slower). So w8pf4s8 for items
+// of 8 and 16 pairs at any grid; 32-pair items (only when DEEPINFER_EXPERTS_STREAM_MAX_PAIRS is
+// raised) keep w8pf4s4 on large grids (w8pf4s8 would take 128 KiB of slices: one block per SM).
 inline constexpr StreamTier kDefaultStreamTiers[] = {
-    {9216, FindStreamShape("w8pf4s8")},
-    {int64_t{1} << 62, FindStreamShape("w8pf4s4")},
+    {9216, FindStreamShape("w8pf4s8"), 4},
+    {int64_t{1} << 62, FindStreamShape("w8pf4s8"), 2},
+    {int64_t{1} << 62, FindStreamShape("w8pf4s4"), 4},
 };
 
 // The environment variable that selects one shape by name for every launch (read on every

@@ -54,7 +54,8 @@
 
 namespace deepinfer::backend::cuda::kernels::stream_mma {
 
-inline constexpr int kStepK = 128;  // K values per warp step
+inline constexpr int kStepK = 128;       // K values per warp step
+inline constexpr int kL2Prefetch = 128;  // bytes the L2 fetches around a weight load
 
 // Weight formats of the core. kMxFp4: e2m1 nibbles (value j of a row in nibble j, row stride
 // K / 2 bytes) with one ue8m0 byte per row and 32 columns (row stride K / 32). kFp8Block32 is
@@ -91,9 +92,14 @@ __device__ __forceinline__ uint32_t FirstFactorBf16x2(uint32_t S) {
 
 // --- global loads ---------------------------------------------------------------------------
 
-// Weight bytes: mma::LoadStreaming16<true> (mma_bf16.cuh: not kept in L1, the L2 prefetch of
-// the surrounding 256 bytes, issued where written, ahead of the step that uses them). A scale
-// byte, likewise issued where written:
+// Weight bytes: mma::LoadStreaming16<true, kL2Prefetch> (mma_bf16.cuh: not kept in L1, issued
+// where written, ahead of the step that uses them), with the L2 fetching the 128-byte line around
+// them: the row's next step too. With 256 bytes (the next three steps) the experts' GEMMs read
+// 29-34% more DRAM bytes than the weights hold (ncu, B = 256, run 187: 6.35 against 4.77 GB for
+// the up GEMM without a prefetch; the later steps' sectors were fetched again) and the decode
+// step was 1.5-2% slower at B = 8-256 (runs 187-188); without a prefetch, or with a row's 4 steps
+// requested together, the bytes are exact but the stream is slower (2.8-3.0 TB/s). A scale byte,
+// likewise issued where written:
 __device__ __forceinline__ uint32_t LoadScaleByte(const uint8_t* p) {
   uint32_t r;
   asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(r) : "l"(p));
@@ -242,7 +248,8 @@ __device__ __forceinline__ void StreamRows(const WarpRows& w, int n_steps, const
   auto load = [&](int ahead, int slot) {  // step base + ahead into ring slot `slot`
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      ring[slot][h] = mma::LoadStreaming16</*kOrdered=*/true>(data[h] + ahead * kDataStep);
+      ring[slot][h] =
+          mma::LoadStreaming16</*kOrdered=*/true, kL2Prefetch>(data[h] + ahead * kDataStep);
       scales[slot][h] = LoadScaleByte(scale[h] + ahead * kScaleStep);
     }
   };

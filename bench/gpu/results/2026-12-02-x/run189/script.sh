@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Session 22 run 189: the decode expert stream kernel with L2::128B weight loads (committed candidate); tests of the stream
+# paths; A/B of LinearStream's prefetch (gpu_model_bench_l128: LinearStream with 128B too) at B=1/8/32; ceilings + the
+# record grid with breakdowns + prefill.
+cd "$(dirname "$0")/.."
+rm -rf gpu-carry/bin; tar -xJf gpu-carry/bins.tar.xz -C gpu-carry
+L=$(mktemp -d); tar -xJf gpu-carry/gpu-libs.tar.xz -C $L
+export LD_LIBRARY_PATH=$L:/usr/local/cuda/lib64
+B=gpu-carry/bin; R=$OUT/r; mkdir -p $R
+( $B/make_bench_model --out /dev/shm/flash4 --layers-preset flash4 --scale real >/dev/null 2>&1; echo done > /tmp/model-ready ) &
+timeout 150 $B/cuda_backend_test --gtest_filter='CudaMoeStreamTest.*:CudaRoutedExperts*:CudaLinearStream*:CudaMoeTest.*:CudaFp8ExpertsTest.*:CudaMmaTest.*:MmaLinear.*:CudaGraphTest.*' > $R/tests.txt 2>&1; echo "tests rc=$? ($SECONDS s)"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure" $R/tests.txt | head -10
+while [ ! -f /tmp/model-ready ]; do sleep 1; done
+for bin in gpu_model_bench gpu_model_bench_l128 gpu_model_bench gpu_model_bench_l128; do
+  DEEPINFER_CUDA_FP8_ACT=1 timeout 60 $B/$bin --model /dev/shm/flash4 --batches 1,8,32 --contexts 4096 --steps 16 > $R/ab-$bin-$SECONDS.txt 2>&1; echo "ab $bin rc=$? ($SECONDS s)"; grep -E "^decode" $(ls -t $R/ab-$bin-*.txt | head -1) | cut -c1-45 | tr -s ' ' | paste -sd' '
+done
+$B/gpu_ceilings --json $R/ceilings.json > $R/ceilings.txt 2>&1; echo "ceilings rc=$? ($SECONDS s)"; grep -iE "hbm|fp8" $R/ceilings.txt | head -4
+DEEPINFER_CUDA_FP8_ACT=1 timeout 200 $B/gpu_model_bench --model /dev/shm/flash4 --ceilings $R/ceilings.json --batches 1,8,32,128,256 --contexts 4096 --breakdown 1:4096,32:4096,128:4096,256:4096 --prefill 4096,16384 --steps 8 --json $R/model-fp8.json > $R/model-fp8.txt 2>&1; echo "grid rc=$? ($SECONDS s)"; grep -E "^decode|^prefill P" $R/model-fp8.txt | cut -c1-110
+tar -cJf $OUT/o.tar.xz -C $OUT r
