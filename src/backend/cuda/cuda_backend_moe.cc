@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/env_knob.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_moe.h"
@@ -286,6 +287,24 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTabl
             "RoutedExperts (block-128 FP8)");
       return Done("RoutedExperts");
     }
+  }
+  // Opt-in (issue 9, session 22): decode sizes on the e4m3 streaming GEMM of
+  // k_moe_block128_stream.cu, with the prefill path's block-128 numerics, instead of the bf16
+  // stream (per-32 activations): decode step -7 to -14% at B=8-256 (run 192). Not the default
+  // until the GPU suites and the FP8 engine tests have run with it.
+  if (!batch_invariant_ && EnvIntOr("DEEPINFER_EXPERTS_DECODE_E4M3", 0, 0, 1) == 1 &&
+      table.up_format == model::WeightFormat::kMxFp4 &&
+      table.down_format == model::WeightFormat::kMxFp4 && table.scales_aligned4 &&
+      kernels::RoutedExpertsBlock128DecodeApplicable(a.D, table.I, a.T, a.k, a.n_experts) &&
+      kernels::Aligned16(a.x)) {
+    const int pairs = kernels::kBlock128DecodeItemPairs;
+    void* scratch = TempBytes(static_cast<size_t>(
+        kernels::RoutedExpertsBlock128ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts, pairs)));
+    if (scratch == nullptr) return;
+    Check(kernels::RoutedExpertsBlock128(launch, pairs, nullptr, ExpertRowScaleMaxFor(table),
+                                         scratch, stream_),
+          "RoutedExperts (block-128 FP8, decode items)");
+    return Done("RoutedExperts");
   }
   if (!batch_invariant_ && experts_bf16_min_tokens_ > 0 && a.T >= experts_bf16_min_tokens_ &&
       kernels::RoutedExpertsBf16Applicable(table.up_format, table.down_format, a.D, table.I, a.T,

@@ -282,6 +282,46 @@ TEST_F(CudaMoeBlock128Test, RingsWrapAroundWithWideScales) {
   }
 }
 
+// The decode form (items of 8 pairs on the e4m3 streaming GEMM, DEEPINFER_EXPERTS_DECODE_E4M3=1)
+// at decode sizes (1-9 mean pairs per expert, below the prefill form's threshold) against the
+// per-128 reference, with K of 2 to 6 stages against a ring of 4 (D 256 / I 384, and D 768 / I
+// 640 with 30 octaves of scales); deterministic; other bits than the bf16 stream's (the knob
+// takes effect); and a token's bits do not depend on the other tokens of its items.
+TEST_F(CudaMoeBlock128Test, DecodeItemsMatchBlock128Reference) {
+  const int64_t k = 6;
+  for (int shape = 0; shape < 2; ++shape) {
+    const Experts ex = shape == 0 ? MakeExperts(16, WeightFormat::kMxFp4, 256, 384)
+                                  : MakeExperts(16, WeightFormat::kMxFp4, 768, 640, 100, 130);
+    for (const int64_t T : {1, 3, 8, 24}) {
+      SCOPED_TRACE(::testing::Message() << "D " << ex.D << " T " << T);
+      ASSERT_FALSE(kernels::RoutedExpertsBlock128Applicable(ex.D, ex.I, T, k, 16));
+      ASSERT_TRUE(kernels::RoutedExpertsBlock128DecodeApplicable(ex.D, ex.I, T, k, 16));
+      const std::vector<float> x = Normal(T * ex.D, 4.0f);
+      const std::vector<int32_t> ids = Route(T, k, 16);
+      const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+      const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
+      std::vector<float> e4m3, alone;
+      {
+        const ScopedEnv on("DEEPINFER_EXPERTS_DECODE_E4M3", "1");
+        e4m3 = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
+        EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, Path::kRegisters), e4m3));
+        // Token 0 alone (its items hold no other pair).
+        alone =
+            RunGpu(ex, std::vector<float>(x.begin(), x.begin() + ex.D), 1,
+                   std::vector<int32_t>(ids.begin(), ids.begin() + k),
+                   std::vector<float>(weights.begin(), weights.begin() + k), k, Path::kRegisters);
+      }
+      EXPECT_GT(MaxAbs(expected), 0.0f);
+      EXPECT_TRUE(RelL2Close(e4m3, expected, 5e-3));
+      EXPECT_TRUE(AllClose(e4m3, expected, 2e-2, 2e-2 * MaxAbs(expected)));
+      EXPECT_TRUE(BitExact(alone, std::vector<float>(e4m3.begin(), e4m3.begin() + ex.D)));
+      const std::vector<float> bf16 = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
+      EXPECT_FALSE(BitExact(bf16, e4m3));
+      EXPECT_TRUE(RelL2Close(bf16, Reference(ex, x, T, ids, weights, k, 32), 5e-3));
+    }
+  }
+}
+
 // A token routed to an id outside [0, n_experts) gets a NaN row; the others are unaffected (on
 // both FP8 paths).
 class CudaMoeBlock128PathTest : public CudaMoeBlock128Test,

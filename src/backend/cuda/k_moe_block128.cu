@@ -181,6 +181,17 @@ int64_t PackedBytes(int bn, int64_t max_items, int64_t K) {
 cudaError_t LaunchGemmOfWidth(int bn, const GemmArgs& a, const uint8_t* act, const float* act_scale,
                               int64_t scale_ld, int64_t act_div, int64_t max_items, uint8_t* packed,
                               cudaStream_t stream) {
+  if (bn == kBlock128DecodeItemPairs) {  // the decode streaming GEMM (MXFP4 bytes only)
+    const int64_t K = a.up ? a.D : a.I;
+    GemmArgs g = a;
+    g.packed = packed;
+    const cudaError_t e =
+        pdl::Launch(moe_block128::PackItemsStreamOrderKernel<kBlock128DecodeItemPairs>,
+                    dim3(static_cast<unsigned>(K / kBK), static_cast<unsigned>(max_items)),
+                    moe_block128::kPackThreads, 0, stream, act, act_scale, scale_ld, K, act_div,
+                    a.order, a.items, a.n_items, packed);
+    return e != cudaSuccess ? e : moe_block128::LaunchMxfp4StreamGemm(g, max_items, stream);
+  }
   if (bn == 64) {
     return LaunchGemm<64>(a, act, act_scale, scale_ld, act_div, max_items, packed, stream);
   }
@@ -315,20 +326,34 @@ int RoutedExpertsBlock128ItemPairs(int64_t T, int64_t k, int64_t n_experts) {
   return forced == 96 || forced == 128 ? static_cast<int>(forced) : 64;
 }
 
+namespace {
+
+bool ShapesFit(int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts) {
+  return D > 0 && I > 0 && D % 128 == 0 && I % 128 == 0 && std::max(D, I) <= 8192 && T >= 1 &&
+         k >= 1 && k <= kMaxFusedExpertSlots && n_experts >= 1 && T * k <= (int64_t{1} << 30);
+}
+
+}  // namespace
+
 bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k,
                                      int64_t n_experts) {
-  if (D <= 0 || I <= 0 || D % 128 != 0 || I % 128 != 0 || std::max(D, I) > 8192 || T < 1 || k < 1 ||
-      k > kMaxFusedExpertSlots || n_experts < 1 || T * k > (int64_t{1} << 30)) {
-    return false;
-  }
+  if (!ShapesFit(D, I, T, k, n_experts)) return false;
   const int64_t mean_pairs = (T * k + n_experts - 1) / n_experts;
   // Items of 64 pairs, the narrowest width, give the most items (the grid's y limit).
   return mean_pairs > ExpertsStreamMaxMeanPairs() && MaxItems(T * k, n_experts, 64) <= 65535;
 }
 
+bool RoutedExpertsBlock128DecodeApplicable(int64_t D, int64_t I, int64_t T, int64_t k,
+                                           int64_t n_experts) {
+  return ShapesFit(D, I, T, k, n_experts) &&
+         MaxItems(T * k, n_experts, kBlock128DecodeItemPairs) <= 65535;
+}
+
 int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
                                           int64_t n_experts, int item_pairs) {
-  CHECK(item_pairs == 64 || item_pairs == 96 || item_pairs == 128) << item_pairs;
+  CHECK(item_pairs == kBlock128DecodeItemPairs || item_pairs == 64 || item_pairs == 96 ||
+        item_pairs == 128)
+      << item_pairs;
   return Layout(T, k, D, I, n_experts, item_pairs).total;
 }
 
@@ -336,8 +361,11 @@ cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, int item_pairs,
                                   const ExpertBlock128Pointers* copies, const uint8_t* row_smax,
                                   void* scratch, cudaStream_t stream) {
   if (l.T <= 0) return cudaSuccess;
-  if ((item_pairs != 64 && item_pairs != 96 && item_pairs != 128) ||
-      !RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts) ||
+  const bool decode = item_pairs == kBlock128DecodeItemPairs;
+  if ((item_pairs != 64 && item_pairs != 96 && item_pairs != 128 && !decode) ||
+      (decode ? copies != nullptr ||
+                    !RoutedExpertsBlock128DecodeApplicable(l.D, l.I, l.T, l.k, l.n_experts)
+              : !RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts)) ||
       l.up_format != model::WeightFormat::kMxFp4 || l.down_format != model::WeightFormat::kMxFp4 ||
       (copies == nullptr && l.table == nullptr) || !Aligned16(l.x)) {
     return cudaErrorInvalidValue;

@@ -81,12 +81,20 @@ cudaError_t ExpertRowScaleMax(const ExpertPointers* table, int64_t n_experts, in
 // pairs per expert (prefill sizes; decode stays on the MXFP4 streaming kernels).
 bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts);
 
+// Whether the decode form of RoutedExpertsBlock128 (items of kBlock128DecodeItemPairs pairs, the
+// streaming GEMM of k_moe_block128_stream.cu; MXFP4 bytes only, no copies) takes these shapes:
+// those of RoutedExpertsBlock128Applicable at any mean pairs per expert. Opt-in: the backend
+// uses it only with DEEPINFER_EXPERTS_DECODE_E4M3=1 (CudaBackend::RoutedExpertsFp8).
+inline constexpr int kBlock128DecodeItemPairs = 8;
+bool RoutedExpertsBlock128DecodeApplicable(int64_t D, int64_t I, int64_t T, int64_t k,
+                                           int64_t n_experts);
+
 // Pairs per work item: 64, or 96 / 128 when DEEPINFER_EXPERTS_BLOCK128_ITEM_PAIRS says so (read
 // on every call). The caller picks it once and passes the same width to the scratch size and the
 // launch.
 int RoutedExpertsBlock128ItemPairs(int64_t T, int64_t k, int64_t n_experts);
 
-// Scratch of a launch with items of item_pairs pairs (64, 96 or 128; CHECKed).
+// Scratch of a launch with items of item_pairs pairs (8, 64, 96 or 128; CHECKed).
 int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
                                           int64_t n_experts, int item_pairs);
 
@@ -105,7 +113,9 @@ int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64
 // token's row NaN. cudaErrorInvalidValue when not applicable, for weights other than MXFP4,
 // with neither copies nor l.table, or x not 16-byte aligned. (l.table's data pointers must be
 // 16-byte aligned, like every MXFP4 kernel's.) Items of item_pairs pairs (64, 96 or 128, else
-// cudaErrorInvalidValue); scratch holds RoutedExpertsBlock128ScratchBytes(..., item_pairs).
+// cudaErrorInvalidValue; or kBlock128DecodeItemPairs with copies == nullptr, where
+// RoutedExpertsBlock128DecodeApplicable replaces RoutedExpertsBlock128Applicable); scratch holds
+// RoutedExpertsBlock128ScratchBytes(..., item_pairs).
 cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, int item_pairs,
                                   const ExpertBlock128Pointers* copies, const uint8_t* row_smax,
                                   void* scratch, cudaStream_t stream);

@@ -74,7 +74,8 @@ __device__ __forceinline__ void PermutedWords32(uint4* lo, uint4* hi) {
 constexpr int PackStageBytes(int bn) { return bn * kBK + bn * 4; }
 template <int kBN>
 struct Pack {
-  static_assert(kBN == 64 || kBN == 96 || kBN == 128, "wgmma m64nBNk32 shapes instantiated");
+  static_assert(kBN == 8 || kBN == 64 || kBN == 96 || kBN == 128,
+                "wgmma m64nBNk32 shapes instantiated");
   static constexpr int kXTileBytes = kBN * kBK;
   static constexpr int kStageBytes = PackStageBytes(kBN);
 };
@@ -114,6 +115,42 @@ __global__ void __launch_bounds__(kPackThreads)
     if constexpr (kPermuted) PermutedWords32(&lo, &hi);
     *reinterpret_cast<uint4*>(dst + TileOffset(n, 2 * b)) = lo;
     *reinterpret_cast<uint4*>(dst + TileOffset(n, 2 * b + 1)) = hi;
+  }
+  for (int n = threadIdx.x; n < kBN; n += kPackThreads) {
+    const float sc =
+        n < item.count ? act_scale[st * scale_ld + order[item.start + n] / act_div] : 0.0f;
+    reinterpret_cast<float*>(dst + S::kXTileBytes)[n] = sc;
+  }
+}
+
+// The decode stream kernel's order of a 128-value stage (k_moe_block128_stream.cu): its lane t
+// holds 32-value block t of its rows and feeds word j of that block to k32 step j, so MMA
+// k-index 4 t + i of step j holds stage value 32 t + 8 j + i and 16 + 4 t + i value 32 t + 8 j +
+// 4 + i (t, i < 4). In 32-bit words W0 .. W31 of a token's stage: chunk 2 j of the tile = W(2 j),
+// W(8 + 2 j), W(16 + 2 j), W(24 + 2 j); chunk 2 j + 1 = the next word of each. Grid and
+// arguments as PackItemsKernel's; thread item c: token c / 8, chunk c % 8.
+template <int kBN>
+__global__ void __launch_bounds__(kPackThreads)
+    PackItemsStreamOrderKernel(const uint8_t* act, const float* act_scale, int64_t scale_ld,
+                               int64_t K, int64_t act_div, const int32_t* order, const Item* items,
+                               const int32_t* n_items, uint8_t* packed) {
+  pdl::WaitThenAllowNext();
+  using S = Pack<kBN>;
+  if (static_cast<int32_t>(blockIdx.y) >= *n_items) return;
+  const Item item = items[blockIdx.y];
+  const int st = blockIdx.x;
+  const int64_t n_stages = K / kBK;
+  uint8_t* dst = packed + (int64_t{blockIdx.y} * n_stages + st) * S::kStageBytes;
+  for (int c = threadIdx.x; c < kBN * kChunks; c += kPackThreads) {
+    const int n = c / kChunks, chunk = c % kChunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (n < item.count) {
+      const int64_t row = order[item.start + n] / act_div;
+      const auto* words = reinterpret_cast<const uint32_t*>(act + row * K + st * kBK);
+      // Word `chunk` of each 32-value block (block t starts at word 8 t).
+      v = make_uint4(words[chunk], words[chunk + 8], words[chunk + 16], words[chunk + 24]);
+    }
+    *reinterpret_cast<uint4*>(dst + TileOffset(n, chunk)) = v;
   }
   for (int n = threadIdx.x; n < kBN; n += kPackThreads) {
     const float sc =
@@ -214,5 +251,9 @@ __device__ __forceinline__ void StoreOutputs(const float (&acc)[kBN / 2], const 
 // The register-A GEMM over the MXFP4 experts a.mxfp4 (k_moe_block128_rs.cu) for items of bn
 // pairs (64, 96 or 128), on activations packed with kPermuted = true.
 cudaError_t LaunchMxfp4Gemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream);
+
+// The decode GEMM over the MXFP4 experts a.mxfp4 (k_moe_block128_stream.cu) for items of 8 pairs,
+// on activations packed by PackItemsStreamOrderKernel<8>.
+cudaError_t LaunchMxfp4StreamGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda::kernels::moe_block128

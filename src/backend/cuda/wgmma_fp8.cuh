@@ -92,10 +92,21 @@ __device__ __forceinline__ void WgmmaE4m3<128>(float (&d)[64], uint64_t desc_a, 
 // a[2] row 16 w + g, k 16 + 4 t ..; a[3] row + 8, k 16 + 4 t ..; byte i of a register = k + i;
 // warp w of the warpgroup, lane 4 g + t) * B (32 x N e4m3, K-major, descriptor desc_b);
 // accumulate = 0 overwrites d. Asynchronous like WgmmaE4m3; a[] must not be rewritten before
-// the WaitGroup that retires it. N = 64, 96 and 128 are instantiated.
+// the WaitGroup that retires it. N = 8 (decode items), 64, 96 and 128 are instantiated.
 template <int N>
 __device__ void WgmmaE4m3Rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                             int accumulate);
+
+template <>
+__device__ __forceinline__ void WgmmaE4m3Rs<8>(float (&d)[4], const uint32_t (&a)[4],
+                                               uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
 
 template <>
 __device__ __forceinline__ void WgmmaE4m3Rs<64>(float (&d)[32], const uint32_t (&a)[4],

@@ -1,0 +1,183 @@
+// The decode GEMM of RoutedExpertsBlock128 (kernels_moe_block128.h) for items of 8 pairs: the
+// MXFP4 expert bytes streamed from global memory straight into e4m3 wgmma A fragments.
+//
+// Why. The decode stream kernel (k_moe_stream.cu) dequantises MXFP4 to bf16 for mma.sync: ~195
+// SASS instructions per 1 KiB warp step, 59-62% issue, ~3 TB/s (bench/gpu/RESULTS.md, session
+// 22). Here a value costs one e4m3 byte: the register GEMM's conversion (moe_e4m3_convert.cuh, 9
+// instructions per 8 values) and one wgmma m64n8k32 per k32 step and warpgroup: 118 SASS
+// instructions per 1 KiB warp step (bench/gpu/sass_loop.py: 472 for the loop of 4 stages; PRMT
+// 128, LOP3 96, IMAD 60, SHF 32, QGMMA 16, FFMA 16), 113 registers, no spills.
+// MEASURED (H200, run 192, the 4-layer decode step at 4k in FP8 mode, two interleaved rounds, ms,
+// bf16 stream -> this kernel): B=1 1.42-1.43 -> 1.40, B=8 2.70-2.72 -> 2.50-2.56, B=32 5.78-5.79
+// -> 5.12-5.13, B=128 11.30-11.37 -> 9.87-9.89, B=256 15.50-15.60 -> 13.29-13.44.
+//
+// Numerics: those of the register GEMM (k_moe_block128_rs.cu): activations quantised per 128
+// values (the stage's token scale), one weight scale per row (ExpertRowScaleMax), every block's
+// shift folded into its e4m3 bytes, one fp32 promotion per 128 values. Only the grouping of a
+// stage's values into the four k32 MMAs differs (the tensor core may round a k32 sum differently).
+// A token's result does not depend on the other tokens of its item.
+//
+// Structure. Grid (weight rows / 128, max items), 8 warps (two warpgroups of 64 rows), no
+// producer warp. At the start thread 0 brings the item's packed stages (PackItemsStreamOrderKernel
+// <8>: 1,056 bytes per 128-value stage) into shared memory with one bulk copy while every lane
+// issues its first kPF stages of weight loads. Lane (g, t) of warp w loads, per stage, 16 bytes of
+// rows r and r + 8 (r = 64 wg + 16 (w % 4) + g): 32-value block t (one 16-byte load per row, four
+// lanes read a row's 64 contiguous bytes, 128-byte L2 lines like the stream kernel) and the two
+// blocks' scale bytes. Word j of a lane's block becomes its A fragment of k32 step j (the
+// activations are packed in that order); the four wgmmas of a stage accumulate into `part`, which
+// is promoted times the tokens' stage scales.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/bulk_copy.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_sink.h"
+#include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/moe_block128.cuh"
+#include "backend/cuda/moe_e4m3_convert.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/stream_mma.cuh"
+#include "backend/cuda/wgmma_fp8.cuh"
+
+namespace deepinfer::backend::cuda::kernels::moe_block128 {
+namespace {
+
+constexpr int kStreamBN = 8;     // pairs per item
+constexpr int kStreamWarps = 8;  // two warpgroups: the block's 128 rows
+constexpr int kStreamThreads = 32 * kStreamWarps;
+constexpr int kStreamPF = 4;            // stages of weight loads in flight per lane
+constexpr int kMaxStages = 8192 / kBK;  // K <= 8192 (RoutedExpertsBlock128Applicable)
+constexpr int kStageBytes = Pack<kStreamBN>::kStageBytes;
+static_assert(kStageBytes % 16 == 0, "stages stay 16-byte aligned for the bulk copy");
+static_assert(kShiftTables <= kStreamThreads, "one table per thread");
+
+// Shared memory: the item's packed stages, then the bulk copy's barrier.
+constexpr int SmemBytes(int n_stages) { return n_stages * kStageBytes + 8; }
+
+// One stage's weights of this lane: 16 bytes of rows r and r + 8, their blocks' scale bytes.
+struct LaneStage {
+  uint4 w[2];
+  uint32_t s[2];
+};
+
+__device__ __forceinline__ void LoadStage(const stream_mma::WarpRows& rows, int st,
+                                          LaneStage& out) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    out.w[h] = mma::LoadStreaming16</*kOrdered=*/true, stream_mma::kL2Prefetch>(rows.data[h] +
+                                                                                st * (kBK / 2));
+    out.s[h] = stream_mma::LoadScaleByte(rows.scale[h] + st * (kBK / 32));
+  }
+}
+
+// One stage: the four A fragments from the lane's two 16-byte blocks (shift tables t_lo, t_hi),
+// the four wgmma m64n8k32 into part (overwritten), waited for.
+__device__ __forceinline__ void StageMmas(const LaneStage& ls, uint2 t_lo, uint2 t_hi,
+                                          uint64_t x_desc, float (&part)[4]) {
+  const uint32_t lo[4] = {ls.w[0].x, ls.w[0].y, ls.w[0].z, ls.w[0].w};
+  const uint32_t hi[4] = {ls.w[1].x, ls.w[1].y, ls.w[1].z, ls.w[1].w};
+  uint32_t frag[4][4];
+  wgmma::FenceOperands(part);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    E2m1x8ToE4m3(lo[j], t_lo, frag[j][0], frag[j][2]);
+    E2m1x8ToE4m3(hi[j], t_hi, frag[j][1], frag[j][3]);
+    wgmma::FenceOperands(frag[j]);
+  }
+  wgmma::Fence();
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    wgmma::WgmmaE4m3Rs<kStreamBN>(part, frag[j],
+                                  wgmma::DescriptorPlus(x_desc, TileOffset(0, 2 * j)), j > 0);
+  }
+  wgmma::CommitGroup();
+  wgmma::WaitGroup<0>();
+  wgmma::FenceOperands(part);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) wgmma::FenceOperands(frag[j]);
+}
+
+template <int kPF>
+__global__ void __launch_bounds__(kStreamThreads, 2) ExpertGemmMxfp4StreamKernel(GemmArgs a) {
+  pdl::WaitThenAllowNext();
+  extern __shared__ __align__(128) char smem[];
+  __shared__ uint2 tables[kShiftTables];
+  if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
+  const BlockJob job = BlockJob::Of(a);
+  const ExpertPointers& ep = a.mxfp4[job.item.expert];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = tid / 128, t4 = lane % 4;
+  const int n_stages = job.n_stages;
+  const int64_t part_rows = a.up ? a.I : a.D;  // rows of matrix job.m
+  const stream_mma::WarpRows rows =
+      stream_mma::MxFp4WarpRows(ep.data[job.m], ep.scale[job.m], job.K,
+                                job.row0 + 64 * wg + 16 * (warp % 4), part_rows, 0, lane);
+  LaneStage ring[kPF];
+#pragma unroll
+  for (int p = 0; p < kPF; ++p) {
+    if (p < n_stages) LoadStage(rows, p, ring[p]);
+  }
+
+  const unsigned smem_base = mma::SharedAddress(smem);
+  const unsigned bar = smem_base + n_stages * kStageBytes;
+  if (tid < kShiftTables) BuildShiftTable(tables, tid);
+  if (tid == 0) {
+    bulk::BarrierInit(bar, 1);
+    bulk::FenceBarrierInit();
+  }
+  __syncthreads();
+  if (tid == 0) {
+    const uint32_t bytes = static_cast<uint32_t>(n_stages * kStageBytes);
+    bulk::ArriveExpectTx(bar, bytes);
+    bulk::BulkCopy(smem_base, a.packed + int64_t{blockIdx.y} * n_stages * kStageBytes, bytes, bar);
+  }
+  const int r_lo = 64 * wg + 16 * (warp % 4) + lane / 4;  // fragment rows r_lo, r_lo + 8
+  const uint8_t* smax_rows = a.row_smax + job.item.expert * ExpertRowScaleMaxStride(a.D, a.I) +
+                             (a.up ? 0 : 2 * a.I) + job.v0;
+  const uint32_t smax_lo = smax_rows[r_lo], smax_hi = smax_rows[r_lo + 8];
+  const uint64_t x_desc0 = wgmma::Descriptor(smem_base, 128, kChunks * 128);
+  bulk::WaitPhaseOrTrap(bar, 0);
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, part[4];
+  auto run_stage = [&](int st, LaneStage& slot) {
+    const LaneStage ls = slot;
+    if (st + kPF < n_stages) LoadStage(rows, st + kPF, slot);  // the slot's registers are free
+    // Every scale byte of a row is <= its maximum: the shifts are 0 .. 255.
+    const uint2 t_lo = tables[smax_lo - ls.s[0]], t_hi = tables[smax_hi - ls.s[1]];
+    StageMmas(ls, t_lo, t_hi, wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
+    const auto* xs =
+        reinterpret_cast<const float*>(smem + st * kStageBytes + Pack<kStreamBN>::kXTileBytes);
+    Promote<kStreamBN>(part, xs, t4, 1.0f, 1.0f, acc);
+  };
+  // Whole groups of kPF stages (ring slot = stage % kPF, a constant after unrolling), then the
+  // rest.
+  int base = 0;
+  for (; base + kPF <= n_stages; base += kPF) {
+#pragma unroll
+    for (int u = 0; u < kPF; ++u) run_stage(base + u, ring[u]);
+  }
+#pragma unroll
+  for (int u = 0; u < kPF; ++u) {
+    if (base + u < n_stages) run_stage(base + u, ring[u]);
+  }
+  const float ws_lo = RowScale(smax_lo), ws_hi = RowScale(smax_hi);
+  acc[0] *= ws_lo, acc[1] *= ws_lo, acc[2] *= ws_hi, acc[3] *= ws_hi;
+  StoreOutputs<kStreamBN>(acc, a, job.item, job.v0, job.n_rows, tid);
+}
+
+}  // namespace
+
+cudaError_t LaunchMxfp4StreamGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream) {
+  if (a.mxfp4 == nullptr || a.row_smax == nullptr) return cudaErrorInvalidValue;
+  const int64_t K = a.up ? a.D : a.I;
+  const int64_t rows = a.up ? 2 * a.I : a.D;
+  if (K % kBK != 0 || K / kBK > kMaxStages || rows % kBM != 0) return cudaErrorInvalidValue;
+  const auto kernel = ExpertGemmMxfp4StreamKernel<kStreamPF>;
+  const int smem = SmemBytes(static_cast<int>(K / kBK));
+  const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, SmemBytes(kMaxStages));
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(rows / kBM), static_cast<unsigned>(max_items));
+  return pdl::Launch(kernel, grid, kStreamThreads, static_cast<size_t>(smem), stream, a);
+}
+
+}  // namespace deepinfer::backend::cuda::kernels::moe_block128
