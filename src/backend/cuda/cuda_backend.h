@@ -229,6 +229,13 @@ class CudaBackend final : public model::Backend {
   // on by default; set_experts_block128(false) or DEEPINFER_EXPERTS_BLOCK128=0 at creation
   // keeps RoutedExpertsBf16 there.
   void set_experts_block128(bool on) { experts_block128_ = on; }
+  // Decode sizes (below the block-128 path's mean pairs per expert) on the e4m3 streaming GEMM
+  // of k_moe_block128_stream.cu (RoutedExpertsBlock128 in items of 8 pairs: the block-128
+  // numerics, activations per 128 values) instead of RoutedExpertsBf16's bf16 stream (per-32
+  // activations). Off by default until the GPU suites have run with it (issue 9, session 22:
+  // decode step -7 to -14% at B=8-256); set_experts_decode_e4m3(true) or
+  // DEEPINFER_EXPERTS_DECODE_E4M3=1 at creation.
+  void set_experts_decode_e4m3(bool on) { experts_decode_e4m3_ = on; }
   void set_experts_block128_copy_budget(size_t bytes) { experts_block128_copy_budget_ = bytes; }
   size_t experts_block128_copy_bytes() const {
     return weights_.copy_bytes(WeightCache::CopyKind::kExpertBlock128);
@@ -568,8 +575,9 @@ class CudaBackend final : public model::Backend {
                                              const ExpertTable& table) const;
   // RoutedExperts in the FP8-activation mode: outside batch-invariant mode at prefill sizes
   // kernels::RoutedExpertsBlock128 (on the e4m3 copies within the budget, else from the MXFP4
-  // bytes unless experts_block128_ is off), else kernels::RoutedExpertsBf16 from
-  // experts_bf16_min_tokens_ tokens, else kernels::RoutedExpertsFp8.
+  // bytes unless experts_block128_ is off), at decode sizes with experts_decode_e4m3_ the same
+  // in items of 8 pairs, else kernels::RoutedExpertsBf16 from experts_bf16_min_tokens_ tokens,
+  // else kernels::RoutedExpertsFp8.
   void RoutedExpertsFp8(const model::RoutedExpertsArgs& args, ExpertTable& table);
   // The table's row scales for the block-128 register path (made on first use); null when they
   // could not be made (a warning; RoutedExpertsBlock128 then makes them itself).
@@ -621,6 +629,7 @@ class CudaBackend final : public model::Backend {
   int64_t experts_bf16_min_tokens_ = 0;      // set in Init(); RoutedExpertsBf16 (0 = never)
   size_t experts_block128_copy_budget_ = 0;  // set in Init(); expert block-128 copies (0 = off)
   bool experts_block128_ = true;             // set in Init(); the register path without copies
+  bool experts_decode_e4m3_ = false;         // set in Init(); decode sizes on e4m3 wgmma
   bool batch_invariant_ = false;             // set in Init(); set_batch_invariant
 
   // Set in Init(); SparseAttentionPrefill from this many tokens (FP8 mode; 0 = never).

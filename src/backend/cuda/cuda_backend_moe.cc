@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/env_knob.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_moe.h"
@@ -288,12 +287,8 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTabl
       return Done("RoutedExperts");
     }
   }
-  // Opt-in (issue 9, session 22): decode sizes on the e4m3 streaming GEMM of
-  // k_moe_block128_stream.cu, with the prefill path's block-128 numerics, instead of the bf16
-  // stream (per-32 activations): decode step -7 to -14% at B=8-256 (run 192). Not the default
-  // until the GPU suites and the FP8 engine tests have run with it.
-  if (!batch_invariant_ && EnvIntOr("DEEPINFER_EXPERTS_DECODE_E4M3", 0, 0, 1) == 1 &&
-      table.up_format == model::WeightFormat::kMxFp4 &&
+  // Opt-in (set_experts_decode_e4m3): decode sizes on the e4m3 streaming GEMM.
+  if (!batch_invariant_ && experts_decode_e4m3_ && table.up_format == model::WeightFormat::kMxFp4 &&
       table.down_format == model::WeightFormat::kMxFp4 && table.scales_aligned4 &&
       kernels::RoutedExpertsBlock128DecodeApplicable(a.D, table.I, a.T, a.k, a.n_experts) &&
       kernels::Aligned16(a.x)) {

@@ -52,7 +52,8 @@ class CudaFp8Test : public CudaVsCpuTest {
       gpu_->set_linear_stream_max_tokens(0);
       gpu_->set_fp8_bf16_copy(0, 0);
       gpu_->set_fp8_block128_min_tokens(0);
-      gpu_->set_experts_block128(false);  // cuda_moe_block128_test.cc tests it
+      gpu_->set_experts_block128(false);     // cuda_moe_block128_test.cc tests it
+      gpu_->set_experts_decode_e4m3(false);  // likewise
     }
   }
 
@@ -335,6 +336,7 @@ class CudaFp8Test : public CudaVsCpuTest {
     std::unique_ptr<CudaBackend> b = std::move(created).value();
     b->set_fp8_activations(true);
     b->set_experts_bf16_min_tokens(bf16_min_tokens);
+    b->set_experts_decode_e4m3(false);  // the bf16 / FP8 paths under test
     model::RoutedExpertsArgs a;
     float* dx = b->AllocFloats(T * D);
     int32_t* dids = b->AllocInts(T * k);

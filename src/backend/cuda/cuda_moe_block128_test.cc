@@ -282,7 +282,7 @@ TEST_F(CudaMoeBlock128Test, RingsWrapAroundWithWideScales) {
   }
 }
 
-// The decode form (items of 8 pairs on the e4m3 streaming GEMM, DEEPINFER_EXPERTS_DECODE_E4M3=1)
+// The decode form (items of 8 pairs on the e4m3 streaming GEMM, set_experts_decode_e4m3(true))
 // at decode sizes (1-9 mean pairs per expert, below the prefill form's threshold) against the
 // per-128 reference, with K of 2 to 6 stages against a ring of 4 (D 256 / I 384, and D 768 / I
 // 640 with 30 octaves of scales); deterministic; other bits than the bf16 stream's (the knob
@@ -300,17 +300,15 @@ TEST_F(CudaMoeBlock128Test, DecodeItemsMatchBlock128Reference) {
       const std::vector<int32_t> ids = Route(T, k, 16);
       const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
       const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
-      std::vector<float> e4m3, alone;
-      {
-        const ScopedEnv on("DEEPINFER_EXPERTS_DECODE_E4M3", "1");
-        e4m3 = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
-        EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, Path::kRegisters), e4m3));
-        // Token 0 alone (its items hold no other pair).
-        alone =
-            RunGpu(ex, std::vector<float>(x.begin(), x.begin() + ex.D), 1,
-                   std::vector<int32_t>(ids.begin(), ids.begin() + k),
-                   std::vector<float>(weights.begin(), weights.begin() + k), k, Path::kRegisters);
-      }
+      gpu_->set_experts_decode_e4m3(true);
+      const std::vector<float> e4m3 = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
+      EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, Path::kRegisters), e4m3));
+      // Token 0 alone (its items hold no other pair).
+      const std::vector<float> alone =
+          RunGpu(ex, std::vector<float>(x.begin(), x.begin() + ex.D), 1,
+                 std::vector<int32_t>(ids.begin(), ids.begin() + k),
+                 std::vector<float>(weights.begin(), weights.begin() + k), k, Path::kRegisters);
+      gpu_->set_experts_decode_e4m3(false);
       EXPECT_GT(MaxAbs(expected), 0.0f);
       EXPECT_TRUE(RelL2Close(e4m3, expected, 5e-3));
       EXPECT_TRUE(AllClose(e4m3, expected, 2e-2, 2e-2 * MaxAbs(expected)));

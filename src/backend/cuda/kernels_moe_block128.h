@@ -84,7 +84,7 @@ bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k,
 // Whether the decode form of RoutedExpertsBlock128 (items of kBlock128DecodeItemPairs pairs, the
 // streaming GEMM of k_moe_block128_stream.cu; MXFP4 bytes only, no copies) takes these shapes:
 // those of RoutedExpertsBlock128Applicable at any mean pairs per expert. Opt-in: the backend
-// uses it only with DEEPINFER_EXPERTS_DECODE_E4M3=1 (CudaBackend::RoutedExpertsFp8).
+// uses it only when set_experts_decode_e4m3 is on (CudaBackend::RoutedExpertsFp8).
 inline constexpr int kBlock128DecodeItemPairs = 8;
 bool RoutedExpertsBlock128DecodeApplicable(int64_t D, int64_t I, int64_t T, int64_t k,
                                            int64_t n_experts);
