@@ -287,19 +287,23 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTabl
       return Done("RoutedExperts");
     }
   }
-  // Opt-in (set_experts_decode_e4m3): decode sizes on the e4m3 streaming GEMM.
+  // Opt-in (set_experts_decode_e4m3): decode sizes on the e4m3 streaming GEMM, with the table's
+  // cached row scales only (made per call they would read every expert's scale bytes).
   if (!batch_invariant_ && experts_decode_e4m3_ && table.up_format == model::WeightFormat::kMxFp4 &&
       table.down_format == model::WeightFormat::kMxFp4 && table.scales_aligned4 &&
       kernels::RoutedExpertsBlock128DecodeApplicable(a.D, table.I, a.T, a.k, a.n_experts) &&
       kernels::Aligned16(a.x)) {
-    const int pairs = kernels::kBlock128DecodeItemPairs;
-    void* scratch = TempBytes(static_cast<size_t>(
-        kernels::RoutedExpertsBlock128ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts, pairs)));
-    if (scratch == nullptr) return;
-    Check(kernels::RoutedExpertsBlock128(launch, pairs, nullptr, ExpertRowScaleMaxFor(table),
-                                         scratch, stream_),
-          "RoutedExperts (block-128 FP8, decode items)");
-    return Done("RoutedExperts");
+    const uint8_t* row_smax = ExpertRowScaleMaxFor(table);
+    if (!Usable()) return;
+    if (row_smax != nullptr) {
+      const int pairs = kernels::kBlock128DecodeItemPairs;
+      void* scratch = TempBytes(static_cast<size_t>(
+          kernels::RoutedExpertsBlock128ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts, pairs)));
+      if (scratch == nullptr) return;
+      Check(kernels::RoutedExpertsBlock128(launch, pairs, nullptr, row_smax, scratch, stream_),
+            "RoutedExperts (block-128 FP8, decode items)");
+      return Done("RoutedExperts");
+    }
   }
   if (!batch_invariant_ && experts_bf16_min_tokens_ > 0 && a.T >= experts_bf16_min_tokens_ &&
       kernels::RoutedExpertsBf16Applicable(table.up_format, table.down_format, a.D, table.I, a.T,

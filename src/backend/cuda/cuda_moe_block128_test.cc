@@ -284,16 +284,25 @@ TEST_F(CudaMoeBlock128Test, RingsWrapAroundWithWideScales) {
 
 // The decode form (items of 8 pairs on the e4m3 streaming GEMM, set_experts_decode_e4m3(true))
 // at decode sizes (1-9 mean pairs per expert, below the prefill form's threshold) against the
-// per-128 reference, with K of 2 to 6 stages against a ring of 4 (D 256 / I 384, and D 768 / I
-// 640 with 30 octaves of scales); deterministic; other bits than the bf16 stream's (the knob
-// takes effect); and a token's bits do not depend on the other tokens of its items.
+// per-128 reference. K of 2 to 6 stages against a ring of 4 (D 256 / I 384; D 768 / I 640 with 30
+// octaves of scales), 4 stages with no tail (D 512), and 48 (D 6144: the item's packed stages
+// take more than 48 KiB of shared memory). Deterministic; other bits than the bf16 stream's (the
+// setting takes effect); a token's bits do not depend on the other tokens of its items.
 TEST_F(CudaMoeBlock128Test, DecodeItemsMatchBlock128Reference) {
   const int64_t k = 6;
-  for (int shape = 0; shape < 2; ++shape) {
-    const Experts ex = shape == 0 ? MakeExperts(16, WeightFormat::kMxFp4, 256, 384)
-                                  : MakeExperts(16, WeightFormat::kMxFp4, 768, 640, 100, 130);
+  struct Shape {
+    int64_t D, I;
+    int scale_lo, scale_hi;
+    int64_t max_T;
+  };
+  for (const Shape sh : {Shape{256, 384, 118, 124, 24}, Shape{768, 640, 100, 130, 24},
+                         Shape{512, 512, 118, 124, 8}, Shape{6144, 256, 118, 124, 8}}) {
+    const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, sh.D, sh.I, sh.scale_lo, sh.scale_hi);
+    // Prefill sizes belong to the prefill form.
+    EXPECT_FALSE(kernels::RoutedExpertsBlock128DecodeApplicable(ex.D, ex.I, 300, k, 16));
     for (const int64_t T : {1, 3, 8, 24}) {
-      SCOPED_TRACE(::testing::Message() << "D " << ex.D << " T " << T);
+      if (T > sh.max_T) continue;
+      SCOPED_TRACE(::testing::Message() << "D " << ex.D << " I " << ex.I << " T " << T);
       ASSERT_FALSE(kernels::RoutedExpertsBlock128Applicable(ex.D, ex.I, T, k, 16));
       ASSERT_TRUE(kernels::RoutedExpertsBlock128DecodeApplicable(ex.D, ex.I, T, k, 16));
       const std::vector<float> x = Normal(T * ex.D, 4.0f);

@@ -345,7 +345,10 @@ bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k,
 
 bool RoutedExpertsBlock128DecodeApplicable(int64_t D, int64_t I, int64_t T, int64_t k,
                                            int64_t n_experts) {
-  return ShapesFit(D, I, T, k, n_experts) &&
+  if (!ShapesFit(D, I, T, k, n_experts)) return false;
+  // Decode sizes only: items of 8 pairs read an expert's weights once per 8 of its pairs.
+  const int64_t mean_pairs = (T * k + n_experts - 1) / n_experts;
+  return mean_pairs <= ExpertsStreamMaxMeanPairs() &&
          MaxItems(T * k, n_experts, kBlock128DecodeItemPairs) <= 65535;
 }
 

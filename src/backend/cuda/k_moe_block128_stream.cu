@@ -4,9 +4,10 @@
 // Why. The decode stream kernel (k_moe_stream.cu) dequantises MXFP4 to bf16 for mma.sync: ~195
 // SASS instructions per 1 KiB warp step, 59-62% issue, ~3 TB/s (bench/gpu/RESULTS.md, session
 // 22). Here a value costs one e4m3 byte: the register GEMM's conversion (moe_e4m3_convert.cuh, 9
-// instructions per 8 values) and one wgmma m64n8k32 per k32 step and warpgroup: 118 SASS
-// instructions per 1 KiB warp step (bench/gpu/sass_loop.py: 472 for the loop of 4 stages; PRMT
-// 128, LOP3 96, IMAD 60, SHF 32, QGMMA 16, FFMA 16), 113 registers, no spills.
+// instructions per 8 values) and one wgmma m64n8k32 per k32 step and warpgroup: 120 SASS
+// instructions per 1 KiB warp step (bench/gpu/sass_loop.py: 480 for the loop of 4 stages; PRMT
+// 128, LOP3 104, IMAD 68, SHF 32, QGMMA 16, FFMA 16), 113 registers, no spills. (Run 192 measured
+// the form without the shift mask: 118.)
 // MEASURED (H200, run 192, the 4-layer decode step at 4k in FP8 mode, two interleaved rounds, ms,
 // bf16 stream -> this kernel): B=1 1.42-1.43 -> 1.40, B=8 2.70-2.72 -> 2.50-2.56, B=32 5.78-5.79
 // -> 5.12-5.13, B=128 11.30-11.37 -> 9.87-9.89, B=256 15.50-15.60 -> 13.29-13.44.
@@ -142,8 +143,10 @@ __global__ void __launch_bounds__(kStreamThreads, 2) ExpertGemmMxfp4StreamKernel
   auto run_stage = [&](int st, LaneStage& slot) {
     const LaneStage ls = slot;
     if (st + kPF < n_stages) LoadStage(rows, st + kPF, slot);  // the slot's registers are free
-    // Every scale byte of a row is <= its maximum: the shifts are 0 .. 255.
-    const uint2 t_lo = tables[smax_lo - ls.s[0]], t_hi = tables[smax_hi - ls.s[1]];
+    // Every scale byte of a row is <= its maximum: the shifts are 0 .. 255 (masked all the same,
+    // so that row maxima that do not match the weights cannot read past the tables).
+    const uint2 t_lo = tables[(smax_lo - ls.s[0]) & 0xFFu];
+    const uint2 t_hi = tables[(smax_hi - ls.s[1]) & 0xFFu];
     StageMmas(ls, t_lo, t_hi, wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
     const auto* xs =
         reinterpret_cast<const float*>(smem + st * kStageBytes + Pack<kStreamBN>::kXTileBytes);

@@ -78,12 +78,13 @@ cudaError_t ExpertRowScaleMax(const ExpertPointers* table, int64_t n_experts, in
 
 // Whether RoutedExpertsBlock128 takes a launch of these shapes: D and I multiples of 128 up to
 // 8192, 1 <= k <= kMaxFusedExpertSlots, and a mean of more than ExpertsStreamMaxMeanPairs()
-// pairs per expert (prefill sizes; decode stays on the MXFP4 streaming kernels).
+// pairs per expert (prefill sizes; decode sizes: RoutedExpertsBlock128DecodeApplicable).
 bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts);
 
 // Whether the decode form of RoutedExpertsBlock128 (items of kBlock128DecodeItemPairs pairs, the
 // streaming GEMM of k_moe_block128_stream.cu; MXFP4 bytes only, no copies) takes these shapes:
-// those of RoutedExpertsBlock128Applicable at any mean pairs per expert. Opt-in: the backend
+// those of RoutedExpertsBlock128Applicable with at most ExpertsStreamMaxMeanPairs() pairs per
+// expert on average (decode sizes; wider means belong to the prefill form). Opt-in: the backend
 // uses it only when set_experts_decode_e4m3 is on (CudaBackend::RoutedExpertsFp8).
 inline constexpr int kBlock128DecodeItemPairs = 8;
 bool RoutedExpertsBlock128DecodeApplicable(int64_t D, int64_t I, int64_t T, int64_t k,
