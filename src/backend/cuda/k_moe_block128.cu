@@ -159,10 +159,11 @@ cudaError_t LaunchGemm(const GemmArgs& a, const uint8_t* act, const float* act_s
   GemmArgs g = a;
   g.packed = packed;
   const bool copies = a.table != nullptr;
-  cudaError_t e = copies ? moe_block128::LaunchPack<kBN, false>(a, act, act_scale, scale_ld,
-                                                                act_div, max_items, packed, stream)
-                         : moe_block128::LaunchPack<kBN, true>(a, act, act_scale, scale_ld, act_div,
-                                                               max_items, packed, stream);
+  using moe_block128::PackOrder;
+  cudaError_t e = copies ? moe_block128::LaunchPack<kBN, PackOrder::kTile>(
+                               a, act, act_scale, scale_ld, act_div, max_items, packed, stream)
+                         : moe_block128::LaunchPack<kBN, PackOrder::kRegister>(
+                               a, act, act_scale, scale_ld, act_div, max_items, packed, stream);
   if (e != cudaSuccess) return e;
   if (!copies) return moe_block128::LaunchMxfp4Gemm(kBN, g, max_items, stream);
   const auto kernel = ExpertGemmBlock128Kernel<kBN>;
@@ -182,14 +183,11 @@ cudaError_t LaunchGemmOfWidth(int bn, const GemmArgs& a, const uint8_t* act, con
                               int64_t scale_ld, int64_t act_div, int64_t max_items, uint8_t* packed,
                               cudaStream_t stream) {
   if (bn == kBlock128DecodeItemPairs) {  // the decode streaming GEMM (MXFP4 bytes only)
-    const int64_t K = a.up ? a.D : a.I;
     GemmArgs g = a;
     g.packed = packed;
     const cudaError_t e =
-        pdl::Launch(moe_block128::PackItemsStreamOrderKernel<kBlock128DecodeItemPairs>,
-                    dim3(static_cast<unsigned>(K / kBK), static_cast<unsigned>(max_items)),
-                    moe_block128::kPackThreads, 0, stream, act, act_scale, scale_ld, K, act_div,
-                    a.order, a.items, a.n_items, packed);
+        moe_block128::LaunchPack<kBlock128DecodeItemPairs, moe_block128::PackOrder::kStream>(
+            a, act, act_scale, scale_ld, act_div, max_items, packed, stream);
     return e != cudaSuccess ? e : moe_block128::LaunchMxfp4StreamGemm(g, max_items, stream);
   }
   if (bn == 64) {

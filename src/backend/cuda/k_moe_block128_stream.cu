@@ -19,12 +19,12 @@
 // A token's result does not depend on the other tokens of its item.
 //
 // Structure. Grid (weight rows / 128, max items), 8 warps (two warpgroups of 64 rows), no
-// producer warp. At the start thread 0 brings the item's packed stages (PackItemsStreamOrderKernel
-// <8>: 1,056 bytes per 128-value stage) into shared memory with one bulk copy while every lane
-// issues its first kPF stages of weight loads. Lane (g, t) of warp w loads, per stage, 16 bytes of
-// rows r and r + 8 (r = 64 wg + 16 (w % 4) + g): 32-value block t (one 16-byte load per row, four
-// lanes read a row's 64 contiguous bytes, 128-byte L2 lines like the stream kernel) and the two
-// blocks' scale bytes. Word j of a lane's block becomes its A fragment of k32 step j (the
+// producer warp. At the start thread 0 brings the item's packed stages (PackOrder::kStream,
+// moe_block128.cuh: 1,056 bytes per 128-value stage) into shared memory with one bulk copy while
+// every lane issues its first kPF stages of weight loads. Lane (g, t) of warp w loads, per stage,
+// 16 bytes of rows r and r + 8 (r = 64 wg + 16 (w % 4) + g): 32-value block t (one 16-byte load per
+// row, four lanes read a row's 64 contiguous bytes, 128-byte L2 lines like the stream kernel) and
+// the two blocks' scale bytes. Word j of a lane's block becomes its A fragment of k32 step j (the
 // activations are packed in that order); the four wgmmas of a stage accumulate into `part`, which
 // is promoted times the tokens' stage scales.
 #include <cuda_runtime.h>

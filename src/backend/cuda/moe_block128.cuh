@@ -84,13 +84,21 @@ constexpr int kConsumerWarps = 8;                        // 2 warpgroups
 constexpr int kGemmThreads = 32 * (kConsumerWarps + 1);  // + the producer warp
 constexpr int kPackThreads = 256;
 
+// The k order of a packed stage: kTile, the values in order (the e4m3 copies' SS GEMM);
+// kRegister, within each 32-value block the order the register-A kernel's fragments want
+// (PermutedWords32); kStream, the decode stream kernel's order (k_moe_block128_stream.cu): its
+// lane t holds 32-value block t of its rows and feeds word j of that block to k32 step j, so MMA
+// k-index 4 t + i of step j holds stage value 32 t + 8 j + i and 16 + 4 t + i value 32 t + 8 j +
+// 4 + i (t, i < 4); in 32-bit words W0 .. W31 of a token's stage, chunk 2 j of the tile = W(2 j),
+// W(8 + 2 j), W(16 + 2 j), W(24 + 2 j) and chunk 2 j + 1 the next word of each.
+enum class PackOrder { kTile, kRegister, kStream };
+
 // The packed stages of every item: stage st of item i (at (i * n_stages + st) * kPackStageBytes)
 // holds its tokens' 128 values st * 128 .. in the no-swizzle core-matrix tile layout (token n =
-// tile row n; rows from the item's count on are zeros), then their scales (zeros past count), so
-// that the GEMM's producer brings each stage in with one bulk copy. Grid (n_stages, max_items);
-// act row of token n = order[start + n] / act_div. kPermuted: within each 32-value block the
-// values sit in the order the register-A kernel's fragments want (PermutedWords32).
-template <int kBN, bool kPermuted>
+// tile row n; rows from the item's count on are zeros) in kOrder, then their scales (zeros past
+// count), so that the GEMM brings each stage in with one bulk copy. Grid (n_stages, max_items);
+// act row of token n = order[start + n] / act_div.
+template <int kBN, PackOrder kOrder>
 __global__ void __launch_bounds__(kPackThreads)
     PackItemsKernel(const uint8_t* act, const float* act_scale, int64_t scale_ld, int64_t K,
                     int64_t act_div, const int32_t* order, const Item* items,
@@ -102,55 +110,34 @@ __global__ void __launch_bounds__(kPackThreads)
   const int st = blockIdx.x;
   const int64_t n_stages = K / kBK;
   uint8_t* dst = packed + (int64_t{blockIdx.y} * n_stages + st) * S::kStageBytes;
-  // Thread item c: token n = c / 4, 32-value block b = c % 4 (chunks 2 b and 2 b + 1).
-  for (int c = threadIdx.x; c < kBN * 4; c += kPackThreads) {
-    const int n = c / 4, b = c % 4;
-    uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-    if (n < item.count) {
-      const int64_t row = order[item.start + n] / act_div;
-      const auto* src = reinterpret_cast<const uint4*>(act + row * K + st * kBK + b * 32);
-      lo = src[0];
-      hi = src[1];
+  if constexpr (kOrder == PackOrder::kStream) {
+    // Thread item c: token n = c / 8, chunk c % 8.
+    for (int c = threadIdx.x; c < kBN * kChunks; c += kPackThreads) {
+      const int n = c / kChunks, chunk = c % kChunks;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (n < item.count) {
+        const int64_t row = order[item.start + n] / act_div;
+        const auto* words = reinterpret_cast<const uint32_t*>(act + row * K + st * kBK);
+        // Word `chunk` of each 32-value block (block t starts at word 8 t).
+        v = make_uint4(words[chunk], words[chunk + 8], words[chunk + 16], words[chunk + 24]);
+      }
+      *reinterpret_cast<uint4*>(dst + TileOffset(n, chunk)) = v;
     }
-    if constexpr (kPermuted) PermutedWords32(&lo, &hi);
-    *reinterpret_cast<uint4*>(dst + TileOffset(n, 2 * b)) = lo;
-    *reinterpret_cast<uint4*>(dst + TileOffset(n, 2 * b + 1)) = hi;
-  }
-  for (int n = threadIdx.x; n < kBN; n += kPackThreads) {
-    const float sc =
-        n < item.count ? act_scale[st * scale_ld + order[item.start + n] / act_div] : 0.0f;
-    reinterpret_cast<float*>(dst + S::kXTileBytes)[n] = sc;
-  }
-}
-
-// The decode stream kernel's order of a 128-value stage (k_moe_block128_stream.cu): its lane t
-// holds 32-value block t of its rows and feeds word j of that block to k32 step j, so MMA
-// k-index 4 t + i of step j holds stage value 32 t + 8 j + i and 16 + 4 t + i value 32 t + 8 j +
-// 4 + i (t, i < 4). In 32-bit words W0 .. W31 of a token's stage: chunk 2 j of the tile = W(2 j),
-// W(8 + 2 j), W(16 + 2 j), W(24 + 2 j); chunk 2 j + 1 = the next word of each. Grid and
-// arguments as PackItemsKernel's; thread item c: token c / 8, chunk c % 8.
-template <int kBN>
-__global__ void __launch_bounds__(kPackThreads)
-    PackItemsStreamOrderKernel(const uint8_t* act, const float* act_scale, int64_t scale_ld,
-                               int64_t K, int64_t act_div, const int32_t* order, const Item* items,
-                               const int32_t* n_items, uint8_t* packed) {
-  pdl::WaitThenAllowNext();
-  using S = Pack<kBN>;
-  if (static_cast<int32_t>(blockIdx.y) >= *n_items) return;
-  const Item item = items[blockIdx.y];
-  const int st = blockIdx.x;
-  const int64_t n_stages = K / kBK;
-  uint8_t* dst = packed + (int64_t{blockIdx.y} * n_stages + st) * S::kStageBytes;
-  for (int c = threadIdx.x; c < kBN * kChunks; c += kPackThreads) {
-    const int n = c / kChunks, chunk = c % kChunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (n < item.count) {
-      const int64_t row = order[item.start + n] / act_div;
-      const auto* words = reinterpret_cast<const uint32_t*>(act + row * K + st * kBK);
-      // Word `chunk` of each 32-value block (block t starts at word 8 t).
-      v = make_uint4(words[chunk], words[chunk + 8], words[chunk + 16], words[chunk + 24]);
+  } else {
+    // Thread item c: token n = c / 4, 32-value block b = c % 4 (chunks 2 b and 2 b + 1).
+    for (int c = threadIdx.x; c < kBN * 4; c += kPackThreads) {
+      const int n = c / 4, b = c % 4;
+      uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+      if (n < item.count) {
+        const int64_t row = order[item.start + n] / act_div;
+        const auto* src = reinterpret_cast<const uint4*>(act + row * K + st * kBK + b * 32);
+        lo = src[0];
+        hi = src[1];
+      }
+      if constexpr (kOrder == PackOrder::kRegister) PermutedWords32(&lo, &hi);
+      *reinterpret_cast<uint4*>(dst + TileOffset(n, 2 * b)) = lo;
+      *reinterpret_cast<uint4*>(dst + TileOffset(n, 2 * b + 1)) = hi;
     }
-    *reinterpret_cast<uint4*>(dst + TileOffset(n, chunk)) = v;
   }
   for (int n = threadIdx.x; n < kBN; n += kPackThreads) {
     const float sc =
@@ -160,12 +147,12 @@ __global__ void __launch_bounds__(kPackThreads)
 }
 
 // Packs the activation stages of a launch's items (grid K / 128 x max_items).
-template <int kBN, bool kPermuted>
+template <int kBN, PackOrder kOrder>
 cudaError_t LaunchPack(const GemmArgs& a, const uint8_t* act, const float* act_scale,
                        int64_t scale_ld, int64_t act_div, int64_t max_items, uint8_t* packed,
                        cudaStream_t stream) {
   const int64_t K = a.up ? a.D : a.I;
-  return pdl::Launch(PackItemsKernel<kBN, kPermuted>,
+  return pdl::Launch(PackItemsKernel<kBN, kOrder>,
                      dim3(static_cast<unsigned>(K / kBK), static_cast<unsigned>(max_items)),
                      kPackThreads, 0, stream, act, act_scale, scale_ld, K, act_div, a.order,
                      a.items, a.n_items, packed);
@@ -249,11 +236,11 @@ __device__ __forceinline__ void StoreOutputs(const float (&acc)[kBN / 2], const 
 }  // namespace
 
 // The register-A GEMM over the MXFP4 experts a.mxfp4 (k_moe_block128_rs.cu) for items of bn
-// pairs (64, 96 or 128), on activations packed with kPermuted = true.
+// pairs (64, 96 or 128), on activations packed in PackOrder::kRegister.
 cudaError_t LaunchMxfp4Gemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream);
 
 // The decode GEMM over the MXFP4 experts a.mxfp4 (k_moe_block128_stream.cu) for items of 8 pairs,
-// on activations packed by PackItemsStreamOrderKernel<8>.
+// on activations packed in PackOrder::kStream.
 cudaError_t LaunchMxfp4StreamGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream);
 
 }  // namespace deepinfer::backend::cuda::kernels::moe_block128
