@@ -286,8 +286,9 @@ TEST_F(CudaMoeBlock128Test, RingsWrapAroundWithWideScales) {
 // at decode sizes (1-9 mean pairs per expert, below the prefill form's threshold) against the
 // per-128 reference. K of 2 to 6 stages against a ring of 4 (D 256 / I 384; D 768 / I 640 with 30
 // octaves of scales), 4 stages with no tail (D 512), and 48 (D 6144: the item's packed stages
-// take more than 48 KiB of shared memory). Deterministic; other bits than the bf16 stream's (the
-// setting takes effect); a token's bits do not depend on the other tokens of its items.
+// take more than 48 KiB of shared memory). Deterministic, the same bits from every compiled GEMM
+// variant; other bits than the bf16 stream's (the setting takes effect); a token's bits do not
+// depend on the other tokens of its items.
 TEST_F(CudaMoeBlock128Test, DecodeItemsMatchBlock128Reference) {
   const int64_t k = 6;
   struct Shape {
@@ -317,6 +318,13 @@ TEST_F(CudaMoeBlock128Test, DecodeItemsMatchBlock128Reference) {
           RunGpu(ex, std::vector<float>(x.begin(), x.begin() + ex.D), 1,
                  std::vector<int32_t>(ids.begin(), ids.begin() + k),
                  std::vector<float>(weights.begin(), weights.begin() + k), k, Path::kRegisters);
+      // The GEMM's compiled variants (loads in flight, pipelined conversion, 3 blocks per SM)
+      // give the same bits.
+      for (const char* variant : {"pf2", "pipe4", "pipe2", "pf2b3"}) {
+        if (T != 8) break;
+        const ScopedEnv env("DEEPINFER_EXPERTS_DECODE_E4M3_VARIANT", variant);
+        EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, Path::kRegisters), e4m3)) << variant;
+      }
       gpu_->set_experts_decode_e4m3(false);
       EXPECT_GT(MaxAbs(expected), 0.0f);
       EXPECT_TRUE(RelL2Close(e4m3, expected, 5e-3));

@@ -27,9 +27,21 @@
 // the two blocks' scale bytes. Word j of a lane's block becomes its A fragment of k32 step j (the
 // activations are packed in that order); the four wgmmas of a stage accumulate into `part`, which
 // is promoted times the tokens' stage scales.
+//
+// Variants (kStreamVariants; DEEPINFER_EXPERTS_DECODE_E4M3_VARIANT picks one by name; all give
+// the same bits; only pf4 is measured so far): loads in flight (kPF 4 or 2), 3 blocks per SM
+// (pf2b3, 80 registers), and a pipelined conversion (pipe2, pipe4: stage st + 1's fragments are
+// built while stage st's MMAs run). ptxas serialises the wgmmas (a wait after each: info C7513 /
+// C7514) when a non-wgmma instruction reads an accumulator or writes an A register of a wgmma in
+// flight, e.g. when stage st - 1 is promoted from a second accumulator set while stage st runs,
+// or when frag is indexed by a runtime value; so the pipelined form keeps one accumulator set
+// and waits for stage st before issuing stage st + 1. At 128 registers (pipe4) ptxas still
+// schedules the conversion before the previous stage's wait, so only pipe2 overlaps (SASS).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/kernels.h"
@@ -47,7 +59,6 @@ namespace {
 constexpr int kStreamBN = 8;     // pairs per item
 constexpr int kStreamWarps = 8;  // two warpgroups: the block's 128 rows
 constexpr int kStreamThreads = 32 * kStreamWarps;
-constexpr int kStreamPF = 4;            // stages of weight loads in flight per lane
 constexpr int kMaxStages = 8192 / kBK;  // K <= 8192 (RoutedExpertsBlock128Applicable)
 constexpr int kStageBytes = Pack<kStreamBN>::kStageBytes;
 static_assert(kStageBytes % 16 == 0, "stages stay 16-byte aligned for the bulk copy");
@@ -72,20 +83,24 @@ __device__ __forceinline__ void LoadStage(const stream_mma::WarpRows& rows, int 
   }
 }
 
-// One stage: the four A fragments from the lane's two 16-byte blocks (shift tables t_lo, t_hi),
-// the four wgmma m64n8k32 into part (overwritten), waited for.
-__device__ __forceinline__ void StageMmas(const LaneStage& ls, uint2 t_lo, uint2 t_hi,
-                                          uint64_t x_desc, float (&part)[4]) {
+// One stage's A fragments from the lane's two 16-byte blocks (shift tables t_lo, t_hi).
+__device__ __forceinline__ void BuildFragments(const LaneStage& ls, uint2 t_lo, uint2 t_hi,
+                                               uint32_t (&frag)[4][4]) {
   const uint32_t lo[4] = {ls.w[0].x, ls.w[0].y, ls.w[0].z, ls.w[0].w};
   const uint32_t hi[4] = {ls.w[1].x, ls.w[1].y, ls.w[1].z, ls.w[1].w};
-  uint32_t frag[4][4];
-  wgmma::FenceOperands(part);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     E2m1x8ToE4m3(lo[j], t_lo, frag[j][0], frag[j][2]);
     E2m1x8ToE4m3(hi[j], t_hi, frag[j][1], frag[j][3]);
     wgmma::FenceOperands(frag[j]);
   }
+}
+
+// One stage's four wgmma m64n8k32 into part (overwritten), issued and committed, not waited for:
+// frag and part belong to the MMAs until the WaitGroup that retires them.
+__device__ __forceinline__ void IssueStageMmas(uint32_t (&frag)[4][4], uint64_t x_desc,
+                                               float (&part)[4]) {
+  wgmma::FenceOperands(part);
   wgmma::Fence();
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -93,14 +108,23 @@ __device__ __forceinline__ void StageMmas(const LaneStage& ls, uint2 t_lo, uint2
                                   wgmma::DescriptorPlus(x_desc, TileOffset(0, 2 * j)), j > 0);
   }
   wgmma::CommitGroup();
-  wgmma::WaitGroup<0>();
+}
+
+// After the WaitGroup that retired a stage: its registers are the thread's again.
+__device__ __forceinline__ void Retired(uint32_t (&frag)[4][4], float (&part)[4]) {
   wgmma::FenceOperands(part);
 #pragma unroll
   for (int j = 0; j < 4; ++j) wgmma::FenceOperands(frag[j]);
 }
 
-template <int kPF>
-__global__ void __launch_bounds__(kStreamThreads, 2) ExpertGemmMxfp4StreamKernel(GemmArgs a) {
+// kPF: stages of weight loads in flight per lane. kPipe: two fragment sets, so that stage st + 1
+// is converted while stage st's MMAs run (then stage st is waited for and promoted, and stage
+// st + 1 issued; one accumulator set, so no register of a wgmma in flight is read: ptxas keeps
+// the MMAs asynchronous). The bits are the same. kMinBlocks: blocks per SM (__launch_bounds__).
+template <int kPF, bool kPipe, int kMinBlocks>
+__global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
+    ExpertGemmMxfp4StreamKernel(GemmArgs a) {
+  static_assert(!kPipe || kPF % 2 == 0, "a stage's fragment set is its ring slot's parity");
   pdl::WaitThenAllowNext();
   extern __shared__ __align__(128) char smem[];
   __shared__ uint2 tables[kShiftTables];
@@ -140,32 +164,103 @@ __global__ void __launch_bounds__(kStreamThreads, 2) ExpertGemmMxfp4StreamKernel
   bulk::WaitPhaseOrTrap(bar, 0);
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, part[4];
-  auto run_stage = [&](int st, LaneStage& slot) {
-    const LaneStage ls = slot;
-    if (st + kPF < n_stages) LoadStage(rows, st + kPF, slot);  // the slot's registers are free
-    // Every scale byte of a row is <= its maximum: the shifts are 0 .. 255 (masked all the same,
-    // so that row maxima that do not match the weights cannot read past the tables).
-    const uint2 t_lo = tables[(smax_lo - ls.s[0]) & 0xFFu];
-    const uint2 t_hi = tables[(smax_hi - ls.s[1]) & 0xFFu];
-    StageMmas(ls, t_lo, t_hi, wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
+  uint32_t frag[kPipe ? 2 : 1][4][4];
+  auto promote = [&](int st) {
     const auto* xs =
         reinterpret_cast<const float*>(smem + st * kStageBytes + Pack<kStreamBN>::kXTileBytes);
     Promote<kStreamBN>(part, xs, t4, 1.0f, 1.0f, acc);
   };
-  // Whole groups of kPF stages (ring slot = stage % kPF, a constant after unrolling), then the
-  // rest.
+  // Stage st from ring slot u (a constant after unrolling; st % kPF == u).
+  auto run_stage = [&](int st, int u) {
+    const LaneStage ls = ring[u];
+    if (st + kPF < n_stages) LoadStage(rows, st + kPF, ring[u]);  // the slot's registers are free
+    // Every scale byte of a row is <= its maximum: the shifts are 0 .. 255 (masked all the same,
+    // so that row maxima that do not match the weights cannot read past the tables).
+    const uint2 t_lo = tables[(smax_lo - ls.s[0]) & 0xFFu];
+    const uint2 t_hi = tables[(smax_hi - ls.s[1]) & 0xFFu];
+    const int set = kPipe ? u % 2 : 0;
+    BuildFragments(ls, t_lo, t_hi, frag[set]);
+    if constexpr (kPipe) {
+      if (st > 0) {  // stage st - 1 ran while this stage was converted
+        wgmma::WaitGroup<0>();
+        Retired(frag[1 - set], part);
+        promote(st - 1);
+      }
+      IssueStageMmas(frag[set], wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
+    } else {
+      IssueStageMmas(frag[0], wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
+      wgmma::WaitGroup<0>();
+      Retired(frag[0], part);
+      promote(st);
+    }
+  };
+  // Whole groups of kPF stages, then the rest.
   int base = 0;
   for (; base + kPF <= n_stages; base += kPF) {
 #pragma unroll
-    for (int u = 0; u < kPF; ++u) run_stage(base + u, ring[u]);
+    for (int u = 0; u < kPF; ++u) run_stage(base + u, u);
   }
 #pragma unroll
   for (int u = 0; u < kPF; ++u) {
-    if (base + u < n_stages) run_stage(base + u, ring[u]);
+    if (base + u < n_stages) run_stage(base + u, u);
+  }
+  if constexpr (kPipe) {  // the last stage
+    wgmma::WaitGroup<0>();
+    if ((n_stages - 1) % 2 == 0) {  // constant indices keep frag in registers
+      Retired(frag[0], part);
+    } else {
+      Retired(frag[kPipe ? 1 : 0], part);
+    }
+    promote(n_stages - 1);
   }
   const float ws_lo = RowScale(smax_lo), ws_hi = RowScale(smax_hi);
   acc[0] *= ws_lo, acc[1] *= ws_lo, acc[2] *= ws_hi, acc[3] *= ws_hi;
   StoreOutputs<kStreamBN>(acc, a, job.item, job.v0, job.n_rows, tid);
+}
+
+}  // namespace
+
+namespace {
+
+// The compiled variants (all give the same bits): the default first; the others are picked by
+// name with DEEPINFER_EXPERTS_DECODE_E4M3_VARIANT (read on every call; experiments, session 22:
+// not yet measured).
+struct StreamVariant {
+  const char* name;
+  int prefetch;  // kPF
+  bool pipe;     // kPipe
+  int min_blocks;
+};
+constexpr StreamVariant kStreamVariants[] = {
+    {"pf4", 4, false, 2},  // the one run 192 measured
+    {"pf2", 2, false, 2}, {"pipe4", 4, true, 2}, {"pipe2", 2, true, 2}, {"pf2b3", 2, false, 3},
+};
+constexpr int kNumStreamVariants = sizeof(kStreamVariants) / sizeof(kStreamVariants[0]);
+
+int PickStreamVariant() {
+  const char* env = std::getenv("DEEPINFER_EXPERTS_DECODE_E4M3_VARIANT");
+  for (int i = 0; env != nullptr && i < kNumStreamVariants; ++i) {
+    if (std::strcmp(env, kStreamVariants[i].name) == 0) return i;
+  }
+  return 0;
+}
+
+template <int kIndex = 0>
+cudaError_t LaunchVariant(int index, const GemmArgs& a, int64_t max_items, int64_t K,
+                          cudaStream_t stream) {
+  if constexpr (kIndex < kNumStreamVariants) {
+    if (index != kIndex) return LaunchVariant<kIndex + 1>(index, a, max_items, K, stream);
+    constexpr StreamVariant v = kStreamVariants[kIndex];
+    const auto kernel = ExpertGemmMxfp4StreamKernel<v.prefetch, v.pipe, v.min_blocks>;
+    const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, SmemBytes(kMaxStages));
+    if (e != cudaSuccess) return e;
+    const int64_t rows = a.up ? 2 * a.I : a.D;
+    const dim3 grid(static_cast<unsigned>(rows / kBM), static_cast<unsigned>(max_items));
+    return pdl::Launch(kernel, grid, kStreamThreads,
+                       static_cast<size_t>(SmemBytes(static_cast<int>(K / kBK))), stream, a);
+  } else {
+    return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace
@@ -175,12 +270,7 @@ cudaError_t LaunchMxfp4StreamGemm(const GemmArgs& a, int64_t max_items, cudaStre
   const int64_t K = a.up ? a.D : a.I;
   const int64_t rows = a.up ? 2 * a.I : a.D;
   if (K % kBK != 0 || K / kBK > kMaxStages || rows % kBM != 0) return cudaErrorInvalidValue;
-  const auto kernel = ExpertGemmMxfp4StreamKernel<kStreamPF>;
-  const int smem = SmemBytes(static_cast<int>(K / kBK));
-  const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, SmemBytes(kMaxStages));
-  if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(rows / kBM), static_cast<unsigned>(max_items));
-  return pdl::Launch(kernel, grid, kStreamThreads, static_cast<size_t>(smem), stream, a);
+  return LaunchVariant(PickStreamVariant(), a, max_items, K, stream);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels::moe_block128
