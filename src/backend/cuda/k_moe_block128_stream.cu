@@ -49,6 +49,7 @@
 #include "backend/cuda/mma_bf16.cuh"
 #include "backend/cuda/moe_block128.cuh"
 #include "backend/cuda/moe_e4m3_convert.cuh"
+#include "backend/cuda/moe_e4m3_lanes.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream_mma.cuh"
 #include "backend/cuda/wgmma_fp8.cuh"
@@ -66,56 +67,6 @@ static_assert(kShiftTables <= kStreamThreads, "one table per thread");
 
 // Shared memory: the item's packed stages, then the bulk copy's barrier.
 constexpr int SmemBytes(int n_stages) { return n_stages * kStageBytes + 8; }
-
-// One stage's weights of this lane: 16 bytes of rows r and r + 8, their blocks' scale bytes.
-struct LaneStage {
-  uint4 w[2];
-  uint32_t s[2];
-};
-
-__device__ __forceinline__ void LoadStage(const stream_mma::WarpRows& rows, int st,
-                                          LaneStage& out) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    out.w[h] = mma::LoadStreaming16</*kOrdered=*/true, stream_mma::kL2Prefetch>(rows.data[h] +
-                                                                                st * (kBK / 2));
-    out.s[h] = stream_mma::LoadScaleByte(rows.scale[h] + st * (kBK / 32));
-  }
-}
-
-// One stage's A fragments from the lane's two 16-byte blocks (shift tables t_lo, t_hi).
-__device__ __forceinline__ void BuildFragments(const LaneStage& ls, uint2 t_lo, uint2 t_hi,
-                                               uint32_t (&frag)[4][4]) {
-  const uint32_t lo[4] = {ls.w[0].x, ls.w[0].y, ls.w[0].z, ls.w[0].w};
-  const uint32_t hi[4] = {ls.w[1].x, ls.w[1].y, ls.w[1].z, ls.w[1].w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    E2m1x8ToE4m3(lo[j], t_lo, frag[j][0], frag[j][2]);
-    E2m1x8ToE4m3(hi[j], t_hi, frag[j][1], frag[j][3]);
-    wgmma::FenceOperands(frag[j]);
-  }
-}
-
-// One stage's four wgmma m64n8k32 into part (overwritten), issued and committed, not waited for:
-// frag and part belong to the MMAs until the WaitGroup that retires them.
-__device__ __forceinline__ void IssueStageMmas(uint32_t (&frag)[4][4], uint64_t x_desc,
-                                               float (&part)[4]) {
-  wgmma::FenceOperands(part);
-  wgmma::Fence();
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    wgmma::WgmmaE4m3Rs<kStreamBN>(part, frag[j],
-                                  wgmma::DescriptorPlus(x_desc, TileOffset(0, 2 * j)), j > 0);
-  }
-  wgmma::CommitGroup();
-}
-
-// After the WaitGroup that retired a stage: its registers are the thread's again.
-__device__ __forceinline__ void Retired(uint32_t (&frag)[4][4], float (&part)[4]) {
-  wgmma::FenceOperands(part);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) wgmma::FenceOperands(frag[j]);
-}
 
 // kPF: stages of weight loads in flight per lane. kPipe: two fragment sets, so that stage st + 1
 // is converted while stage st's MMAs run (then stage st is waited for and promoted, and stage
@@ -186,9 +137,9 @@ __global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
         Retired(frag[1 - set], part);
         promote(st - 1);
       }
-      IssueStageMmas(frag[set], wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
+      IssueStageMmas<kStreamBN>(frag[set], wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
     } else {
-      IssueStageMmas(frag[0], wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
+      IssueStageMmas<kStreamBN>(frag[0], wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
       wgmma::WaitGroup<0>();
       Retired(frag[0], part);
       promote(st);
