@@ -69,8 +69,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmMxfp4DirectKernel(G
   __shared__ uint2 tables[kShiftTables];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
   const BlockJob job = BlockJob::Of(a);
-  const ExpertPointers& ep = a.mxfp4[job.item.expert];
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = tid / 128, t4 = lane % 4;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int n_stages = job.n_stages;
   const unsigned smem_base = mma::SharedAddress(smem);
   const Barriers<kXSlots> bar{smem_base + kXSlots * kXStageBytes};
@@ -85,19 +84,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmMxfp4DirectKernel(G
     return;
   }
 
-  const int64_t part_rows = a.up ? a.I : a.D;  // rows of matrix job.m
-  const stream_mma::WarpRows rows =
-      stream_mma::MxFp4WarpRows(ep.data[job.m], ep.scale[job.m], job.K,
-                                job.row0 + 64 * wg + 16 * (warp % 4), part_rows, 0, lane);
+  const LaneRows lr = LaneRowsOf(a, job, tid);
   LaneStage ring[kDirectPF];
-#pragma unroll
-  for (int p = 0; p < kDirectPF; ++p) {
-    if (p < n_stages) LoadStage(rows, p, ring[p]);
-  }
-  const int r_lo = 64 * wg + 16 * (warp % 4) + lane / 4;  // fragment rows r_lo, r_lo + 8
-  const uint8_t* smax_rows = a.row_smax + job.item.expert * ExpertRowScaleMaxStride(a.D, a.I) +
-                             (a.up ? 0 : 2 * a.I) + job.v0;
-  const uint32_t smax_lo = smax_rows[r_lo], smax_hi = smax_rows[r_lo + 8];
+  PreloadRing(lr.rows, n_stages, ring);
   const uint64_t x_desc0 = wgmma::Descriptor(smem_base, 128, kChunks * 128);
 
   float acc[kDirectBN / 2], part[kDirectBN / 2];
@@ -116,9 +105,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmMxfp4DirectKernel(G
   // Stage st from weight ring slot u (a constant after unrolling; st % kDirectPF == u).
   auto run_stage = [&](int st, int u) {
     const LaneStage ls = ring[u];
-    if (st + kDirectPF < n_stages) LoadStage(rows, st + kDirectPF, ring[u]);
-    const uint2 t_lo = tables[(smax_lo - ls.s[0]) & 0xFFu];
-    const uint2 t_hi = tables[(smax_hi - ls.s[1]) & 0xFFu];
+    if (st + kDirectPF < n_stages) LoadStage(lr.rows, st + kDirectPF, ring[u]);
+    const uint2 t_lo = tables[(lr.smax_lo - ls.s[0]) & 0xFFu];
+    const uint2 t_hi = tables[(lr.smax_hi - ls.s[1]) & 0xFFu];
     const int set = u % 2;
     BuildFragments(ls, t_lo, t_hi, frag[set]);  // while stage st - 1's MMAs run
     if (st > 0) {
@@ -131,23 +120,10 @@ __global__ void __launch_bounds__(kGemmThreads, 1) ExpertGemmMxfp4DirectKernel(G
     IssueStageMmas<kDirectBN>(frag[set], wgmma::DescriptorPlus(x_desc0, slot * kXStageBytes), part);
   };
   static_assert(kDirectPF % 2 == 0, "a stage's fragment set is its weight slot's parity");
-  int base = 0;
-  for (; base + kDirectPF <= n_stages; base += kDirectPF) {
-#pragma unroll
-    for (int u = 0; u < kDirectPF; ++u) run_stage(base + u, u);
-  }
-#pragma unroll
-  for (int u = 0; u < kDirectPF; ++u) {
-    if (base + u < n_stages) run_stage(base + u, u);
-  }
-  wgmma::WaitGroup<0>();
-  if ((n_stages - 1) % 2 == 0) {  // constant indices keep frag in registers
-    Retired(frag[0], part);
-  } else {
-    Retired(frag[1], part);
-  }
+  ForEachStage<kDirectPF>(n_stages, run_stage);
+  RetireLastStage(n_stages, frag, part);
   promote(n_stages - 1);
-  const float ws_lo = RowScale(smax_lo), ws_hi = RowScale(smax_hi);
+  const float ws_lo = RowScale(lr.smax_lo), ws_hi = RowScale(lr.smax_hi);
 #pragma unroll
   for (int e = 0; e < kDirectBN / 2; ++e) acc[e] *= (e & 3) >= 2 ? ws_hi : ws_lo;
   StoreOutputs<kDirectBN>(acc, a, job.item, job.v0, job.n_rows, tid);

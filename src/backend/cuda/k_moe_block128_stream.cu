@@ -4,9 +4,9 @@
 // Why. The decode stream kernel (k_moe_stream.cu) dequantises MXFP4 to bf16 for mma.sync: ~195
 // SASS instructions per 1 KiB warp step, 59-62% issue, ~3 TB/s (bench/gpu/RESULTS.md, session
 // 22). Here a value costs one e4m3 byte: the register GEMM's conversion (moe_e4m3_convert.cuh, 9
-// instructions per 8 values) and one wgmma m64n8k32 per k32 step and warpgroup: 120 SASS
-// instructions per 1 KiB warp step (bench/gpu/sass_loop.py: 480 for the loop of 4 stages; PRMT
-// 128, LOP3 104, IMAD 68, SHF 32, QGMMA 16, FFMA 16), 113 registers, no spills. (Run 192 measured
+// instructions per 8 values) and one wgmma m64n8k32 per k32 step and warpgroup: ~119 SASS
+// instructions per 1 KiB warp step (bench/gpu/sass_loop.py: 474 for the loop of 4 stages; PRMT
+// 128, LOP3 104, IMAD 68, SHF 32, QGMMA 16, FFMA 16), 111 registers, no spills. (Run 192 measured
 // the form without the shift mask: 118.)
 // MEASURED (H200, run 192, the 4-layer decode step at 4k in FP8 mode, two interleaved rounds, ms,
 // bf16 stream -> this kernel): B=1 1.42-1.43 -> 1.40, B=8 2.70-2.72 -> 2.50-2.56, B=32 5.78-5.79
@@ -81,18 +81,11 @@ __global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
   __shared__ uint2 tables[kShiftTables];
   if (static_cast<int32_t>(blockIdx.y) >= *a.n_items) return;  // whole block
   const BlockJob job = BlockJob::Of(a);
-  const ExpertPointers& ep = a.mxfp4[job.item.expert];
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = tid / 128, t4 = lane % 4;
+  const int tid = static_cast<int>(threadIdx.x), t4 = tid % 4;
   const int n_stages = job.n_stages;
-  const int64_t part_rows = a.up ? a.I : a.D;  // rows of matrix job.m
-  const stream_mma::WarpRows rows =
-      stream_mma::MxFp4WarpRows(ep.data[job.m], ep.scale[job.m], job.K,
-                                job.row0 + 64 * wg + 16 * (warp % 4), part_rows, 0, lane);
+  const LaneRows lr = LaneRowsOf(a, job, tid);
   LaneStage ring[kPF];
-#pragma unroll
-  for (int p = 0; p < kPF; ++p) {
-    if (p < n_stages) LoadStage(rows, p, ring[p]);
-  }
+  PreloadRing(lr.rows, n_stages, ring);
 
   const unsigned smem_base = mma::SharedAddress(smem);
   const unsigned bar = smem_base + n_stages * kStageBytes;
@@ -107,10 +100,6 @@ __global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
     bulk::ArriveExpectTx(bar, bytes);
     bulk::BulkCopy(smem_base, a.packed + int64_t{blockIdx.y} * n_stages * kStageBytes, bytes, bar);
   }
-  const int r_lo = 64 * wg + 16 * (warp % 4) + lane / 4;  // fragment rows r_lo, r_lo + 8
-  const uint8_t* smax_rows = a.row_smax + job.item.expert * ExpertRowScaleMaxStride(a.D, a.I) +
-                             (a.up ? 0 : 2 * a.I) + job.v0;
-  const uint32_t smax_lo = smax_rows[r_lo], smax_hi = smax_rows[r_lo + 8];
   const uint64_t x_desc0 = wgmma::Descriptor(smem_base, 128, kChunks * 128);
   bulk::WaitPhaseOrTrap(bar, 0);
 
@@ -124,11 +113,12 @@ __global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
   // Stage st from ring slot u (a constant after unrolling; st % kPF == u).
   auto run_stage = [&](int st, int u) {
     const LaneStage ls = ring[u];
-    if (st + kPF < n_stages) LoadStage(rows, st + kPF, ring[u]);  // the slot's registers are free
+    if (st + kPF < n_stages)
+      LoadStage(lr.rows, st + kPF, ring[u]);  // the slot's registers are free
     // Every scale byte of a row is <= its maximum: the shifts are 0 .. 255 (masked all the same,
     // so that row maxima that do not match the weights cannot read past the tables).
-    const uint2 t_lo = tables[(smax_lo - ls.s[0]) & 0xFFu];
-    const uint2 t_hi = tables[(smax_hi - ls.s[1]) & 0xFFu];
+    const uint2 t_lo = tables[(lr.smax_lo - ls.s[0]) & 0xFFu];
+    const uint2 t_hi = tables[(lr.smax_hi - ls.s[1]) & 0xFFu];
     const int set = kPipe ? u % 2 : 0;
     BuildFragments(ls, t_lo, t_hi, frag[set]);
     if constexpr (kPipe) {
@@ -145,26 +135,12 @@ __global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
       promote(st);
     }
   };
-  // Whole groups of kPF stages, then the rest.
-  int base = 0;
-  for (; base + kPF <= n_stages; base += kPF) {
-#pragma unroll
-    for (int u = 0; u < kPF; ++u) run_stage(base + u, u);
-  }
-#pragma unroll
-  for (int u = 0; u < kPF; ++u) {
-    if (base + u < n_stages) run_stage(base + u, u);
-  }
+  ForEachStage<kPF>(n_stages, run_stage);
   if constexpr (kPipe) {  // the last stage
-    wgmma::WaitGroup<0>();
-    if ((n_stages - 1) % 2 == 0) {  // constant indices keep frag in registers
-      Retired(frag[0], part);
-    } else {
-      Retired(frag[kPipe ? 1 : 0], part);
-    }
+    RetireLastStage(n_stages, frag, part);
     promote(n_stages - 1);
   }
-  const float ws_lo = RowScale(smax_lo), ws_hi = RowScale(smax_hi);
+  const float ws_lo = RowScale(lr.smax_lo), ws_hi = RowScale(lr.smax_hi);
   acc[0] *= ws_lo, acc[1] *= ws_lo, acc[2] *= ws_hi, acc[3] *= ws_hi;
   StoreOutputs<kStreamBN>(acc, a, job.item, job.v0, job.n_rows, tid);
 }

@@ -19,6 +19,30 @@
 namespace deepinfer::backend::cuda::kernels::moe_block128 {
 namespace {
 
+// A consumer lane's rows of its block's job (thread tid < 256: warpgroup tid / 128 owns rows
+// 64 wg .. + 63 of the block's 128; lane g = (tid % 32) / 4 of warp w holds fragment rows
+// r = 64 wg + 16 (w % 4) + g and r + 8): their weight pointers from K offset 0 and their row
+// maxima (ExpertRowScaleMax bytes; rows of the launch: [w1; w3] for up, w2 at 2I on for down).
+struct LaneRows {
+  stream_mma::WarpRows rows;
+  uint32_t smax_lo, smax_hi;
+};
+
+__device__ __forceinline__ LaneRows LaneRowsOf(const GemmArgs& a, const BlockJob& job, int tid) {
+  const int wg = tid / 128, warp = tid / 32, lane = tid % 32;
+  const ExpertPointers& ep = a.mxfp4[job.item.expert];
+  const int64_t part_rows = a.up ? a.I : a.D;  // rows of matrix job.m
+  LaneRows l;
+  l.rows = stream_mma::MxFp4WarpRows(ep.data[job.m], ep.scale[job.m], job.K,
+                                     job.row0 + 64 * wg + 16 * (warp % 4), part_rows, 0, lane);
+  const int r_lo = 64 * wg + 16 * (warp % 4) + lane / 4;
+  const uint8_t* smax_rows = a.row_smax + job.item.expert * ExpertRowScaleMaxStride(a.D, a.I) +
+                             (a.up ? 0 : 2 * a.I) + job.v0;
+  l.smax_lo = smax_rows[r_lo];
+  l.smax_hi = smax_rows[r_lo + 8];
+  return l;
+}
+
 // One stage's weights of this lane: 16 bytes of rows r and r + 8, their blocks' scale bytes.
 struct LaneStage {
   uint4 w[2];
@@ -70,6 +94,44 @@ __device__ __forceinline__ void Retired(uint32_t (&frag)[4][4], float (&part)[M]
   wgmma::FenceOperands(part);
 #pragma unroll
   for (int j = 0; j < 4; ++j) wgmma::FenceOperands(frag[j]);
+}
+
+// The first kPF stages' loads of a lane's ring (slot p = stage p).
+template <int kPF>
+__device__ __forceinline__ void PreloadRing(const stream_mma::WarpRows& rows, int n_stages,
+                                            LaneStage (&ring)[kPF]) {
+#pragma unroll
+  for (int p = 0; p < kPF; ++p) {
+    if (p < n_stages) LoadStage(rows, p, ring[p]);
+  }
+}
+
+// run(st, u) for st = 0 .. n_stages - 1 with u = st % kPF a compile-time constant (ring slots
+// live in registers): whole groups of kPF stages, then the rest.
+template <int kPF, class Run>
+__device__ __forceinline__ void ForEachStage(int n_stages, Run&& run) {
+  int base = 0;
+  for (; base + kPF <= n_stages; base += kPF) {
+#pragma unroll
+    for (int u = 0; u < kPF; ++u) run(base + u, u);
+  }
+#pragma unroll
+  for (int u = 0; u < kPF; ++u) {
+    if (base + u < n_stages) run(base + u, u);
+  }
+}
+
+// The pipelined form's last stage (st = n_stages - 1, fragment set st % 2): waits for it and
+// hands its registers back (constant indices keep frag in registers).
+template <int M>
+__device__ __forceinline__ void RetireLastStage(int n_stages, uint32_t (&frag)[2][4][4],
+                                                float (&part)[M]) {
+  wgmma::WaitGroup<0>();
+  if ((n_stages - 1) % 2 == 0) {
+    Retired(frag[0], part);
+  } else {
+    Retired(frag[1], part);
+  }
 }
 
 }  // namespace
