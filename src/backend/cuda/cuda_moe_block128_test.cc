@@ -339,14 +339,14 @@ TEST_F(CudaMoeBlock128Test, DecodeItemsMatchBlock128Reference) {
 
 // The EXPERIMENTAL direct-load prefill GEMM (k_moe_block128_direct.cu,
 // DEEPINFER_EXPERTS_BLOCK128_GEMM=direct) against the per-128 reference and close to the register
-// GEMM, deterministic: K of 2-3 stages, and of 12 and 9 (D 1536, I 1152) so that its ring of 8
-// activation slots wraps around.
+// GEMM, deterministic: K of 2-3 stages, and of 20 and 9 (D 2560, I 1152) so that its ring of 8
+// activation slots wraps around twice (both empty-barrier parities).
 TEST_F(CudaMoeBlock128Test, DirectGemmMatchesBlock128Reference) {
   const int64_t k = 6;
   struct Case {
     int64_t D, I, T;
   };
-  for (const Case c : {Case{256, 384, 300}, Case{1536, 1152, 64}}) {
+  for (const Case c : {Case{256, 384, 300}, Case{2560, 1152, 40}}) {
     SCOPED_TRACE(::testing::Message() << "D " << c.D << " I " << c.I << " T " << c.T);
     const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, c.D, c.I);
     ASSERT_TRUE(kernels::RoutedExpertsBlock128Applicable(ex.D, ex.I, c.T, k, 16));
