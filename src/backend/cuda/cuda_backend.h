@@ -579,6 +579,13 @@ class CudaBackend final : public model::Backend {
   // in items of 8 pairs, else kernels::RoutedExpertsBf16 from experts_bf16_min_tokens_ tokens,
   // else kernels::RoutedExpertsFp8.
   void RoutedExpertsFp8(const model::RoutedExpertsArgs& args, ExpertTable& table);
+  // Whether RoutedExpertsBlock128 may take this call at all (not batch-invariant, MXFP4 experts
+  // with 4-byte aligned scales, x 16-byte aligned); the caller checks the sizes.
+  bool Block128Eligible(const model::RoutedExpertsArgs& args, const ExpertTable& table) const;
+  // RoutedExpertsBlock128 in items of item_pairs pairs, its scratch from the arena.
+  void RunRoutedExpertsBlock128(const model::RoutedExpertsArgs& args, const ExpertTable& table,
+                                int item_pairs, const kernels::ExpertBlock128Pointers* copies,
+                                const uint8_t* row_smax, const char* what);
   // The table's row scales for the block-128 register path (made on first use); null when they
   // could not be made (a warning; RoutedExpertsBlock128 then makes them itself).
   const uint8_t* ExpertRowScaleMaxFor(ExpertTable& table);

@@ -265,12 +265,29 @@ kernels::RoutedExpertsLaunch CudaBackend::ExpertsLaunch(const model::RoutedExper
   return launch;
 }
 
+bool CudaBackend::Block128Eligible(const model::RoutedExpertsArgs& a,
+                                   const ExpertTable& table) const {
+  return !batch_invariant_ && table.up_format == model::WeightFormat::kMxFp4 &&
+         table.down_format == model::WeightFormat::kMxFp4 && table.scales_aligned4 &&
+         kernels::Aligned16(a.x);
+}
+
+void CudaBackend::RunRoutedExpertsBlock128(const model::RoutedExpertsArgs& a,
+                                           const ExpertTable& table, int item_pairs,
+                                           const kernels::ExpertBlock128Pointers* copies,
+                                           const uint8_t* row_smax, const char* what) {
+  void* scratch = TempBytes(static_cast<size_t>(
+      kernels::RoutedExpertsBlock128ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts, item_pairs)));
+  if (scratch == nullptr) return;
+  Check(kernels::RoutedExpertsBlock128(ExpertsLaunch(a, table), item_pairs, copies, row_smax,
+                                       scratch, stream_),
+        what);
+  Done("RoutedExperts");
+}
+
 void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTable& table) {
-  const kernels::RoutedExpertsLaunch launch = ExpertsLaunch(a, table);
-  if (!batch_invariant_ && table.up_format == model::WeightFormat::kMxFp4 &&
-      table.down_format == model::WeightFormat::kMxFp4 && table.scales_aligned4 &&
-      kernels::RoutedExpertsBlock128Applicable(a.D, table.I, a.T, a.k, a.n_experts) &&
-      kernels::Aligned16(a.x)) {
+  if (Block128Eligible(a, table) &&
+      kernels::RoutedExpertsBlock128Applicable(a.D, table.I, a.T, a.k, a.n_experts)) {
     const kernels::ExpertBlock128Pointers* copies = nullptr;
     if (experts_block128_copy_budget_ > 0 && !table.block128_refused) {
       copies = ExpertBlock128TableFor(a, table);
@@ -278,33 +295,23 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTabl
     }
     if (copies != nullptr || experts_block128_) {
       const uint8_t* row_smax = copies == nullptr ? ExpertRowScaleMaxFor(table) : nullptr;
-      const int item_pairs = kernels::RoutedExpertsBlock128ItemPairs(a.T, a.k, a.n_experts);
-      void* scratch = TempBytes(static_cast<size_t>(kernels::RoutedExpertsBlock128ScratchBytes(
-          a.T, a.k, a.D, table.I, a.n_experts, item_pairs)));
-      if (scratch == nullptr) return;
-      Check(kernels::RoutedExpertsBlock128(launch, item_pairs, copies, row_smax, scratch, stream_),
-            "RoutedExperts (block-128 FP8)");
-      return Done("RoutedExperts");
+      return RunRoutedExpertsBlock128(
+          a, table, kernels::RoutedExpertsBlock128ItemPairs(a.T, a.k, a.n_experts), copies,
+          row_smax, "RoutedExperts (block-128 FP8)");
     }
   }
   // Opt-in (set_experts_decode_e4m3): decode sizes on the e4m3 streaming GEMM, with the table's
   // cached row scales only (made per call they would read every expert's scale bytes).
-  if (!batch_invariant_ && experts_decode_e4m3_ && table.up_format == model::WeightFormat::kMxFp4 &&
-      table.down_format == model::WeightFormat::kMxFp4 && table.scales_aligned4 &&
-      kernels::RoutedExpertsBlock128DecodeApplicable(a.D, table.I, a.T, a.k, a.n_experts) &&
-      kernels::Aligned16(a.x)) {
+  if (experts_decode_e4m3_ && Block128Eligible(a, table) &&
+      kernels::RoutedExpertsBlock128DecodeApplicable(a.D, table.I, a.T, a.k, a.n_experts)) {
     const uint8_t* row_smax = ExpertRowScaleMaxFor(table);
     if (!Usable()) return;
     if (row_smax != nullptr) {
-      const int pairs = kernels::kBlock128DecodeItemPairs;
-      void* scratch = TempBytes(static_cast<size_t>(
-          kernels::RoutedExpertsBlock128ScratchBytes(a.T, a.k, a.D, table.I, a.n_experts, pairs)));
-      if (scratch == nullptr) return;
-      Check(kernels::RoutedExpertsBlock128(launch, pairs, nullptr, row_smax, scratch, stream_),
-            "RoutedExperts (block-128 FP8, decode items)");
-      return Done("RoutedExperts");
+      return RunRoutedExpertsBlock128(a, table, kernels::kBlock128DecodeItemPairs, nullptr,
+                                      row_smax, "RoutedExperts (block-128 FP8, decode items)");
     }
   }
+  const kernels::RoutedExpertsLaunch launch = ExpertsLaunch(a, table);
   if (!batch_invariant_ && experts_bf16_min_tokens_ > 0 && a.T >= experts_bf16_min_tokens_ &&
       kernels::RoutedExpertsBf16Applicable(table.up_format, table.down_format, a.D, table.I, a.T,
                                            a.k, a.n_experts)) {

@@ -107,6 +107,21 @@ class CudaMoeBlock128Test : public CudaFp8Test {
     return FromGpu(a.y, T * ex.D);
   }
 
+  // A call's inputs: x [T, D] ~ N(0, 4^2), k distinct ids per token of 16 experts, weights in
+  // [0.05, 1.5] (drawn in that order).
+  struct Inputs {
+    std::vector<float> x;
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+  };
+  Inputs MakeInputs(const Experts& ex, int64_t T, int64_t k) {
+    Inputs in;
+    in.x = Normal(T * ex.D, 4.0f);
+    in.ids = Route(T, k, 16);
+    in.weights = Uniform(T * k, 0.05f, 1.5f);
+    return in;
+  }
+
   std::vector<float> Reference(const Experts& ex, const std::vector<float>& x, int64_t T,
                                const std::vector<int32_t>& ids, const std::vector<float>& weights,
                                int64_t k, int quant_block) {
@@ -185,9 +200,7 @@ TEST_F(CudaMoeBlock128Test, RowScaleMaxMatchesCpu) {
 TEST_F(CudaMoeBlock128Test, DirectEntryMakesItsOwnRowScales) {
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384, 110, 126);
   const int64_t T = 300, k = 6;
-  const std::vector<float> x = Normal(T * ex.D, 4.0f);
-  const std::vector<int32_t> ids = Route(T, k, 16);
-  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const auto [x, ids, weights] = MakeInputs(ex, T, k);
   const std::vector<float> backend = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
   kernels::RoutedExpertsLaunch l;
   l.table = DeviceTable(ex), l.n_experts = 16, l.D = ex.D, l.I = ex.I;
@@ -210,9 +223,7 @@ TEST_F(CudaMoeBlock128Test, EachMatrixUsesItsOwnRowScales) {
   const Experts ex = MakeExpertsPerMatrix(16, WeightFormat::kMxFp4, 256, 384,
                                           {{{100, 106}, {111, 117}, {122, 128}}});
   const int64_t T = 300, k = 6;
-  const std::vector<float> x = Normal(T * ex.D, 4.0f);
-  const std::vector<int32_t> ids = Route(T, k, 16);
-  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const auto [x, ids, weights] = MakeInputs(ex, T, k);
   const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
   const std::vector<float> regs = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
   EXPECT_GT(MaxAbs(expected), 0.0f);
@@ -240,9 +251,7 @@ TEST_F(CudaMoeBlock128Test, MatchesBlock128Reference) {
     const ScopedEnv width("DEEPINFER_EXPERTS_BLOCK128_ITEM_PAIRS", c.item_pairs);
     ASSERT_EQ(kernels::RoutedExpertsBlock128ItemPairs(T, k, 16), c.width);
     ASSERT_TRUE(kernels::RoutedExpertsBlock128Applicable(ex.D, ex.I, T, k, 16));
-    const std::vector<float> x = Normal(T * ex.D, 4.0f);
-    const std::vector<int32_t> ids = Route(T, k, 16);
-    const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+    const auto [x, ids, weights] = MakeInputs(ex, T, k);
     const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
     const std::vector<float> got = RunGpu(ex, x, T, ids, weights, k, Path::kCopies);
     EXPECT_TRUE(RelL2Close(got, expected, 5e-3));
@@ -268,9 +277,7 @@ TEST_F(CudaMoeBlock128Test, MatchesBlock128Reference) {
 TEST_F(CudaMoeBlock128Test, RingsWrapAroundWithWideScales) {
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 768, 640, 100, 130);
   const int64_t T = 100, k = 6;
-  const std::vector<float> x = Normal(T * ex.D, 4.0f);
-  const std::vector<int32_t> ids = Route(T, k, 16);
-  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const auto [x, ids, weights] = MakeInputs(ex, T, k);
   const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
   for (const char* width : {"64", "96", "128"}) {
     SCOPED_TRACE(::testing::Message() << "items of " << width);
@@ -306,9 +313,7 @@ TEST_F(CudaMoeBlock128Test, DecodeItemsMatchBlock128Reference) {
       SCOPED_TRACE(::testing::Message() << "D " << ex.D << " I " << ex.I << " T " << T);
       ASSERT_FALSE(kernels::RoutedExpertsBlock128Applicable(ex.D, ex.I, T, k, 16));
       ASSERT_TRUE(kernels::RoutedExpertsBlock128DecodeApplicable(ex.D, ex.I, T, k, 16));
-      const std::vector<float> x = Normal(T * ex.D, 4.0f);
-      const std::vector<int32_t> ids = Route(T, k, 16);
-      const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+      const auto [x, ids, weights] = MakeInputs(ex, T, k);
       const std::vector<float> expected = Reference(ex, x, T, ids, weights, k, 128);
       gpu_->set_experts_decode_e4m3(true);
       const std::vector<float> e4m3 = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
@@ -350,9 +355,7 @@ TEST_F(CudaMoeBlock128Test, DirectGemmMatchesBlock128Reference) {
     SCOPED_TRACE(::testing::Message() << "D " << c.D << " I " << c.I << " T " << c.T);
     const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, c.D, c.I);
     ASSERT_TRUE(kernels::RoutedExpertsBlock128Applicable(ex.D, ex.I, c.T, k, 16));
-    const std::vector<float> x = Normal(c.T * ex.D, 4.0f);
-    const std::vector<int32_t> ids = Route(c.T, k, 16);
-    const std::vector<float> weights = Uniform(c.T * k, 0.05f, 1.5f);
+    const auto [x, ids, weights] = MakeInputs(ex, c.T, k);
     const std::vector<float> expected = Reference(ex, x, c.T, ids, weights, k, 128);
     const std::vector<float> regs = RunGpu(ex, x, c.T, ids, weights, k, Path::kRegisters);
     const ScopedEnv direct("DEEPINFER_EXPERTS_BLOCK128_GEMM", "direct");
@@ -448,9 +451,7 @@ TEST_F(CudaMoeBlock128Test, EachPathRunsItsOwnGemm) {
 TEST_F(CudaMoeBlock128Test, SmallBudgetFallsBackToRegisters) {
   const Experts ex = MakeExperts(16, WeightFormat::kMxFp4, 256, 384);
   const int64_t T = 200, k = 6;
-  const std::vector<float> x = Normal(T * ex.D, 4.0f);
-  const std::vector<int32_t> ids = Route(T, k, 16);
-  const std::vector<float> weights = Uniform(T * k, 0.05f, 1.5f);
+  const auto [x, ids, weights] = MakeInputs(ex, T, k);
   const std::vector<float> regs = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);
   const size_t small = static_cast<size_t>(CopyBytes(ex, 3));
   EXPECT_TRUE(BitExact(RunGpu(ex, x, T, ids, weights, k, Path::kCopies, small), regs));
