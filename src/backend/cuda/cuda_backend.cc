@@ -176,7 +176,7 @@ base::Status CudaBackend::Init() {
   const char* block128_experts = std::getenv("DEEPINFER_EXPERTS_BLOCK128");
   experts_block128_ = block128_experts == nullptr || std::strcmp(block128_experts, "0") != 0;
   const char* decode_e4m3 = std::getenv("DEEPINFER_EXPERTS_DECODE_E4M3");
-  experts_decode_e4m3_ = decode_e4m3 != nullptr && std::strcmp(decode_e4m3, "1") == 0;
+  experts_decode_e4m3_ = decode_e4m3 == nullptr || std::strcmp(decode_e4m3, "0") != 0;
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
   if (invariant != nullptr && std::strcmp(invariant, "0") != 0) set_batch_invariant(true);
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}{}", device_, prop.name,

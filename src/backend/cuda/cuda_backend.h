@@ -232,9 +232,9 @@ class CudaBackend final : public model::Backend {
   // Decode sizes (below the block-128 path's mean pairs per expert) on the e4m3 streaming GEMM
   // of k_moe_block128_stream.cu (RoutedExpertsBlock128 in items of 8 pairs: the block-128
   // numerics, activations per 128 values) instead of RoutedExpertsBf16's bf16 stream (per-32
-  // activations). Off by default until the GPU suites have run with it (issue 9, session 22:
-  // decode step -7 to -14% at B=8-256); set_experts_decode_e4m3(true) or
-  // DEEPINFER_EXPERTS_DECODE_E4M3=1 at creation.
+  // activations). On by default (issue 9, sessions 22-23: decode step -7 to -14% at B=8-256);
+  // set_experts_decode_e4m3(false) or DEEPINFER_EXPERTS_DECODE_E4M3=0 at creation keeps the bf16
+  // stream.
   void set_experts_decode_e4m3(bool on) { experts_decode_e4m3_ = on; }
   void set_experts_block128_copy_budget(size_t bytes) { experts_block128_copy_budget_ = bytes; }
   size_t experts_block128_copy_bytes() const {
@@ -636,7 +636,7 @@ class CudaBackend final : public model::Backend {
   int64_t experts_bf16_min_tokens_ = 0;      // set in Init(); RoutedExpertsBf16 (0 = never)
   size_t experts_block128_copy_budget_ = 0;  // set in Init(); expert block-128 copies (0 = off)
   bool experts_block128_ = true;             // set in Init(); the register path without copies
-  bool experts_decode_e4m3_ = false;         // set in Init(); decode sizes on e4m3 wgmma
+  bool experts_decode_e4m3_ = true;          // set in Init(); decode sizes on e4m3 wgmma
   bool batch_invariant_ = false;             // set in Init(); set_batch_invariant
 
   // Set in Init(); SparseAttentionPrefill from this many tokens (FP8 mode; 0 = never).

@@ -300,8 +300,8 @@ void CudaBackend::RoutedExpertsFp8(const model::RoutedExpertsArgs& a, ExpertTabl
           row_smax, "RoutedExperts (block-128 FP8)");
     }
   }
-  // Opt-in (set_experts_decode_e4m3): decode sizes on the e4m3 streaming GEMM, with the table's
-  // cached row scales only (made per call they would read every expert's scale bytes).
+  // Unless set_experts_decode_e4m3(false): decode sizes on the e4m3 streaming GEMM, with the
+  // table's cached row scales only (made per call they would read every expert's scale bytes).
   if (experts_decode_e4m3_ && Block128Eligible(a, table) &&
       kernels::RoutedExpertsBlock128DecodeApplicable(a.D, table.I, a.T, a.k, a.n_experts)) {
     const uint8_t* row_smax = ExpertRowScaleMaxFor(table);

@@ -160,13 +160,6 @@ cudaError_t LaunchGemm(const GemmArgs& a, const uint8_t* act, const float* act_s
   g.packed = packed;
   const bool copies = a.table != nullptr;
   using moe_block128::PackOrder;
-  if constexpr (kBN == 64) {
-    if (!copies && moe_block128::DirectGemmSelected()) {  // EXPERIMENTAL
-      const cudaError_t e = moe_block128::LaunchPack<kBN, PackOrder::kStream>(
-          a, act, act_scale, scale_ld, act_div, max_items, packed, stream);
-      return e != cudaSuccess ? e : moe_block128::LaunchMxfp4DirectGemm(kBN, g, max_items, stream);
-    }
-  }
   cudaError_t e = copies ? moe_block128::LaunchPack<kBN, PackOrder::kTile>(
                                a, act, act_scale, scale_ld, act_div, max_items, packed, stream)
                          : moe_block128::LaunchPack<kBN, PackOrder::kRegister>(

@@ -8,9 +8,10 @@
 // instructions per 1 KiB warp step (bench/gpu/sass_loop.py: 474 for the loop of 4 stages; PRMT
 // 128, LOP3 104, IMAD 68, SHF 32, QGMMA 16, FFMA 16), 111 registers, no spills. (Run 192 measured
 // the form without the shift mask: 118.)
-// MEASURED (H200, run 192, the 4-layer decode step at 4k in FP8 mode, two interleaved rounds, ms,
-// bf16 stream -> this kernel): B=1 1.42-1.43 -> 1.40, B=8 2.70-2.72 -> 2.50-2.56, B=32 5.78-5.79
-// -> 5.12-5.13, B=128 11.30-11.37 -> 9.87-9.89, B=256 15.50-15.60 -> 13.29-13.44.
+// The default at decode sizes (CudaBackend::set_experts_decode_e4m3). MEASURED (H200, run 192,
+// the 4-layer decode step at 4k in FP8 mode, two interleaved rounds, ms, bf16 stream -> this
+// kernel): B=1 1.42-1.43 -> 1.40, B=8 2.70-2.72 -> 2.50-2.56, B=32 5.78-5.79 -> 5.12-5.13,
+// B=128 11.30-11.37 -> 9.87-9.89, B=256 15.50-15.60 -> 13.29-13.44.
 //
 // Numerics: those of the register GEMM (k_moe_block128_rs.cu): activations quantised per 128
 // values (the stage's token scale), one weight scale per row (ExpertRowScaleMax), every block's
@@ -29,14 +30,13 @@
 // is promoted times the tokens' stage scales.
 //
 // Variants (kStreamVariants; DEEPINFER_EXPERTS_DECODE_E4M3_VARIANT picks one by name; all give
-// the same bits; only pf4 is measured so far): loads in flight (kPF 4 or 2), 3 blocks per SM
-// (pf2b3, 80 registers), and a pipelined conversion (pipe2, pipe4: stage st + 1's fragments are
-// built while stage st's MMAs run). ptxas serialises the wgmmas (a wait after each: info C7513 /
-// C7514) when a non-wgmma instruction reads an accumulator or writes an A register of a wgmma in
-// flight, e.g. when stage st - 1 is promoted from a second accumulator set while stage st runs,
-// or when frag is indexed by a runtime value; so the pipelined form keeps one accumulator set
-// and waits for stage st before issuing stage st + 1. At 128 registers (pipe4) ptxas still
-// schedules the conversion before the previous stage's wait, so only pipe2 overlaps (SASS).
+// the same bits): loads in flight (kPF 4 or 2) and 3 blocks per SM (pf2b3, 80 registers). Run 193
+// (decode 4k, B=1 / 8 / 32 / 128 / 256, ms): pf4 1.40-1.42 / 2.49-2.54 / 5.10-5.11 / 9.80-9.85 /
+// 13.23-13.25, pf2 1.44-1.48 / 2.49-2.50 / 5.09-5.16 / 9.74-9.79 / 13.11-13.12, pf2b3 1.45 / 2.48 /
+// 5.08 / 9.88 / 13.17: within ~1%. A pipelined conversion (stage st + 1's fragments built while
+// stage st's MMAs run; one accumulator set, because ptxas serialises the wgmmas, info C7513 /
+// C7514, when a non-wgmma instruction reads an accumulator or writes an A register of a wgmma in
+// flight) was 2-4% slower at B >= 32 (run 193) and was removed.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -68,14 +68,10 @@ static_assert(kShiftTables <= kStreamThreads, "one table per thread");
 // Shared memory: the item's packed stages, then the bulk copy's barrier.
 constexpr int SmemBytes(int n_stages) { return n_stages * kStageBytes + 8; }
 
-// kPF: stages of weight loads in flight per lane. kPipe: two fragment sets, so that stage st + 1
-// is converted while stage st's MMAs run (then stage st is waited for and promoted, and stage
-// st + 1 issued; one accumulator set, so no register of a wgmma in flight is read: ptxas keeps
-// the MMAs asynchronous). The bits are the same. kMinBlocks: blocks per SM (__launch_bounds__).
-template <int kPF, bool kPipe, int kMinBlocks>
+// kPF: stages of weight loads in flight per lane. kMinBlocks: blocks per SM (__launch_bounds__).
+template <int kPF, int kMinBlocks>
 __global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
     ExpertGemmMxfp4StreamKernel(GemmArgs a) {
-  static_assert(!kPipe || kPF % 2 == 0, "a stage's fragment set is its ring slot's parity");
   pdl::WaitThenAllowNext();
   extern __shared__ __align__(128) char smem[];
   __shared__ uint2 tables[kShiftTables];
@@ -104,7 +100,7 @@ __global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
   bulk::WaitPhaseOrTrap(bar, 0);
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, part[4];
-  uint32_t frag[kPipe ? 2 : 1][4][4];
+  uint32_t frag[4][4];
   auto promote = [&](int st) {
     const auto* xs =
         reinterpret_cast<const float*>(smem + st * kStageBytes + Pack<kStreamBN>::kXTileBytes);
@@ -119,27 +115,13 @@ __global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
     // so that row maxima that do not match the weights cannot read past the tables).
     const uint2 t_lo = tables[(lr.smax_lo - ls.s[0]) & 0xFFu];
     const uint2 t_hi = tables[(lr.smax_hi - ls.s[1]) & 0xFFu];
-    const int set = kPipe ? u % 2 : 0;
-    BuildFragments(ls, t_lo, t_hi, frag[set]);
-    if constexpr (kPipe) {
-      if (st > 0) {  // stage st - 1 ran while this stage was converted
-        wgmma::WaitGroup<0>();
-        Retired(frag[1 - set], part);
-        promote(st - 1);
-      }
-      IssueStageMmas<kStreamBN>(frag[set], wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
-    } else {
-      IssueStageMmas<kStreamBN>(frag[0], wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
-      wgmma::WaitGroup<0>();
-      Retired(frag[0], part);
-      promote(st);
-    }
+    BuildFragments(ls, t_lo, t_hi, frag);
+    IssueStageMmas<kStreamBN>(frag, wgmma::DescriptorPlus(x_desc0, st * kStageBytes), part);
+    wgmma::WaitGroup<0>();
+    Retired(frag, part);
+    promote(st);
   };
   ForEachStage<kPF>(n_stages, run_stage);
-  if constexpr (kPipe) {  // the last stage
-    RetireLastStage(n_stages, frag, part);
-    promote(n_stages - 1);
-  }
   const float ws_lo = RowScale(lr.smax_lo), ws_hi = RowScale(lr.smax_hi);
   acc[0] *= ws_lo, acc[1] *= ws_lo, acc[2] *= ws_hi, acc[3] *= ws_hi;
   StoreOutputs<kStreamBN>(acc, a, job.item, job.v0, job.n_rows, tid);
@@ -150,17 +132,17 @@ __global__ void __launch_bounds__(kStreamThreads, kMinBlocks)
 namespace {
 
 // The compiled variants (all give the same bits): the default first; the others are picked by
-// name with DEEPINFER_EXPERTS_DECODE_E4M3_VARIANT (read on every call; experiments, session 22:
-// not yet measured).
+// name with DEEPINFER_EXPERTS_DECODE_E4M3_VARIANT (read on every call; run 193 in the file
+// comment).
 struct StreamVariant {
   const char* name;
   int prefetch;  // kPF
-  bool pipe;     // kPipe
   int min_blocks;
 };
 constexpr StreamVariant kStreamVariants[] = {
-    {"pf4", 4, false, 2},  // the one run 192 measured
-    {"pf2", 2, false, 2}, {"pipe4", 4, true, 2}, {"pipe2", 2, true, 2}, {"pf2b3", 2, false, 3},
+    {"pf4", 4, 2},
+    {"pf2", 2, 2},
+    {"pf2b3", 2, 3},
 };
 constexpr int kNumStreamVariants = sizeof(kStreamVariants) / sizeof(kStreamVariants[0]);
 
@@ -178,7 +160,7 @@ cudaError_t LaunchVariant(int index, const GemmArgs& a, int64_t max_items, int64
   if constexpr (kIndex < kNumStreamVariants) {
     if (index != kIndex) return LaunchVariant<kIndex + 1>(index, a, max_items, K, stream);
     constexpr StreamVariant v = kStreamVariants[kIndex];
-    const auto kernel = ExpertGemmMxfp4StreamKernel<v.prefetch, v.pipe, v.min_blocks>;
+    const auto kernel = ExpertGemmMxfp4StreamKernel<v.prefetch, v.min_blocks>;
     const cudaError_t e = launch::RaiseMaxDynamicSmem(kernel, SmemBytes(kMaxStages));
     if (e != cudaSuccess) return e;
     const int64_t rows = a.up ? 2 * a.I : a.D;

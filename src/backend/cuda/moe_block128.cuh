@@ -239,13 +239,6 @@ __device__ __forceinline__ void StoreOutputs(const float (&acc)[kBN / 2], const 
 // pairs (64, 96 or 128), on activations packed in PackOrder::kRegister.
 cudaError_t LaunchMxfp4Gemm(int bn, const GemmArgs& a, int64_t max_items, cudaStream_t stream);
 
-// EXPERIMENTAL (k_moe_block128_direct.cu; not yet run on a GPU): the direct-load GEMM for items of
-// 64 pairs on activations packed in PackOrder::kStream, when DEEPINFER_EXPERTS_BLOCK128_GEMM=direct
-// (DirectGemmSelected, read on every call).
-bool DirectGemmSelected();
-cudaError_t LaunchMxfp4DirectGemm(int bn, const GemmArgs& a, int64_t max_items,
-                                  cudaStream_t stream);
-
 // The decode GEMM over the MXFP4 experts a.mxfp4 (k_moe_block128_stream.cu) for items of 8 pairs,
 // on activations packed in PackOrder::kStream.
 cudaError_t LaunchMxfp4StreamGemm(const GemmArgs& a, int64_t max_items, cudaStream_t stream);

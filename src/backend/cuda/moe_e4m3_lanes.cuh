@@ -1,9 +1,10 @@
-// The lanes of the direct-load e4m3 expert GEMMs (k_moe_block128_stream.cu for decode items,
-// k_moe_block128_direct.cu for prefill items): each lane loads, per 128-value stage, 16 bytes of
+// The lanes of the direct-load e4m3 expert GEMM (k_moe_block128_stream.cu, decode items; a
+// prefill form on the same lanes, items of 64 with a producer warp for the activations, was 26%
+// slower than the register GEMM, session 23): each lane loads, per 128-value stage, 16 bytes of
 // its two fragment rows r and r + 8 straight from global memory -- lane t of a quad holds 32-value
 // block t of the stage -- and word j of that block becomes its A fragment of k32 step j
 // (activations packed in PackOrder::kStream), through the shift tables of moe_e4m3_convert.cuh.
-// Device code; include from those .cu files only.
+// Device code; include from that .cu file only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -118,19 +119,6 @@ __device__ __forceinline__ void ForEachStage(int n_stages, Run&& run) {
 #pragma unroll
   for (int u = 0; u < kPF; ++u) {
     if (base + u < n_stages) run(base + u, u);
-  }
-}
-
-// The pipelined form's last stage (st = n_stages - 1, fragment set st % 2): waits for it and
-// hands its registers back (constant indices keep frag in registers).
-template <int M>
-__device__ __forceinline__ void RetireLastStage(int n_stages, uint32_t (&frag)[2][4][4],
-                                                float (&part)[M]) {
-  wgmma::WaitGroup<0>();
-  if ((n_stages - 1) % 2 == 0) {
-    Retired(frag[0], part);
-  } else {
-    Retired(frag[1], part);
   }
 }
 
