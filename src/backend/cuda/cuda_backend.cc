@@ -12,6 +12,7 @@
 #include "backend/cuda/kernels_attn_mma.h"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_mma.h"
+#include "backend/cuda/kernels_skinny.h"
 #include "backend/cuda/kernels_stream.h"
 #include "base/check.h"
 #include "base/logging.h"
@@ -175,6 +176,8 @@ base::Status CudaBackend::Init() {
       BytesFromGibEnv("DEEPINFER_EXPERTS_FP8_COPY_GIB", kExpertsBlock128CopyBudget);
   const char* block128_experts = std::getenv("DEEPINFER_EXPERTS_BLOCK128");
   experts_block128_ = block128_experts == nullptr || std::strcmp(block128_experts, "0") != 0;
+  const char* skinny = std::getenv("DEEPINFER_FP8_SMALL_BF16_SKINNY");
+  fp8_small_bf16_skinny_ = skinny == nullptr || std::strcmp(skinny, "0") != 0;
   const char* decode_e4m3 = std::getenv("DEEPINFER_EXPERTS_DECODE_E4M3");
   experts_decode_e4m3_ = decode_e4m3 == nullptr || std::strcmp(decode_e4m3, "0") != 0;
   const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
@@ -523,6 +526,14 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   const bool fp8_row_on_cublas = fp8_activations_ && !batch_invariant_ && T == 1 &&
                                  dw->format == model::WeightFormat::kBF16 &&
                                  n_rows * K >= kFp8CublasRowMinElements;
+  // FP8-activation mode: a small BF16 weight at 2..32 rows (set_fp8_small_bf16_skinny).
+  if (fp8_activations_ && !batch_invariant_ && fp8_small_bf16_skinny_ && T >= 2 &&
+      n_rows * K < kFp8CublasRowMinElements && kernels::SkinnyBf16Applicable(*dw, T) &&
+      kernels::Aligned16(x) && ldx % 4 == 0) {
+    Check(kernels::LinearSkinnyBf16(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
+          "Linear skinny bf16");
+    return Done("Linear", w.name);
+  }
   // One row: the GEMV (fastest there). More rows, up to 64: the tensor-core skinny GEMM.
   if (!fp8_row_on_cublas && T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {
     Check(kernels::LinearGemv(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),

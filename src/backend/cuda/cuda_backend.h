@@ -166,6 +166,12 @@ class CudaBackend final : public model::Backend {
   // FP8-activation mode (outside batch-invariant mode): a one-row Linear over a BF16 weight
   // of at least this many elements runs on cuBLAS (LinearBf16Split) instead of the GEMV.
   static constexpr int64_t kFp8CublasRowMinElements = int64_t{1} << 26;
+  // FP8-activation mode (outside batch-invariant mode): a Linear over a BF16 weight below
+  // kFp8CublasRowMinElements (the router, the compressor's wkv / wgate, the indexer's
+  // weights_proj) with 2..kernels::kSkinnyMaxTokens token rows runs on kernels::LinearSkinnyBf16
+  // (the same bf16(x) products as cuBLAS, one launch spread over clusters of 8 blocks along K)
+  // instead of cuBLAS. Default on; DEEPINFER_FP8_SMALL_BF16_SKINNY=0 at creation keeps cuBLAS.
+  void set_fp8_small_bf16_skinny(bool on) { fp8_small_bf16_skinny_ = on; }
   void set_fp8_bf16_gemm_min_tokens(int64_t t) { fp8_bf16_gemm_min_tokens_ = t; }
   // FP8-activation mode, not batch-invariant: an FP8 block-32 Linear (and LinearGrouped) with
   // at most `t` token rows streams its weight through kernels::LinearStream (scales folded
@@ -636,6 +642,7 @@ class CudaBackend final : public model::Backend {
   int64_t experts_bf16_min_tokens_ = 0;      // set in Init(); RoutedExpertsBf16 (0 = never)
   size_t experts_block128_copy_budget_ = 0;  // set in Init(); expert block-128 copies (0 = off)
   bool experts_block128_ = true;             // set in Init(); the register path without copies
+  bool fp8_small_bf16_skinny_ = true;        // set in Init(); LinearSkinnyBf16 at 2-32 rows
   bool experts_decode_e4m3_ = true;          // set in Init(); decode sizes on e4m3 wgmma
   bool batch_invariant_ = false;             // set in Init(); set_batch_invariant
 

@@ -137,6 +137,54 @@ TEST_F(CudaFp8Test, OneRowLargeBf16WeightRunsOnCublas) {
   ExpectLinearMatchesCpu(w, row0, n_rows, xb, 1, y0, ldy, true, got, "bf16 head T=1");
 }
 
+// FP8 mode, router-sized BF16 weights ([384, 5120], and 300 rows of a [400, 2048] weight from
+// row 40 with ldy padding and accumulate: partial 16-row tiles): at 2..32 token rows the backend
+// runs LinearSkinnyBf16, within the fp32-accumulation bound of the CPU Linear on bf16(x) (as
+// the cuBLAS path it replaces); a token's outputs are bitwise the same at every T (here: T = 2
+// against the first two tokens of each larger call); set_fp8_small_bf16_skinny(false) takes
+// cuBLAS again (other bits).
+TEST_F(CudaFp8Test, SmallBf16WeightRunsOnTheSkinnyKernel) {
+  struct Case {
+    int64_t N, K, row0, n_rows, ldy_pad;
+    bool accumulate;
+  };
+  for (const Case c : {Case{384, 5120, 0, 384, 0, false}, Case{400, 2048, 40, 300, 5, true}}) {
+    HostWeight w;
+    const std::vector<uint16_t> bits = Bf16Bits(c.N * c.K);
+    w.data.resize(c.N * c.K * 2);
+    std::memcpy(w.data.data(), bits.data(), w.data.size());
+    w.ref = WeightRef{"router", WeightFormat::kBF16, c.N, c.K, w.data.data(), nullptr};
+    w.device.cols = c.K;
+    const int64_t ldy = c.n_rows + c.ldy_pad, min_tokens = CudaBackend::kFp8Bf16GemmMinTokens;
+    const std::vector<float> x = Activations(32, c.K);
+    std::vector<float> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {  // round to nearest even (x is finite)
+      const uint32_t b = std::bit_cast<uint32_t>(x[i]);
+      xb[i] = std::bit_cast<float>((b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u);
+    }
+    const std::vector<float> y0 = Normal(32 * ldy);
+    auto run = [&](int64_t T) {
+      return RunBackendLinear(
+          w, c.row0, c.n_rows, std::vector<float>(x.begin(), x.begin() + T * c.K), T,
+          std::vector<float>(y0.begin(), y0.begin() + T * ldy), ldy, c.accumulate, min_tokens);
+    };
+    const std::vector<float> two = run(2);
+    for (const int64_t T : {2, 5, 8, 9, 17, 32}) {
+      SCOPED_TRACE(::testing::Message() << "N " << c.N << " K " << c.K << " T " << T);
+      const std::vector<float> got = run(T);
+      ExpectLinearMatchesCpu(w, c.row0, c.n_rows,
+                             std::vector<float>(xb.begin(), xb.begin() + T * c.K), T,
+                             std::vector<float>(y0.begin(), y0.begin() + T * ldy), ldy,
+                             c.accumulate, got, "bf16 skinny");
+      EXPECT_TRUE(BitExact(std::vector<float>(got.begin(), got.begin() + 2 * ldy), two));
+    }
+    gpu_->set_fp8_small_bf16_skinny(false);
+    const std::vector<float> cublas = run(8);
+    gpu_->set_fp8_small_bf16_skinny(true);
+    EXPECT_FALSE(BitExact(cublas, run(8)));
+  }
+}
+
 // The routing at the default threshold: one token below it the backend runs LinearFp8
 // (bitwise its result); at it, the bf16 GEMM (another fp32 summation order over K = 1024:
 // some of the 153600 outputs differ in their last bits).
