@@ -10,6 +10,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kernels_attn_mma.h"
+#include "backend/cuda/kernels_copy.h"
 #include "backend/cuda/kernels_fp8.h"
 #include "backend/cuda/kernels_mma.h"
 #include "backend/cuda/kernels_skinny.h"
@@ -176,6 +177,8 @@ base::Status CudaBackend::Init() {
       BytesFromGibEnv("DEEPINFER_EXPERTS_FP8_COPY_GIB", kExpertsBlock128CopyBudget);
   const char* block128_experts = std::getenv("DEEPINFER_EXPERTS_BLOCK128");
   experts_block128_ = block128_experts == nullptr || std::strcmp(block128_experts, "0") != 0;
+  const char* upload = std::getenv("DEEPINFER_CUDA_UPLOAD_KERNEL");
+  upload_kernel_ = upload == nullptr || std::strcmp(upload, "0") != 0;
   const char* skinny = std::getenv("DEEPINFER_FP8_SMALL_BF16_SKINNY");
   fp8_small_bf16_skinny_ = skinny == nullptr || std::strcmp(skinny, "0") != 0;
   const char* decode_e4m3 = std::getenv("DEEPINFER_EXPERTS_DECODE_E4M3");
@@ -401,6 +404,10 @@ bool CudaBackend::UploadAsync(void* dst, const void* src, size_t bytes, const ch
     }
     std::memcpy(pinned_ + at, src, bytes);
     pinned_used_ = at + bytes;
+    if (upload_kernel_ && bytes <= static_cast<size_t>(kernels::kMaxUploadKernelBytes)) {
+      return Check(kernels::UploadPinned(dst, pinned_ + at, static_cast<int64_t>(bytes), stream_),
+                   what);
+    }
     return CopyAsync(dst, pinned_ + at, bytes, cudaMemcpyHostToDevice, what);
   }
   // Pageable path: the driver stages the bytes before cudaMemcpyAsync returns. A pinned

@@ -172,6 +172,12 @@ class CudaBackend final : public model::Backend {
   // (the same bf16(x) products as cuBLAS, one launch spread over clusters of 8 blocks along K)
   // instead of cuBLAS. Default on; DEEPINFER_FP8_SMALL_BF16_SKINNY=0 at creation keeps cuBLAS.
   void set_fp8_small_bf16_skinny(bool on) { fp8_small_bf16_skinny_ = on; }
+  // Small uploads from the pinned staging (CopyToDevice, CopyDeviceMany's descriptors, up to
+  // kernels::kMaxUploadKernelBytes) run as a PDL kernel that reads the host bytes before its
+  // wait (kernels::UploadPinned) instead of a copy-engine transfer, which inside a graph is a
+  // memcpy node that stops the kernel chain. Default on; DEEPINFER_CUDA_UPLOAD_KERNEL=0 at
+  // creation keeps cudaMemcpyAsync.
+  void set_upload_kernel(bool on) { upload_kernel_ = on; }
   void set_fp8_bf16_gemm_min_tokens(int64_t t) { fp8_bf16_gemm_min_tokens_ = t; }
   // FP8-activation mode, not batch-invariant: an FP8 block-32 Linear (and LinearGrouped) with
   // at most `t` token rows streams its weight through kernels::LinearStream (scales folded
@@ -642,6 +648,7 @@ class CudaBackend final : public model::Backend {
   int64_t experts_bf16_min_tokens_ = 0;      // set in Init(); RoutedExpertsBf16 (0 = never)
   size_t experts_block128_copy_budget_ = 0;  // set in Init(); expert block-128 copies (0 = off)
   bool experts_block128_ = true;             // set in Init(); the register path without copies
+  bool upload_kernel_ = true;                // set in Init(); UploadPinned for small uploads
   bool fp8_small_bf16_skinny_ = true;        // set in Init(); LinearSkinnyBf16 at 2-32 rows
   bool experts_decode_e4m3_ = true;          // set in Init(); decode sizes on e4m3 wgmma
   bool batch_invariant_ = false;             // set in Init(); set_batch_invariant

@@ -4,9 +4,11 @@
 
 #include <array>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/kernels_copy.h"
 
 namespace deepinfer::backend::cuda::testing {
 namespace {
@@ -40,6 +42,56 @@ TEST_F(CudaCopyTest, OneCopyAndNoCopies) {
   std::vector<model::DeviceCopy> one = {{dst, src, 1000 * sizeof(float)}};
   gpu_->CopyDeviceMany(one.data(), 1);
   EXPECT_EQ(FromGpu(dst, 1000), x);
+}
+
+// UploadPinned: page-locked host bytes land exactly at the destination (16-byte and odd
+// destinations, lengths with and without a partial last chunk, up to the kernel's limit), the
+// bytes around it stay untouched; over the limit or from an unaligned source it refuses.
+TEST_F(CudaCopyTest, UploadPinnedMatchesTheHostBytes) {
+  const int64_t n = kernels::kMaxUploadKernelBytes + 64;
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, n, cudaHostAllocDefault), cudaSuccess);
+  const std::vector<uint8_t> host = Bytes(n, 0, 255);
+  std::memcpy(pinned, host.data(), n);
+  uint8_t* dst = PoisonedBytes(n);
+  std::vector<uint8_t> expected(n, 0xAB);
+  for (const auto& [offset, bytes] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, 16},
+           {16, 1},
+           {33, 15},
+           {64, 17},
+           {130, 100},
+           {4096, 4099},
+           {n - kernels::kMaxUploadKernelBytes, kernels::kMaxUploadKernelBytes}}) {
+    SCOPED_TRACE(::testing::Message() << "offset " << offset << " bytes " << bytes);
+    ASSERT_EQ(kernels::UploadPinned(dst + offset, pinned, bytes, gpu_->stream()), cudaSuccess);
+    for (int64_t i = 0; i < bytes; ++i) expected[offset + i] = host[i];
+    EXPECT_EQ(BytesFromGpu(dst, n), expected);
+  }
+  EXPECT_EQ(kernels::UploadPinned(dst, pinned, kernels::kMaxUploadKernelBytes + 1, gpu_->stream()),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::UploadPinned(dst, static_cast<uint8_t*>(pinned) + 4, 32, gpu_->stream()),
+            cudaErrorInvalidValue);
+  ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);
+  cudaFreeHost(pinned);
+}
+
+// CopyToDevice through the upload kernel (the default) and through the copy engine
+// (set_upload_kernel(false)) lands the same bytes, from pageable caller memory of any size.
+TEST_F(CudaCopyTest, CopyToDeviceEitherWay) {
+  for (const bool kernel : {true, false}) {
+    gpu_->set_upload_kernel(kernel);
+    for (const int64_t bytes : {int64_t{3}, int64_t{4096}, int64_t{200000}}) {
+      SCOPED_TRACE(::testing::Message() << "kernel " << kernel << " bytes " << bytes);
+      const std::vector<uint8_t> host = Bytes(bytes, 0, 255);
+      uint8_t* dst = PoisonedBytes(bytes + 1);
+      gpu_->CopyToDevice(dst + 1, host.data(), bytes);
+      std::vector<uint8_t> expected(bytes + 1, 0xAB);
+      std::memcpy(expected.data() + 1, host.data(), bytes);
+      EXPECT_EQ(BytesFromGpu(dst, bytes + 1), expected);
+    }
+  }
+  gpu_->set_upload_kernel(true);
 }
 
 // GatherSelectedRows against the CPU: rows through a block table (d = 512 takes the float4

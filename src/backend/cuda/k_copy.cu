@@ -46,6 +46,52 @@ __global__ void __launch_bounds__(kCopyThreads) CopyManyKernel(const CopyDesc* d
   }
 }
 
+constexpr int kUploadThreads = 128;
+
+// 16 bytes of host memory, fetched again from the host (a cached system-memory line is stale:
+// the host rewrites the staging between graph replays).
+__device__ __forceinline__ uint4 LoadHost16(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.cv.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+__device__ __forceinline__ uint8_t LoadHostByte(const uint8_t* p) {
+  uint16_t r;
+  asm volatile("ld.global.cv.u8 %0, [%1];" : "=h"(r) : "l"(p));
+  return static_cast<uint8_t>(r);
+}
+
+// Thread i moves bytes [16 i, 16 i + 16) (a 16-byte load from the 16-byte aligned staging; the
+// store in one piece when dst allows, else byte by byte). The loads come before the PDL wait
+// (host bytes no kernel writes; kernels_copy.h), the stores after it.
+__global__ void __launch_bounds__(kUploadThreads)
+    UploadPinnedKernel(uint8_t* dst, const uint8_t* src, int64_t bytes) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kUploadThreads + threadIdx.x;
+  const int64_t begin = 16 * i, n = bytes - begin < 16 ? bytes - begin : 16;
+  uint4 v = make_uint4(0, 0, 0, 0);
+  uint8_t tail[16];
+  if (n == 16) {
+    v = LoadHost16(src + begin);
+  } else if (n > 0) {
+#pragma unroll
+    for (int b = 0; b < 16; ++b) tail[b] = b < n ? LoadHostByte(src + begin + b) : 0;
+  }
+  pdl::WaitThenAllowNext();
+  if (n <= 0) return;
+  if (n == 16 && reinterpret_cast<uintptr_t>(dst + begin) % 16 == 0) {
+    *reinterpret_cast<uint4*>(dst + begin) = v;
+    return;
+  }
+  if (n == 16) {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int b = 0; b < 16; ++b) tail[b] = static_cast<uint8_t>(words[b / 4] >> (8 * (b % 4)));
+  }
+  for (int b = 0; b < n; ++b) dst[begin + b] = tail[b];
+}
+
 constexpr int kGatherThreads = 128;
 
 // Block (s, t): slot s of token t (see GatherSelectedRows).
@@ -74,6 +120,17 @@ __global__ void __launch_bounds__(kGatherThreads)
 }
 
 }  // namespace
+
+cudaError_t UploadPinned(void* dst, const void* pinned_src, int64_t bytes, cudaStream_t stream) {
+  if (bytes <= 0) return cudaSuccess;
+  if (bytes > kMaxUploadKernelBytes || reinterpret_cast<uintptr_t>(pinned_src) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t chunks = (bytes + 15) / 16;
+  const auto blocks = static_cast<unsigned>((chunks + kUploadThreads - 1) / kUploadThreads);
+  return pdl::Launch(UploadPinnedKernel, dim3(blocks), dim3(kUploadThreads), 0, stream,
+                     static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(pinned_src), bytes);
+}
 
 cudaError_t GatherSelectedRows(const int32_t* selection, int64_t T, int64_t k, const int64_t* bases,
                                int64_t max_blocks, const int32_t* count, int64_t rows_per_block,
