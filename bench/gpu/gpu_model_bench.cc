@@ -44,6 +44,8 @@ struct Options {
   std::vector<int64_t> contexts = {4096, 32768};
   std::vector<int64_t> prefills = {4096, 16384};
   std::vector<std::string> breakdowns = {"1:4096", "32:4096"};
+  // Prompt lengths whose prefill gets a per-op breakdown and the GEMM part (empty: the first).
+  std::vector<int64_t> prefill_breakdowns;
   // Prefill through the engine (served_prefill.h): prompt lengths x chunk budgets.
   std::vector<int64_t> served_prefills;
   std::vector<int64_t> step_budgets = {512, 2048, 8192};
@@ -398,7 +400,12 @@ int Run(const Options& opt) {
   }
   out["prefill"] = ordered_json::array();
   for (size_t i = 0; i < opt.prefills.size(); ++i) {
-    out["prefill"].push_back(bench.Prefill(opt.prefills[i], /*breakdown=*/i == 0));
+    const bool breakdown =
+        opt.prefill_breakdowns.empty()
+            ? i == 0
+            : std::find(opt.prefill_breakdowns.begin(), opt.prefill_breakdowns.end(),
+                        opt.prefills[i]) != opt.prefill_breakdowns.end();
+    out["prefill"].push_back(bench.Prefill(opt.prefills[i], breakdown));
     std::fflush(stdout);
   }
   out["served_prefill"] = ordered_json::array();
@@ -427,6 +434,9 @@ int main(int argc, char** argv) {
   app.add_option("--contexts", opt.contexts, "decode context lengths")->delimiter(',');
   app.add_option("--prefill", opt.prefills, "prefill prompt lengths")->delimiter(',');
   app.add_option("--breakdown", opt.breakdowns, "batch:context pairs with a per-op breakdown")
+      ->delimiter(',');
+  app.add_option("--prefill-breakdown", opt.prefill_breakdowns,
+                 "prompt lengths with a per-op breakdown and the GEMM part (default: the first)")
       ->delimiter(',');
   app.add_option("--served-prefill", opt.served_prefills,
                  "prompt lengths prefilled through the engine (chunked by --step-budgets)")
