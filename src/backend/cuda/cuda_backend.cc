@@ -537,9 +537,12 @@ void CudaBackend::Linear(const float* x, int64_t T, int64_t ldx, const model::We
   if (fp8_activations_ && !batch_invariant_ && fp8_small_bf16_skinny_ && T >= 2 &&
       n_rows * K < kFp8CublasRowMinElements && kernels::SkinnyBf16Applicable(*dw, T) &&
       kernels::Aligned16(x) && ldx % 4 == 0) {
-    Check(kernels::LinearSkinnyBf16(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_),
-          "Linear skinny bf16");
-    return Done("Linear", w.name);
+    const cudaError_t e =
+        kernels::LinearSkinnyBf16(*dw, row0, n_rows, x, T, ldx, y, ldy, accumulate, stream_);
+    if (e != cudaErrorNotSupported) {  // else no cluster of 8 fits here: cuBLAS below
+      Check(e, "Linear skinny bf16");
+      return Done("Linear", w.name);
+    }
   }
   // One row: the GEMV (fastest there). More rows, up to 64: the tensor-core skinny GEMM.
   if (!fp8_row_on_cublas && T <= gemv_max_tokens_ && kernels::GemvApplicable(*dw, T)) {

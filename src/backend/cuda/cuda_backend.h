@@ -170,7 +170,9 @@ class CudaBackend final : public model::Backend {
   // kFp8CublasRowMinElements (the router, the compressor's wkv / wgate, the indexer's
   // weights_proj) with 2..kernels::kSkinnyMaxTokens token rows runs on kernels::LinearSkinnyBf16
   // (the same bf16(x) products as cuBLAS, one launch spread over clusters of 8 blocks along K)
-  // instead of cuBLAS. Default on; DEEPINFER_FP8_SMALL_BF16_SKINNY=0 at creation keeps cuBLAS.
+  // instead of cuBLAS. It comes before the GEMV rule (set_gemv_max_tokens), so in FP8 mode such
+  // weights at 2-32 rows take it whatever that limit. Default on;
+  // DEEPINFER_FP8_SMALL_BF16_SKINNY=0 at creation keeps cuBLAS.
   void set_fp8_small_bf16_skinny(bool on) { fp8_small_bf16_skinny_ = on; }
   // Small uploads from the pinned staging (CopyToDevice, CopyDeviceMany's descriptors, up to
   // kernels::kMaxUploadKernelBytes) run as a PDL kernel that reads the host bytes before its

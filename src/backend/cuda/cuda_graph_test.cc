@@ -265,6 +265,7 @@ TEST_F(CudaGraphTest, OpTimingIssuesEveryOpDirectly) {
 // as a first segment of 8 (the ramp's start) and a second of 2, each its own graph, replayed
 // every step with the step's data.
 TEST_F(CudaGraphTest, SegmentsRampUpAfterEachSync) {
+  gpu_->set_upload_kernel(true);  // the upload is a kernel whatever the environment says
   gpu_->set_graph_segment_kernels(32);
   const int steps = 5;
   std::vector<std::vector<float>> inputs, graphed;

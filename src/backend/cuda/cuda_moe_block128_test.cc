@@ -331,9 +331,9 @@ TEST_F(CudaMoeBlock128Test, DecodeItemsMatchBlock128Reference) {
       }
       gpu_->set_experts_decode_e4m3(false);
       EXPECT_GT(MaxAbs(expected), 0.0f);
-      // 1e-2: at T = 1 (6 pairs) a few e4m3 roundings of h that flip against the reference's
-      // (gu summed in another order) move the relative error past 5e-3 (run 194: 5.3e-3 at D 512).
-      EXPECT_TRUE(RelL2Close(e4m3, expected, 1e-2));
+      // At T = 1 (6 pairs) a few e4m3 roundings of h that flip against the reference's (gu
+      // summed in another order) can move the relative error past 5e-3 (run 194: 5.3e-3 at D 512).
+      EXPECT_TRUE(RelL2Close(e4m3, expected, T == 1 ? 1e-2 : 5e-3));
       EXPECT_TRUE(AllClose(e4m3, expected, 2e-2, 2e-2 * MaxAbs(expected)));
       EXPECT_TRUE(BitExact(alone, std::vector<float>(e4m3.begin(), e4m3.begin() + ex.D)));
       const std::vector<float> bf16 = RunGpu(ex, x, T, ids, weights, k, Path::kRegisters);

@@ -170,6 +170,10 @@ cudaError_t Launch(const SkinnyArgs& a, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
   config.numAttrs = pdl::AppendAttribute(attr, 1);
+  // A recorded launch (CUDA graphs) fails only when issued: ask now whether a cluster of 8 fits.
+  if (!launch::ClusterSchedulable(reinterpret_cast<const void*>(SkinnyBf16Kernel<kNT>), config)) {
+    return cudaErrorNotSupported;
+  }
   return launch::LaunchKernel(config, SkinnyBf16Kernel<kNT>, a);
 }
 
@@ -178,7 +182,7 @@ cudaError_t Launch(const SkinnyArgs& a, cudaStream_t stream) {
 bool SkinnyBf16Applicable(const DeviceWeight& w, int64_t T) {
   return w.format == model::WeightFormat::kBF16 && T >= 1 && T <= kSkinnyMaxTokens &&
          reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.cols > 0 && w.cols % kStepK == 0 &&
-         w.cols <= kMaxK && w.rows >= 1;
+         w.cols <= kMaxK && w.rows >= 1 && w.rows <= kSkinnyMaxRows;
 }
 
 cudaError_t LinearSkinnyBf16(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,

@@ -39,6 +39,7 @@
 // flight) was 2-4% slower at B >= 32 (run 193) and was removed.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +54,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream_mma.cuh"
 #include "backend/cuda/wgmma_fp8.cuh"
+#include "base/logging.h"
 
 namespace deepinfer::backend::cuda::kernels::moe_block128 {
 namespace {
@@ -148,8 +150,14 @@ constexpr int kNumStreamVariants = sizeof(kStreamVariants) / sizeof(kStreamVaria
 
 int PickStreamVariant() {
   const char* env = std::getenv("DEEPINFER_EXPERTS_DECODE_E4M3_VARIANT");
-  for (int i = 0; env != nullptr && i < kNumStreamVariants; ++i) {
+  if (env == nullptr) return 0;
+  for (int i = 0; i < kNumStreamVariants; ++i) {
     if (std::strcmp(env, kStreamVariants[i].name) == 0) return i;
+  }
+  static std::atomic<bool> warned{false};  // e.g. pipe2 / pipe4, removed in session 23
+  if (!warned.exchange(true)) {
+    LOG_WARN("DEEPINFER_EXPERTS_DECODE_E4M3_VARIANT={}: no such variant, running {}", env,
+             kStreamVariants[0].name);
   }
   return 0;
 }

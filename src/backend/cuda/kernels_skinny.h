@@ -18,13 +18,17 @@
 namespace deepinfer::backend::cuda::kernels {
 
 inline constexpr int64_t kSkinnyMaxTokens = 32;
+// The weights it was built and measured for have 32-512 rows (64 clusters of 8 blocks at most
+// here); larger ones keep the other paths.
+inline constexpr int64_t kSkinnyMaxRows = 1024;
 
-// True if LinearSkinnyBf16 takes w with T rows: a BF16 weight with 16-byte aligned data,
-// K % 32 == 0 and K <= 8192, 1 <= T <= kSkinnyMaxTokens.
+// True if LinearSkinnyBf16 takes w with T rows: a BF16 weight of at most kSkinnyMaxRows rows
+// with 16-byte aligned data, K % 32 == 0 and K <= 8192, 1 <= T <= kSkinnyMaxTokens.
 bool SkinnyBf16Applicable(const DeviceWeight& w, int64_t T);
 
 // x [T, ldx] fp32 (16-byte aligned rows: x and ldx % 4 == 0), y [T, ldy] fp32. One launch
-// (thread-block clusters of 8 along K, programmatic dependent launch).
+// (thread-block clusters of 8 along K, programmatic dependent launch). cudaErrorNotSupported,
+// launching nothing, where a cluster of 8 blocks cannot be scheduled (the caller falls back).
 cudaError_t LinearSkinnyBf16(const DeviceWeight& w, int64_t row0, int64_t n_rows, const float* x,
                              int64_t T, int64_t ldx, float* y, int64_t ldy, bool accumulate,
                              cudaStream_t stream);

@@ -12,8 +12,10 @@
 //   WaitThenAllowNext() is its FIRST statement, before any global-memory read or write
 //   (including reads of counts such as `*n_items` that decide an early return) and before
 //   any early return. The one allowed exception: reads of memory that no kernel ever writes
-//   (weights) may precede the wait (k_linear_stream.cu does: WaitForPrevious comes after its
-//   first weight loads), as long as every thread still waits before anything else.
+//   may precede the wait, as long as every thread still waits before anything else: weights
+//   (k_linear_stream.cu, k_linear_skinny.cu load theirs first) and the backend's pinned host
+//   staging (kernels::UploadPinned; the host writes it before the launch and reuses it only
+//   after a stream synchronisation).
 // Why "wait, then allow": calling launch_dependents before wait lets the whole chain cascade
 // onto the GPU (every kernel resident and spinning), which slowed long kernels by 20% on the
 // H200. With wait first, at most two grids of the chain are resident: the running one and

@@ -13,14 +13,15 @@
 // * Identity: a graph is replayed only for a tape that is byte-for-byte the tape it was
 //   captured from: the same kernels, launch shapes, attributes and parameter values
 //   (pointers included), the same copies (addresses and sizes) and memsets. Only the bytes
-//   that host-to-device copies read may differ: they are read from pinned host memory when
-//   the graph runs, not when it was recorded.
+//   that host-to-device copies, or kernels reading the pinned staging (kernels::UploadPinned),
+//   read may differ: they are read from pinned host memory when the graph runs, not when it
+//   was recorded.
 // * Parameter bytes are compared as they are, padding included: a parameter struct built with
 //   indeterminate padding may make equal work miss its graph (never replay other work); build
 //   such structs value-initialised.
-// * Host sources: RecordCopy of cudaMemcpyHostToDevice requires `src` in page-locked memory
-//   that stays unchanged until the flushed work has run (the backend's pinned staging,
-//   reclaimed only after a stream synchronisation).
+// * Host sources: RecordCopy of cudaMemcpyHostToDevice, and a recorded kernel that reads host
+//   memory, require it page-locked and unchanged until the flushed work has run (the backend's
+//   pinned staging, reclaimed only after a stream synchronisation).
 // * Lifetime: every device address a recorded op uses must stay allocated until Flush has
 //   issued it and the stream has run it. The owner flushes before freeing device memory
 //   (arena trim, weight eviction) and before any stream work it issues directly
