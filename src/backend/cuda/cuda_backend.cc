@@ -48,6 +48,13 @@ int64_t TokensFromEnv(const char* name, int64_t fallback) {
   return static_cast<int64_t>(v);
 }
 
+// An on/off switch from the environment variable `name`: unset gives `fallback`, "0" off,
+// any other value on.
+bool SwitchFromEnv(const char* name, bool fallback) {
+  const char* text = std::getenv(name);
+  return text == nullptr ? fallback : std::strcmp(text, "0") != 0;
+}
+
 // A byte budget given in GiB by the environment (TokensFromEnv's parsing; at most 2^20 GiB, so
 // the shift cannot overflow), or `fallback` bytes.
 size_t BytesFromGibEnv(const char* name, size_t fallback) {
@@ -127,39 +134,26 @@ base::Status CudaBackend::Init() {
   }
   tape_ = std::make_unique<StreamTape>(stream_);
   kernels::launch::RegisterSink(stream_, tape_.get());
-  const char* graphs = std::getenv("DEEPINFER_CUDA_GRAPHS");
-  graphs_ = graphs == nullptr || std::strcmp(graphs, "0") != 0;
+  graphs_ = SwitchFromEnv("DEEPINFER_CUDA_GRAPHS", true);
   graph_segment_kernels_ = TokensFromEnv("DEEPINFER_CUDA_GRAPH_SEGMENT", kGraphSegmentKernels);
-  const char* graph_debug = std::getenv("DEEPINFER_CUDA_GRAPH_DEBUG");
-  tape_->set_debug(graph_debug != nullptr && std::strcmp(graph_debug, "0") != 0);
+  tape_->set_debug(SwitchFromEnv("DEEPINFER_CUDA_GRAPH_DEBUG", false));
   arena_.set_before_trim([this] { FlushTape(); });
   weights_.set_before_free([this] { FlushTape(); });
-  const char* sync = std::getenv("DEEPINFER_CUDA_SYNC");
-  sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
-  const char* gemv = std::getenv("DEEPINFER_CUDA_GEMV");
-  gemv_max_tokens_ =
-      gemv != nullptr && std::strcmp(gemv, "0") == 0 ? 0 : kernels::kDefaultGemvTokens;
-  const char* mma = std::getenv("DEEPINFER_CUDA_MMA");
-  mma_max_tokens_ = mma != nullptr && std::strcmp(mma, "0") == 0 ? 0 : kernels::kMaxMmaTokens;
-  const char* attn = std::getenv("DEEPINFER_CUDA_ATTN_MMA");
-  attention_mma_ = attn == nullptr || std::strcmp(attn, "0") != 0;
+  sync_each_op_ = SwitchFromEnv("DEEPINFER_CUDA_SYNC", false);
+  gemv_max_tokens_ = SwitchFromEnv("DEEPINFER_CUDA_GEMV", true) ? kernels::kDefaultGemvTokens : 0;
+  mma_max_tokens_ = SwitchFromEnv("DEEPINFER_CUDA_MMA", true) ? kernels::kMaxMmaTokens : 0;
+  attention_mma_ = SwitchFromEnv("DEEPINFER_CUDA_ATTN_MMA", true);
   attention_prefill_min_tokens_ =
       TokensFromEnv("DEEPINFER_ATTN_PREFILL_MIN_TOKENS", kAttentionPrefillMinTokens);
-  const char* bf16 = std::getenv("DEEPINFER_CUDA_BF16_GEMM");
-  bf16_gemm_min_tokens_ = bf16 != nullptr && std::strcmp(bf16, "0") == 0
-                              ? std::numeric_limits<int64_t>::max()
-                              : kBf16GemmMinTokens;
-  const char* fused = std::getenv("DEEPINFER_CUDA_FUSED_MOE");
-  fused_experts_ = fused == nullptr || std::strcmp(fused, "0") != 0;
-  const char* paged = std::getenv("DEEPINFER_CUDA_PAGED_INDEXER");
-  paged_indexer_ = paged == nullptr || std::strcmp(paged, "0") != 0;
+  bf16_gemm_min_tokens_ = SwitchFromEnv("DEEPINFER_CUDA_BF16_GEMM", true)
+                              ? kBf16GemmMinTokens
+                              : std::numeric_limits<int64_t>::max();
+  fused_experts_ = SwitchFromEnv("DEEPINFER_CUDA_FUSED_MOE", true);
+  paged_indexer_ = SwitchFromEnv("DEEPINFER_CUDA_PAGED_INDEXER", true);
   side_branch_max_rows_ = TokensFromEnv("DEEPINFER_CUDA_SIDE_BRANCH_MAX_ROWS", kSideBranchMaxRows);
-  const char* many = std::getenv("DEEPINFER_CUDA_LINEAR_MANY");
-  linear_many_ = many == nullptr || std::strcmp(many, "0") != 0;
-  const char* fp8 = std::getenv("DEEPINFER_CUDA_FP8_ACT");
-  fp8_activations_ = fp8 != nullptr && std::strcmp(fp8, "0") != 0;
-  const char* exact_indexer = std::getenv("DEEPINFER_CUDA_EXACT_INDEXER");
-  exact_indexer_sums_ = exact_indexer != nullptr && std::strcmp(exact_indexer, "0") != 0;
+  linear_many_ = SwitchFromEnv("DEEPINFER_CUDA_LINEAR_MANY", true);
+  fp8_activations_ = SwitchFromEnv("DEEPINFER_CUDA_FP8_ACT", false);
+  exact_indexer_sums_ = SwitchFromEnv("DEEPINFER_CUDA_EXACT_INDEXER", false);
   fp8_bf16_gemm_min_tokens_ =
       TokensFromEnv("DEEPINFER_FP8_BF16_GEMM_MIN_TOKENS", kFp8Bf16GemmMinTokens);
   linear_stream_max_tokens_ =
@@ -175,16 +169,11 @@ base::Status CudaBackend::Init() {
       BytesFromGibEnv("DEEPINFER_FP8_BLOCK128_COPY_GIB", kFp8Block128CopyBudget);
   experts_block128_copy_budget_ =
       BytesFromGibEnv("DEEPINFER_EXPERTS_FP8_COPY_GIB", kExpertsBlock128CopyBudget);
-  const char* block128_experts = std::getenv("DEEPINFER_EXPERTS_BLOCK128");
-  experts_block128_ = block128_experts == nullptr || std::strcmp(block128_experts, "0") != 0;
-  const char* upload = std::getenv("DEEPINFER_CUDA_UPLOAD_KERNEL");
-  upload_kernel_ = upload == nullptr || std::strcmp(upload, "0") != 0;
-  const char* skinny = std::getenv("DEEPINFER_FP8_SMALL_BF16_SKINNY");
-  fp8_small_bf16_skinny_ = skinny == nullptr || std::strcmp(skinny, "0") != 0;
-  const char* decode_e4m3 = std::getenv("DEEPINFER_EXPERTS_DECODE_E4M3");
-  experts_decode_e4m3_ = decode_e4m3 == nullptr || std::strcmp(decode_e4m3, "0") != 0;
-  const char* invariant = std::getenv("DEEPINFER_BATCH_INVARIANT");
-  if (invariant != nullptr && std::strcmp(invariant, "0") != 0) set_batch_invariant(true);
+  experts_block128_ = SwitchFromEnv("DEEPINFER_EXPERTS_BLOCK128", true);
+  upload_kernel_ = SwitchFromEnv("DEEPINFER_CUDA_UPLOAD_KERNEL", true);
+  fp8_small_bf16_skinny_ = SwitchFromEnv("DEEPINFER_FP8_SMALL_BF16_SKINNY", true);
+  experts_decode_e4m3_ = SwitchFromEnv("DEEPINFER_EXPERTS_DECODE_E4M3", true);
+  if (SwitchFromEnv("DEEPINFER_BATCH_INVARIANT", false)) set_batch_invariant(true);
   LOG_INFO("cuda backend: device {} {} ({} SMs, {:.1f} GiB){}{}", device_, prop.name,
            prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30),
            sync_each_op_ ? ", synchronising after every op" : "",

@@ -326,6 +326,12 @@ int RoutedExpertsBlock128ItemPairs(int64_t T, int64_t k, int64_t n_experts) {
 
 namespace {
 
+// The item widths a launch may use: the prefill GEMMs' 64, 96 and 128, and the decode form's.
+bool KnownItemPairs(int item_pairs) {
+  return item_pairs == kBlock128DecodeItemPairs || item_pairs == 64 || item_pairs == 96 ||
+         item_pairs == 128;
+}
+
 bool ShapesFit(int64_t D, int64_t I, int64_t T, int64_t k, int64_t n_experts) {
   return D > 0 && I > 0 && D % 128 == 0 && I % 128 == 0 && std::max(D, I) <= 8192 && T >= 1 &&
          k >= 1 && k <= kMaxFusedExpertSlots && n_experts >= 1 && T * k <= (int64_t{1} << 30);
@@ -352,9 +358,7 @@ bool RoutedExpertsBlock128DecodeApplicable(int64_t D, int64_t I, int64_t T, int6
 
 int64_t RoutedExpertsBlock128ScratchBytes(int64_t T, int64_t k, int64_t D, int64_t I,
                                           int64_t n_experts, int item_pairs) {
-  CHECK(item_pairs == kBlock128DecodeItemPairs || item_pairs == 64 || item_pairs == 96 ||
-        item_pairs == 128)
-      << item_pairs;
+  CHECK(KnownItemPairs(item_pairs)) << item_pairs;
   return Layout(T, k, D, I, n_experts, item_pairs).total;
 }
 
@@ -363,7 +367,7 @@ cudaError_t RoutedExpertsBlock128(const RoutedExpertsLaunch& l, int item_pairs,
                                   void* scratch, cudaStream_t stream) {
   if (l.T <= 0) return cudaSuccess;
   const bool decode = item_pairs == kBlock128DecodeItemPairs;
-  if ((item_pairs != 64 && item_pairs != 96 && item_pairs != 128 && !decode) ||
+  if (!KnownItemPairs(item_pairs) ||
       (decode ? copies != nullptr ||
                     !RoutedExpertsBlock128DecodeApplicable(l.D, l.I, l.T, l.k, l.n_experts)
               : !RoutedExpertsBlock128Applicable(l.D, l.I, l.T, l.k, l.n_experts)) ||

@@ -84,8 +84,8 @@ bool RoutedExpertsBlock128Applicable(int64_t D, int64_t I, int64_t T, int64_t k,
 // Whether the decode form of RoutedExpertsBlock128 (items of kBlock128DecodeItemPairs pairs, the
 // streaming GEMM of k_moe_block128_stream.cu; MXFP4 bytes only, no copies) takes these shapes:
 // those of RoutedExpertsBlock128Applicable with at most ExpertsStreamMaxMeanPairs() pairs per
-// expert on average (decode sizes; wider means belong to the prefill form). Opt-in: the backend
-// uses it only when set_experts_decode_e4m3 is on (CudaBackend::RoutedExpertsFp8).
+// expert on average (decode sizes; wider means belong to the prefill form). The backend uses it
+// unless set_experts_decode_e4m3(false) (CudaBackend::RoutedExpertsFp8).
 inline constexpr int kBlock128DecodeItemPairs = 8;
 bool RoutedExpertsBlock128DecodeApplicable(int64_t D, int64_t I, int64_t T, int64_t k,
                                            int64_t n_experts);
