@@ -641,8 +641,34 @@ BulkTarget ToBulk(const StreamArgs& a) {
 // QuantizeStreamKernel has quantised x once into scratch (then, one token tile and
 // LinearStreamBulk(), by the TMA-fed kernel where LinearBulkApplicable). targets[i].split
 // and .xf are set here; all targets share T and the activations' K.
+// The e4m3 wgmma form of the targets (k_linear_e4m3.cu), when switched on and applicable to all:
+// cudaErrorNotSupported (nothing launched) otherwise.
+cudaError_t TryE4m3(const StreamArgs* targets, int n, const float* x, int64_t x_cols, int64_t ldx,
+                    void* scratch, cudaStream_t stream) {
+  const int T = targets[0].T;
+  if (!LinearStreamE4m3(T)) return cudaErrorNotSupported;
+  E4m3StreamTarget e[kMaxStreamTargets];
+  for (int i = 0; i < n; ++i) {
+    const StreamArgs& a = targets[i];
+    e[i].w = a.w;
+    e[i].scale = a.scale;
+    e[i].K = a.K;
+    e[i].row0 = a.row0;
+    e[i].n_rows = a.n_rows;
+    e[i].group_rows = a.group_rows;
+    e[i].grouped = a.group_steps != 0;
+    e[i].y = a.y;
+    e[i].ldy = a.ldy;
+    e[i].accumulate = a.accumulate;
+    if (!LinearE4m3Applicable(e[i], T)) return cudaErrorNotSupported;
+  }
+  return LinearE4m3Many(e, n, x, x_cols, ldx, T, scratch, stream);
+}
+
 cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_cols, int64_t ldx,
                        void* scratch, cudaStream_t stream) {
+  const cudaError_t e4m3 = TryE4m3(targets, n, x, x_cols, ldx, scratch, stream);
+  if (e4m3 != cudaErrorNotSupported) return e4m3;
   const int T = targets[0].T;
   const int nts = TokenTiles(T);
   const bool fused = FuseQuantisation(targets, n, T, x_cols);
