@@ -45,6 +45,13 @@
 // (11.3 / 11.6), indexer wq_b 7.8 (12.6), engram wkv 46.2 (51.9; 3.4 TB/s); T 16 within ~20%.
 // ncu (run 55): latency-bound (long-scoreboard stalls 2.4-2.9 per issue, ~15% of warp slots
 // active, 34-45% issue); rings of 3 or 4 steps in flight were slower (runs 56, 59).
+// Tried and removed (session 24, runs 201-204, code in commit c7c8a4d): the same Linears on e4m3
+// wgmma (weight bytes as loaded in the A fragments, 8-byte loads per row and k32 step, e4m3
+// activations bulk-copied into shared memory, one fp32 promotion per 32-value scale block, K split
+// over thread-block clusters). Correct, but slower nearly everywhere: wo_b T=1 / 32 24.7 / 40.5 us
+// against 17.8 / 29.5 here, wq_b even (15.3 / 23.5 against 15.0 / 23.9); decode B=32 5.32 against
+// 4.93 ms. ncu: clusters placed unevenly (0-5 blocks an SM), promotion scale reads and the cluster
+// reduction on the critical path. See docs/gpu-decode.md, "Update after session 24".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -641,34 +648,8 @@ BulkTarget ToBulk(const StreamArgs& a) {
 // QuantizeStreamKernel has quantised x once into scratch (then, one token tile and
 // LinearStreamBulk(), by the TMA-fed kernel where LinearBulkApplicable). targets[i].split
 // and .xf are set here; all targets share T and the activations' K.
-// The e4m3 wgmma form of the targets (k_linear_e4m3.cu), when switched on and applicable to all:
-// cudaErrorNotSupported (nothing launched) otherwise.
-cudaError_t TryE4m3(const StreamArgs* targets, int n, const float* x, int64_t x_cols, int64_t ldx,
-                    void* scratch, cudaStream_t stream) {
-  const int T = targets[0].T;
-  if (!LinearStreamE4m3(T)) return cudaErrorNotSupported;
-  E4m3StreamTarget e[kMaxStreamTargets];
-  for (int i = 0; i < n; ++i) {
-    const StreamArgs& a = targets[i];
-    e[i].w = a.w;
-    e[i].scale = a.scale;
-    e[i].K = a.K;
-    e[i].row0 = a.row0;
-    e[i].n_rows = a.n_rows;
-    e[i].group_rows = a.group_rows;
-    e[i].grouped = a.group_steps != 0;
-    e[i].y = a.y;
-    e[i].ldy = a.ldy;
-    e[i].accumulate = a.accumulate;
-    if (!LinearE4m3Applicable(e[i], T)) return cudaErrorNotSupported;
-  }
-  return LinearE4m3Many(e, n, x, x_cols, ldx, T, scratch, stream);
-}
-
 cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_cols, int64_t ldx,
                        void* scratch, cudaStream_t stream) {
-  const cudaError_t e4m3 = TryE4m3(targets, n, x, x_cols, ldx, scratch, stream);
-  if (e4m3 != cudaErrorNotSupported) return e4m3;
   const int T = targets[0].T;
   const int nts = TokenTiles(T);
   const bool fused = FuseQuantisation(targets, n, T, x_cols);

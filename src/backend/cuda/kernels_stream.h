@@ -90,44 +90,4 @@ cudaError_t LinearStreamGrouped(const DeviceWeight& w, int64_t groups, const flo
 // The number of warps that split K for a weight of n_rows x K (1, 2, 4 or 8; shape only).
 int LinearStreamSplit(int64_t n_rows, int64_t K);
 
-// --- the e4m3 wgmma form (k_linear_e4m3.cu) ---------------------------------------------
-//
-// LinearStream, LinearStreamMany and LinearStreamGrouped run on e4m3 wgmma (weight bytes as
-// loaded in the A fragments, activations e4m3 in shared memory, one fp32 promotion per 32-value
-// scale block) when LinearStreamE4m3(T) and every target has row0, n_rows and its group's rows
-// multiples of 64 (LinearE4m3Applicable); otherwise, and where a cluster cannot be scheduled, on
-// the bf16 form above. Same products as the bf16 form (the FP8 mode's per-32 numbers), other
-// summation: another tolerance-level result, independent of T and of the other tokens
-// (bitwise) and, in LinearStreamMany, of the other targets. The switch:
-// DEEPINFER_LINEAR_STREAM_E4M3 (0 / 1, read once, default 0) for T >=
-// DEEPINFER_LINEAR_STREAM_E4M3_MIN_T (default 1; below it the bf16 form: a token's bits then
-// depend on which side of the threshold T is).
-bool LinearStreamE4m3(int64_t T);
-// Tests and benchmarks: 1 on, 0 off, -1 back to the environment.
-void SetLinearStreamE4m3(int on);
-
-// One weight (row range) of the e4m3 form; grouped: x columns of group r / group_rows start at
-// (r / group_rows) * K (LinearStreamGrouped), else group_rows = all rows.
-struct E4m3StreamTarget {
-  const uint8_t* w = nullptr;      // e4m3 [rows, K]
-  const uint8_t* scale = nullptr;  // ue8m0 [ceil(rows / 32), K / 32]
-  int64_t K = 0;
-  int64_t row0 = 0;
-  int64_t n_rows = 0;
-  int64_t group_rows = 0;
-  bool grouped = false;
-  float* y = nullptr;  // y[t * ldy + i] (+)= row row0 + i
-  int64_t ldy = 0;
-  bool accumulate = false;
-};
-bool LinearE4m3Applicable(const E4m3StreamTarget& t, int64_t T);
-// Blocks (a cluster) along K for a weight of n_rows x K: shape only.
-int LinearE4m3Split(int64_t n_rows, int64_t K);
-// Scratch of LinearE4m3Many (<= LinearStreamScratchBytes(T, x_cols)).
-int64_t LinearE4m3ScratchBytes(int64_t T, int64_t x_cols);
-// x [T, x_cols] quantised and packed once, then every target (x_cols = K, or groups * K for a
-// grouped one). cudaErrorNotSupported, with nothing launched, when a cluster cannot be scheduled.
-cudaError_t LinearE4m3Many(const E4m3StreamTarget* targets, int n, const float* x, int64_t x_cols,
-                           int64_t ldx, int64_t T, void* scratch, cudaStream_t stream);
-
 }  // namespace deepinfer::backend::cuda::kernels

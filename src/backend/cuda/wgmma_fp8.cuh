@@ -92,8 +92,7 @@ __device__ __forceinline__ void WgmmaE4m3<128>(float (&d)[64], uint64_t desc_a, 
 // a[2] row 16 w + g, k 16 + 4 t ..; a[3] row + 8, k 16 + 4 t ..; byte i of a register = k + i;
 // warp w of the warpgroup, lane 4 g + t) * B (32 x N e4m3, K-major, descriptor desc_b);
 // accumulate = 0 overwrites d. Asynchronous like WgmmaE4m3; a[] must not be rewritten before
-// the WaitGroup that retires it. N = 8 (decode items), 16, 24, 32 (the dense decode Linears of
-// k_linear_e4m3.cu), 64, 96 and 128 are instantiated.
+// the WaitGroup that retires it. N = 8 (decode items), 64, 96 and 128 are instantiated.
 template <int N>
 __device__ void WgmmaE4m3Rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                             int accumulate);
@@ -106,45 +105,6 @@ __device__ __forceinline__ void WgmmaE4m3Rs<8>(float (&d)[4], const uint32_t (&a
       "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, "
       "{%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-
-template <>
-__device__ __forceinline__ void WgmmaE4m3Rs<16>(float (&d)[8], const uint32_t (&a)[4],
-                                                uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-      "{%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-
-template <>
-__device__ __forceinline__ void WgmmaE4m3Rs<24>(float (&d)[12], const uint32_t (&a)[4],
-                                                uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-      "%9, %10, %11}, "
-      "{%12, %13, %14, %15}, %16, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-
-template <>
-__device__ __forceinline__ void WgmmaE4m3Rs<32>(float (&d)[16], const uint32_t (&a)[4],
-                                                uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-      "%9, %10, %11, %12, %13, %14, %15}, "
-      "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
