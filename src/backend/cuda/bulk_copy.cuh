@@ -1,5 +1,5 @@
-// mbarrier and 1D bulk-copy (TMA engine) PTX for sm_90 kernels (k_linear_bulk.cu,
-// k_moe_block128.cu, k_moe_block128_rs.cu). Barrier and shared-memory arguments are
+// mbarrier and 1D bulk-copy (TMA engine) PTX for sm_90 kernels (k_moe_block128.cu,
+// k_moe_block128_rs.cu, k_moe_block128_stream.cu). Barrier and shared-memory arguments are
 // shared-state-space addresses (mma::SharedAddress). Include from .cu files only.
 #pragma once
 

@@ -98,8 +98,8 @@ class CudaFp8Test : public CudaVsCpuTest {
     return w;
   }
 
-  // The several-outputs-over-one-x case of the streaming Linear tests (LinearStreamMany and
-  // LinearBulkMany), K = kManyK: two row ranges of a 256-row weight (the second accumulated
+  // The several-outputs-over-one-x case of the streaming Linear tests (LinearStreamMany),
+  // K = kManyK: two row ranges of a 256-row weight (the second accumulated
   // into a padded y), rows 16.. of a 64-row weight with other scales, a 2048-row weight (another
   // split). ManyOuts(w) points into w, which must outlive the outputs.
   static constexpr int64_t kManyK = 1280;

@@ -62,7 +62,6 @@
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/env_knob.h"
 #include "backend/cuda/fp8_gemm_core.cuh"
-#include "backend/cuda/kernels_bulk.h"
 #include "backend/cuda/kernels_stream.h"
 #include "backend/cuda/launch_sink.h"
 #include "backend/cuda/mma_bf16.cuh"
@@ -620,34 +619,9 @@ bool FuseQuantisation(const StreamArgs* targets, int n, int64_t T, int64_t x_col
   return true;
 }
 
-// Whether the unfused one-tile path (T <= 8) launches the TMA-fed kernel of k_linear_bulk.cu
-// instead of LinearStreamKernel<1>: DEEPINFER_LINEAR_STREAM_BULK=1 (read once; default off).
-bool LinearStreamBulk() {
-  static const bool on = EnvIntClamped("DEEPINFER_LINEAR_STREAM_BULK", 0, 0, 2) == 1;
-  return on;
-}
-
-static_assert(kMaxBulkTargets >= kMaxStreamTargets, "every LinearStreamMany fits one bulk launch");
-
-BulkTarget ToBulk(const StreamArgs& a) {
-  BulkTarget b{};
-  b.w = a.w;
-  b.scale = a.scale;
-  b.K = a.K;
-  b.row0 = a.row0;
-  b.n_rows = a.n_rows;
-  b.group_rows = a.group_rows;
-  b.group_steps = a.group_steps;
-  b.y = a.y;
-  b.ldy = a.ldy;
-  b.accumulate = a.accumulate;
-  return b;
-}
-
 // Runs every target in one LinearStreamKernel launch: fused (FuseQuantisation), or after
-// QuantizeStreamKernel has quantised x once into scratch (then, one token tile and
-// LinearStreamBulk(), by the TMA-fed kernel where LinearBulkApplicable). targets[i].split
-// and .xf are set here; all targets share T and the activations' K.
+// QuantizeStreamKernel has quantised x once into scratch. targets[i].split and .xf are set
+// here; all targets share T and the activations' K.
 cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_cols, int64_t ldx,
                        void* scratch, cudaStream_t stream) {
   const int T = targets[0].T;
@@ -674,14 +648,6 @@ cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_col
     m.block_end[i] = blocks;
   }
   const dim3 grid(static_cast<unsigned>(blocks));
-  if (!fused && nts == 1 && LinearStreamBulk()) {
-    // The TMA-fed kernel (k_linear_bulk.cu) over the same fragments: bitwise the same y.
-    BulkTarget bulk[kMaxStreamTargets];
-    for (int i = 0; i < n; ++i) bulk[i] = ToBulk(targets[i]);
-    if (LinearBulkApplicable(bulk, n, scratch, T)) {
-      return LinearBulkMany(bulk, n, scratch, T, stream);
-    }
-  }
   if (fused) {
     m.x = x;
     m.ldx = ldx;

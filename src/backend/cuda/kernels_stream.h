@@ -33,8 +33,9 @@ inline constexpr int64_t kStreamMaxTokens = 32;
 // did not move (B = 1 1.48 / 1.48 ms unfused against 1.49 / 1.50 fused; B = 2 1.73 / 1.73
 // against 1.74 / 1.73): with PDL the separate quantisation already overlapped the stream
 // kernel's weight prologue, and every fused block repeats the quantisation after its wait.
-// Hence off by default. (A fused launch never goes to the TMA-fed kernel of kernels_bulk.h:
-// that one reads the two-kernel path's scratch.)
+// Hence off by default; re-measured in session 24 (run 207, the decode step at B = 1 / 2 / 4 / 8
+// 1.50-1.52 / 1.65-1.68 / 1.93-1.96 / 2.43-2.48 against 1.41-1.46 / 1.56-1.61 / 1.81-1.86 /
+// 2.38-2.44 ms unfused).
 inline constexpr int64_t kFusedMaxTokens = 0;
 int LinearStreamFuseMaxTokens();
 // Tests and benchmarks: overrides the threshold for the process (clamped to 0..8; -1 goes

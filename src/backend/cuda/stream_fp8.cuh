@@ -1,9 +1,8 @@
-// The FP8 e4m3 weight-step math shared by the decode streaming Linears (k_linear_stream.cu,
-// registers fed by LDG; k_linear_bulk.cu, fed by TMA bulk copies): a lane's 2 x 32 weight
-// bytes of one K step (rows g and g + 8, bytes 32c .. 32c + 31, as 4 uint4 words w[0..3])
-// become the bf16 A fragments of the step's 8 mma.sync m16n8k16, with the ue8m0 scale byte S of
-// their 32 x 32 block folded in exactly. Both kernels must stay bitwise equal: they share this
-// code rather than copies of it. Include from .cu files only.
+// The FP8 e4m3 weight-step math of the decode streaming Linear (k_linear_stream.cu; a TMA-fed
+// form that shared it was measured slower and removed in session 24, run 207): a lane's 2 x 32
+// weight bytes of one K step (rows g and g + 8, bytes 32c .. 32c + 31, as 4 uint4 words
+// w[0..3]) become the bf16 A fragments of the step's 8 mma.sync m16n8k16, with the ue8m0 scale
+// byte S of their 32 x 32 block folded in exactly. Include from .cu files only.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -11,7 +11,8 @@
 // Every field is written explicitly (no padding of the tape's own), so equal work gives equal
 // bytes. Parameter values start at 16-byte offsets of the tape's storage; pointers into it are
 // passed to cudaLaunchKernelExC, which copies the bytes (a type aligned to more, up to 64 as the
-// TMA maps of k_linear_bulk.cu, needs no more from the host copy: runs 125-127).
+// TMA maps of the TMA-fed Linear removed in session 24, needed no more from the host copy: runs
+// 125-127).
 #pragma once
 
 #include <cuda_runtime_api.h>
