@@ -27,13 +27,12 @@
 // 0..7 within a step), so a token's bits do not depend on NT, i.e. on T. Registers at
 // __launch_bounds__(256, 2) (ptxas, CUDA 13.0, sm_90a, session 13): NT 1: 104, 2: 128 (36
 // bytes spill stores; 80 before the weight preload moved out of AccumulateRows), 3: 113, 4:
-// 124 (no spills); NT 1 fused: 112 (no spills, 4 KiB static + T * K * 2 dynamic smem).
+// 124 (no spills).
 //
-// Fused quantisation (T <= LinearStreamFuseMaxTokens, default 0 = off: no decode-step gain in
-// run 118, see kernels_stream.h; see the section below): one launch instead of
-// QuantizeStreamKernel + LinearStreamKernel. Each block, after its weight preload and the PDL
-// wait, quantises all of x into shared memory (T * K * 2 bytes: 10 KiB at T = 1, K = 5120)
-// and reads its B units from there; bitwise the two-kernel result.
+// Removed after measuring (session 24): a fused form in which every block quantised x into its
+// shared memory itself (one launch instead of QuantizeStreamKernel + LinearStreamKernel; no
+// decode-step gain in run 118, slower in run 207: B = 1 / 8 1.50-1.52 / 2.43-2.48 against
+// 1.41-1.46 / 2.38-2.44 ms), and a TMA-fed form (k_linear_bulk.cu; slower in runs 119-125, 207).
 //
 // Roofline (per warp step: 2 KB of weight, 8 MMAs per 8 tokens): ~4.5 integer / bf16 ops per
 // weight pair, so ~170 warp instructions per 2 KB (~12 bytes per instruction): 4.5 TB/s needs
@@ -53,10 +52,7 @@
 // 4.93 ms. ncu: clusters placed unevenly (0-5 blocks an SM), promotion scale reads and the cluster
 // reduction on the critical path. See docs/gpu-decode.md, "Update after session 24".
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
-#include <atomic>
 #include <cstdlib>
 
 #include "backend/cuda/cuda_dequant.cuh"
@@ -80,11 +76,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kStepK = 128;  // K values per warp step: 4 lanes x 32
 constexpr int kWarpRows = 16;
-// LinearStreamKernel<1, true>'s static shared memory (the split's partial sums). Without the
-// opt-in a block may hold 48 KiB of shared memory in all, static included: the default
-// dynamic limit of a kernel is 48 KiB minus its static bytes.
-constexpr int kFusedStaticSmemBytes = kWarps * 4 * 32 * static_cast<int>(sizeof(float));
-constexpr int kSmemNoOptIn = 48 * 1024;
 // Blocks resident at once on an H200 (132 SMs x 2 blocks of the one-tile kernel).
 constexpr int64_t kWaveBlocks = 264;
 
@@ -148,20 +139,11 @@ struct StreamArgs {
 // Up to kMaxStreamTargets weights (row ranges) over the same activations in one launch:
 // blocks [block_end[i - 1], block_end[i]) compute target i exactly as a launch of its own
 // would (same split, same warps' row groups), so the bits do not depend on the grouping.
-// Fused launches (LinearStreamKernel<1, true>) also carry x: every block quantises it into
-// shared memory itself (see "fused quantisation" below); the targets' xf is then unused.
 struct StreamMany {
   StreamArgs a[kMaxStreamTargets];
   int64_t block_end[kMaxStreamTargets];
   int n;
   int l2_head;  // K steps after the first two prefetched into L2 before the PDL wait
-  // Fused only: x [x_tokens, x_cols] fp32 with row stride ldx (x_cols = every target's K).
-  const float* x;
-  int64_t ldx;
-  int64_t x_cols;
-  int x_tokens;
-  bool x_vec4;        // x and ldx allow 16-byte loads of 8-value units
-  bool x_quant_warp;  // quantise with the unfused kernel's one-warp-per-block code only
 };
 
 // One K step's registers: 32 weight bytes of rows g and g + 8, the B units, the scale byte
@@ -191,40 +173,23 @@ __device__ __forceinline__ void LoadWeights(Regs& s, const uint8_t* w0, const ui
   s.scale = __ldg(sc + st * 4);
 }
 
-// Where a lane reads its B units. Unfused: global scratch in fragment order, unit (x step
-// x_st, q, token tile nt) at p[((x_st * 4 + q) * NT + nt) * 32] (p = xf + lane). Fused (NT =
-// 1): the block's shared copy (SharedUnit), unit (x_st, q) at p[(x_st * 4 + q) * stride]
-// with p = units + 4n + c and stride 4 * T; lanes of tokens n >= T (has == false) read
-// nothing and take zeros, the bits the quantisation gives those tokens in scratch.
-struct XSource {
-  const uint4* p;
-  int64_t stride;
-  bool has;
-};
-
-template <int NT, bool kFused>
-__device__ __forceinline__ void LoadActivations(StepRegs<NT>& s, const XSource& x, int64_t x_st) {
-  if constexpr (kFused) {
-    static_assert(NT == 1, "the fused quantisation is for one token tile");
+// A lane's B units: global scratch in fragment order, unit (x step x_st, q, token tile nt) at
+// xp[((x_st * 4 + q) * NT + nt) * 32] (xp = xf + lane).
+template <int NT>
+__device__ __forceinline__ void LoadActivations(StepRegs<NT>& s, const uint4* xp, int64_t x_st) {
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      s.x[q][0] = x.has ? x.p[(x_st * 4 + q) * x.stride] : make_uint4(0u, 0u, 0u, 0u);
-    }
-  } else {
+  for (int q = 0; q < 4; ++q) {
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) s.x[q][nt] = __ldg(x.p + ((x_st * 4 + q) * NT + nt) * 32);
-    }
+    for (int nt = 0; nt < NT; ++nt) s.x[q][nt] = __ldg(xp + ((x_st * 4 + q) * NT + nt) * 32);
   }
 }
 
-template <int NT, bool kFused>
+template <int NT>
 __device__ __forceinline__ void LoadStep(StepRegs<NT>& s, const uint8_t* w0, const uint8_t* w1,
-                                         const uint8_t* sc, const XSource& x, int64_t st,
+                                         const uint8_t* sc, const uint4* xp, int64_t st,
                                          int64_t x_st) {
   LoadWeights(s, w0, w1, sc, st);
-  LoadActivations<NT, kFused>(s, x, x_st);
+  LoadActivations<NT>(s, xp, x_st);
 }
 
 // L2 prefetches of this lane's weight bytes of steps [first, last) (rows g and g + 8),
@@ -288,19 +253,18 @@ __device__ __forceinline__ void PreloadRows(const LaneRows& p, int64_t s0, int64
 }
 
 // The second half (after the wait): acc += the rows times the activations over [s0, s1).
-template <int NT, bool kFused>
-__device__ __forceinline__ void AccumulateRows(const LaneRows& p, const XSource& x, int64_t s0,
-                                               int64_t s1, StepRegs<NT> (&buf)[2],
-                                               float (&acc)[NT][4]) {
+template <int NT>
+__device__ __forceinline__ void AccumulateRows(const LaneRows& p, int64_t s0, int64_t s1,
+                                               StepRegs<NT> (&buf)[2], float (&acc)[NT][4]) {
   const int64_t x0 = p.x0;
-  if (s0 < s1) LoadActivations<NT, kFused>(buf[0], x, x0 + s0);
-  if (s0 + 1 < s1) LoadActivations<NT, kFused>(buf[1], x, x0 + s0 + 1);
+  if (s0 < s1) LoadActivations<NT>(buf[0], p.xp, x0 + s0);
+  if (s0 + 1 < s1) LoadActivations<NT>(buf[1], p.xp, x0 + s0 + 1);
   for (int64_t st = s0; st < s1; st += 2) {
     ComputeStep(buf[0], acc);
-    if (st + 2 < s1) LoadStep<NT, kFused>(buf[0], p.w0, p.w1, p.sc, x, st + 2, x0 + st + 2);
+    if (st + 2 < s1) LoadStep<NT>(buf[0], p.w0, p.w1, p.sc, p.xp, st + 2, x0 + st + 2);
     if (st + 1 < s1) {
       ComputeStep(buf[1], acc);
-      if (st + 3 < s1) LoadStep<NT, kFused>(buf[1], p.w0, p.w1, p.sc, x, st + 3, x0 + st + 3);
+      if (st + 3 < s1) LoadStep<NT>(buf[1], p.w0, p.w1, p.sc, p.xp, st + 3, x0 + st + 3);
     }
   }
 }
@@ -368,166 +332,10 @@ __device__ __forceinline__ void AccumulateRowsJit(const StreamArgs& a, int64_t r
   }
 }
 
-// --- fused quantisation (T <= LinearStreamFuseMaxTokens, one token tile) ----------------
-//
-// Every block quantises all of x [T, K] (T <= 8) into shared memory after the PDL wait, then
-// streams as above with its B units read from there: no QuantizeStreamKernel launch. The
-// shared copy holds only the T real tokens, in fragment order compacted over tokens: unit q
-// of chunk (K step st, lane column c) of token t is units[((st * 4 + q) * T + t) * 4 + c]
-// (T * K * 2 bytes). The bits equal QuantizeStreamKernel's for every x:
-// - a block whose 32 values are all finite: amax is their plain maximum (the warp butterfly
-//   of fp8::QuantizeLaneE4m3 takes the same maximum in any order: MaxF of non-NaN values
-//   is max, and |-0| = +0), taken as the maximum of the magnitude bits. Then with s =
-//   Pow2Ceil(MaxF(amax, 1e-4) / 448) = 2^e, e in [-22, 120], and r = v / s = v * (1 / s)
-//   (1 / s exact, one rounding of the same quotient), QuantizeLaneBf16's
-//   RoundToE4m3(ClampF(r)) (round half even on the e4m3 grid, subnormals on 2^-9, |r| <=
-//   448) is exactly the hardware cvt.rn.satfinite.e4m3x2 of ClampF(r); the e4m3 -> f16 ->
-//   f32 conversions are exact, and the product with s and its bf16 rounding are the same
-//   operations.
-// - a block with an Inf or NaN (a NaN makes the butterfly's amax lane-dependent): the warp
-//   that meets one quantises its blocks of that round again with fp8::QuantizeLaneBf16 itself.
-
-// Shared-memory unit of unit q of 32-value block kb (K chunk kb = st * 4 + c) of token t.
-__device__ __forceinline__ int64_t SharedUnit(int64_t kb, int q, int t, int T) {
-  return (((kb / 4) * 4 + q) * T + t) * 4 + kb % 4;
-}
-
-// One 32-value block b = t * (K / 32) + kb with the unfused kernel's code (the whole warp,
-// lane l quantising value l), written as 16-bit words into the shared units.
-__device__ __forceinline__ void QuantizeBlockWarp(const StreamMany& m, int b, uint4* units) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int per_row = static_cast<int>(m.x_cols / 32), t = b / per_row, kb = b % per_row;
-  const uint16_t bits = fp8::QuantizeLaneBf16(m.x[t * m.ldx + kb * 32 + lane]);
-  const int j = 2 * (lane / 4) + lane % 2, high = (lane % 4) / 2;
-  auto* words = reinterpret_cast<uint16_t*>(units);
-  words[SharedUnit(kb, j / 4, t, m.x_tokens) * 8 + (j % 4) * 2 + high] = bits;
-}
-
-// Blocks [b0, min(b0 + count, n_blocks)) one after the other with QuantizeBlockWarp (the
-// whole warp; b0, count, n_blocks warp-uniform). Not inlined: the rare path of the fused
-// quantisation (and the x_quant_warp mode) stays out of the kernel's straight-line code.
-__device__ __noinline__ void QuantizeBlocksWarp(const StreamMany& m, int b0, int count,
-                                                int n_blocks, uint4* units) {
-  for (int b = b0; b < b0 + count && b < n_blocks; ++b) QuantizeBlockWarp(m, b, units);
-}
-
-// Pow2Ceil (cuda_numerics.cuh) for a normal t whose result is a normal float (here t in
-// [2^-23, 2^120): the block scales of finite x), without its ldexpf: the biased exponent of t,
-// plus one when t has mantissa bits, as an exponent field.
-__device__ __forceinline__ float Pow2CeilNormal(float t) {
-  const uint32_t bits = __float_as_uint(t);
-  return __uint_as_float(((bits >> 23) + ((bits & 0x7FFFFFu) != 0 ? 1u : 0u)) << 23);
-}
-
-// Values lo and hi (finite) of a block with scale s = 2^e (inv = 1 / s) as the bf16x2 of
-// QuantizeLaneBf16's results (lo in the low half).
-__device__ __forceinline__ uint32_t QuantizePairBf16x2(float lo, float hi, float s, float inv) {
-  const float2 r =
-      make_float2(ClampF(lo * inv, -448.0f, 448.0f), ClampF(hi * inv, -448.0f, 448.0f));
-  const __nv_fp8x2_storage_t q = __nv_cvt_float2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3);
-  const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(q, __NV_E4M3)));
-  const __nv_bfloat162 v = __floats2bfloat162_rn(f.x * s, f.y * s);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Values 8q .. 8q+7 (unit q) of block b into v (zeros when !valid).
-__device__ __forceinline__ void LoadUnitValues(const StreamMany& m, int b, int q, bool valid,
-                                               float (&v)[8]) {
-  if (!valid) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-    return;
-  }
-  const int per_row = static_cast<int>(m.x_cols / 32), t = b / per_row, kb = b % per_row;
-  const float* p = m.x + t * m.ldx + kb * 32 + 8 * q;
-  if (m.x_vec4) {
-    const float4 a = *reinterpret_cast<const float4*>(p),
-                 c = *reinterpret_cast<const float4*>(p + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = p[i];
-  }
-}
-
-// One round of a warp: blocks b0 .. b0 + 7 (those < n_blocks), lane l taking unit l % 4 of
-// block b0 + l / 4 (values v). b0 and n_blocks are warp-uniform.
-__device__ __forceinline__ void QuantizeRound(const StreamMany& m, int b0, int n_blocks,
-                                              const float (&v)[8], uint4* units) {
-  const int lane = static_cast<int>(threadIdx.x % 32), q = lane % 4, b = b0 + lane / 4;
-  uint32_t mag = 0;  // the largest |v| bits of the block (Inf / NaN: >= 0x7F800000)
-#pragma unroll
-  for (int i = 0; i < 8; ++i) mag = max(mag, __float_as_uint(v[i]) & 0x7FFFFFFFu);
-  mag = max(mag, __shfl_xor_sync(0xffffffffu, mag, 1));
-  mag = max(mag, __shfl_xor_sync(0xffffffffu, mag, 2));
-  if (!__all_sync(0xffffffffu, mag < 0x7F800000u)) {
-    QuantizeBlocksWarp(m, b0, 8, n_blocks, units);
-    return;
-  }
-  if (b >= n_blocks) return;
-  const float s = Pow2CeilNormal(MaxF(__uint_as_float(mag), 1e-4f) * (1.0f / 448.0f));
-  // 1 / s exactly: s = 2^e with e in [-22, 120] (a normal float without mantissa bits).
-  const float inv = __uint_as_float(0x7F000000u - __float_as_uint(s));
-  // bf16x2 word k of the unit: values (4(k/2) + k%2, 4(k/2) + k%2 + 2) of the 8.
-  const uint4 u =
-      make_uint4(QuantizePairBf16x2(v[0], v[2], s, inv), QuantizePairBf16x2(v[1], v[3], s, inv),
-                 QuantizePairBf16x2(v[4], v[6], s, inv), QuantizePairBf16x2(v[5], v[7], s, inv));
-  const int per_row = static_cast<int>(m.x_cols / 32);
-  units[SharedUnit(b % per_row, q, b / per_row, m.x_tokens)] = u;
-}
-
-// Rounds whose x loads are issued together (their latency is paid once per group).
-constexpr int kQuantRounds = 4;
-
-// The whole block: x into `units` (then the caller syncs the block). Warp w takes rounds
-// b0 = 8w, 8w + 64, ...; all its lanes run the same rounds.
-__device__ __forceinline__ void QuantizeToShared(const StreamMany& m, uint4* units) {
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int n_blocks = m.x_tokens * static_cast<int>(m.x_cols / 32);
-  if (m.x_quant_warp) {  // warp w: blocks 8w .. 8w + 7, 8w + 64 .., as the rounds
-    for (int b = warp * 8; b < n_blocks; b += kWarps * 8)
-      QuantizeBlocksWarp(m, b, 8, n_blocks, units);
-    return;
-  }
-  constexpr int kRoundStride = kWarps * 8;
-  for (int g = warp * 8; g < n_blocks; g += kRoundStride * kQuantRounds) {
-    float v[kQuantRounds][8];
-#pragma unroll
-    for (int i = 0; i < kQuantRounds; ++i) {
-      const int b = g + i * kRoundStride + lane / 4;
-      LoadUnitValues(m, b, lane % 4, b < n_blocks, v[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < kQuantRounds; ++i) {
-      if (g + i * kRoundStride < n_blocks)
-        QuantizeRound(m, g + i * kRoundStride, n_blocks, v[i], units);
-    }
-  }
-}
-
-// Every thread of the block, once, right after its pre-wait weight loads: the PDL wait, then
-// (fused) the block's shared copy of x, complete for every warp after the barrier. The source
-// of this lane's B units for rows of the target `a`.
-template <int NT, bool kFused>
-__device__ __forceinline__ XSource WaitForActivations(const StreamMany& m, const StreamArgs& a,
-                                                      uint4* units) {
-  pdl::WaitThenAllowNext();
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if constexpr (kFused) {
-    QuantizeToShared(m, units);
-    __syncthreads();
-    const int n = lane / 4, c = lane % 4;
-    return XSource{units + 4 * n + c, 4 * int64_t{m.x_tokens}, n < m.x_tokens};
-  } else {
-    return XSource{a.xf + lane, 0, true};
-  }
-}
-
-template <int NT, bool kFused>
+template <int NT>
 __global__ void __launch_bounds__(kThreads, 2)
     LinearStreamKernel(const __grid_constant__ StreamMany m) {
   __shared__ float partial[kWarps][NT * 4][32];
-  static_assert(NT != 1 || sizeof(partial) == kFusedStaticSmemBytes, "the fused opt-in's sum");
   int target = 0;
   while (target + 1 < m.n && int64_t{blockIdx.x} >= m.block_end[target]) ++target;
   const StreamArgs& a = m.a[target];
@@ -541,19 +349,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t r = a.row0 + rg * kWarpRows, s0 = part * steps / a.split,
                 s1 = (part + 1) * steps / a.split;
   if constexpr (NT <= 2) {
-    // Weights before the wait; every thread (also of warps without rows) waits (and, fused,
-    // quantises x and meets the barrier) at this one place.
-    extern __shared__ uint4 fused_units[];
+    // Weights before the wait; every thread (also of warps without rows) waits at this one
+    // place.
     LaneRows p{};
     StepRegs<NT> buf[2];
     if (active) {
       p = LaneRowsOf(a, r);
       PreloadRows<NT>(p, s0, s1, m.l2_head, buf);
     }
-    const XSource x = WaitForActivations<NT, kFused>(m, a, fused_units);
-    if (active) AccumulateRows<NT, kFused>(p, x, s0, s1, buf, acc);
+    pdl::WaitThenAllowNext();
+    if (active) AccumulateRows<NT>(p, s0, s1, buf, acc);
   } else {
-    static_assert(!kFused, "the fused quantisation is for one token tile");
     if (!active) pdl::WaitThenAllowNext();  // (an active warp waits in AccumulateRowsJit)
     if (active) AccumulateRowsJit<NT>(a, r, s0, s1, m.l2_head, acc);
   }
@@ -598,42 +404,18 @@ int LinearStreamL2Head() {
   return head;
 }
 
-// Test / benchmark overrides (kernels_stream.h): -1 = none.
-std::atomic<int> fuse_max_tokens_override{-1};
-std::atomic<bool> fused_quant_warp{false};
-
-// Shared memory of a fused block's copy of x at most (T * K * 2 bytes; with the 4 KiB of
-// partial sums two blocks per SM still fit easily): K = 8192 fuses up to T = 4.
-constexpr int64_t kFusedMaxSmemBytes = 64 * 1024;
-
-// Whether LaunchMany quantises inside the stream kernel (fused): one token tile, at most
-// LinearStreamFuseMaxTokens() tokens, x within kFusedMaxSmemBytes, no grouped weight.
-bool FuseQuantisation(const StreamArgs* targets, int n, int64_t T, int64_t x_cols) {
-  if (T > LinearStreamFuseMaxTokens() || TokenTiles(T) != 1 ||
-      T * x_cols * 2 > kFusedMaxSmemBytes) {
-    return false;
-  }
-  for (int i = 0; i < n; ++i) {
-    if (targets[i].group_steps != 0) return false;
-  }
-  return true;
-}
-
-// Runs every target in one LinearStreamKernel launch: fused (FuseQuantisation), or after
-// QuantizeStreamKernel has quantised x once into scratch. targets[i].split and .xf are set
-// here; all targets share T and the activations' K.
+// Runs every target in one LinearStreamKernel launch after QuantizeStreamKernel has quantised x
+// once into scratch. targets[i].split and .xf are set here; all targets share T and the
+// activations' K.
 cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_cols, int64_t ldx,
                        void* scratch, cudaStream_t stream) {
   const int T = targets[0].T;
   const int nts = TokenTiles(T);
-  const bool fused = FuseQuantisation(targets, n, T, x_cols);
-  if (!fused) {
-    auto* xf = static_cast<uint16_t*>(scratch);
-    const cudaError_t e =
-        pdl::Launch(QuantizeStreamKernel, fp8::WarpPerBlockGrid(int64_t{nts} * 8 * (x_cols / 32)),
-                    kThreads, 0, stream, x, int64_t{T}, x_cols, ldx, nts, xf);
-    if (e != cudaSuccess) return e;
-  }
+  auto* xf = static_cast<uint16_t*>(scratch);
+  const cudaError_t e =
+      pdl::Launch(QuantizeStreamKernel, fp8::WarpPerBlockGrid(int64_t{nts} * 8 * (x_cols / 32)),
+                  kThreads, 0, stream, x, int64_t{T}, x_cols, ldx, nts, xf);
+  if (e != cudaSuccess) return e;
   StreamMany m{};
   m.n = n;
   m.l2_head = LinearStreamL2Head();
@@ -648,29 +430,15 @@ cudaError_t LaunchMany(StreamArgs* targets, int n, const float* x, int64_t x_col
     m.block_end[i] = blocks;
   }
   const dim3 grid(static_cast<unsigned>(blocks));
-  if (fused) {
-    m.x = x;
-    m.ldx = ldx;
-    m.x_cols = x_cols;
-    m.x_tokens = T;
-    m.x_vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
-    m.x_quant_warp = fused_quant_warp.load();
-    const int smem = static_cast<int>(T * x_cols * 2);
-    if (smem + kFusedStaticSmemBytes > kSmemNoOptIn) {  // e.g. T = 6, K = 4096: 48 + 4 KiB
-      const cudaError_t e = launch::RaiseMaxDynamicSmem(LinearStreamKernel<1, true>, smem);
-      if (e != cudaSuccess) return e;
-    }
-    return pdl::Launch(LinearStreamKernel<1, true>, grid, kThreads, smem, stream, m);
-  }
   switch (nts) {
     case 1:
-      return pdl::Launch(LinearStreamKernel<1, false>, grid, kThreads, 0, stream, m);
+      return pdl::Launch(LinearStreamKernel<1>, grid, kThreads, 0, stream, m);
     case 2:
-      return pdl::Launch(LinearStreamKernel<2, false>, grid, kThreads, 0, stream, m);
+      return pdl::Launch(LinearStreamKernel<2>, grid, kThreads, 0, stream, m);
     case 3:
-      return pdl::Launch(LinearStreamKernel<3, false>, grid, kThreads, 0, stream, m);
+      return pdl::Launch(LinearStreamKernel<3>, grid, kThreads, 0, stream, m);
     default:
-      return pdl::Launch(LinearStreamKernel<4, false>, grid, kThreads, 0, stream, m);
+      return pdl::Launch(LinearStreamKernel<4>, grid, kThreads, 0, stream, m);
   }
 }
 
@@ -720,19 +488,6 @@ int LinearStreamSplit(int64_t n_rows, int64_t K) {
   }
   return split;
 }
-
-int LinearStreamFuseMaxTokens() {
-  static const int from_env =
-      EnvIntClamped("DEEPINFER_LINEAR_STREAM_FUSE_MAX_T", static_cast<int>(kFusedMaxTokens), 0, 8);
-  const int forced = fuse_max_tokens_override.load();
-  return forced >= 0 ? forced : from_env;
-}
-
-void SetLinearStreamFuseMaxTokens(int max_tokens) {
-  fuse_max_tokens_override.store(max_tokens < 0 ? -1 : max_tokens > 8 ? 8 : max_tokens);
-}
-
-void SetLinearStreamFusedQuantWarp(bool on) { fused_quant_warp.store(on); }
 
 bool LinearStreamApplicable(const DeviceWeight& w, int64_t row0, int64_t n_rows, int64_t T) {
   return WeightOk(w) && T >= 1 && T <= kStreamMaxTokens && row0 >= 0 && n_rows > 0 &&

@@ -23,28 +23,6 @@ namespace deepinfer::backend::cuda::kernels {
 // Linears up to this many tokens by default (CudaBackend::set_linear_stream_max_tokens).
 inline constexpr int64_t kStreamMaxTokens = 32;
 
-// Few tokens: LinearStream and LinearStreamMany quantise x inside the streaming kernel (one
-// launch instead of two; scratch is left untouched) when T <= LinearStreamFuseMaxTokens(),
-// T <= 8, T * K * 2 <= 64 KiB (each block's shared copy of x) -- never LinearStreamGrouped.
-// The results are bitwise those of the two-kernel path. The threshold:
-// DEEPINFER_LINEAR_STREAM_FUSE_MAX_T (read once, clamped to 0..8; 0 = never fuse), default
-// kFusedMaxTokens. MEASURED (H200, run 118): per call faster in isolation (wq_a 8.5 -> 5.9 us,
-// indexer wq_b 8.8 -> 4.8, wq_b 14.9 -> 13.5; engram wkv 44.7 -> 51.1), but the decode step
-// did not move (B = 1 1.48 / 1.48 ms unfused against 1.49 / 1.50 fused; B = 2 1.73 / 1.73
-// against 1.74 / 1.73): with PDL the separate quantisation already overlapped the stream
-// kernel's weight prologue, and every fused block repeats the quantisation after its wait.
-// Hence off by default; re-measured in session 24 (run 207, the decode step at B = 1 / 2 / 4 / 8
-// 1.50-1.52 / 1.65-1.68 / 1.93-1.96 / 2.43-2.48 against 1.41-1.46 / 1.56-1.61 / 1.81-1.86 /
-// 2.38-2.44 ms unfused).
-inline constexpr int64_t kFusedMaxTokens = 0;
-int LinearStreamFuseMaxTokens();
-// Tests and benchmarks: overrides the threshold for the process (clamped to 0..8; -1 goes
-// back to the environment / default).
-void SetLinearStreamFuseMaxTokens(int max_tokens);
-// Tests and benchmarks: the fused kernel quantises with the two-kernel path's code (one warp
-// per 32-value block, fp8::QuantizeLaneBf16) instead of its thread-per-8-values code.
-void SetLinearStreamFusedQuantWarp(bool on);
-
 // True if LinearStream handles rows [row0, row0 + n_rows) of w for T tokens: FP8 block-32
 // weight, K = w.cols a positive multiple of 128, row0 and n_rows multiples of 16 (so a warp's
 // 16 rows share one 32-row scale block), 1 <= T <= kStreamMaxTokens, data 16-byte aligned.
