@@ -98,30 +98,6 @@ class CudaFp8Test : public CudaVsCpuTest {
     return w;
   }
 
-  // The several-outputs-over-one-x case of the streaming Linear tests (LinearStreamMany),
-  // K = kManyK: two row ranges of a 256-row weight (the second accumulated
-  // into a padded y), rows 16.. of a 64-row weight with other scales, a 2048-row weight (another
-  // split). ManyOuts(w) points into w, which must outlive the outputs.
-  static constexpr int64_t kManyK = 1280;
-  struct ManyWeights {
-    HostWeight a, b, c;
-  };
-  struct ManyOut {
-    const HostWeight* w;
-    int64_t row0, n_rows, ldy;
-    bool accumulate;
-  };
-  ManyWeights MakeManyWeights() {
-    return {MakeFp8Weight(256, kManyK, 112, 124), MakeFp8Weight(64, kManyK, 126, 142),
-            MakeFp8Weight(2048, kManyK, 112, 124)};
-  }
-  static std::vector<ManyOut> ManyOuts(const ManyWeights& w) {
-    return {{&w.a, 0, 128, 128, false},
-            {&w.a, 128, 128, 131, true},
-            {&w.b, 16, 48, 48, false},
-            {&w.c, 0, 2048, 2048, false}};
-  }
-
   // LinearMany of a (all rows, overwritten) and b (all rows, accumulated) over one x [T, K]
   // against each output's own Linear on the same inputs: bitwise equal.
   void ExpectLinearManyEqualsLinearEach(const HostWeight& a, const HostWeight& b, int64_t T) {

@@ -22,6 +22,30 @@ namespace {
 
 class CudaLinearStreamTest : public CudaFp8Test {
  protected:
+  // Several outputs over one x (LinearStreamMany), K = kManyK: two row ranges of a 256-row
+  // weight (the second accumulated into a padded y), rows 16.. of a 64-row weight with other
+  // scales, a 2048-row weight (another split). ManyOuts(w) points into w, which must outlive
+  // the outputs.
+  static constexpr int64_t kManyK = 1280;
+  struct ManyWeights {
+    HostWeight a, b, c;
+  };
+  struct ManyOut {
+    const HostWeight* w;
+    int64_t row0, n_rows, ldy;
+    bool accumulate;
+  };
+  ManyWeights MakeManyWeights() {
+    return {MakeFp8Weight(256, kManyK, 112, 124), MakeFp8Weight(64, kManyK, 126, 142),
+            MakeFp8Weight(2048, kManyK, 112, 124)};
+  }
+  static std::vector<ManyOut> ManyOuts(const ManyWeights& w) {
+    return {{&w.a, 0, 128, 128, false},
+            {&w.a, 128, 128, 131, true},
+            {&w.b, 16, 48, 48, false},
+            {&w.c, 0, 2048, 2048, false}};
+  }
+
   // y [T, ldy] from kernels::LinearStream on the device copy of y0.
   std::vector<float> RunStream(const HostWeight& w, int64_t row0, int64_t n_rows,
                                const std::vector<float>& x, int64_t T, std::vector<float> y0,

@@ -25,9 +25,9 @@
 // (WeightRegs) and load the activations within the step, unit by unit, one unit ahead
 // (ComputeStepJit). Every NT issues a tile's MMAs in the same order (steps ascending, m =
 // 0..7 within a step), so a token's bits do not depend on NT, i.e. on T. Registers at
-// __launch_bounds__(256, 2) (ptxas, CUDA 13.0, sm_90a, session 13): NT 1: 104, 2: 128 (36
-// bytes spill stores; 80 before the weight preload moved out of AccumulateRows), 3: 113, 4:
-// 124 (no spills).
+// __launch_bounds__(256, 2) (ptxas, CUDA 13.0, sm_90a, session 24): NT 1: 103, 2: 128 (24
+// bytes of stack; session 13: 36 bytes of spill stores, 80 before the weight preload moved out
+// of AccumulateRows), 3: 113, 4: 124 (no spills).
 //
 // Removed after measuring (session 24): a fused form in which every block quantised x into its
 // shared memory itself (one launch instead of QuantizeStreamKernel + LinearStreamKernel; no
@@ -175,13 +175,18 @@ __device__ __forceinline__ void LoadWeights(Regs& s, const uint8_t* w0, const ui
 
 // A lane's B units: global scratch in fragment order, unit (x step x_st, q, token tile nt) at
 // xp[((x_st * 4 + q) * NT + nt) * 32] (xp = xf + lane).
+// x[nt] = the B unit q of x step x_st for token tile nt (this lane's).
+template <int NT>
+__device__ __forceinline__ void LoadUnit(uint4 (&x)[NT], const uint4* xp, int64_t x_st, int q) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) x[nt] = __ldg(xp + ((x_st * 4 + q) * NT + nt) * 32);
+}
+
+// All four units of x step x_st (NT <= 2: a whole step's activations, loaded with its weights).
 template <int NT>
 __device__ __forceinline__ void LoadActivations(StepRegs<NT>& s, const uint4* xp, int64_t x_st) {
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) s.x[q][nt] = __ldg(xp + ((x_st * 4 + q) * NT + nt) * 32);
-  }
+  for (int q = 0; q < 4; ++q) LoadUnit<NT>(s.x[q], xp, x_st, q);
 }
 
 template <int NT>
@@ -270,13 +275,6 @@ __device__ __forceinline__ void AccumulateRows(const LaneRows& p, int64_t s0, in
 }
 
 // --- NT >= 3: activations loaded within the step ----------------------------------------
-
-// x[nt] = the B unit q of x step x_st for token tile nt (this lane's).
-template <int NT>
-__device__ __forceinline__ void LoadUnit(uint4 (&x)[NT], const uint4* xp, int64_t x_st, int q) {
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) x[nt] = __ldg(xp + ((x_st * 4 + q) * NT + nt) * 32);
-}
 
 // ComputeStep for NT >= 3, the MMAs in the same order (m = 0..7, each over the token tiles).
 // Unit q of x step x_st is x[q % 2]: x[0] holds unit 0 on entry; unit q + 1 is loaded before
