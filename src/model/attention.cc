@@ -282,6 +282,7 @@ void Model::UploadPagedAddressing(const BatchContext& b, int gi, GroupRows which
   auto* bases = reinterpret_cast<int64_t*>(host.data());
   int32_t* count = host.data() + 2 * R * max_blocks;
   int32_t* ranges = count + R;
+  out.aligned16 = true;
   for (const ChunkContext& c : b.chunks) {
     const KvGroupState& g = c.state->groups[gi];
     out.rows_per_block = g.entries_per_block;  // the same for every sequence of one model
@@ -290,6 +291,7 @@ void Model::UploadPagedAddressing(const BatchContext& b, int gi, GroupRows which
       for (int64_t blk = 0; blk < blocks; ++blk) {
         bases[r * max_blocks + blk] =
             reinterpret_cast<int64_t>(GroupBlockRows(c.state->blocks, g, which, blk));
+        out.aligned16 &= bases[r * max_blocks + blk] % 16 == 0;
       }
       count[r] = static_cast<int32_t>(n);
       if (k > 0) {
@@ -316,6 +318,12 @@ void Model::EnsureIndexKeyAddressing(BatchContext& b, int gi) {
   PagedAddressing& s = b.key_addressing[gi];
   if (s.buf.data() != nullptr) return;
   UploadPagedAddressing(b, gi, GroupRows::kIndexKeys, 0, s);
+}
+
+bool Model::SelectedAddressingAligned(BatchContext& b, int gi) {
+  EnsureSelectedAddressing(b, gi);
+  const int64_t d = config_.text().head_dim;
+  return b.sel_addressing[gi].aligned16 && (d * sizeof(float)) % 16 == 0;
 }
 
 void Model::GatherSelectedEntries(BatchContext& b, int gi) {
@@ -462,7 +470,19 @@ void Model::BatchAttention(int layer, BatchContext& b, const float* q, const flo
 
   SparseAttentionArgs args;
   const int gi = ratio > 0 ? GroupIndex(config_, config_.KvSourceOf(layer)) : -1;
-  if (ratio > 0 && b.selection_group == gi && b.n_select > 0 && SelectedGatherPays(b, gi)) {
+  const bool selected = ratio > 0 && b.selection_group == gi && b.n_select > 0;
+  if (selected && SelectedGatherPays(b, gi) && backend_->SparseAttentionReadsPagedEntries() &&
+      SelectedAddressingAligned(b, gi)) {
+    // The selected entries read in place through the sequences' block tables: the rows of the
+    // gather below in the same order, so the same bits, without the gather.
+    const PagedAddressing& s = b.sel_addressing[gi];
+    args.comp_bases = s.bases();
+    args.comp_max_blocks = s.blocks;
+    args.comp_rows_per_block = s.rows_per_block;
+    args.comp_len = s.count(R);
+    args.selection = b.selection.data();
+    args.n_select = b.n_select;
+  } else if (selected && SelectedGatherPays(b, gi)) {
     // The same rows in the same slots, so the attention's result is the same bits.
     GatherSelectedEntries(b, gi);
     args.comp_kv = b.sel_entries.data();
@@ -471,7 +491,7 @@ void Model::BatchAttention(int layer, BatchContext& b, const float* q, const flo
     args.n_select = b.n_select;
     args.comp_offset = b.sel_addressing[gi].ranges(R);
     args.comp_len = b.sel_addressing[gi].ranges(R) + R;
-  } else if (ratio > 0 && b.selection_group == gi && b.n_select > 0) {
+  } else if (selected) {
     if (static_cast<int>(b.comp_entries.size()) <= gi || b.comp_entries[gi].data() == nullptr) {
       GatherBatchEntries(b, gi);
     }

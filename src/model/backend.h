@@ -139,6 +139,17 @@ struct SparseAttentionArgs {
   const int32_t* window_len = nullptr;    // [T]
   const int32_t* comp_offset = nullptr;   // [T]
   const int32_t* comp_len = nullptr;      // [T]
+  // Paged compressed entries (optional, for backends whose SparseAttentionReadsPagedEntries()
+  // is true): with comp_bases set, entry id of token t (0 <= id < comp_len[t], comp_len then
+  // required) is the head_dim floats at address comp_bases[t * comp_max_blocks + id /
+  // comp_rows_per_block] + (id % comp_rows_per_block) * head_dim (addresses as int64, backend
+  // memory, 16-byte aligned); an id whose block is >= comp_max_blocks is out of range like an
+  // id >= comp_len[t]. comp_kv, n_comp and comp_offset are then unused (null / 0). The same
+  // rows as a gathered comp_kv give the same result (bitwise where the backend runs the same
+  // kernel): this only saves the gather.
+  const int64_t* comp_bases = nullptr;
+  int64_t comp_max_blocks = 0;
+  int64_t comp_rows_per_block = 0;
 };
 
 class Backend {
@@ -293,6 +304,10 @@ class Backend {
   // Per row, the ids of the k largest finite values (descending); -1 for slots whose
   // value would be -inf. idx [T, k].
   virtual void TopK(const float* scores, int64_t T, int64_t n, int64_t k, int32_t* idx) = 0;
+
+  // Whether SparseAttention takes paged compressed entries (SparseAttentionArgs::comp_bases);
+  // a backend without it gets them gathered (GatherSelectedRows) first.
+  virtual bool SparseAttentionReadsPagedEntries() const { return false; }
 
   // Selected compressed entries gathered for SparseAttention (decode: a token attends at most
   // k entries, far fewer than a long sequence holds): for token t and slot s < k with

@@ -152,6 +152,9 @@ class Model {
   // BatchContext::sel_addressing[gi] for this forward's rows and n_select (one upload per
   // group and forward).
   void EnsureSelectedAddressing(BatchContext& b, int gi);
+  // EnsureSelectedAddressing, and whether the attention may read those entries in place (every
+  // block base and row 16-byte aligned: SparseAttentionArgs::comp_bases).
+  bool SelectedAddressingAligned(BatchContext& b, int gi);
   // BatchContext::key_addressing[gi]: the index keys' blocks of this forward's rows (one
   // upload per group and forward), for Backend::IndexerScoresPaged.
   void EnsureIndexKeyAddressing(BatchContext& b, int gi);

@@ -47,6 +47,7 @@ struct Model::ChunkContext {
 struct Model::PagedAddressing {
   DeviceInts buf;  // empty until a layer of the group needs it
   int64_t blocks = 0, rows_per_block = 0, k = 0;
+  bool aligned16 = true;  // every base is 16-byte aligned
   const int64_t* bases() const { return reinterpret_cast<const int64_t*>(buf.data()); }
   const int32_t* count(int64_t rows) const { return buf.data() + 2 * rows * blocks; }
   const int32_t* ranges(int64_t rows) const { return count(rows) + rows; }

@@ -19,6 +19,14 @@ double Dot(const float* a, const float* b, int64_t n) {
   return acc;
 }
 
+// Entry g of token t in paged args (SparseAttentionArgs::comp_bases).
+const float* PagedEntry(const model::SparseAttentionArgs& a, int64_t t, int64_t g) {
+  const int64_t block = g / a.comp_rows_per_block;
+  CHECK_LT(block, a.comp_max_blocks) << "selected compressed entry " << g << " past the table";
+  const auto* base = reinterpret_cast<const float*>(a.comp_bases[t * a.comp_max_blocks + block]);
+  return base + (g % a.comp_rows_per_block) * a.head_dim;
+}
+
 }  // namespace
 
 // Varlen (several sequences in one call): token t sees window rows
@@ -36,9 +44,11 @@ void CpuBackend::SparseAttention(const model::SparseAttentionArgs& a) {
       const int64_t w_len = a.window_len ? a.window_len[t] : a.n_window - w0;
       CHECK(w0 >= 0 && w_len >= 0 && w0 + w_len <= a.n_window)
           << "token " << t << " window rows [" << w0 << ", " << w0 + w_len << ") of " << a.n_window;
-      const int64_t c0 = a.comp_offset ? a.comp_offset[t] : 0;
+      const bool paged = a.comp_bases != nullptr;
+      const int64_t c0 = !paged && a.comp_offset ? a.comp_offset[t] : 0;
       const int64_t c_len = a.comp_len ? a.comp_len[t] : a.n_comp - c0;
-      CHECK(c0 >= 0 && c_len >= 0 && c0 + c_len <= a.n_comp)
+      CHECK(paged ? a.comp_len != nullptr && c_len >= 0
+                  : c0 >= 0 && c_len >= 0 && c0 + c_len <= a.n_comp)
           << "token " << t << " compressed rows [" << c0 << ", " << c0 + c_len << ") of "
           << a.n_comp;
       keys.clear();
@@ -51,7 +61,7 @@ void CpuBackend::SparseAttention(const model::SparseAttentionArgs& a) {
         const int32_t g = a.selection[t * a.n_select + s];
         if (g < 0) continue;
         CHECK(g < c_len) << "selected compressed entry " << g << " of " << c_len;
-        keys.push_back(a.comp_kv + (c0 + g) * d);
+        keys.push_back(paged ? PagedEntry(a, t, g) : a.comp_kv + (c0 + g) * d);
       }
       scores.resize(keys.size());
       for (int64_t h = 0; h < a.heads; ++h) {

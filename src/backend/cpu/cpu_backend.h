@@ -57,6 +57,7 @@ class CpuBackend final : public model::Backend {
                            const float* keys, const int32_t* key_offset, const int32_t* key_len,
                            int64_t n_keys, const int32_t* q_pos, int64_t ratio, float scale,
                            float* scores) override;
+  bool SparseAttentionReadsPagedEntries() const override { return true; }
   bool IndexerPagedApplicable(int64_t T, int64_t heads, int64_t dim, int64_t ratio) const override {
     return T > 0 && heads > 0 && dim > 0 && ratio > 0;
   }

@@ -43,7 +43,8 @@
 namespace deepinfer::backend::cuda::kernels::attention {
 
 // The rows one query token may attend: window rows [win0, win0 + win_len) and selection
-// slots [sel0, sel0 + sel_len) (ids index compressed rows comp0 + id, id < comp_len).
+// slots [sel0, sel0 + sel_len) (ids index compressed rows comp0 + id, id < comp_len; with
+// paged entries, comp0 = 0 and the rows are found through token t's block table).
 // The constructor takes the token's full ranges (null varlen arrays: the whole buffers);
 // ranges outside the shared buffers (a caller bug) are flagged kErrSelectionOutOfRange (if
 // `report`) and attend nothing there, so no read leaves the buffers.
@@ -54,19 +55,22 @@ namespace deepinfer::backend::cuda::kernels::attention {
 // (older or future window rows, -1 padding of a wider n_select: what changes with the
 // batch and the prefill chunk) change nothing, not even the bits.
 struct TokenRows {
+  int64_t t;  // query token
   int64_t p;  // query position
   int64_t win0, win_len, comp0, comp_len, sel0, sel_len;
 
-  __device__ TokenRows(const model::SparseAttentionArgs& a, int64_t t, bool report,
-                       int* error_word) {
+  __device__ TokenRows(const model::SparseAttentionArgs& a, int64_t token, bool report,
+                       int* error_word)
+      : t(token) {
     p = a.q_pos[t];
     win0 = a.window_start != nullptr ? a.window_start[t] : 0;
     win_len = a.window_len != nullptr ? a.window_len[t] : a.n_window - win0;
-    comp0 = a.comp_offset != nullptr ? a.comp_offset[t] : 0;
-    comp_len = a.comp_len != nullptr ? a.comp_len[t] : a.n_comp - comp0;
+    const bool paged = a.comp_bases != nullptr;  // comp_len required, no offset or buffer
+    comp0 = !paged && a.comp_offset != nullptr ? a.comp_offset[t] : 0;
+    comp_len = a.comp_len != nullptr ? a.comp_len[t] : (paged ? 0 : a.n_comp - comp0);
     sel0 = 0, sel_len = a.n_select;
     const bool bad_window = win0 < 0 || win_len < 0 || win0 + win_len > a.n_window;
-    const bool bad_comp = comp0 < 0 || comp_len < 0 || comp0 + comp_len > a.n_comp;
+    const bool bad_comp = comp_len < 0 || (!paged && (comp0 < 0 || comp0 + comp_len > a.n_comp));
     if (bad_window) win0 = 0, win_len = 0;
     if (bad_comp) comp0 = 0, comp_len = 0;
     if (report && (bad_window || bad_comp)) atomicOr(error_word, kErrSelectionOutOfRange);
@@ -106,7 +110,9 @@ struct TokenRows {
 // the position of window row
 // win0 + j; else the id in selection slot sel0 + j - win_len), ResolveCandidate turns it into
 // the key/value row, or null if it is not attended (a window position outside (p - window, p],
-// an empty slot -1, or an id >= comp_len, which flags an error if `report`).
+// an empty slot -1, or an id >= comp_len, which flags an error if `report`). With paged entries
+// (SparseAttentionArgs::comp_bases) the row comes through the token's block table, and an id
+// whose block is >= comp_max_blocks is out of range like one >= comp_len.
 struct CandidateKey {
   int64_t j;
   int32_t key;
@@ -129,9 +135,15 @@ __device__ __forceinline__ const float* ResolveCandidate(const model::SparseAtte
                                                     : nullptr;
   }
   if (c.key < 0) return nullptr;
-  if (c.key >= rows.comp_len) {
+  const bool paged = a.comp_bases != nullptr;
+  if (c.key >= rows.comp_len || (paged && c.key / a.comp_rows_per_block >= a.comp_max_blocks)) {
     if (report) atomicOr(error_word, kErrSelectionOutOfRange);
     return nullptr;
+  }
+  if (paged) {  // SparseAttentionArgs::comp_bases
+    const int64_t block = c.key / a.comp_rows_per_block;
+    return reinterpret_cast<const float*>(a.comp_bases[rows.t * a.comp_max_blocks + block]) +
+           (c.key - block * a.comp_rows_per_block) * a.head_dim;
   }
   return a.comp_kv + (rows.comp0 + c.key) * a.head_dim;
 }

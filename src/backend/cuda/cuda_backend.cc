@@ -145,11 +145,14 @@ base::Status CudaBackend::Init() {
   attention_mma_ = SwitchFromEnv("DEEPINFER_CUDA_ATTN_MMA", true);
   attention_prefill_min_tokens_ =
       TokensFromEnv("DEEPINFER_ATTN_PREFILL_MIN_TOKENS", kAttentionPrefillMinTokens);
+  attention_wgmma_min_tokens_ =
+      TokensFromEnv("DEEPINFER_ATTN_WGMMA_MIN_TOKENS", kAttentionWgmmaMinTokens);
   bf16_gemm_min_tokens_ = SwitchFromEnv("DEEPINFER_CUDA_BF16_GEMM", true)
                               ? kBf16GemmMinTokens
                               : std::numeric_limits<int64_t>::max();
   fused_experts_ = SwitchFromEnv("DEEPINFER_CUDA_FUSED_MOE", true);
   paged_indexer_ = SwitchFromEnv("DEEPINFER_CUDA_PAGED_INDEXER", true);
+  paged_attention_ = SwitchFromEnv("DEEPINFER_CUDA_PAGED_ATTENTION", true);
   side_branch_max_rows_ = TokensFromEnv("DEEPINFER_CUDA_SIDE_BRANCH_MAX_ROWS", kSideBranchMaxRows);
   linear_many_ = SwitchFromEnv("DEEPINFER_CUDA_LINEAR_MANY", true);
   fp8_activations_ = SwitchFromEnv("DEEPINFER_CUDA_FP8_ACT", false);

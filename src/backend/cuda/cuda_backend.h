@@ -142,6 +142,12 @@ class CudaBackend final : public model::Backend {
   // kernel applies (default on; DEEPINFER_CUDA_PAGED_INDEXER=0 turns it off at creation, and
   // the model then gathers the keys first: the same scores, bitwise).
   void set_paged_indexer(bool on) { paged_indexer_ = on; }
+  // SparseAttention reads the selected compressed entries in place through the sequences'
+  // block tables (SparseAttentionArgs::comp_bases) instead of after GatherSelectedRows (default
+  // on; DEEPINFER_CUDA_PAGED_ATTENTION=0 at creation or set_paged_attention(false) gathers
+  // first: the same bits).
+  void set_paged_attention(bool on) { paged_attention_ = on; }
+  bool SparseAttentionReadsPagedEntries() const override { return paged_attention_; }
   // LinearMany shares one stream launch where it can (default on; DEEPINFER_CUDA_LINEAR_MANY=0
   // turns it off at creation: one Linear per output, the same bits).
   void set_linear_many(bool on) { linear_many_ = on; }
@@ -151,6 +157,15 @@ class CudaBackend final : public model::Backend {
   // at creation).
   static constexpr int64_t kAttentionPrefillMinTokens = 64;
   void set_attention_prefill_min_tokens(int64_t t) { attention_prefill_min_tokens_ = t; }
+  // The same from `t` tokens where SparseAttentionPrefill runs its wgmma kernel (head_dim 512:
+  // V4.1; kernels::AttnPrefillUsesWgmma), which splits a decode batch's tokens over clusters
+  // (default kAttentionWgmmaMinTokens = 8; 0 = the threshold above;
+  // DEEPINFER_ATTN_WGMMA_MIN_TOKENS=<n> at creation). H200 runs 211-212, 4-layer step at 4k,
+  // from 1 token against the mma.sync kernel: B = 8 / 16 / 32 2.37-2.42 / 3.41-3.50 / 4.93-5.08
+  // -> 2.27-2.33 / 3.25-3.31 / 4.85-4.94 ms; B = 1 / 2 / 4 no gain (1.42-1.47 / 1.55-1.65 /
+  // 1.79-1.85 either way), hence 8.
+  static constexpr int64_t kAttentionWgmmaMinTokens = 8;
+  void set_attention_wgmma_min_tokens(int64_t t) { attention_wgmma_min_tokens_ = t; }
   // FP8-activation fast mode (kernels_fp8.h): FP8 / MXFP4 Linears and the routed experts
   // quantise their activations per 32 values to e4m3 like DeepSeek's kernels, and the
   // tensor-core indexer sums its exactly-bf16 products in the tensor core
@@ -641,6 +656,7 @@ class CudaBackend final : public model::Backend {
   bool exact_indexer_sums_ = false;       // set in Init(); indexer_sums()
   int64_t fp8_bf16_gemm_min_tokens_ = 0;  // set in Init(); FP8 mode's bf16 GEMM (0 = never)
   bool paged_indexer_ = true;
+  bool paged_attention_ = true;
   bool linear_many_ = true;
   int64_t linear_stream_max_tokens_ = 0;     // set in Init(); FP8 mode's LinearStream (0 = never)
   int64_t fp8_bf16_copy_min_tokens_ = 0;     // set in Init(); kept bf16 weight copies (0 = never)
@@ -657,6 +673,7 @@ class CudaBackend final : public model::Backend {
 
   // Set in Init(); SparseAttentionPrefill from this many tokens (FP8 mode; 0 = never).
   int64_t attention_prefill_min_tokens_ = kAttentionPrefillMinTokens;
+  int64_t attention_wgmma_min_tokens_ = kAttentionWgmmaMinTokens;
   std::unordered_map<const model::ExpertWeights*, ExpertTable> expert_tables_;
   bool graphs_ = true;                 // set in Init(); set_graphs
   int64_t graph_segment_kernels_ = 0;  // set in Init(); set_graph_segment_kernels

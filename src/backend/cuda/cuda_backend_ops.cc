@@ -127,11 +127,17 @@ void CudaBackend::SparseAttention(const model::SparseAttentionArgs& args) {
     return Fail(Unsupported("SparseAttention", "head_dim " + std::to_string(args.head_dim) +
                                                    " / heads " + std::to_string(args.heads)));
   }
-  // Prefill in the FP8-activation mode: one block per token for all 64 heads (not
-  // batch-invariant, so never in batch-invariant mode).
-  if (attention_mma_ && fp8_activations_ && !batch_invariant_ &&
-      attention_prefill_min_tokens_ > 0 && args.tokens >= attention_prefill_min_tokens_ &&
-      kernels::SparseAttentionPrefillApplicable(args)) {
+  // The FP8-activation mode's kernels for all 64 heads of a token at once (not
+  // batch-invariant, so never in batch-invariant mode): from attention_prefill_min_tokens_
+  // tokens, or attention_wgmma_min_tokens_ where the wgmma kernel takes the call.
+  const int64_t wgmma_min =
+      attention_wgmma_min_tokens_ > 0 ? attention_wgmma_min_tokens_ : attention_prefill_min_tokens_;
+  const int64_t min_tokens =
+      attention_prefill_min_tokens_ > 0 && kernels::AttnPrefillUsesWgmma(args)
+          ? std::min(wgmma_min, attention_prefill_min_tokens_)
+          : attention_prefill_min_tokens_;
+  if (attention_mma_ && fp8_activations_ && !batch_invariant_ && min_tokens > 0 &&
+      args.tokens >= min_tokens && kernels::SparseAttentionPrefillApplicable(args)) {
     Check(kernels::SparseAttentionPrefill(args, error_word_, stream_), "SparseAttention prefill");
   } else if (attention_mma_ && kernels::SparseAttentionMmaApplicable(args)) {
     Check(kernels::SparseAttentionMma(args, error_word_, stream_, fp8_activations_),

@@ -3,6 +3,8 @@
 // batch of two sequences (prefill, then decode steps), once with the index keys read in
 // place (Backend::IndexerScoresPaged) and once gathered first (IndexerScoresVarlen): the
 // logits must be bitwise the same, and the paged run must really have taken the paged op.
+// Likewise the attention's selected compressed entries read in place (SparseAttentionArgs::
+// comp_bases) against gathered first (GatherSelectedRows).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,6 +66,37 @@ TEST_F(CudaModelPagedTest, PagedIndexKeysGiveTheGatheredLogitsBitwise) {
   ASSERT_EQ(paged.size(), gathered.size());
   EXPECT_EQ(std::memcmp(paged.data(), gathered.data(), paged.size() * sizeof(float)), 0);
   for (float v : paged) ASSERT_TRUE(std::isfinite(v));
+  std::filesystem::remove_all(dir);
+}
+
+// How many ops labelled `label` the backend ran since the last TakeOpTimings.
+int CountOps(CudaBackend& gpu, const std::string& label) {
+  int n = 0;
+  for (const OpTiming& op : gpu.TakeOpTimings()) n += op.label == label ? 1 : 0;
+  return n;
+}
+
+TEST_F(CudaModelPagedTest, PagedSelectedEntriesGiveTheGatheredLogitsBitwise) {
+  const auto dir = std::filesystem::temp_directory_path() / "deepinfer_cuda_model_paged_attn";
+  auto m = LoadDemoModel(dir, /*seed=*/12, gpu_.get());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const int steps = 12;
+  gpu_->SetOpTiming(true);
+  gpu_->set_paged_attention(true);
+  ASSERT_TRUE(gpu_->SparseAttentionReadsPagedEntries());
+  const std::vector<float> paged = RunTwoSequences(**m, steps);
+  EXPECT_EQ(CountOps(*gpu_, "GatherSelectedRows"), 0);
+  gpu_->set_paged_attention(false);
+  const std::vector<float> gathered = RunTwoSequences(**m, steps);
+  // Decode rows select fewer entries than their sequences hold, so without the paged read
+  // the model gathers them: the two runs differ in that path.
+  EXPECT_GT(CountOps(*gpu_, "GatherSelectedRows"), 0);
+  gpu_->set_paged_attention(true);
+  gpu_->SetOpTiming(false);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  ASSERT_EQ(paged.size(), gathered.size());
+  ASSERT_FALSE(paged.empty());
+  EXPECT_EQ(std::memcmp(paged.data(), gathered.data(), paged.size() * sizeof(float)), 0);
   std::filesystem::remove_all(dir);
 }
 

@@ -31,6 +31,14 @@
 // the bits differ from the mma.sync kernel's (one chain per score instead of four, O scaled
 // before the tensor core adds P V).
 //
+// Decode splits. With few tokens (decode batches) one block per token leaves most SMs idle, so
+// the launch spreads each (token, head group) over a thread-block cluster of `splits` blocks
+// (grid z; WgmmaSplits: as many as keep one block per SM, a power of two <= 8): block z runs
+// chunks [z c, (z + 1) c) of the token's ceil(chunks / splits) = c, from a fresh state (m at the
+// sink logit, l = 0, O = 0), and MergeSplits combines the states through distributed shared
+// memory in rank order. The result depends on `splits`, i.e. on the token count of the call (as
+// everything of this kernel; never in batch-invariant mode); splits = 1 is the path above.
+//
 // Roofline per chunk and SM (H200): MMAs 3 M MAC (S twice, P V once) = 1,536 clk at 2,048 bf16
 // MAC/clk; shared memory ~400 KiB (S: q 64 + K 32 per warpgroup, P V: 16 per warpgroup, the
 // staging 64 written + 64 read + 32 written) = ~3,200 clk at 128 B/clk; L2 64 KiB of fp32 rows.
@@ -40,6 +48,7 @@
 // warps per scheduler issuing 0.34 instructions per cycle, the stall samples spread over the
 // staging (cp.async issue ~12%, conversion ~15%), S issue ~7.5%, softmax ~6%, P V ~8%: latency,
 // not one unit. Next: TMA bulk copies of whole rows, a bf16 KV cache (no conversion).
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -58,6 +67,7 @@
 namespace deepinfer::backend::cuda::kernels {
 namespace {
 
+namespace cg = cooperative_groups;
 using attention::TokenRows;
 
 constexpr int kThreads = 256;  // two warpgroups
@@ -76,7 +86,16 @@ constexpr uint32_t kRawOff = kTilesOff + kTiles * kTileBytes;  // raw
 constexpr uint32_t kValidOff = kRawOff + kRawBytes;  // [kTiles] words: row r attended = bit r
 constexpr uint32_t kTrimOff = kValidOff + 16;        // TokenRows::Trim scratch
 constexpr uint32_t kSmemBytes = kTrimOff + 4 * 8;
+// MergeSplits' shared memory (after the chunk loop, over q / tiles / raw): the block's O as
+// [kHeads][kOStride] fp32 (rows padded so that a warp's stores spread over the banks), then
+// m [kHeads], l [kHeads] and the merge weights [kHeads][kMaxSplits].
+constexpr int kMaxSplits = attention::kLanes;
+constexpr int kOStride = kD + 8;
+constexpr uint32_t kMergeMOff = kHeads * kOStride * 4;
+constexpr uint32_t kMergeLOff = kMergeMOff + kHeads * 4;
+constexpr uint32_t kMergeCoefOff = kMergeLOff + kHeads * 4;
 static_assert(kHeads == 64 && kD == 512, "one m64 of heads, two n256 halves of O");
+static_assert(kMergeCoefOff + kHeads * kMaxSplits * 4 <= kSmemBytes, "merge fits");
 static_assert(kCopies * 16 * kThreads == static_cast<int>(kRawBytes), "whole copies");
 static_assert(kSmemBytes <= 227 * 1024, "one block per SM");
 
@@ -292,6 +311,86 @@ __device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int6
   }
 }
 
+// Splits > 1: combines the cluster's states (see the header) and writes out. Each block holds
+// its chunks' m, l (base-2 units; l without the sink, after the quad sum) and O (unnormalised);
+// for head h, M = max_z m_z, L = 2^(sink - M) + sum_z l_z 2^(m_z - M) (z ascending), weights
+// c_z = 2^(m_z - M) / L, and out = sum_z c_z O_z (z ascending, FMAs). Block rank r writes
+// outputs [r n, (r + 1) n) of the group's 64 x 512 in float4 units (n = 8,192 / splits). Every
+// thread of every block of the cluster must call it, after the last wgmma wait.
+__device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int64_t head0,
+                            const HeadState& st, const float (&o)[128], char* smem) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const int splits = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t4 = lane & 3, wg = warp >> 2, h_lo = 16 * (warp & 3) + g;
+  float l_lo = st.l_lo, l_hi = st.l_hi;
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+  auto* O = reinterpret_cast<float*>(smem);
+  auto* m = reinterpret_cast<float*>(smem + kMergeMOff);
+  auto* l = reinterpret_cast<float*>(smem + kMergeLOff);
+  auto* coef = reinterpret_cast<float*>(smem + kMergeCoefOff);
+  __syncthreads();  // every warpgroup is past its last wgmma: q, tiles and raw are free
+  float* o_lo = O + h_lo * kOStride + (kD / 2) * wg + 2 * t4;
+  float* o_hi = o_lo + 8 * kOStride;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    *reinterpret_cast<float2*>(o_lo + 8 * j) = make_float2(o[4 * j], o[4 * j + 1]);
+    *reinterpret_cast<float2*>(o_hi + 8 * j) = make_float2(o[4 * j + 2], o[4 * j + 3]);
+  }
+  if (wg == 0 && t4 == 0) {  // both warpgroups hold the same m and l
+    m[h_lo] = st.m_lo, m[h_lo + 8] = st.m_hi;
+    l[h_lo] = l_lo, l[h_lo + 8] = l_hi;
+  }
+  cluster.sync();  // every block's O, m, l written and visible to the cluster
+  if (threadIdx.x < kHeads) {
+    const int h = static_cast<int>(threadIdx.x);
+    float mz[kMaxSplits], lz[kMaxSplits], top = NegInf();
+#pragma unroll
+    for (int z = 0; z < kMaxSplits; ++z) {
+      if (z < splits) {
+        mz[z] = *cluster.map_shared_rank(m + h, z);
+        lz[z] = *cluster.map_shared_rank(l + h, z);
+        top = fmaxf(top, mz[z]);
+      }
+    }
+    float denominator = Exp2(SinkLog2(a, head0 + h) - top);
+#pragma unroll
+    for (int z = 0; z < kMaxSplits; ++z) {
+      if (z < splits) denominator = fmaf(lz[z], Exp2(mz[z] - top), denominator);
+    }
+    const float inv = 1.0f / denominator;
+#pragma unroll
+    for (int z = 0; z < kMaxSplits; ++z) {
+      if (z < splits) coef[h * kMaxSplits + z] = Exp2(mz[z] - top) * inv;
+    }
+  }
+  __syncthreads();
+  const int per_rank = kHeads * kD / 4 / splits;
+  for (int i = static_cast<int>(threadIdx.x); i < per_rank; i += kThreads) {
+    const int e = rank * per_rank + i, h = e / (kD / 4), c = 4 * (e % (kD / 4));
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int z = 0; z < kMaxSplits; ++z) {
+      if (z < splits) {
+        const float4 v =
+            *cluster.map_shared_rank(reinterpret_cast<const float4*>(O + h * kOStride + c), z);
+        const float w = coef[h * kMaxSplits + z];
+        sum.x = fmaf(v.x, w, sum.x), sum.y = fmaf(v.y, w, sum.y);
+        sum.z = fmaf(v.z, w, sum.z), sum.w = fmaf(v.w, w, sum.w);
+      }
+    }
+    float* out = a.out + (t * a.heads + head0 + h) * kD + c;  // 8-byte aligned (contract)
+    *reinterpret_cast<float2*>(out) = make_float2(sum.x, sum.y);
+    *reinterpret_cast<float2*>(out + 2) = make_float2(sum.z, sum.w);
+  }
+  cluster.sync();  // keep this block's shared memory alive until every block has read it
+}
+
 // Step 2: issues S(tile) = q K^T into s (32 SS wgmma m64n32k16, one commit group). k-step ks
 // reads core-matrix columns 2 ks, 2 ks + 1 of q and of the tile, 256 bytes on: 16 in the
 // descriptors' address field, which stays below 2^14 for any shared address. (s need not be
@@ -348,8 +447,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   TokenRows rows(a, t, report && threadIdx.x == 0, error_word);
   rows.Trim(a, t, reinterpret_cast<long long*>(smem + kTrimOff));
   const int64_t total = rows.candidates();
-  const int64_t n_chunks = (total + kChunk - 1) / kChunk;
-  auto load_key = [&](int64_t chunk) { return LoadRowKey(a, t, rows, chunk * kChunk, total); };
+  // This block's chunks of the token: [first, first + n_chunks) (all of them without splits).
+  const int splits = static_cast<int>(gridDim.z);
+  const int64_t all_chunks = (total + kChunk - 1) / kChunk;
+  const int64_t per_split = (all_chunks + splits - 1) / splits;
+  const int64_t first = min(all_chunks, int64_t{blockIdx.z} * per_split);
+  const int64_t n_chunks = min(all_chunks - first, per_split);
+  auto load_key = [&](int64_t chunk) {
+    return LoadRowKey(a, t, rows, (first + chunk) * kChunk, total);
+  };
   auto lookup = [&](attention::CandidateKey key) {
     return ResolveRow(a, rows, key, report, error_word);
   };
@@ -403,13 +509,54 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma::WaitGroup<0>();
   wgmma::FenceOperands(o);
   if (__any_sync(0xffffffffu, inexact) && lane == 0) atomicOr(error_word, kErrAttnKvNotBf16);
-  WriteOutput(a, t, head0, st, o);
+  if (splits == 1) {
+    WriteOutput(a, t, head0, st, o);
+  } else {
+    MergeSplits(a, t, head0, st, o, smem);
+  }
 }
 
 // SetAttnPrefillWgmmaOverride's value + 1 (0: the environment).
 std::atomic<int> g_wgmma_override{0};
+// SetAttnWgmmaSplits' value (0: chosen per launch).
+std::atomic<int> g_splits_override{0};
+
+// Clusters of `splits` blocks of the kernel that the device runs at once (0 if unknown).
+int MaxClusters(int splits) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(1, 1, static_cast<unsigned>(splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 1;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  return launch::MaxActiveClusters(reinterpret_cast<const void*>(SparseAttentionWgmmaKernel),
+                                   config);
+}
+
+// Blocks per (token, head group): the test hook's value, else as many as keep one block per SM
+// busy (attention::PhysicalSplits: a power of two <= 8 and <= the estimated chunks per token;
+// DEEPINFER_ATTN_SPLITS overrides the wish, as for the mma.sync kernels), halved while the
+// (token, head group) clusters would not all run at once (the GPCs hold whole clusters: a
+// second wave would double the call). The kernel's shared-memory limit must be raised first.
+int WgmmaSplits(const model::SparseAttentionArgs& args) {
+  if (const int forced = g_splits_override.load(); forced > 0) return forced;
+  const int64_t blocks = args.tokens * (args.heads / kHeads);
+  int splits = attention::PhysicalSplits(attention::MultiprocessorCount() / blocks,
+                                         attention::CandidateChunks(args, kChunk));
+  while (splits > 1 && blocks > MaxClusters(splits)) splits /= 2;
+  return splits;
+}
 
 }  // namespace
+
+void SetAttnWgmmaSplits(int splits) {
+  g_splits_override.store(splits == 1 || splits == 2 || splits == 4 || splits == 8 ? splits : 0);
+}
 
 void SetAttnPrefillWgmmaOverride(const bool* on) {
   g_wgmma_override.store(on == nullptr ? 0 : (*on ? 2 : 1));
@@ -433,10 +580,11 @@ cudaError_t SparseAttentionPrefillWgmma(const model::SparseAttentionArgs& args, 
   const cudaError_t e =
       launch::RaiseMaxDynamicSmem(SparseAttentionWgmmaKernel, static_cast<int>(kSmemBytes));
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(args.tokens),
-                  static_cast<unsigned>(args.heads / kAttnPrefillHeadsPerBlock));
-  return pdl::Launch(SparseAttentionWgmmaKernel, grid, kThreads, kSmemBytes, stream, args,
-                     error_word);
+  // Grid (tokens, heads / 64, splits), a cluster over the splits (falls back to one block per
+  // token and head group where such a cluster cannot be scheduled).
+  return attention::LaunchClusterSplit(SparseAttentionWgmmaKernel, args, error_word,
+                                       args.heads / kAttnPrefillHeadsPerBlock, WgmmaSplits(args),
+                                       kThreads, kSmemBytes, stream);
 }
 
 }  // namespace deepinfer::backend::cuda::kernels

@@ -11,7 +11,8 @@
 //
 // NOT bitwise equal to SparseAttentionMma and NOT batch-invariant across the token count:
 // never use it in batch-invariant mode. Deterministic run to run: each token (and group of
-// 64 heads) is computed by one thread block in a fixed order.
+// 64 heads) is computed in a fixed order, by one thread block, or at head_dim 512 with few
+// tokens by a cluster of blocks over parts of its candidates merged in rank order.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -58,6 +59,12 @@ bool AttnPrefillUsesWgmma(const model::SparseAttentionArgs& args);
 // Test hook: *on forces the wgmma kernel on (true) or off (false) for head_dim 512 whatever the
 // environment; nullptr: the environment again (an atomic).
 void SetAttnPrefillWgmmaOverride(const bool* on);
+
+// Test hook: the wgmma kernel's blocks per (token, head group) (1, 2, 4 or 8: a cluster that
+// splits each token's candidate chunks, merged in rank order; the bits depend on it); any other
+// value: chosen per launch again (as many as keep one block per SM busy: decode batches split,
+// prefill does not). An atomic.
+void SetAttnWgmmaSplits(int splits);
 
 // The wgmma kernel alone, for tests and SparseAttentionPrefill: cudaErrorInvalidValue unless
 // args are applicable with head_dim 512 and q 16-byte aligned; cudaSuccess for tokens == 0.

@@ -74,7 +74,7 @@ cudaError_t RaiseMaxDynamicSmem(const void* kernel, int bytes) {
   return e;
 }
 
-bool ClusterSchedulable(const void* kernel, const cudaLaunchConfig_t& config) {
+int MaxActiveClusters(const void* kernel, const cudaLaunchConfig_t& config) {
   unsigned cluster = 1;
   for (unsigned i = 0; i < config.numAttrs; ++i) {
     if (config.attrs[i].id == cudaLaunchAttributeClusterDimension) {
@@ -85,18 +85,22 @@ bool ClusterSchedulable(const void* kernel, const cudaLaunchConfig_t& config) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return 0;
   }
   using Key = std::tuple<int, const void*, unsigned, unsigned, size_t>;
   static std::mutex mu;
-  static std::map<Key, bool> known;
+  static std::map<Key, int> known;
   const Key key{device, kernel, cluster, config.blockDim.x, config.dynamicSmemBytes};
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = known.find(key); it != known.end()) return it->second;
   int clusters = 0;
   const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   if (e != cudaSuccess) cudaGetLastError();
-  return known[key] = e == cudaSuccess && clusters > 0;
+  return known[key] = e == cudaSuccess ? clusters : 0;
+}
+
+bool ClusterSchedulable(const void* kernel, const cudaLaunchConfig_t& config) {
+  return MaxActiveClusters(kernel, config) > 0;
 }
 
 }  // namespace deepinfer::backend::cuda::kernels::launch

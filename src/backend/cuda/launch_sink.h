@@ -70,6 +70,11 @@ cudaError_t RaiseMaxDynamicSmem(void (*kernel)(Params...), int bytes) {
 // a recorded launch would only fail when issued.
 bool ClusterSchedulable(const void* kernel, const cudaLaunchConfig_t& config);
 
+// cudaOccupancyMaxActiveClusters for `kernel` with `config` (its cluster dimension attribute,
+// block size and dynamic shared memory), 0 where it cannot be asked; remembered like
+// ClusterSchedulable. For launchers that size their clusters so that all fit in one wave.
+int MaxActiveClusters(const void* kernel, const cudaLaunchConfig_t& config);
+
 // kernel<<<config>>>(args...), or handed to this thread's sink when it records config.stream.
 template <typename... Params, typename... Args>
 cudaError_t LaunchKernel(const cudaLaunchConfig_t& config, void (*kernel)(Params...),
