@@ -72,7 +72,37 @@ class CudaAttentionPrefillTest : public CudaAttentionTestBase {
   // Runs the inputs twice, checks the bounds, a clean error word and identical bits.
   void CheckInputs(const Inputs& in, const std::string& name);
   void Check(const Case& c) { CheckInputs(MakeInputs(c), c.name); }
+  // For the dispatch tests: the output of device args `g` from SparseAttentionPrefill and from
+  // SparseAttentionMma(bf16_rounded) (asserted to differ, so that the backend's choice shows),
+  // the latter's error word; then the backend is set to the FP8-activation mode outside
+  // batch-invariant mode with the prefill threshold at 64.
+  struct DispatchPaths {
+    std::vector<float> direct, mma;
+    int32_t* err = nullptr;
+  };
+  DispatchPaths PrepareDispatch(const model::SparseAttentionArgs& g, int64_t out_size);
+  // CudaBackend::SparseAttention(g)'s output.
+  std::vector<float> BackendOutput(const model::SparseAttentionArgs& g, int64_t out_size) {
+    gpu_->SparseAttention(g);
+    return FromGpu(g.out, out_size);
+  }
 };
+
+CudaAttentionPrefillTest::DispatchPaths CudaAttentionPrefillTest::PrepareDispatch(
+    const model::SparseAttentionArgs& g, int64_t out_size) {
+  DispatchPaths paths;
+  paths.direct = RunPrefill(g).got;
+  paths.err = ToGpu(std::vector<int32_t>{0});
+  EXPECT_EQ(kernels::SparseAttentionMma(g, reinterpret_cast<int*>(paths.err), gpu_->stream(),
+                                        /*bf16_rounded=*/true),
+            cudaSuccess);
+  paths.mma = FromGpu(g.out, out_size);
+  EXPECT_FALSE(BitExact(paths.direct, paths.mma));  // the two paths are distinguishable
+  gpu_->set_fp8_activations(true);
+  gpu_->set_batch_invariant(false);
+  gpu_->set_attention_prefill_min_tokens(64);
+  return paths;
+}
 
 PrefillRun CudaAttentionPrefillTest::RunPrefill(const model::SparseAttentionArgs& g) {
   EXPECT_TRUE(kernels::SparseAttentionPrefillApplicable(g));
@@ -386,20 +416,10 @@ TEST_F(CudaAttentionPrefillTest, BackendDispatch) {
   c.seqs = {{100, 100 + 31, 60}}, c.heads = 64, c.d = 128, c.name = "dispatch";
   const Inputs in = MakeInputs(c);
   const model::SparseAttentionArgs g = GpuArgs(in);
-  const std::vector<float> direct = RunPrefill(g).got;
-  int32_t* err = ToGpu(std::vector<int32_t>{0});
-  ASSERT_EQ(kernels::SparseAttentionMma(g, reinterpret_cast<int*>(err), gpu_->stream(),
-                                        /*bf16_rounded=*/true),
-            cudaSuccess);
-  const std::vector<float> mma = FromGpu(g.out, in.out_size());
-  ASSERT_FALSE(BitExact(direct, mma));  // the two paths are distinguishable
-  gpu_->set_fp8_activations(true);
-  gpu_->set_batch_invariant(false);
-  gpu_->set_attention_prefill_min_tokens(64);
-  auto backend_out = [&] {
-    gpu_->SparseAttention(g);
-    return FromGpu(g.out, in.out_size());
-  };
+  const DispatchPaths paths = PrepareDispatch(g, in.out_size());
+  const std::vector<float>& direct = paths.direct;
+  const std::vector<float>& mma = paths.mma;
+  auto backend_out = [&] { return BackendOutput(g, in.out_size()); };
   EXPECT_TRUE(BitExact(backend_out(), direct));
   gpu_->set_attention_prefill_min_tokens(101);
   EXPECT_TRUE(BitExact(backend_out(), mma));
@@ -407,7 +427,7 @@ TEST_F(CudaAttentionPrefillTest, BackendDispatch) {
   EXPECT_TRUE(BitExact(backend_out(), direct));
   gpu_->set_batch_invariant(true);
   EXPECT_TRUE(BitExact(backend_out(), mma));
-  EXPECT_EQ(FromGpu(err, 1)[0], 0);
+  EXPECT_EQ(FromGpu(paths.err, 1)[0], 0);
 }
 
 // At head_dim 512 (the wgmma kernel) the backend takes SparseAttentionPrefill from
@@ -420,20 +440,10 @@ TEST_F(CudaAttentionPrefillTest, BackendDispatchWgmmaDecode) {
   const Inputs in = MakeInputs(c);
   const model::SparseAttentionArgs g = GpuArgs(in);
   ASSERT_TRUE(kernels::AttnPrefillUsesWgmma(g));
-  const std::vector<float> direct = RunPrefill(g).got;
-  int32_t* err = ToGpu(std::vector<int32_t>{0});
-  ASSERT_EQ(kernels::SparseAttentionMma(g, reinterpret_cast<int*>(err), gpu_->stream(),
-                                        /*bf16_rounded=*/true),
-            cudaSuccess);
-  const std::vector<float> mma = FromGpu(g.out, in.out_size());
-  ASSERT_FALSE(BitExact(direct, mma));
-  gpu_->set_fp8_activations(true);
-  gpu_->set_batch_invariant(false);
-  gpu_->set_attention_prefill_min_tokens(64);
-  auto backend_out = [&] {
-    gpu_->SparseAttention(g);
-    return FromGpu(g.out, in.out_size());
-  };
+  const DispatchPaths paths = PrepareDispatch(g, in.out_size());
+  const std::vector<float>& direct = paths.direct;
+  const std::vector<float>& mma = paths.mma;
+  auto backend_out = [&] { return BackendOutput(g, in.out_size()); };
   EXPECT_TRUE(BitExact(backend_out(), mma));  // the default: from 8 tokens
   gpu_->set_attention_wgmma_min_tokens(4);
   EXPECT_TRUE(BitExact(backend_out(), mma));
@@ -447,7 +457,7 @@ TEST_F(CudaAttentionPrefillTest, BackendDispatchWgmmaDecode) {
   gpu_->set_attention_prefill_min_tokens(64);
   gpu_->set_batch_invariant(true);
   EXPECT_TRUE(BitExact(backend_out(), mma));
-  EXPECT_EQ(FromGpu(err, 1)[0], 0);
+  EXPECT_EQ(FromGpu(paths.err, 1)[0], 0);
 }
 
 // Device time per call at the V4.1 prefill shape (64 heads x 512, T = 4096, each token
