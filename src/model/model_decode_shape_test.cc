@@ -34,8 +34,10 @@ const std::filesystem::path kGoldens = std::filesystem::path(DEEPINFER_SHARED_DI
 // op's name and its integer arguments (sizes, counts, strides, weight names, which optional
 // pointers are set), never addresses or float values: what a captured graph fixes.
 // `paged` says whether the indexer reads keys in place (IndexerScoresPaged) or gathers them
-// (IndexerScoresVarlen). Routed experts run fused (as on the GPU), so that no call depends on
-// the routing decisions; the fused op itself is emulated on the host with unlogged calls.
+// (IndexerScoresVarlen), and whether the attention reads the selected entries in place
+// (SparseAttentionArgs::comp_bases) or after GatherSelectedRows. Routed experts run fused (as on
+// the GPU), so that no call depends on the routing decisions; the fused op itself is emulated on
+// the host with unlogged calls.
 class RecordingBackend final : public Backend {
  public:
   explicit RecordingBackend(bool paged) : paged_(paged) {}
@@ -138,9 +140,11 @@ class RecordingBackend final : public Backend {
   void SparseAttention(const SparseAttentionArgs& a) override {
     Note("SparseAttention", a.tokens, a.heads, a.head_dim, a.n_window, a.window, a.n_comp,
          a.n_select, a.comp_kv != nullptr, a.selection != nullptr, a.window_start != nullptr,
-         a.window_len != nullptr, a.comp_offset != nullptr, a.comp_len != nullptr);
+         a.window_len != nullptr, a.comp_offset != nullptr, a.comp_len != nullptr,
+         a.comp_bases != nullptr, a.comp_max_blocks, a.comp_rows_per_block);
     cpu_.SparseAttention(a);
   }
+  bool SparseAttentionReadsPagedEntries() const override { return paged_; }
   void GatedPool(const float* c, const float* z, int64_t groups, int64_t ratio, int64_t n,
                  float* out) override {
     Note("GatedPool", groups, ratio, n), cpu_.GatedPool(c, z, groups, ratio, n, out);
@@ -368,13 +372,17 @@ TEST_P(DecodeShapeTest, SteadyDecodeStepsRepeatWithPeriodTwo) {
   // Two consecutive steps (one of them pools) hold the calls that used to vary.
   std::vector<std::string> two_steps = logs[0];
   two_steps.insert(two_steps.end(), logs[1].begin(), logs[1].end());
+  auto called = [&](const char* op) {
+    return std::any_of(two_steps.begin(), two_steps.end(),
+                       [&](const std::string& line) { return line.rfind(op, 0) == 0; });
+  };
   for (const char* op :
-       {"TopK ", "CandidateMask ", "ApplyMask ", "GatherSelectedRows ", "SparseAttention ",
-        "GatedPool ", "RoutedExperts ", c.paged ? "IndexerScoresPaged " : "IndexerScoresVarlen "}) {
-    EXPECT_TRUE(std::any_of(two_steps.begin(), two_steps.end(), [&](const std::string& line) {
-      return line.rfind(op, 0) == 0;
-    })) << op;
+       {"TopK ", "CandidateMask ", "ApplyMask ", "SparseAttention ", "GatedPool ", "RoutedExperts ",
+        c.paged ? "IndexerScoresPaged " : "IndexerScoresVarlen "}) {
+    EXPECT_TRUE(called(op)) << op;
   }
+  // Paged: the attention reads the selected entries in place, so nothing gathers them.
+  EXPECT_EQ(called("GatherSelectedRows "), !c.paged);
   int compared = 0, bucket_changes = 0, odd_differs = 0;
   for (int s = 2; s < c.steps; ++s) {
     if (logs[s] != logs[s - 1]) ++odd_differs;
