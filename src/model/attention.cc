@@ -471,7 +471,8 @@ void Model::BatchAttention(int layer, BatchContext& b, const float* q, const flo
   SparseAttentionArgs args;
   const int gi = ratio > 0 ? GroupIndex(config_, config_.KvSourceOf(layer)) : -1;
   const bool selected = ratio > 0 && b.selection_group == gi && b.n_select > 0;
-  if (selected && SelectedGatherPays(b, gi) && backend_->SparseAttentionReadsPagedEntries() &&
+  const bool few_selected = selected && SelectedGatherPays(b, gi);
+  if (few_selected && backend_->SparseAttentionReadsPagedEntries() &&
       SelectedAddressingAligned(b, gi)) {
     // The selected entries read in place through the sequences' block tables: the rows of the
     // gather below in the same order, so the same bits, without the gather.
@@ -482,7 +483,7 @@ void Model::BatchAttention(int layer, BatchContext& b, const float* q, const flo
     args.comp_len = s.count(R);
     args.selection = b.selection.data();
     args.n_select = b.n_select;
-  } else if (selected && SelectedGatherPays(b, gi)) {
+  } else if (few_selected) {
     // The same rows in the same slots, so the attention's result is the same bits.
     GatherSelectedEntries(b, gi);
     args.comp_kv = b.sel_entries.data();

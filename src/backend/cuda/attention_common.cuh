@@ -135,13 +135,13 @@ __device__ __forceinline__ const float* ResolveCandidate(const model::SparseAtte
                                                     : nullptr;
   }
   if (c.key < 0) return nullptr;
-  const bool paged = a.comp_bases != nullptr;
-  if (c.key >= rows.comp_len || (paged && c.key / a.comp_rows_per_block >= a.comp_max_blocks)) {
+  const bool paged = a.comp_bases != nullptr;  // SparseAttentionArgs::comp_bases
+  const int64_t block = paged ? c.key / a.comp_rows_per_block : 0;
+  if (c.key >= rows.comp_len || (paged && block >= a.comp_max_blocks)) {
     if (report) atomicOr(error_word, kErrSelectionOutOfRange);
     return nullptr;
   }
-  if (paged) {  // SparseAttentionArgs::comp_bases
-    const int64_t block = c.key / a.comp_rows_per_block;
+  if (paged) {
     return reinterpret_cast<const float*>(a.comp_bases[rows.t * a.comp_max_blocks + block]) +
            (c.key - block * a.comp_rows_per_block) * a.head_dim;
   }
@@ -371,6 +371,29 @@ inline int64_t CandidateChunks(const model::SparseAttentionArgs& args, int64_t c
                               : args.window < args.n_window ? args.window
                                                             : args.n_window;
   return (window_rows + args.n_select + chunk - 1) / chunk;
+}
+
+// `splits` (a power of two) halved while `clusters` clusters of that many blocks of `kernel`
+// (`threads` a block, `smem` dynamic shared memory, its limit already raised) would not all run
+// at once (cudaOccupancyMaxActiveClusters; the GPCs hold whole clusters, so a second wave
+// would double the call). Physical only, like the split itself.
+template <typename Kernel>
+int SplitsInOneWave(Kernel kernel, int64_t clusters, int splits, int threads, int64_t smem) {
+  for (; splits > 1; splits /= 2) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(1, 1, static_cast<unsigned>(splits));
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 1;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    if (clusters <= launch::MaxActiveClusters(reinterpret_cast<const void*>(kernel), config)) break;
+  }
+  return splits;
 }
 
 // Launches kernel(args, error_word) on a (tokens, groups, splits) grid, the `splits` blocks

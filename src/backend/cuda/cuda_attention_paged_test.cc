@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -33,15 +34,74 @@ struct Result {
   int32_t error_word = 0;
 };
 
+// Each token's compressed rows (comp_offset[t] .., comp_len[t] of them) copied into blocks of
+// `rows_per_block` rows at shuffled slots of a NaN-filled arena (rows past a token's count stay
+// NaN: a wrong read shows). slot[t * max_blocks + b] is the arena slot of token t's block b.
+struct PagedLayout {
+  std::vector<float> arena;
+  std::vector<int64_t> slot;
+  int64_t rows_per_block = 0, max_blocks = 1;
+
+  // The block table (SparseAttentionArgs::comp_bases) with the arena at `base`.
+  std::vector<int64_t> Bases(const float* base, int64_t d) const {
+    std::vector<int64_t> bases(slot.size(), 0);
+    for (size_t i = 0; i < slot.size(); ++i) {
+      if (slot[i] >= 0) bases[i] = reinterpret_cast<int64_t>(base + slot[i] * rows_per_block * d);
+    }
+    return bases;
+  }
+  // `flat` (the same rows in comp_kv) reading them through `bases` instead.
+  model::SparseAttentionArgs Args(model::SparseAttentionArgs flat, const int64_t* bases) const {
+    flat.comp_kv = nullptr, flat.n_comp = 0, flat.comp_offset = nullptr;
+    flat.comp_bases = bases, flat.comp_max_blocks = max_blocks;
+    flat.comp_rows_per_block = rows_per_block;
+    return flat;
+  }
+};
+
+PagedLayout Layout(const AttnInputs& in, int64_t rows_per_block, std::mt19937_64& rng) {
+  PagedLayout l;
+  l.rows_per_block = rows_per_block;
+  const int64_t d = in.d;
+  auto blocks_of = [&](int64_t t) {
+    return (in.comp_len[t] + rows_per_block - 1) / rows_per_block;
+  };
+  int64_t n_blocks = 0;
+  for (int64_t t = 0; t < in.tokens; ++t) {
+    l.max_blocks = std::max(l.max_blocks, blocks_of(t));
+    n_blocks += blocks_of(t);
+  }
+  std::vector<int64_t> order(n_blocks);  // the tokens' blocks in order -> arena slot
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  l.arena.assign(std::max<int64_t>(n_blocks, 1) * rows_per_block * d,
+                 std::numeric_limits<float>::quiet_NaN());
+  l.slot.assign(in.tokens * l.max_blocks, -1);
+  for (int64_t t = 0, i = 0; t < in.tokens; ++t) {
+    for (int64_t b = 0; b < blocks_of(t); ++b, ++i) l.slot[t * l.max_blocks + b] = order[i];
+    for (int64_t r = 0; r < in.comp_len[t]; ++r) {
+      const int64_t s = l.slot[t * l.max_blocks + r / rows_per_block];
+      std::copy_n(in.comp_kv.begin() + (in.comp_offset[t] + r) * d, d,
+                  l.arena.begin() + (s * rows_per_block + r % rows_per_block) * d);
+    }
+  }
+  return l;
+}
+
 class CudaAttentionPagedTest : public CudaAttentionTestBase {
  protected:
-  // The inputs' device args with each token's compressed rows (comp_offset[t] .., comp_len[t]
-  // of them) copied into blocks of `rows_per_block` rows at shuffled places of a NaN-filled
-  // arena (rows past a token's count stay NaN: a wrong read shows), read through comp_bases.
-  // host_bases (if given) receives the table ([tokens][comp_max_blocks] addresses).
+  // The inputs' device args `flat` read through a PagedLayout of `rows_per_block` rows a block
+  // (a fresh poisoned out). host_bases (if given) receives the table.
   model::SparseAttentionArgs Paged(const AttnInputs& in, const model::SparseAttentionArgs& flat,
                                    int64_t rows_per_block,
-                                   std::vector<int64_t>* host_bases = nullptr);
+                                   std::vector<int64_t>* host_bases = nullptr) {
+    const PagedLayout l = Layout(in, rows_per_block, rng_);
+    const std::vector<int64_t> bases = l.Bases(ToGpu(l.arena), in.d);
+    if (host_bases != nullptr) *host_bases = bases;
+    model::SparseAttentionArgs p = l.Args(flat, Table(bases));
+    p.out = PoisonedFloats(std::max<int64_t>(in.out_size(), 1));
+    return p;
+  }
   const int64_t* Table(const std::vector<int64_t>& bases) {
     std::vector<uint8_t> bytes(bases.size() * sizeof(int64_t));
     std::memcpy(bytes.data(), bases.data(), bytes.size());
@@ -55,47 +115,6 @@ class CudaAttentionPagedTest : public CudaAttentionTestBase {
   // The case on `kernel`, flat and paged (3 and 4 rows per block): the same bits.
   void ExpectPagedEqualsFlat(const AttnCase& c, const Kernel& kernel);
 };
-
-model::SparseAttentionArgs CudaAttentionPagedTest::Paged(const AttnInputs& in,
-                                                         const model::SparseAttentionArgs& flat,
-                                                         int64_t rows_per_block,
-                                                         std::vector<int64_t>* host_bases) {
-  const int64_t T = in.tokens, d = in.d;
-  int64_t max_blocks = 1, n_blocks = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t blocks = (in.comp_len[t] + rows_per_block - 1) / rows_per_block;
-    max_blocks = std::max(max_blocks, blocks);
-    n_blocks += blocks;
-  }
-  std::vector<int64_t> slot(n_blocks);  // block i of the tokens' blocks in order -> arena slot
-  std::iota(slot.begin(), slot.end(), 0);
-  std::shuffle(slot.begin(), slot.end(), rng_);
-  std::vector<float> arena(std::max<int64_t>(n_blocks, 1) * rows_per_block * d,
-                           std::numeric_limits<float>::quiet_NaN());
-  for (int64_t t = 0, i = 0; t < T; ++t) {
-    for (int64_t r = 0; r < in.comp_len[t]; ++r) {
-      const int64_t s = slot[i + r / rows_per_block];
-      std::copy_n(in.comp_kv.begin() + (in.comp_offset[t] + r) * d, d,
-                  arena.begin() + (s * rows_per_block + r % rows_per_block) * d);
-    }
-    i += (in.comp_len[t] + rows_per_block - 1) / rows_per_block;
-  }
-  float* dev = ToGpu(arena);
-  std::vector<int64_t> bases(T * max_blocks, 0);
-  for (int64_t t = 0, i = 0; t < T; ++t) {
-    const int64_t blocks = (in.comp_len[t] + rows_per_block - 1) / rows_per_block;
-    for (int64_t b = 0; b < blocks; ++b, ++i) {
-      bases[t * max_blocks + b] = reinterpret_cast<int64_t>(dev + slot[i] * rows_per_block * d);
-    }
-  }
-  if (host_bases != nullptr) *host_bases = bases;
-  model::SparseAttentionArgs p = flat;
-  p.comp_kv = nullptr, p.n_comp = 0, p.comp_offset = nullptr;
-  p.comp_bases = Table(bases);
-  p.comp_max_blocks = max_blocks, p.comp_rows_per_block = rows_per_block;
-  p.out = PoisonedFloats(std::max<int64_t>(in.out_size(), 1));
-  return p;
-}
 
 void CudaAttentionPagedTest::ExpectPagedEqualsFlat(const AttnCase& c, const Kernel& kernel) {
   SCOPED_TRACE(c.name);
@@ -148,30 +167,10 @@ TEST_F(CudaAttentionPagedTest, CpuReferenceReadsTheSameRows) {
   const AttnInputs in = MakeInputs(Sequences(4, 64, "cpu"));
   std::vector<float> flat(in.out_size()), paged(in.out_size());
   cpu_.SparseAttention(in.HostArgs(flat.data()));
-  // Host blocks of 5 rows, one token's blocks in reverse order.
-  const int64_t rpb = 5, d = in.d;
-  std::vector<std::vector<float>> blocks;
-  std::vector<int64_t> bases;
-  int64_t max_blocks = 1;
-  for (int64_t t = 0; t < in.tokens; ++t) {
-    max_blocks = std::max<int64_t>(max_blocks, (in.comp_len[t] + rpb - 1) / rpb);
-  }
-  blocks.reserve(in.tokens * max_blocks);
-  for (int64_t t = 0; t < in.tokens; ++t) {
-    for (int64_t b = 0; b < max_blocks; ++b) {
-      blocks.emplace_back(rpb * d, std::numeric_limits<float>::quiet_NaN());
-      for (int64_t r = 0; r < rpb && b * rpb + r < in.comp_len[t]; ++r) {
-        std::copy_n(in.comp_kv.begin() + (in.comp_offset[t] + b * rpb + r) * d, d,
-                    blocks.back().begin() + r * d);
-      }
-      bases.push_back(reinterpret_cast<int64_t>(blocks.back().data()));
-    }
-  }
-  model::SparseAttentionArgs a = in.HostArgs(paged.data());
-  a.comp_kv = nullptr, a.n_comp = 0, a.comp_offset = nullptr;
-  a.comp_bases = bases.data(), a.comp_max_blocks = max_blocks, a.comp_rows_per_block = rpb;
+  const PagedLayout l = Layout(in, 5, rng_);
+  const std::vector<int64_t> bases = l.Bases(l.arena.data(), in.d);
   ASSERT_TRUE(cpu_.SparseAttentionReadsPagedEntries());
-  cpu_.SparseAttention(a);
+  cpu_.SparseAttention(l.Args(in.HostArgs(paged.data()), bases.data()));
   EXPECT_TRUE(BitExact(paged, flat));
 }
 

@@ -130,12 +130,10 @@ void CudaBackend::SparseAttention(const model::SparseAttentionArgs& args) {
   // The FP8-activation mode's kernels for all 64 heads of a token at once (not
   // batch-invariant, so never in batch-invariant mode): from attention_prefill_min_tokens_
   // tokens, or attention_wgmma_min_tokens_ where the wgmma kernel takes the call.
-  const int64_t wgmma_min =
-      attention_wgmma_min_tokens_ > 0 ? attention_wgmma_min_tokens_ : attention_prefill_min_tokens_;
-  const int64_t min_tokens =
-      attention_prefill_min_tokens_ > 0 && kernels::AttnPrefillUsesWgmma(args)
-          ? std::min(wgmma_min, attention_prefill_min_tokens_)
-          : attention_prefill_min_tokens_;
+  int64_t min_tokens = attention_prefill_min_tokens_;  // 0: never
+  if (min_tokens > 0 && attention_wgmma_min_tokens_ > 0 && kernels::AttnPrefillUsesWgmma(args)) {
+    min_tokens = std::min(min_tokens, attention_wgmma_min_tokens_);
+  }
   if (attention_mma_ && fp8_activations_ && !batch_invariant_ && min_tokens > 0 &&
       args.tokens >= min_tokens && kernels::SparseAttentionPrefillApplicable(args)) {
     Check(kernels::SparseAttentionPrefill(args, error_word_, stream_), "SparseAttention prefill");

@@ -285,18 +285,25 @@ __device__ __forceinline__ void SoftmaxChunk(const float (&s)[16], uint32_t vali
   }
 }
 
+// The thread's partial denominators summed over its quad (xor butterfly, a fixed order): the
+// chunks' l of heads g (lo) and g + 8 (hi), the sink not included.
+__device__ __forceinline__ void QuadSums(const HeadState& st, float& l_lo, float& l_hi) {
+  l_lo = st.l_lo, l_hi = st.l_hi;
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+}
+
 // out = O / l for the thread's two heads and its warpgroup's dims (o[4 j + e]: dim 256 wg + 8 j
 // + 2 t4 + (e & 1), head g (e < 2) or g + 8).
 __device__ void WriteOutput(const model::SparseAttentionArgs& a, int64_t t, int64_t head0,
                             const HeadState& st, const float (&o)[128]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3, wg = warp >> 2;
-  float l_lo = st.l_lo, l_hi = st.l_hi;
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
-  }
+  float l_lo, l_hi;
+  QuadSums(st, l_lo, l_hi);
   const int64_t h_lo = head0 + 16 * (warp & 3) + g;
   const float inv_lo = 1.0f / (Exp2(SinkLog2(a, h_lo) - st.m_lo) + l_lo);
   const float inv_hi = 1.0f / (Exp2(SinkLog2(a, h_lo + 8) - st.m_hi) + l_hi);
@@ -324,12 +331,8 @@ __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int6
   const int rank = static_cast<int>(cluster.block_rank());
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3, wg = warp >> 2, h_lo = 16 * (warp & 3) + g;
-  float l_lo = st.l_lo, l_hi = st.l_hi;
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
-  }
+  float l_lo, l_hi;
+  QuadSums(st, l_lo, l_hi);
   auto* O = reinterpret_cast<float*>(smem);
   auto* m = reinterpret_cast<float*>(smem + kMergeMOff);
   auto* l = reinterpret_cast<float*>(smem + kMergeLOff);
@@ -358,15 +361,18 @@ __device__ void MergeSplits(const model::SparseAttentionArgs& a, int64_t t, int6
         top = fmaxf(top, mz[z]);
       }
     }
-    float denominator = Exp2(SinkLog2(a, head0 + h) - top);
+    float denominator = Exp2(SinkLog2(a, head0 + h) - top), weight[kMaxSplits];
 #pragma unroll
     for (int z = 0; z < kMaxSplits; ++z) {
-      if (z < splits) denominator = fmaf(lz[z], Exp2(mz[z] - top), denominator);
+      if (z < splits) {
+        weight[z] = Exp2(mz[z] - top);
+        denominator = fmaf(lz[z], weight[z], denominator);
+      }
     }
     const float inv = 1.0f / denominator;
 #pragma unroll
     for (int z = 0; z < kMaxSplits; ++z) {
-      if (z < splits) coef[h * kMaxSplits + z] = Exp2(mz[z] - top) * inv;
+      if (z < splits) coef[h * kMaxSplits + z] = weight[z] * inv;
     }
   }
   __syncthreads();
@@ -521,35 +527,18 @@ std::atomic<int> g_wgmma_override{0};
 // SetAttnWgmmaSplits' value (0: chosen per launch).
 std::atomic<int> g_splits_override{0};
 
-// Clusters of `splits` blocks of the kernel that the device runs at once (0 if unknown).
-int MaxClusters(int splits) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(1, 1, static_cast<unsigned>(splits));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
-  cudaLaunchAttribute cluster[1];
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = 1;
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
-  config.attrs = cluster;
-  config.numAttrs = 1;
-  return launch::MaxActiveClusters(reinterpret_cast<const void*>(SparseAttentionWgmmaKernel),
-                                   config);
-}
-
 // Blocks per (token, head group): the test hook's value, else as many as keep one block per SM
 // busy (attention::PhysicalSplits: a power of two <= 8 and <= the estimated chunks per token;
 // DEEPINFER_ATTN_SPLITS overrides the wish, as for the mma.sync kernels), halved while the
-// (token, head group) clusters would not all run at once (the GPCs hold whole clusters: a
-// second wave would double the call). The kernel's shared-memory limit must be raised first.
+// (token, head group) clusters would not all run at once (attention::SplitsInOneWave). The
+// kernel's shared-memory limit must be raised first.
 int WgmmaSplits(const model::SparseAttentionArgs& args) {
   if (const int forced = g_splits_override.load(); forced > 0) return forced;
-  const int64_t blocks = args.tokens * (args.heads / kHeads);
-  int splits = attention::PhysicalSplits(attention::MultiprocessorCount() / blocks,
-                                         attention::CandidateChunks(args, kChunk));
-  while (splits > 1 && blocks > MaxClusters(splits)) splits /= 2;
-  return splits;
+  const int64_t clusters = args.tokens * (args.heads / kHeads);
+  const int splits = attention::PhysicalSplits(attention::MultiprocessorCount() / clusters,
+                                               attention::CandidateChunks(args, kChunk));
+  return attention::SplitsInOneWave(SparseAttentionWgmmaKernel, clusters, splits, kThreads,
+                                    kSmemBytes);
 }
 
 }  // namespace
