@@ -51,6 +51,9 @@
 // against 17.8 / 29.5 here, wq_b even (15.3 / 23.5 against 15.0 / 23.9); decode B=32 5.32 against
 // 4.93 ms. ncu: clusters placed unevenly (0-5 blocks an SM), promotion scale reads and the cluster
 // reduction on the critical path. See docs/gpu-decode.md, "Update after session 24".
+// Tried and removed (session 26, run 216; branch experiment/stream-paired-rows): warps of 32 rows
+// (two 16-row groups reading each activation unit once; same bits) at one block an SM: slower at
+// every T (wq_b T=1 / 32 19.8 / 26.4 us against 14.8 / 23.8), so warps in flight bound the stream.
 #include <cuda_bf16.h>
 
 #include <cstdlib>
