@@ -373,6 +373,24 @@ inline int64_t CandidateChunks(const model::SparseAttentionArgs& args, int64_t c
   return (window_rows + args.n_select + chunk - 1) / chunk;
 }
 
+// A launch configuration for a (x, y, z) grid of `threads`-thread blocks with `smem` bytes of
+// dynamic shared memory whose z blocks of each (x, y) form one cluster: attrs[0] is set to the
+// cluster dimension and the config points at attrs with numAttrs = 1 (a caller may append more).
+inline cudaLaunchConfig_t ClusterSplitConfig(dim3 grid, int threads, int64_t smem,
+                                             cudaLaunchAttribute* attrs) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = 1;
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = grid.z;
+  config.attrs = attrs;
+  config.numAttrs = 1;
+  return config;
+}
+
 // `splits` (a power of two) halved while `clusters` clusters of that many blocks of `kernel`
 // (`threads` a block, `smem` dynamic shared memory, its limit already raised) would not all run
 // at once (cudaOccupancyMaxActiveClusters; the GPCs hold whole clusters, so a second wave
@@ -380,17 +398,9 @@ inline int64_t CandidateChunks(const model::SparseAttentionArgs& args, int64_t c
 template <typename Kernel>
 int SplitsInOneWave(Kernel kernel, int64_t clusters, int splits, int threads, int64_t smem) {
   for (; splits > 1; splits /= 2) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(1, 1, static_cast<unsigned>(splits));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 1;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    config.attrs = cluster;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attrs[1];
+    const cudaLaunchConfig_t config =
+        ClusterSplitConfig(dim3(1, 1, static_cast<unsigned>(splits)), threads, smem, attrs);
     if (clusters <= launch::MaxActiveClusters(reinterpret_cast<const void*>(kernel), config)) break;
   }
   return splits;
@@ -406,18 +416,12 @@ cudaError_t LaunchClusterSplit(Kernel kernel, const model::SparseAttentionArgs& 
                                int* error_word, int64_t groups, int splits, int threads,
                                int64_t smem, cudaStream_t stream) {
   for (;;) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(groups),
-                          static_cast<unsigned>(splits));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    config.stream = stream;
     cudaLaunchAttribute attrs[2];  // the cluster (splits > 1), and PDL (pdl.cuh) when enabled
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = 1;
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    config.attrs = attrs;
+    cudaLaunchConfig_t config =
+        ClusterSplitConfig(dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(groups),
+                                static_cast<unsigned>(splits)),
+                           threads, smem, attrs);
+    config.stream = stream;
     config.numAttrs = pdl::AppendAttribute(attrs, splits > 1 ? 1 : 0);
     // A recorded launch (CUDA graphs) fails only when it is issued: ask now whether such a
     // cluster can be scheduled, which is what the retry below finds out by launching.
