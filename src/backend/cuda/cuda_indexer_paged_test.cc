@@ -176,7 +176,7 @@ TEST_F(CudaIndexerPipelineTest, OneRowKernelBitwiseEqualToSession6Kernel) {
 }
 
 // Long rows (8192 keys: a block walks up to ~21 tiles with the prefetch) at T = 1, 3, 40
-// (each row its own keys, random positions), with and without the L2 hint.
+// (each row its own keys, random positions).
 TEST_F(CudaIndexerPipelineTest, LongRowsBitwiseEqualToSession6Kernel) {
   for (int64_t rows : {1, 3, 40}) {
     for (IdxInputs kind : {IdxInputs::kExactBf16, IdxInputs::kFp32}) {
@@ -186,9 +186,6 @@ TEST_F(CudaIndexerPipelineTest, LongRowsBitwiseEqualToSession6Kernel) {
       SCOPED_TRACE(::testing::Message() << "T " << c.T << " inputs " << static_cast<int>(kind));
       const std::vector<float> ref = Reference(c);
       EXPECT_TRUE(BitExact(Gpu(c), ref));
-      kernels::IndexerMmaSetL2Prefetch(false);  // a hint only: the same bits without it
-      EXPECT_TRUE(BitExact(Gpu(c), ref));
-      kernels::IndexerMmaSetL2Prefetch(true);
     }
   }
 }

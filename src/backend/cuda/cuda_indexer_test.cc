@@ -307,20 +307,16 @@ TEST_F(CudaIndexerTest, DISABLED_Bench) {
     const float *q4 = ToGpu(qh), *keys4 = ToGpu(kh);
     const int32_t *goff = ToGpu(offset), *glen = ToGpu(len), *gpos = ToGpu(q_pos);
     float* out = PoisonedFloats(T * keys_per_row);
-    // 0, 1: mma on fp32 inputs (L2 prefetch on, off); 2: the fp32 kernel (q misaligned);
-    // 3, 4: mma on FP4 inputs (L2 prefetch on, off).
-    for (int variant = 0; variant < 5; ++variant) {
-      if (variant == 2 && keys_per_row > 1024) continue;  // the fp32 kernel: short rows only
-      const float* qv = variant >= 3 ? q4 : q + (variant == 2 ? 1 : 0);
-      const float* kv = variant >= 3 ? keys4 : keys;
-      kernels::IndexerMmaSetL2Prefetch(variant != 1 && variant != 4);
+    // 0: mma on fp32 inputs; 1: the fp32 kernel (q misaligned); 2: mma on FP4 inputs.
+    for (int variant = 0; variant < 3; ++variant) {
+      if (variant == 1 && keys_per_row > 1024) continue;  // the fp32 kernel: short rows only
+      const float* qv = variant == 2 ? q4 : q + (variant == 1 ? 1 : 0);
+      const float* kv = variant == 2 ? keys4 : keys;
       const double us = DeviceMicrosPerCall([&] {
         gpu_->IndexerScoresVarlen(qv, w, T, kHeads, kDim, kv, goff, glen, keys_per_row, gpos, ratio,
                                   0.088f, out);
       });
-      const char* name[] = {"mma fp32 inputs      ", "mma fp32 inputs no L2",
-                            "fp32 kernel          ", "mma fp4 inputs       ",
-                            "mma fp4 inputs no L2 "};
+      const char* name[] = {"mma fp32 inputs", "fp32 kernel    ", "mma fp4 inputs "};
       std::printf(
           "IndexerScoresVarlen %s T=%lld heads=64 dim=128 keys/row=%lld: %.2f us/call (%.2f "
           "TB/s)\n",
@@ -328,7 +324,6 @@ TEST_F(CudaIndexerTest, DISABLED_Bench) {
           T * keys_per_row * kDim * 4.0 / us * 1e-6);
       EXPECT_GT(us, 0.0);
     }
-    kernels::IndexerMmaSetL2Prefetch(true);
   }
 }
 

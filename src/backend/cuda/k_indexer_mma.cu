@@ -23,6 +23,10 @@
 // Session 26 (ncu, run 217, decode 4k, 4,096 fp32 keys a row): B=32 44 us a call (1.5 TB/s), B=128
 // 145 us (1.9 TB/s); the stall samples sit on the staging stores (the keys' first use) and its
 // barrier. Writing only the hi terms of exactly-splitting tiles was slower (run 218: 55 / 179 us).
+// Removed then: an L2 prefetch hint for the tile after the register-prefetched one. Without it
+// every measured call was faster (runs 221-222, us: 4k B=32 / 128 41.8-42.1 / 139.3-139.5
+// against 44.5-45.1 / 148.2-149.2; 32k B=8 / 32 72.1 / 266-268 against 76.4 / 284); further
+// ahead (3-6 tiles) read more DRAM bytes and was slower still.
 //
 // Structure. Grid (splits, T): block (x, t) serves row t and its key tiles x, x + splits, ..
 // of kTileKeys = 64 keys (splits only spreads the work over the SMs; no bit depends on it).
@@ -133,20 +137,6 @@ struct KeyPrefetch {
   }
 };
 
-// Asks the L2 to fetch the tile of keys g0 .. g0 + valid - 1 (a hint: one prefetch per
-// 128 bytes of each key row from dim >= 32; no bit depends on it). Issued two tiles ahead,
-// so that a block has that tile on its way besides the one in KeyPrefetch's registers.
-template <class RowKeys>
-__device__ __forceinline__ void PrefetchTileL2(const RowKeys& keys, int64_t g0, int64_t valid,
-                                               int quads) {
-  const int total = static_cast<int>(valid) * quads;
-  for (int e = threadIdx.x * 8; e < total; e += kThreads * 8) {
-    const int r = e / quads;
-    const float4* at = reinterpret_cast<const float4*>(keys.Row(g0 + r)) + (e - r * quads);
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
-  }
-}
-
 // Splits the tile of keys g0 .. g0 + 63 (rows r < valid from `keys`, zeros beyond) into
 // s.k: the prefetched part from `pf`, the rest loaded here. The same shared-memory contents
 // as StageTerms over the contiguous tile. Returns whether any key has a nonzero mid / lo
@@ -183,7 +173,6 @@ struct RowArgs {
   int64_t ratio;
   float scale;
   float* scores;
-  bool l2_prefetch = false;  // PrefetchTileL2 two tiles ahead
   bool tensor_sums = false;  // IndexerSums::kTensorCore
 };
 
@@ -214,11 +203,7 @@ __global__ void __launch_bounds__(kThreads, 2) IndexerMmaKernel(RowArgs p, Keys 
   KeyPrefetch pf;
   if (any_visible) {
     const int64_t g0 = int64_t{blockIdx.x} * kTileKeys;
-    if (!kReference) {
-      pf.Issue(keys, g0, valid_of(g0), quads);
-      const int64_t next = g0 + int64_t{gridDim.x} * kTileKeys;
-      if (p.l2_prefetch && next < visible) PrefetchTileL2(keys, next, valid_of(next), quads);
-    }
+    if (!kReference) pf.Issue(keys, g0, valid_of(g0), quads);
     for (int64_t h = threadIdx.x; h < heads; h += kThreads) s.w[h] = p.w[t * heads + h];
     q_terms = StageTerms<!kReference>(p.q + t * heads * dim, heads, heads, dim, s.q) ? kTerms : 1;
   }
@@ -239,11 +224,8 @@ __global__ void __launch_bounds__(kThreads, 2) IndexerMmaKernel(RowArgs p, Keys 
       k_terms = StageTerms<false>(keys.Row(g0), kTileKeys, valid_of(g0), dim, s.k) ? kTerms : 1;
     } else {
       k_terms = StageRowKeyTile(pf, keys, g0, valid_of(g0), dim, s.k) ? kTerms : 1;
-      const int64_t stride = int64_t{gridDim.x} * kTileKeys, next = g0 + stride;
+      const int64_t next = g0 + int64_t{gridDim.x} * kTileKeys;
       if (next < visible) pf.Issue(keys, next, valid_of(next), quads);
-      if (p.l2_prefetch && next + stride < visible) {
-        PrefetchTileL2(keys, next + stride, valid_of(next + stride), quads);
-      }
     }
     for (int mt = warp % kHeadGroups; mt < m_tiles; mt += kHeadGroups) {
       ScoreMTile(s, heads, dim, mt, n_base, q_terms, k_terms, p.tensor_sums, p.scale);
@@ -258,8 +240,6 @@ __global__ void __launch_bounds__(kThreads, 2) IndexerMmaKernel(RowArgs p, Keys 
     if (kReference) __syncthreads();
   }
 }
-
-bool g_l2_prefetch = true;  // IndexerMmaSetL2Prefetch
 
 // Blocks of the one-row kernel along a row: as many as fit two per SM over the T rows
 // (floor: a second, partial wave would double the time of long rows), at least 1 and at
@@ -294,7 +274,6 @@ cudaError_t LaunchRowKernel(const RowArgs& args, int64_t T, const Keys& keys, cu
 }  // namespace indexer_mma
 
 using indexer_mma::ContiguousRows;
-using indexer_mma::g_l2_prefetch;
 using indexer_mma::IndexerMmaSharedBytesImpl;
 using indexer_mma::kMaxDim;
 using indexer_mma::kMaxHeads;
@@ -325,7 +304,6 @@ cudaError_t IndexerScoresMmaGrouped(const float* q, const float* w, int64_t T, i
   }
   if (group_rows == 1) {
     RowArgs args{q, w, heads, dim, key_len, n_keys, q_pos, ratio, scale, scores};
-    args.l2_prefetch = g_l2_prefetch;
     args.tensor_sums = sums == IndexerSums::kTensorCore;
     return LaunchRowKernel(args, T, ContiguousRows{keys, key_offset, dim}, stream);
   }
@@ -347,8 +325,6 @@ cudaError_t IndexerScoresMmaReference(const float* q, const float* w, int64_t T,
                                                stream);
 }
 
-void IndexerMmaSetL2Prefetch(bool on) { g_l2_prefetch = on; }
-
 bool IndexerMmaPagedApplicable(int64_t T, int64_t heads, int64_t dim, int64_t ratio) {
   const float* aligned = reinterpret_cast<const float*>(uintptr_t{256});
   return IndexerMmaApplicable(aligned, aligned, T, heads, dim, ratio);
@@ -367,7 +343,6 @@ cudaError_t IndexerScoresMmaPaged(const float* q, const float* w, int64_t T, int
   const int64_t rpb =
       keys.rows_per_block < (int64_t{1} << 31) ? keys.rows_per_block : (int64_t{1} << 31);
   RowArgs args{q, w, heads, dim, keys.key_len, n_keys, q_pos, ratio, scale, scores};
-  args.l2_prefetch = g_l2_prefetch;
   args.tensor_sums = sums == IndexerSums::kTensorCore;
   const PagedRows rows{keys.bases, keys.max_blocks, static_cast<uint32_t>(rpb),
                        U31Divider::For(static_cast<uint32_t>(rpb)), dim};

@@ -97,10 +97,6 @@ cudaError_t IndexerScoresMmaReference(const float* q, const float* w, int64_t T,
                                       int64_t ratio, float scale, float* scores,
                                       cudaStream_t stream, IndexerSums sums = IndexerSums::kExact);
 
-// Benchmarks only: whether the one-row kernel also asks the L2 for the key tile after the
-// prefetched one (on by default; no bit depends on it). Not thread-safe.
-void IndexerMmaSetL2Prefetch(bool on);
-
 // ---- Keys read in place from paged blocks (no gather into one buffer). ----
 
 // Row t's keys through its block table: key j (j < its visible count) is the `dim` floats
